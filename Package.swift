@@ -1,0 +1,24 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "sluice",
+    products: [
+        .library(name: "Sluice", targets: ["Sluice"]),
+        .executable(name: "sluice", targets: ["SluiceCLI"]),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CZlib",
+            path: "Sources/CZlib",
+            providers: [.apt(["zlib1g-dev"])]
+        ),
+        .systemLibrary(name: "CSluiceLinux", path: "Sources/CSluiceLinux"),
+        .target(name: "Sluice", dependencies: ["CZlib", "CSluiceLinux"]),
+        .executableTarget(name: "SluiceCLI", dependencies: ["Sluice"]),
+        .executableTarget(name: "WritingToMemory", dependencies: ["Sluice"], path: "Examples/WritingToMemory"),
+        .testTarget(name: "SluiceTests", dependencies: ["Sluice"]),
+        .testTarget(name: "SluiceCLITests", dependencies: ["SluiceCLI"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,344 @@
+import Synchronization
+
+import CSluiceLinux
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Something watched by the selector: told which readiness the kernel reported.
+protocol FDHandler: AnyObject {
+    func fdReady(_ readiness: Readiness)
+}
+
+/// Something served from the loop's ready queue: streams that epoll cannot watch (regular
+/// files, memory, bound pairs) and anything with events to deliver.
+protocol ReadyClient: AnyObject {
+    /// Set by the loop while the client sits in the ready queue, so it is queued once.
+    var isQueued: Bool { get set }
+    func serviceReady()
+}
+
+/// A handle on a timer scheduled with `EventLoop.schedule(after:repeating:_:)`.
+public final class LoopTimer {
+    fileprivate var deadline: UInt64
+    fileprivate let interval: UInt64?
+    fileprivate let body: () -> Void
+    fileprivate var cancelled = false
+    fileprivate weak var loop: EventLoop?
+
+    fileprivate init(deadline: UInt64, interval: UInt64?, body: @escaping () -> Void) {
+        self.deadline = deadline
+        self.interval = interval
+        self.body = body
+    }
+
+    /// Stops the timer; it will not fire again. Safe to call more than once.
+    public func cancel() {
+        guard !cancelled else { return }
+        cancelled = true
+        loop?.timerCancelled()
+    }
+
+    public var isCancelled: Bool { cancelled }
+}
+
+/// The run loop: delivers stream events, fires timers, and runs work handed over from other
+/// threads. One thread runs it (the one that calls `run`); everything scheduled on it is used
+/// on that thread. `execute(_:)` and `stop()` may be called from any thread.
+///
+/// Descriptors epoll can watch (pipes, ttys, sockets, eventfds) are watched level-triggered
+/// with interest only while a stream wants an event; descriptors it cannot (regular files) and
+/// in-process streams are served from a ready queue, one event per stream per turn of the loop.
+public final class EventLoop: @unchecked Sendable {
+    private let selector: any Selector
+    private var handlers: [FDHandler?] = []
+    private var interests: [Interest] = []
+    private var watchedCount = 0
+
+    private var readyQueue: [any ReadyClient] = []
+    private var serving: [any ReadyClient] = []
+
+    private var timers: [LoopTimer] = []  // binary min-heap on deadline
+    private var liveTimers = 0
+
+    private let wakeFD: Int32
+    private let tasks = Mutex<[@Sendable () -> Void]>([])
+    private let hasTasks = Atomic<Bool>(false)
+    private let stopRequested = Atomic<Bool>(false)
+    private let sleeping = Atomic<Bool>(false)
+
+    /// Streams and other sources that keep `run()` running while scheduled.
+    private var activeSources = 0
+    private var turns: UInt64 = 0
+
+    /// Creates a loop with the platform's selector (epoll on Linux).
+    public init() throws {
+        ProcessSetup.ensure()
+        selector = try EpollSelector()
+        wakeFD = try syscallValue("eventfd") { eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC)) }
+        try selector.register(fd: wakeFD, interest: .read)
+    }
+
+    deinit {
+        closeDescriptor(wakeFD)
+        selector.close()
+    }
+
+    // MARK: Running
+
+    /// Runs until `stop()` is called or nothing is left to serve: no scheduled open stream,
+    /// watched descriptor, pending timer or queued task.
+    public func run() {
+        runLoop(deadline: nil)
+    }
+
+    /// Runs until `deadline`, `stop()`, or nothing is left to serve.
+    /// Returns true if it returned because the deadline passed.
+    @discardableResult
+    public func run(until deadline: ContinuousClock.Instant) -> Bool {
+        let remaining = ContinuousClock.now.duration(to: deadline)
+        let (seconds, attoseconds) = remaining.components
+        let ns = max(0, seconds) * 1_000_000_000 + (seconds < 0 ? 0 : attoseconds / 1_000_000_000)
+        return runLoop(deadline: monotonicNanoseconds() + UInt64(ns))
+    }
+
+    /// Runs for at most `duration`. Returns true if the time ran out.
+    @discardableResult
+    public func run(for duration: Duration) -> Bool {
+        run(until: ContinuousClock.now.advanced(by: duration))
+    }
+
+    /// Asks `run` to return after the current turn. Any thread.
+    public func stop() {
+        stopRequested.store(true, ordering: .releasing)
+        wake()
+    }
+
+    /// Runs `body` on the loop's thread at its next turn. Any thread.
+    public func execute(_ body: @escaping @Sendable () -> Void) {
+        tasks.withLock { $0.append(body) }
+        hasTasks.store(true, ordering: .releasing)
+        if sleeping.load(ordering: .acquiring) { wake() }
+    }
+
+    private func wake() {
+        var one: UInt64 = 1
+        _ = Glibc.write(wakeFD, &one, 8)
+    }
+
+    @discardableResult
+    private func runLoop(deadline: UInt64?) -> Bool {
+        stopRequested.store(false, ordering: .relaxed)
+        while !stopRequested.load(ordering: .acquiring) {
+            if hasTasks.load(ordering: .acquiring) { runTasks() }
+            var now = monotonicNanoseconds()
+            if liveTimers > 0 { fireTimers(now: now) }
+            if let deadline, now >= deadline { return true }
+
+            if !readyQueue.isEmpty {
+                turns &+= 1
+                // Descriptors still get a look between ready-queue turns.
+                if watchedCount > 0 && turns & 15 == 0 { poll(timeout: 0) }
+                serveReadyQueue()
+                continue
+            }
+            if activeSources == 0 && liveTimers == 0 && !hasTasks.load(ordering: .acquiring) {
+                return false
+            }
+            var timeout: UInt64? = nil
+            if let next = nextTimerDeadline() { timeout = next > now ? next - now : 0 }
+            if let deadline {
+                now = monotonicNanoseconds()
+                let left = deadline > now ? deadline - now : 0
+                timeout = min(timeout ?? left, left)
+            }
+            sleeping.store(true, ordering: .sequentiallyConsistent)
+            if hasTasks.load(ordering: .sequentiallyConsistent) || stopRequested.load(ordering: .acquiring) {
+                timeout = 0
+            }
+            poll(timeout: timeout)
+            sleeping.store(false, ordering: .relaxed)
+        }
+        return false
+    }
+
+    private func poll(timeout: UInt64?) {
+        do {
+            try selector.wait(timeoutNanoseconds: timeout) { fd, readiness in
+                if fd == wakeFD {
+                    var value: UInt64 = 0
+                    _ = Glibc.read(wakeFD, &value, 8)
+                    return
+                }
+                let index = Int(fd)
+                if index < handlers.count, let handler = handlers[index] {
+                    handler.fdReady(readiness)
+                }
+            }
+        } catch {
+            preconditionFailure("epoll_wait failed: \(error)")
+        }
+    }
+
+    private func serveReadyQueue() {
+        swap(&readyQueue, &serving)
+        for client in serving {
+            client.isQueued = false
+            client.serviceReady()
+        }
+        serving.removeAll(keepingCapacity: true)
+    }
+
+    private func runTasks() {
+        hasTasks.store(false, ordering: .releasing)
+        let batch = tasks.withLock { pending -> [@Sendable () -> Void] in
+            let taken = pending
+            pending.removeAll()
+            return taken
+        }
+        for task in batch { task() }
+    }
+
+    // MARK: Ready queue
+
+    /// Queues `client` to be served at the next turn (once, however often it is asked).
+    func enqueue(_ client: any ReadyClient) {
+        guard !client.isQueued else { return }
+        client.isQueued = true
+        readyQueue.append(client)
+    }
+
+    /// Counts a source that keeps `run()` alive (a scheduled open stream, a listener).
+    func retainSource() { activeSources += 1 }
+    func releaseSource() {
+        precondition(activeSources > 0, "EventLoop source count underflow")
+        activeSources -= 1
+    }
+
+    // MARK: Descriptors
+
+    /// Starts watching `fd` with `interest`; throws EPERM for descriptors epoll cannot watch.
+    func watch(fd: Int32, interest: Interest, handler: FDHandler) throws(SluiceError) {
+        let index = Int(fd)
+        if index >= handlers.count {
+            let n = max(index + 1, handlers.count * 2, 64)
+            handlers.append(contentsOf: repeatElement(nil, count: n - handlers.count))
+            interests.append(contentsOf: repeatElement([], count: n - interests.count))
+        }
+        precondition(handlers[index] == nil, "fd \(fd) is already watched")
+        try selector.register(fd: fd, interest: interest)
+        handlers[index] = handler
+        interests[index] = interest
+        watchedCount += 1
+    }
+
+    /// Changes what `fd` is watched for; a no-op when unchanged.
+    func setInterest(fd: Int32, _ interest: Interest) {
+        let index = Int(fd)
+        guard index < handlers.count, handlers[index] != nil, interests[index] != interest else { return }
+        do {
+            try selector.reregister(fd: fd, interest: interest)
+            interests[index] = interest
+        } catch {
+            preconditionFailure("epoll_ctl MOD fd \(fd): \(error)")
+        }
+    }
+
+    func interest(fd: Int32) -> Interest {
+        let index = Int(fd)
+        return index < interests.count ? interests[index] : []
+    }
+
+    /// Stops watching `fd`. Call before closing it.
+    func unwatch(fd: Int32) {
+        let index = Int(fd)
+        guard index < handlers.count, handlers[index] != nil else { return }
+        selector.deregister(fd: fd)
+        handlers[index] = nil
+        interests[index] = []
+        watchedCount -= 1
+    }
+
+    // MARK: Timers
+
+    /// Calls `body` on the loop after `delay`, and then every `repeating` if given.
+    /// Times are on the monotonic clock. Call on the loop's thread.
+    @discardableResult
+    public func schedule(after delay: Duration, repeating: Duration? = nil, _ body: @escaping () -> Void) -> LoopTimer
+    {
+        let timer = LoopTimer(
+            deadline: monotonicNanoseconds() + delay.nanoseconds,
+            interval: repeating.map { max(1, $0.nanoseconds) },
+            body: body
+        )
+        timer.loop = self
+        liveTimers += 1
+        pushTimer(timer)
+        return timer
+    }
+
+    fileprivate func timerCancelled() {
+        liveTimers -= 1
+    }
+
+    private func nextTimerDeadline() -> UInt64? {
+        while let first = timers.first, first.cancelled { _ = popTimer() }
+        return timers.first?.deadline
+    }
+
+    private func fireTimers(now: UInt64) {
+        while let first = timers.first, first.cancelled || first.deadline <= now {
+            let timer = popTimer()
+            if timer.cancelled { continue }
+            if let interval = timer.interval {
+                timer.deadline = max(timer.deadline + interval, now)
+                pushTimer(timer)
+            } else {
+                timer.cancelled = true
+                liveTimers -= 1
+            }
+            timer.body()
+        }
+    }
+
+    private func pushTimer(_ timer: LoopTimer) {
+        timers.append(timer)
+        var i = timers.count - 1
+        while i > 0 {
+            let parent = (i - 1) / 2
+            if timers[parent].deadline <= timers[i].deadline { break }
+            timers.swapAt(parent, i)
+            i = parent
+        }
+    }
+
+    private func popTimer() -> LoopTimer {
+        let top = timers[0]
+        let last = timers.removeLast()
+        if !timers.isEmpty {
+            timers[0] = last
+            var i = 0
+            while true {
+                let l = 2 * i + 1
+                let r = l + 1
+                var smallest = i
+                if l < timers.count && timers[l].deadline < timers[smallest].deadline { smallest = l }
+                if r < timers.count && timers[r].deadline < timers[smallest].deadline { smallest = r }
+                if smallest == i { break }
+                timers.swapAt(i, smallest)
+                i = smallest
+            }
+        }
+        return top
+    }
+}
+
+extension Duration {
+    /// The duration in whole nanoseconds, clamped at zero.
+    var nanoseconds: UInt64 {
+        let (s, atto) = components
+        if s < 0 { return 0 }
+        return UInt64(s) * 1_000_000_000 + UInt64(atto / 1_000_000_000)
+    }
+}

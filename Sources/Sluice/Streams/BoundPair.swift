@@ -1,0 +1,213 @@
+import Foundation
+
+/// The buffer between the two ends of a bound pair. Each end may live on its own thread
+/// (scheduled on its own loop, or polling): the state is guarded by a condition lock, and an
+/// end on another loop is woken through that loop's `execute`.
+final class BoundBuffer: @unchecked Sendable {
+    let condition = NSCondition()
+    let capacity: Int
+    private let storage: UnsafeMutableRawBufferPointer
+    private var head = 0
+    private(set) var count = 0
+    var writerClosed = false
+    var readerClosed = false
+    weak var reader: BoundReadStream?
+    weak var writer: BoundWriteStream?
+    var readerLoop: EventLoop?
+    var writerLoop: EventLoop?
+
+    init(capacity: Int) {
+        self.capacity = capacity
+        storage = .allocate(byteCount: capacity, alignment: 16)
+    }
+
+    deinit { storage.deallocate() }
+
+    /// Copies up to `buffer.count` bytes out. Call with the lock held.
+    func take(into buffer: UnsafeMutableRawBufferPointer) -> Int {
+        let n = min(buffer.count, count)
+        var copied = 0
+        while copied < n {
+            let run = min(n - copied, capacity - head)
+            (buffer.baseAddress! + copied).copyMemory(from: storage.baseAddress! + head, byteCount: run)
+            head = (head + run) % capacity
+            copied += run
+        }
+        count -= n
+        if count == 0 { head = 0 }
+        return n
+    }
+
+    /// Copies up to the free space in. Call with the lock held.
+    func put(from buffer: UnsafeRawBufferPointer) -> Int {
+        let n = min(buffer.count, capacity - count)
+        var copied = 0
+        while copied < n {
+            let tail = (head + count) % capacity
+            let run = min(n - copied, capacity - tail)
+            (storage.baseAddress! + tail).copyMemory(from: buffer.baseAddress! + copied, byteCount: run)
+            count += run
+            copied += run
+        }
+        return n
+    }
+
+    /// Wakes the other end: directly on the same loop, through `execute` on another loop, and
+    /// through the condition for an end blocked in polling mode.
+    static func wake(_ peer: ByteStream?, peerLoop: EventLoop?, from myLoop: EventLoop?) {
+        guard let peer, let peerLoop else { return }
+        if peerLoop === myLoop {
+            peer.signal()
+        } else {
+            let box = UncheckedBox(peer)
+            peerLoop.execute { box.value.signal() }
+        }
+    }
+}
+
+/// Carries a loop-confined object to its own loop's thread through `execute`.
+struct UncheckedBox<T>: @unchecked Sendable {
+    let value: T
+    init(_ value: T) { self.value = value }
+}
+
+/// The read end of a bound pair.
+final class BoundReadStream: ReadStream {
+    let shared: BoundBuffer
+
+    init(shared: BoundBuffer) {
+        self.shared = shared
+        super.init(name: "bound pair")
+    }
+
+    override func readPrimitive(_ buffer: UnsafeMutableRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
+        shared.condition.lock()
+        let n = shared.take(into: buffer)
+        let atEnd = n == 0 && shared.writerClosed
+        let writer = shared.writer
+        let writerLoop = shared.writerLoop
+        if n > 0 { shared.condition.broadcast() }
+        shared.condition.unlock()
+        if n > 0 {
+            BoundBuffer.wake(writer, peerLoop: writerLoop, from: loop)
+            return .processed(n)
+        }
+        return atEnd ? .processed(0) : .wouldBlock
+    }
+
+    override func waitUntilReadable() throws(SluiceError) {
+        shared.condition.lock()
+        while shared.count == 0 && !shared.writerClosed { shared.condition.wait() }
+        shared.condition.unlock()
+    }
+
+    override var bytesAvailablePrimitive: Bool {
+        shared.condition.lock()
+        defer { shared.condition.unlock() }
+        return shared.count > 0 || shared.writerClosed
+    }
+    override var isReadyWithoutKernel: Bool { bytesAvailablePrimitive }
+    override var isAtEndWithoutReading: Bool {
+        shared.condition.lock()
+        defer { shared.condition.unlock() }
+        return shared.count == 0 && shared.writerClosed
+    }
+
+    override func attach(to loop: EventLoop) {
+        shared.condition.lock()
+        shared.readerLoop = loop
+        shared.condition.unlock()
+        signal()
+    }
+    override func detach(from loop: EventLoop) {
+        shared.condition.lock()
+        shared.readerLoop = nil
+        shared.condition.unlock()
+    }
+
+    override func closePrimitive() {
+        shared.condition.lock()
+        shared.readerClosed = true
+        let writer = shared.writer
+        let writerLoop = shared.writerLoop
+        shared.condition.broadcast()
+        shared.condition.unlock()
+        BoundBuffer.wake(writer, peerLoop: writerLoop, from: loop)
+    }
+}
+
+/// The write end of a bound pair: accepts bytes while the buffer has room.
+final class BoundWriteStream: WriteStream {
+    let shared: BoundBuffer
+
+    init(shared: BoundBuffer) {
+        self.shared = shared
+        super.init(name: "bound pair")
+    }
+
+    override func writePrimitive(_ buffer: UnsafeRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
+        shared.condition.lock()
+        if shared.readerClosed {
+            shared.condition.unlock()
+            throw SluiceError(.system(.brokenPipe), operation: "write", subject: name)
+        }
+        let n = shared.put(from: buffer)
+        let reader = shared.reader
+        let readerLoop = shared.readerLoop
+        if n > 0 { shared.condition.broadcast() }
+        shared.condition.unlock()
+        if n > 0 {
+            BoundBuffer.wake(reader, peerLoop: readerLoop, from: loop)
+            return .processed(n)
+        }
+        return .wouldBlock
+    }
+
+    override func waitUntilWritable() throws(SluiceError) {
+        shared.condition.lock()
+        while shared.count == shared.capacity && !shared.readerClosed { shared.condition.wait() }
+        shared.condition.unlock()
+    }
+
+    override var spaceAvailablePrimitive: Bool {
+        shared.condition.lock()
+        defer { shared.condition.unlock() }
+        return shared.count < shared.capacity || shared.readerClosed
+    }
+    override var isReadyWithoutKernel: Bool { spaceAvailablePrimitive }
+
+    override func attach(to loop: EventLoop) {
+        shared.condition.lock()
+        shared.writerLoop = loop
+        shared.condition.unlock()
+        signal()
+    }
+    override func detach(from loop: EventLoop) {
+        shared.condition.lock()
+        shared.writerLoop = nil
+        shared.condition.unlock()
+    }
+
+    override func closePrimitive() {
+        shared.condition.lock()
+        shared.writerClosed = true
+        let reader = shared.reader
+        let readerLoop = shared.readerLoop
+        shared.condition.broadcast()
+        shared.condition.unlock()
+        BoundBuffer.wake(reader, peerLoop: readerLoop, from: loop)
+    }
+}
+
+/// A connected pair of streams, as `Stream.getBoundStreams(withBufferSize:)`: bytes written to
+/// the write end come out of the read end. The buffer holds at most `bufferSize` bytes, so a
+/// writer stops getting `hasSpaceAvailable` when it is full and gets it again after a read.
+public func boundPair(bufferSize: Int) -> (ReadStream, WriteStream) {
+    precondition(bufferSize > 0, "bound pair buffer size must be positive")
+    let shared = BoundBuffer(capacity: bufferSize)
+    let reader = BoundReadStream(shared: shared)
+    let writer = BoundWriteStream(shared: shared)
+    shared.reader = reader
+    shared.writer = writer
+    return (reader, writer)
+}

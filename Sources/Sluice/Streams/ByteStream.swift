@@ -1,0 +1,293 @@
+/// Events a stream reports to its delegate, as NSStream's `NSStreamEvent`.
+public struct StreamEvent: OptionSet, Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: UInt8
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+
+    /// The stream is open (a socket: connected).
+    public static let openCompleted = StreamEvent(rawValue: 1 << 0)
+    /// A read will not block. Delivered once per readiness: not again until the delegate reads.
+    public static let hasBytesAvailable = StreamEvent(rawValue: 1 << 1)
+    /// A write will not block. Delivered once per readiness: not again until the delegate writes.
+    public static let hasSpaceAvailable = StreamEvent(rawValue: 1 << 2)
+    /// The stream failed; `streamError` says why. At most once, and then no more events.
+    public static let errorOccurred = StreamEvent(rawValue: 1 << 3)
+    /// The last byte has been read (a fixed-capacity memory writer: it is full).
+    public static let endEncountered = StreamEvent(rawValue: 1 << 4)
+
+    public var description: String {
+        var names: [String] = []
+        if contains(.openCompleted) { names.append("openCompleted") }
+        if contains(.hasBytesAvailable) { names.append("hasBytesAvailable") }
+        if contains(.hasSpaceAvailable) { names.append("hasSpaceAvailable") }
+        if contains(.errorOccurred) { names.append("errorOccurred") }
+        if contains(.endEncountered) { names.append("endEncountered") }
+        return names.joined(separator: "|")
+    }
+}
+
+/// Where a stream is in its life, as NSStream's `NSStreamStatus`.
+public enum StreamStatus: Hashable, Sendable {
+    case notOpen, opening, open, reading, writing, atEnd, closed, error
+}
+
+/// Receives a stream's events, as NSStream's `NSStreamDelegate`.
+public protocol ByteStreamDelegate: AnyObject {
+    func stream(_ stream: ByteStream, handle event: StreamEvent)
+}
+
+/// Keys for `property(forKey:)`, as NSStream's property keys.
+public struct StreamPropertyKey: RawRepresentable, Hashable, Sendable {
+    public let rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+
+    /// A memory write stream's contents, as `Data`.
+    public static let dataWrittenToMemory = StreamPropertyKey(rawValue: "dataWrittenToMemory")
+    /// A file stream's offset, as `UInt64`; settable on a read stream before it is opened.
+    public static let fileCurrentOffset = StreamPropertyKey(rawValue: "fileCurrentOffset")
+    /// The descriptor under a stream, as `Int32`, where it has one.
+    public static let fileDescriptor = StreamPropertyKey(rawValue: "fileDescriptor")
+}
+
+/// What read and write streams share: the delegate, status, error, scheduling on a loop, and
+/// the event machinery that delivers each readiness event once per readiness.
+///
+/// Streams are used on one thread: the thread of the loop they are scheduled on, or any one
+/// thread in polling mode.
+public class ByteStream: ReadyClient {
+    /// The delegate receives events while the stream is scheduled on a loop.
+    public weak var delegate: (any ByteStreamDelegate)?
+    /// The closure alternative to a delegate; called after the delegate, if both are set.
+    public var eventHandler: ((ByteStream, StreamEvent) -> Void)?
+
+    public internal(set) var streamStatus: StreamStatus = .notOpen
+    /// Why the last operation failed (set with status `.error`, or by misuse such as reading
+    /// a closed stream, which leaves the status as it was).
+    public internal(set) var streamError: SluiceError?
+
+    /// The loop the stream is scheduled on, if any.
+    public private(set) var loop: EventLoop?
+
+    // The event machinery.
+    var isQueued = false
+    /// A readiness event may be delivered (re-armed by each read or write).
+    var armed = true
+    /// Non-readiness events waiting for the next turn of the loop.
+    var pendingEvents: StreamEvent = []
+    private var errorDelivered = false
+    private var holdsSource = false
+
+    /// What the stream is, for messages: a path, an address, `fd 0`, `memory`.
+    public let name: String
+
+    init(name: String) {
+        ProcessSetup.ensure()
+        self.name = name
+    }
+
+    // MARK: Life cycle
+
+    /// Schedules the stream on `loop`: its events are delivered there. Before or after `open()`.
+    public func schedule(on loop: EventLoop) {
+        guard self.loop == nil else {
+            precondition(self.loop === loop, "\(name): scheduled on two loops")
+            return
+        }
+        self.loop = loop
+        updateSourceHold()
+        if isOpenish { attach(to: loop) }
+        if !pendingEvents.isEmpty || (isOpenish && armed) { signal() }
+    }
+
+    /// Removes the stream from `loop`: no more events; it keeps working in polling mode.
+    public func remove(from loop: EventLoop) {
+        guard self.loop === loop else { return }
+        detach(from: loop)
+        self.loop = nil
+        updateSourceHold()
+    }
+
+    /// Opens the stream. Failure is reported through `streamStatus == .error`, `streamError`
+    /// and, on a loop, an `errorOccurred` event.
+    public func open() {
+        guard streamStatus == .notOpen else { return }
+        streamStatus = .opening
+        do {
+            let ready = try openPrimitive()
+            if let loop { attach(to: loop) }
+            if ready { didOpen() }
+        } catch {
+            fail(error)
+        }
+        updateSourceHold()
+    }
+
+    /// Closes the stream. Idempotent; no events are delivered after it.
+    public func close() {
+        guard streamStatus != .closed else { return }
+        let wasOpen = streamStatus != .notOpen
+        if let loop { detach(from: loop) }
+        streamStatus = .closed
+        pendingEvents = []
+        if wasOpen { closePrimitive() }
+        updateSourceHold()
+    }
+
+    /// A stream property; see `StreamPropertyKey`.
+    public func property(forKey key: StreamPropertyKey) -> Any? { nil }
+
+    /// Sets a property; returns false if the stream does not support it (now).
+    @discardableResult
+    public func setProperty(_ value: Any?, forKey key: StreamPropertyKey) -> Bool { false }
+
+    // MARK: For kinds of stream
+
+    var isOpenish: Bool {
+        switch streamStatus {
+        case .opening, .open, .reading, .writing, .atEnd: return true
+        case .notOpen, .closed, .error: return false
+        }
+    }
+
+    /// Called by a kind whose open completes later (a connecting socket).
+    func didOpen() {
+        guard streamStatus == .opening else { return }
+        streamStatus = .open
+        pendingEvents.insert(.openCompleted)
+        signal()
+    }
+
+    /// Puts the stream in the error state and queues `errorOccurred` (once).
+    func fail(_ error: any Error) {
+        guard streamStatus != .closed, streamStatus != .error else { return }
+        let e =
+            (error as? SluiceError) ?? SluiceError(.system(.ioError), operation: "stream", subject: name, detail: "\(error)")
+        streamError = e
+        streamStatus = .error
+        if let loop { detach(from: loop) }
+        pendingEvents = [.errorOccurred]
+        signal()
+        updateSourceHold()
+    }
+
+    /// Records a misuse (read on a closed stream, …): the error is set, the status kept.
+    func misuse(_ code: SluiceError.Code, _ operation: String) -> Int {
+        streamError = SluiceError(code, operation: operation, subject: name)
+        return -1
+    }
+
+    /// Reports end of stream: status `.atEnd` and one `endEncountered`.
+    func reachedEnd() {
+        guard isOpenish, streamStatus != .atEnd else { return }
+        streamStatus = .atEnd
+        pendingEvents.insert(.endEncountered)
+        signal()
+        updateSourceHold()
+    }
+
+    /// The delegate consumed the last readiness event (read or wrote): arm for the next one.
+    @inline(__always)
+    func rearm() {
+        if armed { return }
+        armed = true
+        interestChanged()
+    }
+
+    /// Asks the loop to serve this stream at its next turn.
+    @inline(__always)
+    func signal() {
+        loop?.enqueue(self)
+    }
+
+    /// The readiness event of this kind: `hasBytesAvailable` or `hasSpaceAvailable`.
+    var readinessEvent: StreamEvent { [] }
+
+    /// Called by the kernel-watching channel when the fd is ready for this stream's direction.
+    /// Returns whether the stream still wants to hear about readiness.
+    func kernelReady() -> Bool {
+        guard armed, loop != nil else { return false }
+        switch streamStatus {
+        case .open, .reading, .writing: break
+        default: return false
+        }
+        armed = false
+        deliver(readinessEvent)
+        return armed
+    }
+
+    func serviceReady() {
+        guard loop != nil else { return }
+        if streamStatus == .error {
+            if !errorDelivered && pendingEvents.contains(.errorOccurred) {
+                errorDelivered = true
+                pendingEvents = []
+                deliver(.errorOccurred)
+                updateSourceHold()
+            }
+            return
+        }
+        if pendingEvents.contains(.openCompleted) {
+            pendingEvents.remove(.openCompleted)
+            deliver(.openCompleted)
+            guard loop != nil else { return }
+        }
+        if armed, servedByReadyQueue, streamStatus == .open || streamStatus == .atEnd {
+            if isAtEndWithoutReading {
+                reachedEnd()
+            } else if streamStatus == .open && isReadyWithoutKernel {
+                armed = false
+                deliver(readinessEvent)
+                guard loop != nil else { return }
+            }
+        }
+        if pendingEvents.contains(.endEncountered) && streamStatus == .atEnd {
+            pendingEvents.remove(.endEncountered)
+            deliver(.endEncountered)
+            updateSourceHold()
+        }
+    }
+
+    @inline(__always)
+    private func deliver(_ event: StreamEvent) {
+        delegate?.stream(self, handle: event)
+        eventHandler?(self, event)
+    }
+
+    /// A scheduled stream keeps its loop running while it can still deliver events.
+    private func updateSourceHold() {
+        let wants: Bool
+        if loop == nil {
+            wants = false
+        } else {
+            switch streamStatus {
+            case .opening, .open, .reading, .writing: wants = true
+            case .atEnd: wants = pendingEvents.contains(.endEncountered)
+            case .error: wants = !errorDelivered
+            case .notOpen, .closed: wants = false
+            }
+        }
+        if wants != holdsSource, let loop = loop ?? (holdsSource ? heldLoop : nil) {
+            if wants { loop.retainSource() } else { loop.releaseSource() }
+            holdsSource = wants
+            heldLoop = wants ? loop : nil
+        }
+    }
+    private var heldLoop: EventLoop?
+
+    // MARK: Hooks for kinds (overridden)
+
+    /// Opens the underlying resource. Returns true when open now, false when opening
+    /// (the kind calls `didOpen()` later).
+    func openPrimitive() throws(SluiceError) -> Bool { true }
+    func closePrimitive() {}
+    /// Starts delivering readiness through `loop` (watch the fd, or use the ready queue).
+    func attach(to loop: EventLoop) { signal() }
+    func detach(from loop: EventLoop) {}
+    /// The armed state changed: watch (or stop watching) the kernel, or queue a ready-queue turn.
+    func interestChanged() { if armed { signal() } }
+    /// True when readiness comes from the ready queue rather than the kernel.
+    var servedByReadyQueue: Bool { true }
+    /// For ready-queue kinds: a read/write would not block now.
+    var isReadyWithoutKernel: Bool { true }
+    /// For ready-queue read kinds: the end is known without a read (memory, bound pair).
+    var isAtEndWithoutReading: Bool { false }
+}

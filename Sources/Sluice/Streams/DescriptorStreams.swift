@@ -1,0 +1,284 @@
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// How a file write stream treats an existing file.
+public enum FileWriteMode: Sendable {
+    /// Create, or truncate an existing file (`O_CREAT|O_TRUNC`).
+    case truncate
+    /// Create, or append to an existing file (`O_CREAT|O_APPEND`).
+    case append
+    /// Create; fail with EEXIST if the file exists (`O_CREAT|O_EXCL`).
+    case createNew
+}
+
+/// Reads a file by path (from an offset) or any descriptor: stdin, a pipe, a tty, a socket.
+/// Regular files are served from the loop's ready queue; everything else is watched by epoll.
+final class DescriptorReadStream: ReadStream {
+    private let path: String?
+    private var offset: UInt64
+    private var givenFD: Int32?
+    private let ownsGivenFD: Bool
+    private(set) var channel: DescriptorChannel?
+
+    init(path: String, offset: UInt64) {
+        self.path = path
+        self.offset = offset
+        self.ownsGivenFD = true
+        super.init(name: path)
+    }
+
+    init(fd: Int32, ownsDescriptor: Bool, name: String? = nil) {
+        path = nil
+        offset = 0
+        givenFD = fd
+        ownsGivenFD = ownsDescriptor
+        super.init(name: name ?? "fd \(fd)")
+    }
+
+    /// For socket pairs: a reader over a channel shared with a writer.
+    init(channel: DescriptorChannel, name: String) {
+        path = nil
+        offset = 0
+        ownsGivenFD = false
+        self.channel = channel
+        super.init(name: name)
+        channel.reader = self
+    }
+
+    override func openPrimitive() throws(SluiceError) -> Bool {
+        if channel == nil {
+            let fd: Int32
+            if let path {
+                fd = try syscallValue("open", path) { Glibc.open(path, O_RDONLY | O_CLOEXEC) }
+                var st = stat()
+                if fstat(fd, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR {
+                    closeDescriptor(fd)
+                    throw SluiceError(.system(.isDirectory), operation: "open", subject: path)
+                }
+                if offset > 0 {
+                    do {
+                        try syscallValue("lseek", path) { lseek(fd, off_t(offset), SEEK_SET) }
+                    } catch {
+                        closeDescriptor(fd)
+                        throw error
+                    }
+                }
+            } else {
+                fd = givenFD!
+            }
+            let channel = DescriptorChannel(fd: fd, ownsDescriptor: path != nil || ownsGivenFD)
+            channel.reader = self
+            self.channel = channel
+        }
+        channel!.opened(self)
+        return true
+    }
+
+    override func readPrimitive(_ buffer: UnsafeMutableRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
+        let fd = channel!.fd
+        return try syscall("read", name) { Glibc.read(fd, buffer.baseAddress, buffer.count) }
+    }
+
+    override func waitUntilReadable() throws(SluiceError) {
+        _ = try pollDescriptor(channel!.fd, events: Int16(POLLIN), timeoutMilliseconds: -1)
+    }
+
+    override var bytesAvailablePrimitive: Bool {
+        guard let channel else { return false }
+        if channel.isRegularFile { return true }
+        return (try? pollDescriptor(channel.fd, events: Int16(POLLIN), timeoutMilliseconds: 0)) ?? 0 != 0
+    }
+
+    override func closePrimitive() { channel?.streamClosed(self) }
+    override func attach(to loop: EventLoop) {
+        channel?.attach(self, to: loop)
+        signal()
+    }
+    override func detach(from loop: EventLoop) { channel?.detach(self) }
+    override var servedByReadyQueue: Bool { channel?.unwatchable ?? true }
+    override func interestChanged() {
+        if servedByReadyQueue {
+            if armed { signal() }
+        } else {
+            channel?.updateInterest()
+        }
+    }
+
+    override func property(forKey key: StreamPropertyKey) -> Any? {
+        switch key {
+        case .fileCurrentOffset:
+            guard let channel, isOpenish else { return offset }
+            let pos = lseek(channel.fd, 0, SEEK_CUR)
+            return pos < 0 ? nil : UInt64(pos)
+        case .fileDescriptor:
+            return channel?.fd ?? givenFD
+        default:
+            return nil
+        }
+    }
+
+    override func setProperty(_ value: Any?, forKey key: StreamPropertyKey) -> Bool {
+        guard key == .fileCurrentOffset, let v = value as? UInt64 ?? (value as? Int).map({ UInt64($0) }) else {
+            return false
+        }
+        if streamStatus == .notOpen {
+            offset = v
+            return true
+        }
+        guard let channel, channel.isRegularFile, isOpenish else { return false }
+        return lseek(channel.fd, off_t(v), SEEK_SET) >= 0
+    }
+}
+
+/// Writes a file by path (truncate, append, or create-new, with permissions) or any descriptor.
+final class DescriptorWriteStream: WriteStream {
+    private let path: String?
+    private let mode: FileWriteMode
+    private let permissions: mode_t
+    private var givenFD: Int32?
+    private let ownsGivenFD: Bool
+    private(set) var channel: DescriptorChannel?
+
+    init(path: String, mode: FileWriteMode, permissions: mode_t) {
+        self.path = path
+        self.mode = mode
+        self.permissions = permissions
+        ownsGivenFD = true
+        super.init(name: path)
+    }
+
+    init(fd: Int32, ownsDescriptor: Bool, name: String? = nil) {
+        path = nil
+        mode = .append
+        permissions = 0
+        givenFD = fd
+        ownsGivenFD = ownsDescriptor
+        super.init(name: name ?? "fd \(fd)")
+    }
+
+    init(channel: DescriptorChannel, name: String) {
+        path = nil
+        mode = .append
+        permissions = 0
+        ownsGivenFD = false
+        self.channel = channel
+        super.init(name: name)
+        channel.writer = self
+    }
+
+    override func openPrimitive() throws(SluiceError) -> Bool {
+        if channel == nil {
+            let fd: Int32
+            if let path {
+                var flags = O_WRONLY | O_CREAT | O_CLOEXEC
+                switch mode {
+                case .truncate: flags |= O_TRUNC
+                case .append: flags |= O_APPEND
+                case .createNew: flags |= O_EXCL
+                }
+                let perms = permissions
+                fd = try syscallValue("open", path) { Glibc.open(path, flags, perms) }
+            } else {
+                fd = givenFD!
+            }
+            let channel = DescriptorChannel(fd: fd, ownsDescriptor: path != nil || ownsGivenFD)
+            channel.writer = self
+            self.channel = channel
+        }
+        channel!.opened(self)
+        return true
+    }
+
+    override func writePrimitive(_ buffer: UnsafeRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
+        let fd = channel!.fd
+        return try syscall("write", name) { Glibc.write(fd, buffer.baseAddress, buffer.count) }
+    }
+
+    override func waitUntilWritable() throws(SluiceError) {
+        _ = try pollDescriptor(channel!.fd, events: Int16(POLLOUT), timeoutMilliseconds: -1)
+    }
+
+    override var spaceAvailablePrimitive: Bool {
+        guard let channel else { return false }
+        if channel.isRegularFile { return true }
+        return (try? pollDescriptor(channel.fd, events: Int16(POLLOUT), timeoutMilliseconds: 0)) ?? 0 != 0
+    }
+
+    override func closePrimitive() { channel?.streamClosed(self) }
+    override func attach(to loop: EventLoop) {
+        channel?.attach(self, to: loop)
+        signal()
+    }
+    override func detach(from loop: EventLoop) { channel?.detach(self) }
+    override var servedByReadyQueue: Bool { channel?.unwatchable ?? true }
+    override func interestChanged() {
+        if servedByReadyQueue {
+            if armed { signal() }
+        } else {
+            channel?.updateInterest()
+        }
+    }
+
+    /// Flushes written data to the device (`fsync`).
+    func synchronize() throws(SluiceError) {
+        guard let channel else { throw SluiceError(.notOpen, operation: "fsync", subject: name) }
+        let fd = channel.fd
+        try syscallValue("fsync", name) { fsync(fd) }
+    }
+
+    override func property(forKey key: StreamPropertyKey) -> Any? {
+        switch key {
+        case .fileCurrentOffset:
+            guard let channel, isOpenish else { return nil }
+            let pos = lseek(channel.fd, 0, SEEK_CUR)
+            return pos < 0 ? nil : UInt64(pos)
+        case .fileDescriptor:
+            return channel?.fd ?? givenFD
+        default:
+            return nil
+        }
+    }
+}
+
+extension ReadStream {
+    /// A stream reading the file at `path`, starting at `offset`.
+    public static func file(atPath path: String, offset: UInt64 = 0) -> ReadStream {
+        DescriptorReadStream(path: path, offset: offset)
+    }
+
+    /// A stream reading descriptor `fd` (a pipe, tty, socket or file). With
+    /// `closeWhenDone` the stream closes `fd` when it closes.
+    public static func descriptor(_ fd: Int32, closeWhenDone: Bool = false, name: String? = nil) -> ReadStream {
+        DescriptorReadStream(fd: fd, ownsDescriptor: closeWhenDone, name: name)
+    }
+
+    /// A stream reading standard input. Closing it leaves fd 0 open.
+    public static var standardInput: ReadStream { DescriptorReadStream(fd: 0, ownsDescriptor: false, name: "stdin") }
+}
+
+extension WriteStream {
+    /// A stream writing the file at `path`.
+    public static func file(
+        atPath path: String,
+        mode: FileWriteMode = .truncate,
+        permissions: mode_t = 0o644
+    ) -> WriteStream {
+        DescriptorWriteStream(path: path, mode: mode, permissions: permissions)
+    }
+
+    /// A stream writing descriptor `fd`. With `closeWhenDone` the stream closes `fd` when it closes.
+    public static func descriptor(_ fd: Int32, closeWhenDone: Bool = false, name: String? = nil) -> WriteStream {
+        DescriptorWriteStream(fd: fd, ownsDescriptor: closeWhenDone, name: name)
+    }
+
+    /// A stream writing standard output. Closing it leaves fd 1 open.
+    public static var standardOutput: WriteStream {
+        DescriptorWriteStream(fd: 1, ownsDescriptor: false, name: "stdout")
+    }
+
+    /// A stream writing standard error. Closing it leaves fd 2 open.
+    public static var standardError: WriteStream {
+        DescriptorWriteStream(fd: 2, ownsDescriptor: false, name: "stderr")
+    }
+}

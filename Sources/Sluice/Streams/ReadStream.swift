@@ -1,0 +1,192 @@
+import Foundation
+
+/// A stream to read bytes from, as NSInputStream. Create one with a factory
+/// (`ReadStream.file(atPath:)`, `.memory(_:)`, `.standardInput`, `boundPair(bufferSize:)`, or
+/// a socket pair), set a delegate, schedule it on a loop, open it, read on `hasBytesAvailable`.
+public class ReadStream: ByteStream {
+    override var readinessEvent: StreamEvent { .hasBytesAvailable }
+
+    /// Reads up to `maxLength` bytes into `buffer`. Returns the count read, 0 at the end,
+    /// or -1 on error (`streamError` says why). Blocks only if no byte is ready, which never
+    /// happens in answer to `hasBytesAvailable`.
+    public func read(_ buffer: UnsafeMutablePointer<UInt8>, maxLength: Int) -> Int {
+        read(into: UnsafeMutableRawBufferPointer(start: buffer, count: max(0, maxLength)))
+    }
+
+    /// Reads into `buffer`; as `read(_:maxLength:)`.
+    public func read(into buffer: UnsafeMutableRawBufferPointer) -> Int {
+        while true {
+            switch tryRead(into: buffer) {
+            case .processed(let n):
+                return n
+            case .wouldBlock:
+                do {
+                    try waitUntilReadable()
+                } catch {
+                    fail(error)
+                    return -1
+                }
+            }
+        }
+    }
+
+    /// Reads without blocking: `.wouldBlock` when nothing is ready, `.processed(0)` at end,
+    /// `.processed(-1)` on error. Re-arms `hasBytesAvailable` either way.
+    public func tryRead(into buffer: UnsafeMutableRawBufferPointer) -> IOResult<Int> {
+        switch streamStatus {
+        case .open: break
+        case .atEnd: return .processed(0)
+        case .notOpen, .opening: return .processed(misuse(.notOpen, "read"))
+        case .closed: return .processed(misuse(.closed, "read"))
+        case .error: return .processed(-1)
+        case .reading, .writing: return .processed(misuse(.invalidArgument, "read"))
+        }
+        if buffer.count == 0 { return .processed(0) }
+        streamStatus = .reading
+        do {
+            let result = try readPrimitive(buffer)
+            if streamStatus == .reading { streamStatus = .open }
+            switch result {
+            case .processed(0):
+                reachedEnd()
+                return .processed(0)
+            case .processed(let n):
+                rearm()
+                return .processed(n)
+            case .wouldBlock:
+                rearm()
+                return .wouldBlock
+            }
+        } catch {
+            if streamStatus == .reading { streamStatus = .open }
+            fail(error)
+            return .processed(-1)
+        }
+    }
+
+    /// True when a read would return at once (with bytes or with the end), as NSInputStream.
+    public var hasBytesAvailable: Bool {
+        switch streamStatus {
+        case .open: return bytesAvailablePrimitive
+        case .atEnd, .notOpen, .opening, .closed, .error, .reading, .writing: return false
+        }
+    }
+
+    /// Reads everything to the end (polling mode). Returns nil on error.
+    public func readToEnd(chunkSize: Int = 65536) -> Data? {
+        var out = Data()
+        var buffer = [UInt8](repeating: 0, count: chunkSize)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(into: $0) }
+            if n < 0 { return nil }
+            if n == 0 { return out }
+            out.append(contentsOf: buffer[0..<n])
+        }
+    }
+
+    // MARK: Hooks
+
+    func readPrimitive(_ buffer: UnsafeMutableRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
+        .processed(0)
+    }
+    /// Polling mode after `.wouldBlock`: wait until a read can make progress.
+    func waitUntilReadable() throws(SluiceError) {}
+    var bytesAvailablePrimitive: Bool { true }
+}
+
+/// A stream to write bytes to, as NSOutputStream. Create one with a factory
+/// (`WriteStream.file(atPath:)`, `.toMemory()`, `.toBuffer(capacity:)`, `.standardOutput`,
+/// `boundPair(bufferSize:)`, or a socket pair) and write on `hasSpaceAvailable`. A delegate
+/// offered space with nothing to write should set a flag and write as soon as data arrives:
+/// no further `hasSpaceAvailable` comes until it writes.
+public class WriteStream: ByteStream {
+    override var readinessEvent: StreamEvent { .hasSpaceAvailable }
+
+    /// Writes up to `maxLength` bytes from `buffer`. Returns the count accepted (may be fewer),
+    /// 0 when a fixed-capacity stream is full, or -1 on error.
+    public func write(_ buffer: UnsafePointer<UInt8>, maxLength: Int) -> Int {
+        write(from: UnsafeRawBufferPointer(start: buffer, count: max(0, maxLength)))
+    }
+
+    /// Writes from `buffer`; as `write(_:maxLength:)`.
+    public func write(from buffer: UnsafeRawBufferPointer) -> Int {
+        while true {
+            switch tryWrite(from: buffer) {
+            case .processed(let n):
+                return n
+            case .wouldBlock:
+                do {
+                    try waitUntilWritable()
+                } catch {
+                    fail(error)
+                    return -1
+                }
+            }
+        }
+    }
+
+    /// Writes all of `bytes` (polling mode). Returns false on error or when full.
+    @discardableResult
+    public func write<Bytes: Collection<UInt8>>(all bytes: Bytes) -> Bool {
+        let array = Array(bytes)
+        return array.withUnsafeBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                let n = write(from: UnsafeRawBufferPointer(rebasing: raw[offset...]))
+                if n <= 0 { return false }
+                offset += n
+            }
+            return true
+        }
+    }
+
+    /// Writes without blocking: `.wouldBlock` when no space, `.processed(-1)` on error.
+    /// Re-arms `hasSpaceAvailable` either way.
+    public func tryWrite(from buffer: UnsafeRawBufferPointer) -> IOResult<Int> {
+        switch streamStatus {
+        case .open: break
+        case .atEnd: return .processed(0)
+        case .notOpen, .opening: return .processed(misuse(.notOpen, "write"))
+        case .closed: return .processed(misuse(.closed, "write"))
+        case .error: return .processed(-1)
+        case .reading, .writing: return .processed(misuse(.invalidArgument, "write"))
+        }
+        if buffer.count == 0 { return .processed(0) }
+        streamStatus = .writing
+        do {
+            let result = try writePrimitive(buffer)
+            if streamStatus == .writing { streamStatus = .open }
+            switch result {
+            case .processed(0):
+                reachedEnd()
+                return .processed(0)
+            case .processed(let n):
+                if isFullForever { reachedEnd() } else { rearm() }
+                return .processed(n)
+            case .wouldBlock:
+                rearm()
+                return .wouldBlock
+            }
+        } catch {
+            if streamStatus == .writing { streamStatus = .open }
+            fail(error)
+            return .processed(-1)
+        }
+    }
+
+    /// True when a write would not block, as NSOutputStream.
+    public var hasSpaceAvailable: Bool {
+        switch streamStatus {
+        case .open: return spaceAvailablePrimitive
+        case .atEnd, .notOpen, .opening, .closed, .error, .reading, .writing: return false
+        }
+    }
+
+    // MARK: Hooks
+
+    func writePrimitive(_ buffer: UnsafeRawBufferPointer) throws(SluiceError) -> IOResult<Int> { .processed(0) }
+    func waitUntilWritable() throws(SluiceError) {}
+    var spaceAvailablePrimitive: Bool { true }
+    /// A fixed-capacity stream that is full: the write that filled it ends the stream.
+    var isFullForever: Bool { false }
+}

@@ -1,0 +1,88 @@
+/// The error every part of sluice reports: what was attempted, on what, and why.
+///
+/// Renders as one line, e.g. `open "/tmp/x": No such file or directory (errno 2)`.
+public struct SluiceError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// Why an operation failed.
+    public enum Code: Hashable, Sendable {
+        /// The kernel refused: the errno says why.
+        case system(Errno)
+        /// The stream has not been opened (or failed to open).
+        case notOpen
+        /// The stream has been closed.
+        case closed
+        /// A host name could not be resolved; the text is getaddrinfo's.
+        case unknownHost(String)
+        /// A time limit passed.
+        case timedOut
+        /// Compressed or framed data is corrupt (bad header, checksum, or encoding).
+        case corruptData
+        /// Compressed or framed data ended before it was complete.
+        case truncatedData
+        /// Output exceeded a configured limit (decompression bomb guard, size limit).
+        case limitExceeded
+        /// The peer broke the protocol.
+        case protocolViolation
+        /// The peer or the destination refused the operation.
+        case refused
+        /// The operation was cancelled.
+        case cancelled
+        /// A value given by the caller is out of range or malformed.
+        case invalidArgument
+    }
+
+    public var code: Code
+    /// The operation attempted, e.g. `open`, `read`, `connect`, `inflate`.
+    public var operation: String
+    /// What it concerned: a path, an address, `fd 3`, a stage name.
+    public var subject: String?
+    /// Extra human-readable detail.
+    public var detail: String?
+
+    public init(_ code: Code, operation: String, subject: String? = nil, detail: String? = nil) {
+        self.code = code
+        self.operation = operation
+        self.subject = subject
+        self.detail = detail
+    }
+
+    /// The errno, when the kernel reported the failure.
+    public var errno: Errno? {
+        if case .system(let e) = code { return e }
+        return nil
+    }
+
+    public var reason: String {
+        let base: String
+        switch code {
+        case .system(let e): base = e.description
+        case .notOpen: base = "stream is not open"
+        case .closed: base = "stream is closed"
+        case .unknownHost(let text): base = "unknown host (\(text))"
+        case .timedOut: base = "timed out"
+        case .corruptData: base = "corrupt data"
+        case .truncatedData: base = "truncated data"
+        case .limitExceeded: base = "limit exceeded"
+        case .protocolViolation: base = "protocol violation"
+        case .refused: base = "refused"
+        case .cancelled: base = "cancelled"
+        case .invalidArgument: base = "invalid argument"
+        }
+        guard let detail else { return base }
+        return "\(base): \(detail)"
+    }
+
+    public var description: String {
+        guard let subject else { return "\(operation): \(reason)" }
+        return "\(operation) \(subject.quotedIfPath): \(reason)"
+    }
+}
+
+extension String {
+    /// Paths are quoted in messages so spaces stay visible; addresses and fds are not.
+    fileprivate var quotedIfPath: String {
+        if hasPrefix("/") || hasPrefix(".") || contains(" ") {
+            return "\"\(self)\""
+        }
+        return self
+    }
+}

@@ -1,0 +1,107 @@
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#endif
+
+/// The outcome of a non-blocking operation: it did something, or it would have blocked.
+public enum IOResult<T: Sendable>: Sendable {
+    case processed(T)
+    case wouldBlock
+}
+
+extension IOResult: Equatable where T: Equatable {}
+
+/// The one wrapper every libc call in sluice goes through.
+///
+/// Retries on `EINTR`, returns `EAGAIN`/`EWOULDBLOCK` as `.wouldBlock`, traps on errors that
+/// can only be bugs (`EBADF`, `EFAULT`), and throws everything else as a `SluiceError` that
+/// names the call and what it concerned.
+@inline(__always)
+func syscall<T: FixedWidthInteger & Sendable>(
+    _ call: @autoclosure () -> String,
+    _ subject: @autoclosure () -> String? = nil,
+    _ body: () -> T
+) throws(SluiceError) -> IOResult<T> {
+    while true {
+        let result = body()
+        if result != -1 { return .processed(result) }
+        let err = errno
+        switch err {
+        case EINTR:
+            continue
+        case EAGAIN, EWOULDBLOCK:
+            return .wouldBlock
+        case EBADF, EFAULT:
+            preconditionFailure("\(call())(\(subject() ?? "")): unacceptable errno \(Errno(rawValue: err))")
+        default:
+            throw SluiceError(.system(Errno(rawValue: err)), operation: call(), subject: subject())
+        }
+    }
+}
+
+/// As `syscall`, for calls that cannot return EAGAIN in the way they are used (blocking fds,
+/// `open`, `fstat`): "would block" there is an error like any other.
+@inline(__always)
+@discardableResult
+func syscallValue<T: FixedWidthInteger & Sendable>(
+    _ call: @autoclosure () -> String,
+    _ subject: @autoclosure () -> String? = nil,
+    _ body: () -> T
+) throws(SluiceError) -> T {
+    while true {
+        let result = body()
+        if result != -1 { return result }
+        let err = errno
+        if err == EINTR { continue }
+        if err == EBADF || err == EFAULT {
+            preconditionFailure("\(call())(\(subject() ?? "")): unacceptable errno \(Errno(rawValue: err))")
+        }
+        throw SluiceError(.system(Errno(rawValue: err)), operation: call(), subject: subject())
+    }
+}
+
+/// Closes a descriptor. `close` is never retried on EINTR: on Linux the fd is gone either way.
+func closeDescriptor(_ fd: Int32) {
+    let rc = Glibc.close(fd)
+    if rc == -1 && errno == EBADF {
+        preconditionFailure("close(\(fd)): EBADF, descriptor closed twice")
+    }
+}
+
+/// The process-wide settings sluice needs: SIGPIPE ignored, so a write to a closed pipe or
+/// socket fails with EPIPE instead of killing the program.
+enum ProcessSetup {
+    static let done: Bool = {
+        signal(SIGPIPE, SIG_IGN)
+        return true
+    }()
+
+    @inline(__always) static func ensure() { _ = done }
+}
+
+/// Sets or clears `O_NONBLOCK`, returning the previous flags.
+func setNonBlocking(_ fd: Int32, _ on: Bool) throws(SluiceError) -> Int32 {
+    let flags = try syscallValue("fcntl", "fd \(fd)") { fcntl(fd, F_GETFL) }
+    let wanted = on ? flags | O_NONBLOCK : flags & ~O_NONBLOCK
+    if wanted != flags {
+        try syscallValue("fcntl", "fd \(fd)") { fcntl(fd, F_SETFL, wanted) }
+    }
+    return flags
+}
+
+/// Monotonic time in nanoseconds (`CLOCK_MONOTONIC`).
+@inline(__always)
+public func monotonicNanoseconds() -> UInt64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return UInt64(ts.tv_sec) &* 1_000_000_000 &+ UInt64(ts.tv_nsec)
+}
+
+/// Waits on one descriptor with `poll(2)`; used by polling-mode streams whose fd is
+/// non-blocking. Returns the revents.
+func pollDescriptor(_ fd: Int32, events: Int16, timeoutMilliseconds: Int32) throws(SluiceError) -> Int16 {
+    var pfd = pollfd(fd: fd, events: events, revents: 0)
+    let n = try syscallValue("poll", "fd \(fd)") { poll(&pfd, 1, timeoutMilliseconds) }
+    return n == 0 ? 0 : pfd.revents
+}

@@ -1,0 +1,3 @@
+import Sluice
+
+print("sluice")
