@@ -17,7 +17,7 @@ let package = Package(
         .target(name: "Sluice", dependencies: ["CZlib", "CSluiceLinux"]),
         .executableTarget(name: "SluiceCLI", dependencies: ["Sluice"]),
         .executableTarget(name: "WritingToMemory", dependencies: ["Sluice"], path: "Examples/WritingToMemory"),
-        .testTarget(name: "SluiceTests", dependencies: ["Sluice"]),
+        .testTarget(name: "SluiceTests", dependencies: ["Sluice", "WritingToMemory"]),
         .testTarget(name: "SluiceCLITests", dependencies: ["SluiceCLI"]),
     ],
     swiftLanguageModes: [.v6]

@@ -125,3 +125,42 @@ final class LoopCopier: ByteStreamDelegate {
         sink.close()
     }
 }
+
+/// The directory holding the package's built products (next to the test bundle).
+func productsDirectory() -> URL {
+    URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+}
+
+/// Runs a built product or a system tool; returns (status, stdout, stderr).
+@discardableResult
+func runProcess(
+    _ executable: String,
+    _ arguments: [String] = [],
+    stdin: Data? = nil
+) throws -> (status: Int32, stdout: Data, stderr: Data) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    let out = Pipe()
+    let err = Pipe()
+    process.standardOutput = out
+    process.standardError = err
+    let input = Pipe()
+    process.standardInput = input
+    try process.run()
+    if let stdin { try input.fileHandleForWriting.write(contentsOf: stdin) }
+    try input.fileHandleForWriting.close()
+    var stdoutData = Data()
+    var stderrData = Data()
+    let group = DispatchGroup()
+    let errBox = UncheckedBox(err)
+    let stderrBuffer = UncheckedBox(NSMutableData())
+    DispatchQueue.global().async(group: group) {
+        stderrBuffer.value.append(errBox.value.fileHandleForReading.readDataToEndOfFile())
+    }
+    stdoutData = out.fileHandleForReading.readDataToEndOfFile()
+    group.wait()
+    stderrData = stderrBuffer.value as Data
+    process.waitUntilExit()
+    return (process.terminationStatus, stdoutData, stderrData)
+}

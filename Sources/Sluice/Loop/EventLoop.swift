@@ -1,6 +1,5 @@
-import Synchronization
-
 import CSluiceLinux
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -265,8 +264,7 @@ public final class EventLoop: @unchecked Sendable {
     /// Calls `body` on the loop after `delay`, and then every `repeating` if given.
     /// Times are on the monotonic clock. Call on the loop's thread.
     @discardableResult
-    public func schedule(after delay: Duration, repeating: Duration? = nil, _ body: @escaping () -> Void) -> LoopTimer
-    {
+    public func schedule(after delay: Duration, repeating: Duration? = nil, _ body: @escaping () -> Void) -> LoopTimer {
         let timer = LoopTimer(
             deadline: monotonicNanoseconds() + delay.nanoseconds,
             interval: repeating.map { max(1, $0.nanoseconds) },

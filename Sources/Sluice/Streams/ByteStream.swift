@@ -154,13 +154,15 @@ public class ByteStream: ReadyClient {
         streamStatus = .open
         pendingEvents.insert(.openCompleted)
         signal()
+        interestChanged()
     }
 
     /// Puts the stream in the error state and queues `errorOccurred` (once).
     func fail(_ error: any Error) {
         guard streamStatus != .closed, streamStatus != .error else { return }
         let e =
-            (error as? SluiceError) ?? SluiceError(.system(.ioError), operation: "stream", subject: name, detail: "\(error)")
+            (error as? SluiceError)
+            ?? SluiceError(.system(.ioError), operation: "stream", subject: name, detail: "\(error)")
         streamError = e
         streamStatus = .error
         if let loop { detach(from: loop) }

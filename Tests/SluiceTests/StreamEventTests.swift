@@ -1,0 +1,231 @@
+import Foundation
+import Testing
+
+@testable import Sluice
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The event contract of the seeds, kind by kind.
+@Suite struct StreamEventTests {
+    @Test func memoryReadDeliversOpenBytesEndInOrder() throws {
+        let loop = try EventLoop()
+        let stream = ReadStream.memory(Array("hello, sluice".utf8))
+        var got: [UInt8] = []
+        let recorder = EventRecorder { s, event in
+            guard event == .hasBytesAvailable else { return }
+            var buf = [UInt8](repeating: 0, count: 4)
+            let n = buf.withUnsafeMutableBytes { (s as! ReadStream).read(into: $0) }
+            got += buf[0..<max(n, 0)]
+        }
+        stream.delegate = recorder
+        stream.schedule(on: loop)
+        stream.open()
+        loop.run(for: .seconds(5))
+        #expect(String(decoding: got, as: UTF8.self) == "hello, sluice")
+        #expect(recorder.events.first == .openCompleted)
+        #expect(recorder.events.last == .endEncountered)
+        #expect(recorder.events.filter { $0 == .endEncountered }.count == 1)
+        #expect(recorder.events.dropFirst().dropLast().allSatisfy { $0 == .hasBytesAvailable })
+        #expect(stream.streamStatus == .atEnd)
+        stream.close()
+        #expect(stream.streamStatus == .closed)
+    }
+
+    @Test func fileReadAndWriteEventOrder() throws {
+        try withTemporaryDirectory { dir in
+            let path = dir + "/in"
+            try Data("abc".utf8).write(to: URL(fileURLWithPath: path))
+            let loop = try EventLoop()
+            let reader = ReadStream.file(atPath: path)
+            let writer = WriteStream.file(atPath: dir + "/out")
+            let readEvents = EventRecorder { s, e in
+                if e == .hasBytesAvailable {
+                    var b = [UInt8](repeating: 0, count: 16)
+                    _ = b.withUnsafeMutableBytes { (s as! ReadStream).read(into: $0) }
+                }
+            }
+            let writeEvents = EventRecorder()
+            reader.delegate = readEvents
+            writer.delegate = writeEvents
+            reader.schedule(on: loop)
+            writer.schedule(on: loop)
+            reader.open()
+            writer.open()
+            loop.run(for: .milliseconds(200))
+            #expect(readEvents.events == [.openCompleted, .hasBytesAvailable, .hasBytesAvailable, .endEncountered])
+            // The writer never wrote, so it was offered space exactly once.
+            #expect(writeEvents.events == [.openCompleted, .hasSpaceAvailable])
+            reader.close()
+            writer.close()
+        }
+    }
+
+    @Test func hasSpaceAvailableComesOncePerReadinessUntilTheDelegateWrites() throws {
+        let loop = try EventLoop()
+        let stream = WriteStream.toMemory()
+        var offers = 0
+        var pendingWrite = false
+        stream.eventHandler = { _, event in
+            if event == .hasSpaceAvailable {
+                offers += 1
+                pendingWrite = true  // nothing to write yet: the seeds' flag
+            }
+        }
+        stream.schedule(on: loop)
+        stream.open()
+        loop.run(for: .milliseconds(100))
+        #expect(offers == 1)
+        // Data arrives: the flag says write at once, which re-arms the event.
+        #expect(pendingWrite)
+        #expect(stream.write(from: UnsafeRawBufferPointer(start: [1, 2, 3], count: 3)) == 3)
+        loop.run(for: .milliseconds(50))
+        #expect(offers == 2)
+        stream.close()
+        stream.remove(from: loop)
+    }
+
+    @Test func hasBytesAvailableComesOncePerReadinessUntilTheDelegateReads() throws {
+        let loop = try EventLoop()
+        var fds: [Int32] = [0, 0]
+        #expect(pipe(&fds) == 0)
+        let reader = ReadStream.descriptor(fds[0], closeWhenDone: true)
+        var offers = 0
+        reader.eventHandler = { _, event in if event == .hasBytesAvailable { offers += 1 } }
+        reader.schedule(on: loop)
+        reader.open()
+        _ = write(fds[1], "xyz", 3)
+        loop.run(for: .milliseconds(100))
+        #expect(offers == 1)  // level-triggered data still there, but not read: no second event
+        var buf = [UInt8](repeating: 0, count: 1)
+        #expect(buf.withUnsafeMutableBytes { reader.read(into: $0) } == 1)
+        loop.run(for: .milliseconds(100))
+        #expect(offers == 2)
+        reader.close()
+        close(fds[1])
+    }
+
+    @Test func pipeEndOfStreamAndEvents() throws {
+        let loop = try EventLoop()
+        var fds: [Int32] = [0, 0]
+        #expect(pipe(&fds) == 0)
+        let reader = ReadStream.descriptor(fds[0], closeWhenDone: true)
+        let writer = WriteStream.descriptor(fds[1], closeWhenDone: true)
+        let payload = randomBytes(300_000)
+        var received: [UInt8] = []
+        var sent = 0
+        var readerEvents: [StreamEvent] = []
+        reader.eventHandler = { s, e in
+            readerEvents.append(e)
+            if e == .hasBytesAvailable {
+                var b = [UInt8](repeating: 0, count: 8192)
+                let n = b.withUnsafeMutableBytes { reader.read(into: $0) }
+                if n > 0 { received += b[0..<n] }
+            }
+            if e == .endEncountered { s.close() }
+        }
+        writer.eventHandler = { s, e in
+            if e == .hasSpaceAvailable {
+                let n = payload.withUnsafeBytes {
+                    writer.write(from: UnsafeRawBufferPointer(rebasing: $0[sent..<min(sent + 50_000, payload.count)]))
+                }
+                sent += max(n, 0)
+                if sent == payload.count { s.close() }
+            }
+        }
+        reader.schedule(on: loop)
+        writer.schedule(on: loop)
+        reader.open()
+        writer.open()
+        loop.run(for: .seconds(10))
+        #expect(received.elementsEqual(payload), "\(received.count) bytes received of \(payload.count)")
+        #expect(readerEvents.first == .openCompleted)
+        #expect(readerEvents.last == .endEncountered)
+    }
+
+    @Test func writeToPipeWithClosedReaderIsEPIPENotACrash() throws {
+        let loop = try EventLoop()
+        var fds: [Int32] = [0, 0]
+        #expect(pipe(&fds) == 0)
+        close(fds[0])
+        let writer = WriteStream.descriptor(fds[1], closeWhenDone: true)
+        var events: [StreamEvent] = []
+        writer.eventHandler = { s, e in
+            events.append(e)
+            if e == .hasSpaceAvailable {
+                #expect((s as! WriteStream).write(from: UnsafeRawBufferPointer(start: [1, 2], count: 2)) == -1)
+            }
+        }
+        writer.schedule(on: loop)
+        writer.open()
+        loop.run(for: .seconds(5))
+        #expect(events == [.openCompleted, .hasSpaceAvailable, .errorOccurred])
+        #expect(writer.streamStatus == .error)
+        #expect(writer.streamError?.errno == .brokenPipe)
+        writer.close()
+    }
+
+    @Test func errorOccurredIsDeliveredOnceThenSilence() throws {
+        let loop = try EventLoop()
+        let stream = ReadStream.file(atPath: "/nonexistent/sluice/missing")
+        let recorder = EventRecorder()
+        stream.delegate = recorder
+        stream.schedule(on: loop)
+        stream.open()
+        loop.run(for: .milliseconds(100))
+        #expect(recorder.events == [.errorOccurred])
+        #expect(stream.streamStatus == .error)
+        let error = try #require(stream.streamError)
+        #expect(error.errno == .noSuchFile)
+        #expect(error.description == "open \"/nonexistent/sluice/missing\": No such file or directory (errno 2)")
+        var b = [UInt8](repeating: 0, count: 4)
+        #expect(b.withUnsafeMutableBytes { stream.read(into: $0) } == -1)
+        loop.run(for: .milliseconds(50))
+        #expect(recorder.events == [.errorOccurred])
+    }
+
+    @Test func writingIntoAReadOnlyDirectoryFails() throws {
+        try withTemporaryDirectory { dir in
+            // root ignores directory modes, so as root use a directory the kernel itself refuses.
+            let target: String
+            if geteuid() == 0 {
+                target = "/sys/sluice-test-\(getpid())"
+            } else {
+                #expect(chmod(dir, 0o555) == 0)
+                target = dir + "/file"
+            }
+            defer { chmod(dir, 0o755) }
+            let stream = WriteStream.file(atPath: target)
+            stream.open()
+            #expect(stream.streamStatus == .error)
+            #expect(stream.streamError?.errno == .permissionDenied)
+            #expect(stream.streamError?.subject == target)
+            #expect(!FileManager.default.fileExists(atPath: target))
+        }
+    }
+
+    @Test func misuseReturnsMinusOneWithAReasonAndNeverTraps() throws {
+        let reader = ReadStream.memory([1, 2, 3])
+        var b = [UInt8](repeating: 0, count: 4)
+        #expect(b.withUnsafeMutableBytes { reader.read(into: $0) } == -1)
+        #expect(reader.streamError?.code == .notOpen)
+        #expect(reader.streamStatus == .notOpen)
+        #expect(!reader.hasBytesAvailable)
+        reader.open()
+        reader.close()
+        reader.close()  // idempotent
+        #expect(b.withUnsafeMutableBytes { reader.read(into: $0) } == -1)
+        #expect(reader.streamError?.code == .closed)
+        #expect(reader.streamStatus == .closed)
+
+        let writer = WriteStream.toMemory()
+        #expect(writer.write(from: UnsafeRawBufferPointer(start: [1], count: 1)) == -1)
+        #expect(writer.streamError?.code == .notOpen)
+        #expect(!writer.hasSpaceAvailable)
+        writer.open()
+        writer.close()
+        #expect(writer.write(from: UnsafeRawBufferPointer(start: [1], count: 1)) == -1)
+        #expect(writer.streamError?.description == "write memory: stream is closed")
+    }
+}
