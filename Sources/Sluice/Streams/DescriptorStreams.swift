@@ -133,7 +133,9 @@ final class DescriptorReadStream: ReadStream {
 
 /// Writes a file by path (truncate, append, or create-new, with permissions) or any descriptor.
 final class DescriptorWriteStream: WriteStream {
-    private let path: String?
+    let path: String?
+    /// The file did not exist before this stream opened it.
+    private(set) var createdFile = false
     private let mode: FileWriteMode
     private let permissions: mode_t
     private var givenFD: Int32?
@@ -178,7 +180,14 @@ final class DescriptorWriteStream: WriteStream {
                 case .createNew: flags |= O_EXCL
                 }
                 let perms = permissions
-                fd = try syscallValue("open", path) { Glibc.open(path, flags, perms) }
+                // Try an exclusive create first, so a failed copy knows whether the file is its own.
+                let exclusive = (flags & ~(O_TRUNC | O_APPEND)) | O_EXCL
+                do {
+                    fd = try syscallValue("open", path) { Glibc.open(path, exclusive, perms) }
+                    createdFile = true
+                } catch  where error.errno == .fileExists && mode != .createNew {
+                    fd = try syscallValue("open", path) { Glibc.open(path, flags, perms) }
+                }
             } else {
                 fd = givenFD!
             }

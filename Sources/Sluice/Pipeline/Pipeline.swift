@@ -1,0 +1,553 @@
+import Foundation
+
+/// How a pipeline runs.
+public struct PipelineOptions: Sendable {
+    public var chunkSize: ChunkSize
+    /// Chunks each queue holds at most. In flight never exceeds `(stages + 1) × depth × chunkSize`.
+    public var depth: Int
+    /// Caps the bytes written to the sink per second (a token bucket on the loop's timers).
+    public var rateLimit: Int?
+    /// On failure, remove a sink file that this pipeline's sink created (never one that existed).
+    public var removeCreatedSinkOnFailure: Bool
+    /// Close the source and sink when done (a socket sink is shut down for writing, so the peer
+    /// sees end of stream).
+    public var closesStreams: Bool
+
+    public init(
+        chunkSize: ChunkSize = .default,
+        depth: Int = 4,
+        rateLimit: Int? = nil,
+        removeCreatedSinkOnFailure: Bool = true,
+        closesStreams: Bool = true
+    ) {
+        precondition(depth >= 1, "pipeline depth must be at least 1")
+        precondition(rateLimit.map { $0 > 0 } ?? true, "rate limit must be positive")
+        self.chunkSize = chunkSize
+        self.depth = depth
+        self.rateLimit = rateLimit
+        self.removeCreatedSinkOnFailure = removeCreatedSinkOnFailure
+        self.closesStreams = closesStreams
+    }
+}
+
+/// Where a pipeline failed.
+public enum PipelineLocation: Hashable, Sendable, CustomStringConvertible {
+    case source
+    case stage(index: Int, name: String)
+    case sink
+
+    public var description: String {
+        switch self {
+        case .source: return "source"
+        case .stage(_, let name): return "stage \(name)"
+        case .sink: return "sink"
+        }
+    }
+}
+
+/// A pipeline failure: where, and the underlying error (which names the path or address).
+public struct PipelineError: Error, Hashable, Sendable, CustomStringConvertible {
+    public var location: PipelineLocation
+    public var underlying: SluiceError
+
+    public var description: String { underlying.description }
+}
+
+/// Bytes and waiting time of one stage.
+public struct StageStatistics: Hashable, Sendable {
+    public var name: String
+    public var bytesIn: UInt64
+    public var bytesOut: UInt64
+    /// Time the stage had output space but no input: bound by what is upstream of it.
+    public var inputWaitSeconds: Double
+    /// Time the stage had input but its output queue was full: bound by what is downstream.
+    public var outputWaitSeconds: Double
+}
+
+/// What a pipeline did.
+public struct PipelineResult: Sendable {
+    public var bytesRead: UInt64
+    public var bytesWritten: UInt64
+    public var stages: [StageStatistics]
+    public var elapsedSeconds: Double
+    /// Time the sink waited with the pending-write flag set: the source (or a stage) was slower.
+    public var sourceBoundSeconds: Double
+    /// Time the source waited because its queue was full: the sink (or a stage) was slower.
+    public var sinkBoundSeconds: Double
+    /// The most bytes held in the pipeline's queues at once.
+    public var peakInFlightBytes: Int
+    /// The bound that `peakInFlightBytes` never exceeds: `(stages + 1) × depth × chunkSize`.
+    public var inFlightLimit: Int
+    public var error: PipelineError?
+
+    public var succeeded: Bool { error == nil }
+}
+
+/// Copies a source stream to a sink stream through zero or more stages on an `EventLoop`,
+/// under backpressure:
+///
+/// 1. The source is read (one chunk per `hasBytesAvailable`) while its queue has room; when
+///    the queue is full it is not read, so it gets no further event (a socket's read interest
+///    is dropped and the TCP window closes) until the queue drains and the pipeline reads again.
+/// 2. On `hasSpaceAvailable` the sink is written from the first ready chunk; a partial write
+///    advances an index into the chunk. With no chunk ready, the pending-write flag is set.
+/// 3. When a chunk becomes ready and the flag is set, it is written at once and the flag cleared.
+/// 4. Chunk buffers are allocated once and reused; bytes in flight never exceed
+///    `(stages + 1) × depth × chunkSize`.
+/// 5. Time with the flag set is source-bound time; time with the source's queue full is
+///    sink-bound time. Both are in the result.
+public final class Pipeline: ByteStreamDelegate {
+    public let source: ReadStream
+    public let sink: WriteStream
+    public let stages: [any Stage]
+    public let options: PipelineOptions
+    private let sourceTaps: [any Tap]
+    private let sinkTaps: [any Tap]
+
+    private var queues: [ChunkQueue]
+    private var pool: [Chunk] = []
+    private var allocatedChunks = 0
+    private var stageDone: [Bool]
+    private var stageStats: [StageStatistics]
+    private var stageInputWaitSince: [UInt64?]
+    private var stageOutputWaitSince: [UInt64?]
+
+    // The backpressure state.
+    private var pendingWrite = false
+    private var pendingWriteSince: UInt64 = 0
+    private var sourceWaiting = false
+    private var sourceWaitingSince: UInt64 = 0
+    private var sourceBoundNanoseconds: UInt64 = 0
+    private var sinkBoundNanoseconds: UInt64 = 0
+
+    // Rate limiting at the sink.
+    private var tokens: Double = 0
+    private var tokensUpdated: UInt64 = 0
+    private var throttleTimer: LoopTimer?
+
+    private var pumping = false
+    private var pumpAgain = false
+    private var loop: EventLoop?
+    private var started: UInt64 = 0
+    private var completion: ((PipelineResult) -> Void)?
+    private var result: PipelineResult?
+
+    public private(set) var bytesRead: UInt64 = 0
+    public private(set) var bytesWritten: UInt64 = 0
+    public private(set) var peakInFlightBytes = 0
+
+    /// A pipeline from `source` through `stages` to `sink`. `sourceTaps` see the bytes read,
+    /// `sinkTaps` the bytes written.
+    public init(
+        source: ReadStream,
+        stages: [any Stage] = [],
+        sink: WriteStream,
+        options: PipelineOptions = PipelineOptions(),
+        sourceTaps: [any Tap] = [],
+        sinkTaps: [any Tap] = []
+    ) {
+        self.source = source
+        self.sink = sink
+        self.stages = stages
+        self.options = options
+        self.sourceTaps = sourceTaps
+        self.sinkTaps = sinkTaps
+        queues = Array(repeating: ChunkQueue(depth: options.depth), count: stages.count + 1)
+        stageDone = Array(repeating: false, count: stages.count + 1)
+        stageStats = stages.map {
+            StageStatistics(name: $0.name, bytesIn: 0, bytesOut: 0, inputWaitSeconds: 0, outputWaitSeconds: 0)
+        }
+        stageInputWaitSince = Array(repeating: nil, count: stages.count + 1)
+        stageOutputWaitSince = Array(repeating: nil, count: stages.count + 1)
+    }
+
+    /// `(stages + 1) × depth × chunkSize`.
+    public var inFlightLimit: Int { (stages.count + 1) * options.depth * options.chunkSize.bytes }
+
+    /// Bytes held in the queues now.
+    public var inFlightBytes: Int { queues.reduce(0) { $0 + $1.bytes } }
+
+    /// True while the sink has been offered space with nothing to write.
+    public var isWritePending: Bool { pendingWrite }
+
+    /// Seconds since start; source- and sink-bound time so far (for progress displays).
+    public var elapsedSeconds: Double { started == 0 ? 0 : Double(monotonicNanoseconds() - started) / 1e9 }
+    public var sourceBoundSeconds: Double {
+        Double(sourceBoundNanoseconds + (pendingWrite ? monotonicNanoseconds() - pendingWriteSince : 0)) / 1e9
+    }
+    public var sinkBoundSeconds: Double {
+        Double(sinkBoundNanoseconds + (sourceWaiting ? monotonicNanoseconds() - sourceWaitingSince : 0)) / 1e9
+    }
+    public var stageStatistics: [StageStatistics] { stageStats }
+
+    /// Starts the pipeline on `loop` (call on the loop's thread, before or inside `run`):
+    /// schedules and opens both streams if they are not open yet. `completion` runs once.
+    public func start(on loop: EventLoop, completion: @escaping (PipelineResult) -> Void) {
+        precondition(self.loop == nil, "a pipeline runs once")
+        self.loop = loop
+        self.completion = completion
+        started = monotonicNanoseconds()
+        tokensUpdated = started
+        tokens = Double(options.rateLimit ?? 0) / 20  // a small initial burst
+        source.delegate = self
+        sink.delegate = self
+        source.schedule(on: loop)
+        sink.schedule(on: loop)
+        if source.streamStatus == .notOpen { source.open() }
+        if sink.streamStatus == .notOpen { sink.open() }
+        for (stream, location) in [(source as ByteStream, PipelineLocation.source), (sink, .sink)]
+        where stream.streamStatus == .error {
+            fail(location, stream.streamError!)
+            return
+        }
+    }
+
+    /// Runs the pipeline on a loop of its own, on a thread of its own, and returns its result.
+    /// The streams must not be scheduled on another loop.
+    public func run() async -> PipelineResult {
+        let box = UncheckedBox(self)
+        return await withCheckedContinuation { (continuation: CheckedContinuation<PipelineResult, Never>) in
+            let thread = Thread {
+                let pipeline = box.value
+                do {
+                    let loop = try EventLoop()
+                    var outcome: PipelineResult?
+                    pipeline.start(on: loop) { outcome = $0 }
+                    while outcome == nil { loop.run() }
+                    continuation.resume(returning: outcome!)
+                } catch {
+                    let e = error as? SluiceError ?? SluiceError(.system(.ioError), operation: "event loop")
+                    continuation.resume(returning: pipeline.failedBeforeStart(e))
+                }
+            }
+            thread.start()
+        }
+    }
+
+    /// Stops the pipeline: both ends are closed and the result carries a `.cancelled` error.
+    /// Call on the loop's thread (from another thread: `loop.execute { pipeline.cancel() }`).
+    public func cancel() {
+        fail(.sink, SluiceError(.cancelled, operation: "copy", subject: sink.name))
+    }
+
+    // MARK: Events
+
+    public func stream(_ stream: ByteStream, handle event: StreamEvent) {
+        guard result == nil else { return }
+        if stream === source {
+            switch event {
+            case .hasBytesAvailable:
+                if queues[0].hasRoom {
+                    readSource()
+                } else if !sourceWaiting {
+                    sourceWaiting = true
+                    sourceWaitingSince = monotonicNanoseconds()
+                }
+                pump()
+            case .endEncountered:
+                queues[0].producerDone = true
+                pump()
+            case .errorOccurred:
+                fail(
+                    .source,
+                    source.streamError ?? SluiceError(.system(.ioError), operation: "read", subject: source.name))
+            default:
+                break
+            }
+        } else if stream === sink {
+            switch event {
+            case .hasSpaceAvailable:
+                if throttleTimer != nil {
+                    break  // the rate limit's timer writes next: this wait is the sink's
+                } else if queues[stages.count].hasReady {
+                    writeSink()
+                    pump()
+                } else if !pendingWrite {
+                    pendingWrite = true
+                    pendingWriteSince = monotonicNanoseconds()
+                }
+            case .errorOccurred:
+                fail(.sink, sink.streamError ?? SluiceError(.system(.ioError), operation: "write", subject: sink.name))
+            case .endEncountered:
+                fail(
+                    .sink,
+                    SluiceError(.system(.noSpace), operation: "write", subject: sink.name, detail: "sink is full"))
+            default:
+                break
+            }
+        }
+    }
+
+    // MARK: The machine
+
+    private func takeChunk() -> Chunk {
+        if let chunk = pool.popLast() { return chunk }
+        allocatedChunks += 1
+        precondition(allocatedChunks <= (stages.count + 1) * options.depth + 1, "chunk pool overflow")
+        return Chunk(capacity: options.chunkSize.bytes)
+    }
+
+    private func recycle(_ chunk: Chunk) {
+        chunk.reset()
+        pool.append(chunk)
+    }
+
+    private func notePeak() {
+        let now = inFlightBytes
+        if now > peakInFlightBytes {
+            peakInFlightBytes = now
+            assert(now <= inFlightLimit, "in flight \(now) exceeds \(inFlightLimit)")
+        }
+    }
+
+    /// Reads one chunk from the source into queue 0.
+    private func readSource() {
+        guard !queues[0].producerDone else { return }
+        let chunk = takeChunk()
+        switch source.tryRead(into: chunk.storage) {
+        case .processed(let n) where n > 0:
+            chunk.end = n
+            bytesRead += UInt64(n)
+            for tap in sourceTaps { tap.observe(chunk.bytes) }
+            queues[0].pushSealed(chunk)
+            notePeak()
+            pumpAgain = true
+        case .processed(0):
+            recycle(chunk)
+            queues[0].producerDone = true
+            pumpAgain = true
+        case .processed:
+            recycle(chunk)
+            fail(.source, source.streamError ?? SluiceError(.system(.ioError), operation: "read", subject: source.name))
+        case .wouldBlock:
+            recycle(chunk)
+        }
+    }
+
+    /// Writes ready chunks to the sink until it would block, a write is partial, or the rate
+    /// limit says wait.
+    private func writeSink() {
+        let last = stages.count
+        var writes = 0
+        while queues[last].hasReady, writes < options.depth, result == nil {
+            let chunk = queues[last].front
+            let available = chunk.count
+            var allowed = available
+            if let limit = options.rateLimit {
+                allowed = min(allowed, takeTokens(wanted: available, limit: limit))
+                if allowed == 0 { return }
+            }
+            let outcome = sink.tryWrite(from: UnsafeRawBufferPointer(rebasing: chunk.bytes[..<allowed]))
+            switch outcome {
+            case .processed(let n) where n > 0:
+                for tap in sinkTaps { tap.observe(UnsafeRawBufferPointer(rebasing: chunk.bytes[..<n])) }
+                if options.rateLimit != nil { tokens -= Double(n) }
+                bytesWritten += UInt64(n)
+                queues[last].consumed(n)
+                if chunk.count == 0 {
+                    recycle(queues[last].popFront())
+                    pumpAgain = true
+                }
+                if n < available { return }  // partial (kernel buffer full) or throttled
+                writes += 1
+            case .processed(0):
+                return  // the endEncountered event reports a full fixed-capacity sink
+            case .processed:
+                fail(.sink, sink.streamError ?? SluiceError(.system(.ioError), operation: "write", subject: sink.name))
+                return
+            case .wouldBlock:
+                return
+            }
+        }
+    }
+
+    /// Refills the token bucket and returns how many bytes may be written now; schedules a
+    /// timer that writes again when none may.
+    private func takeTokens(wanted: Int, limit: Int) -> Int {
+        let now = monotonicNanoseconds()
+        let burst = max(Double(limit) / 10, 512)
+        tokens = min(burst, tokens + Double(now - tokensUpdated) * Double(limit) / 1e9)
+        tokensUpdated = now
+        let grain = min(Double(wanted), max(512, Double(limit) / 50))
+        if tokens >= grain { return min(wanted, Int(tokens)) }
+        guard let loop, throttleTimer == nil else { return 0 }
+        let waitNanoseconds = UInt64((grain - tokens) / Double(limit) * 1e9) + 1
+        throttleTimer = loop.schedule(after: .nanoseconds(Int64(waitNanoseconds))) { [weak self] in
+            guard let self else { return }
+            self.throttleTimer = nil
+            self.writeSink()
+            self.pump()
+        }
+        return 0
+    }
+
+    /// Moves bytes as far as they can go: through the stages, into the sink if the
+    /// pending-write flag is set, and out of the source if it is waiting for room.
+    private func pump() {
+        if pumping {
+            pumpAgain = true
+            return
+        }
+        pumping = true
+        defer { pumping = false }
+        repeat {
+            pumpAgain = false
+            for index in stages.indices { runStage(index) }
+            guard result == nil else { return }
+            let last = stages.count
+            if pendingWrite && queues[last].hasReady && throttleTimer == nil {
+                pendingWrite = false
+                sourceBoundNanoseconds += monotonicNanoseconds() - pendingWriteSince
+                writeSink()
+            }
+            if sourceWaiting && queues[0].hasRoom {
+                sourceWaiting = false
+                sinkBoundNanoseconds += monotonicNanoseconds() - sourceWaitingSince
+                readSource()
+            }
+            guard result == nil else { return }
+            if queues[last].finished {
+                succeed()
+                return
+            }
+        } while pumpAgain
+    }
+
+    /// Runs stage `index` while it has input and output room.
+    private func runStage(_ index: Int) {
+        guard !stageDone[index] else { return }
+        let stage = stages[index]
+        let inputIndex = index
+        let outputIndex = index + 1
+        while result == nil {
+            let haveInput = queues[inputIndex].hasReady
+            let atEnd = queues[inputIndex].finished
+            guard haveInput || atEnd else {
+                // Starved: hand on what is held so nothing waits behind an empty input.
+                queues[outputIndex].sealTail(recycle: recycle)
+                markWait(&stageInputWaitSince[index], on: true)
+                return
+            }
+            markWait(&stageInputWaitSince[index], on: false, stat: \.inputWaitSeconds, index)
+            guard queues[outputIndex].hasRoom else {
+                markWait(&stageOutputWaitSince[index], on: true)
+                return
+            }
+            markWait(&stageOutputWaitSince[index], on: false, stat: \.outputWaitSeconds, index)
+            let out = queues[outputIndex].openTail(takeChunk)
+            let progress: StageProgress
+            do {
+                if haveInput {
+                    let input = queues[inputIndex].front
+                    progress = try stage.process(input.bytes, into: out.free)
+                } else {
+                    progress = try stage.finish(into: out.free)
+                }
+            } catch {
+                fail(.stage(index: index, name: stage.name), error)
+                return
+            }
+            out.end += progress.produced
+            queues[outputIndex].produced(progress.produced)
+            stageStats[index].bytesOut += UInt64(progress.produced)
+            if progress.consumed > 0 {
+                stageStats[index].bytesIn += UInt64(progress.consumed)
+                queues[inputIndex].consumed(progress.consumed)
+                if queues[inputIndex].front.count == 0 {
+                    recycle(queues[inputIndex].popFront())
+                    pumpAgain = true
+                }
+            }
+            notePeak()
+            if !haveInput && progress.finished {
+                queues[outputIndex].sealTail(recycle: recycle)
+                queues[outputIndex].producerDone = true
+                stageDone[index] = true
+                pumpAgain = true
+                return
+            }
+            if progress.consumed == 0 && progress.produced == 0 {
+                fail(
+                    .stage(index: index, name: stage.name),
+                    SluiceError(.invalidArgument, operation: stage.name, detail: "stage made no progress"))
+                return
+            }
+            if out.freeSpace == 0 { pumpAgain = true }
+        }
+    }
+
+    private func markWait(
+        _ since: inout UInt64?, on: Bool, stat: WritableKeyPath<StageStatistics, Double>? = nil, _ index: Int = 0
+    ) {
+        if on {
+            if since == nil { since = monotonicNanoseconds() }
+        } else if let start = since, let stat {
+            stageStats[index][keyPath: stat] += Double(monotonicNanoseconds() - start) / 1e9
+            since = nil
+        }
+    }
+
+    // MARK: Ending
+
+    private func succeed() {
+        finish(error: nil)
+    }
+
+    private func fail(_ location: PipelineLocation, _ error: any Error) {
+        guard result == nil else { return }
+        let e =
+            error as? SluiceError
+            ?? SluiceError(.system(.ioError), operation: location.description, detail: "\(error)")
+        finish(error: PipelineError(location: location, underlying: e))
+    }
+
+    private func failedBeforeStart(_ error: SluiceError) -> PipelineResult {
+        finish(error: PipelineError(location: .source, underlying: error))
+        return result!
+    }
+
+    private func finish(error: PipelineError?) {
+        guard result == nil else { return }
+        let now = monotonicNanoseconds()
+        if pendingWrite { sourceBoundNanoseconds += now - pendingWriteSince }
+        if sourceWaiting { sinkBoundNanoseconds += now - sourceWaitingSince }
+        pendingWrite = false
+        sourceWaiting = false
+        for index in stages.indices {
+            markWait(&stageInputWaitSince[index], on: false, stat: \.inputWaitSeconds, index)
+            markWait(&stageOutputWaitSince[index], on: false, stat: \.outputWaitSeconds, index)
+        }
+        throttleTimer?.cancel()
+        throttleTimer = nil
+        for tap in sourceTaps { tap.finish() }
+        for tap in sinkTaps { tap.finish() }
+        result = PipelineResult(
+            bytesRead: bytesRead, bytesWritten: bytesWritten, stages: stageStats,
+            elapsedSeconds: started == 0 ? 0 : Double(now - started) / 1e9,
+            sourceBoundSeconds: Double(sourceBoundNanoseconds) / 1e9,
+            sinkBoundSeconds: Double(sinkBoundNanoseconds) / 1e9,
+            peakInFlightBytes: peakInFlightBytes, inFlightLimit: inFlightLimit, error: error)
+        source.delegate = nil
+        sink.delegate = nil
+        if options.closesStreams || error != nil {
+            source.close()
+            sink.close()
+        }
+        if let loop {
+            source.remove(from: loop)
+            sink.remove(from: loop)
+        }
+        if error != nil, options.removeCreatedSinkOnFailure, let file = sink as? DescriptorWriteStream,
+            file.createdFile, let path = file.path
+        {
+            unlink(path)
+        }
+        for index in queues.indices {
+            while !queues[index].isEmpty { recycle(queues[index].popFront()) }
+        }
+        pool.removeAll()
+        let done = completion
+        completion = nil
+        done?(result!)
+    }
+}
