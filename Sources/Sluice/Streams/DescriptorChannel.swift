@@ -89,19 +89,30 @@ final class DescriptorChannel: FDHandler {
         }
         if watched {
             loop.setInterest(fd: fd, interest)
-        } else {
-            do {
-                try loop.watch(fd: fd, interest: interest, handler: self)
-                watched = true
-            } catch {
-                if error.errno == .notPermitted {
-                    unwatchable = true
-                    reader?.signal()
-                    writer?.signal()
-                } else {
-                    (reader ?? writer)?.fail(error)
-                }
-            }
+        } else if let failure = startWatching(loop, interest) {
+            watchFailed(failure)
+        }
+    }
+
+    /// Registers the fd; returns the error instead of throwing it.
+    private func startWatching(_ loop: EventLoop, _ interest: Interest) -> SluiceError? {
+        do {
+            try loop.watch(fd: fd, interest: interest, handler: self)
+            watched = true
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    /// epoll refuses regular files (EPERM): serve them from the ready queue instead.
+    private func watchFailed(_ error: SluiceError) {
+        if error.errno == .notPermitted {
+            unwatchable = true
+            reader?.signal()
+            writer?.signal()
+        } else if let stream = reader ?? writer {
+            stream.fail(error)
         }
     }
 

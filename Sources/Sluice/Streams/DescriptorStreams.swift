@@ -50,19 +50,16 @@ final class DescriptorReadStream: ReadStream {
         if channel == nil {
             let fd: Int32
             if let path {
-                fd = try syscallValue("open", path) { Glibc.open(path, O_RDONLY | O_CLOEXEC) }
+                fd = try openFile(path, flags: O_RDONLY | O_CLOEXEC, permissions: 0).get()
                 var st = stat()
                 if fstat(fd, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR {
                     closeDescriptor(fd)
                     throw SluiceError(.system(.isDirectory), operation: "open", subject: path)
                 }
-                if offset > 0 {
-                    do {
-                        try syscallValue("lseek", path) { lseek(fd, off_t(offset), SEEK_SET) }
-                    } catch {
-                        closeDescriptor(fd)
-                        throw error
-                    }
+                if offset > 0 && lseek(fd, off_t(offset), SEEK_SET) < 0 {
+                    let error = SluiceError(.system(.current), operation: "lseek", subject: path)
+                    closeDescriptor(fd)
+                    throw error
                 }
             } else {
                 fd = givenFD!
@@ -182,12 +179,12 @@ final class DescriptorWriteStream: WriteStream {
                 let perms = permissions
                 // Try an exclusive create first, so a failed copy knows whether the file is its own.
                 let exclusive = (flags & ~(O_TRUNC | O_APPEND)) | O_EXCL
-                do {
-                    fd = try syscallValue("open", path) { Glibc.open(path, exclusive, perms) }
-                    createdFile = true
-                } catch  where error.errno == .fileExists && mode != .createNew {
-                    fd = try syscallValue("open", path) { Glibc.open(path, flags, perms) }
+                var opened = openFile(path, flags: exclusive, permissions: perms)
+                createdFile = (try? opened.get()) != nil
+                if !createdFile && mode != .createNew && opened.failureErrno == .fileExists {
+                    opened = openFile(path, flags: flags, permissions: perms)
                 }
+                fd = try opened.get()
             } else {
                 fd = givenFD!
             }

@@ -61,6 +61,24 @@ func syscallValue<T: FixedWidthInteger & Sendable>(
     }
 }
 
+/// `open(2)` with EINTR retried, as a `Result` (typed `catch` clauses trip the 6.3 optimizer).
+func openFile(_ path: String, flags: Int32, permissions: mode_t) -> Result<Int32, SluiceError> {
+    while true {
+        let fd = Glibc.open(path, flags, permissions)
+        if fd >= 0 { return .success(fd) }
+        if errno == EINTR { continue }
+        return .failure(SluiceError(.system(.current), operation: "open", subject: path))
+    }
+}
+
+extension Result where Failure == SluiceError {
+    /// The errno of a failed system call, if this is one.
+    var failureErrno: Errno? {
+        if case .failure(let error) = self { return error.errno }
+        return nil
+    }
+}
+
 /// Closes a descriptor. `close` is never retried on EINTR: on Linux the fd is gone either way.
 func closeDescriptor(_ fd: Int32) {
     let rc = Glibc.close(fd)
