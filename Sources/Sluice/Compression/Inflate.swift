@@ -300,7 +300,7 @@ public final class Inflate: Stage {
         throws(SluiceError) -> (consumed: Int, produced: Int, ended: Bool)
     {
         var room = output.count
-        if let max = limit.maxOutputBytes { room = min(room, max - totalOut + 1) }
+        if let max = limit.maxOutputBytes, max - totalOut < room { room = max - totalOut + 1 }
         let availIn = zLength(input.count)
         let availOut = zLength(room)
         stream.pointee.next_in = UnsafeMutablePointer(mutating: input.baseAddress?.assumingMemoryBound(to: Bytef.self))
