@@ -61,13 +61,17 @@ public final class Checksum: Tap {
         }
     }
 
-    /// Continues `value` over `bytes`, in pieces that fit zlib's 32-bit length.
-    private static func update(_ kind: Kind, _ value: UInt32, _ bytes: UnsafeRawBufferPointer) -> UInt32 {
+    /// Continues `value` over `bytes`, in pieces of at most `maxPiece` bytes (what zlib's
+    /// 32-bit length holds; smaller in tests).
+    static func update(_ kind: Kind, _ value: UInt32, _ bytes: UnsafeRawBufferPointer, maxPiece: Int = Int(UInt32.max))
+        -> UInt32
+    {
+        precondition(maxPiece > 0 && maxPiece <= Int(UInt32.max), "Checksum piece size out of range")
         guard let base = bytes.baseAddress?.assumingMemoryBound(to: Bytef.self) else { return value }
         var running = uLong(value)
         var offset = 0
         while offset < bytes.count {
-            let length = zLength(bytes.count - offset)
+            let length = UInt32(min(bytes.count - offset, maxPiece))
             switch kind {
             case .crc32: running = CZlib.crc32(running, base + offset, length)
             case .adler32: running = CZlib.adler32(running, base + offset, length)
