@@ -208,6 +208,18 @@ func emptyInputRoundTrips(format: CompressionFormat) throws {
     #expect(try decompress(second) == Array("second".utf8))
 }
 
+@Test func inflateResetStartsANewStream() throws {
+    let inflate = try Inflate()
+    let data = compressibleBytes(5_000)
+    #expect(try drive(inflate, try compress(data, .zlib), piece: 512, outputSize: 512) == data)
+    #expect(inflate.detectedFormat == .zlib)
+    inflate.reset()
+    #expect(inflate.detectedFormat == nil)
+    #expect(inflate.totalIn == 0)
+    #expect(try drive(inflate, try compress(data, .gzip), piece: 1, outputSize: 512) == data)
+    #expect(inflate.detectedFormat == .gzip)
+}
+
 // MARK: - Auto-detection
 
 @Test(arguments: CompressionFormat.allCases, [0, 6])
