@@ -1,0 +1,390 @@
+import CZlib
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// Limits that stop an `Inflate` stage from expanding a small input without bound
+/// (a decompression bomb). Exceeding one throws `.limitExceeded`.
+public struct InflateLimit: Hashable, Sendable {
+    /// The most decompressed bytes the stage may produce, or nil for no limit.
+    public var maxOutputBytes: Int?
+    /// The largest allowed ratio of decompressed to compressed bytes, or nil for no limit.
+    /// Only checked once the output exceeds `ratioFloor`, so small inputs are never flagged.
+    public var maxRatio: Int?
+    /// The output size below which `maxRatio` is not checked.
+    public var ratioFloor: Int
+
+    /// - Precondition: every limit is positive and the floor is not negative.
+    public init(maxOutputBytes: Int? = nil, maxRatio: Int? = nil, ratioFloor: Int = 1 << 20) {
+        precondition((maxOutputBytes ?? 0) >= 0, "InflateLimit.maxOutputBytes must not be negative")
+        precondition((maxRatio ?? 1) >= 1, "InflateLimit.maxRatio must be at least 1")
+        precondition(ratioFloor >= 0, "InflateLimit.ratioFloor must not be negative")
+        self.maxOutputBytes = maxOutputBytes
+        self.maxRatio = maxRatio
+        self.ratioFloor = ratioFloor
+    }
+
+    /// No limits, like `gzip -d`.
+    ///
+    /// Deflate cannot expand more than about 1032 times, so a ratio limit above that never
+    /// fires, while one below it rejects legitimate data (zeros, sparse images compress about
+    /// 1000:1): a ratio limit is only useful for untrusted input, and then together with
+    /// `maxOutputBytes`, which is the real bound. Set those where the input is untrusted.
+    public static let `default` = InflateLimit()
+}
+
+/// A pipeline stage that decompresses gzip, zlib or raw deflate, wrapping zlib's `inflate`.
+///
+/// - `auto` detects the container from the first two bytes (which may arrive one call apart):
+///   `1f 8b` is gzip; a valid RFC 1950 header (method 8, window ≤ 32 KiB, header check a
+///   multiple of 31) is zlib; anything else is raw deflate. zlib never starts a raw stream
+///   with such bytes, so only foreign raw streams could be mistaken.
+/// - gzip input may hold several concatenated members (`cat a.gz b.gz`), decoded as one
+///   stream (`inflateReset` between members). Zero bytes after the last member (tape or
+///   block padding) are ignored, as `gzip -d` does; any other byte after a member is
+///   `.corruptData` ("trailing garbage after gzip member").
+/// - zlib and raw deflate input ends with the stream: `process` reports `finished` then, and
+///   any byte after it is `.corruptData`.
+/// - zlib checks CRC-32 and size (gzip) or Adler-32 (zlib); a mismatch or a bad encoding is
+///   `.corruptData` with zlib's message.
+/// - `finish` before the end of the stream is `.truncatedData`, including empty input for a
+///   fixed format. Empty input with `auto` is an empty stream and decodes to nothing.
+public final class Inflate: Stage {
+    /// The container expected, or `auto`.
+    public let format: DecompressionFormat
+    /// The bomb guard.
+    public let limit: InflateLimit
+    /// Compressed bytes consumed so far.
+    public private(set) var totalIn = 0
+    /// Decompressed bytes produced so far.
+    public private(set) var totalOut = 0
+    /// The container being decoded: the fixed format, or the detected one (nil until `auto`
+    /// has seen enough bytes).
+    public private(set) var detectedFormat: CompressionFormat?
+
+    /// The stage's name in messages and statistics.
+    public var name: String { "inflate" }
+
+    private enum State {
+        /// `auto`: no format yet; `prefix` holds the first byte when it alone did not decide.
+        case detecting
+        /// Inside a stream; `prefix` holds header bytes to feed zlib before the input.
+        case inflating
+        /// gzip: a member ended; another member, zero padding or the end may follow.
+        /// `prefix` holds `1f` when the next member's magic has begun.
+        case betweenMembers
+        /// gzip: zero padding after the last member.
+        case padding
+        /// zlib or raw deflate: the stream ended.
+        case ended
+        /// An error was thrown; every later call throws it again.
+        case failed(SluiceError)
+    }
+
+    private let stream: UnsafeMutablePointer<z_stream>
+    private var state: State
+    /// Up to two bytes consumed from the input before zlib could be given them.
+    private let prefix: UnsafeMutablePointer<UInt8>
+    private var prefixStart = 0
+    private var prefixEnd = 0
+
+    /// Creates a decompressor with `inflateInit2` (32 KiB window; for `auto`, the window bits
+    /// are set with `inflateReset2` once the format is known).
+    public init(format: DecompressionFormat = .auto, limit: InflateLimit = .default) throws(SluiceError) {
+        let stream = allocateZStream()
+        let rc = sluice_inflateInit2(stream, (format.fixed ?? .zlib).windowBits)
+        guard rc == Z_OK else {
+            releaseZStream(stream)
+            throw zInitError(rc, operation: "inflate", subject: format.rawValue)
+        }
+        self.stream = stream
+        self.format = format
+        self.limit = limit
+        detectedFormat = format.fixed
+        state = format.fixed == nil ? .detecting : .inflating
+        prefix = .allocate(capacity: 2)
+    }
+
+    deinit {
+        inflateEnd(stream)
+        releaseZStream(stream)
+        prefix.deallocate()
+    }
+
+    /// Decompresses as much of `input` as fits in `output` (`inflate(Z_NO_FLUSH)`).
+    ///
+    /// Reports `finished` when a zlib or raw deflate stream has ended (gzip never: another
+    /// member may follow). Throws `.corruptData` for bad data or trailing garbage and
+    /// `.limitExceeded` when a limit is exceeded.
+    public func process(_ input: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer) throws(SluiceError)
+        -> StageProgress
+    {
+        if case .failed(let error) = state { throw error }
+        do {
+            return try step(input, output)
+        } catch {
+            state = .failed(error)
+            throw error
+        }
+    }
+
+    /// Writes decompressed bytes zlib still holds, then checks that the stream was complete:
+    /// throws `.truncatedData` if it was not.
+    public func finish(into output: UnsafeMutableRawBufferPointer) throws(SluiceError) -> StageProgress {
+        if case .failed(let error) = state { throw error }
+        do {
+            return try drain(output)
+        } catch {
+            state = .failed(error)
+            throw error
+        }
+    }
+
+    /// Starts over for a new stream with the same settings (`inflateReset2`).
+    public func reset() {
+        let rc = inflateReset2(stream, (format.fixed ?? .zlib).windowBits)
+        precondition(rc == Z_OK, "inflateReset2 returned \(rc)")
+        detectedFormat = format.fixed
+        state = format.fixed == nil ? .detecting : .inflating
+        prefixStart = 0
+        prefixEnd = 0
+        totalIn = 0
+        totalOut = 0
+    }
+
+    // MARK: - Steps
+
+    private func step(_ input: UnsafeRawBufferPointer, _ output: UnsafeMutableRawBufferPointer) throws(SluiceError)
+        -> StageProgress
+    {
+        var consumed = 0
+        var produced = 0
+        while true {
+            switch state {
+            case .detecting:
+                guard consumed < input.count else { return StageProgress(consumed: consumed, produced: produced) }
+                let byte = input[consumed]
+                if prefixEnd == 0 {
+                    if Self.mayStartHeader(byte) {
+                        prefix[0] = byte
+                        prefixStart = 0
+                        prefixEnd = 1
+                        consumed += 1
+                    } else {
+                        begin(.deflate)
+                    }
+                } else {
+                    begin(Self.detect(prefix[0], byte))
+                }
+
+            case .inflating:
+                if prefixStart < prefixEnd {
+                    guard produced < output.count else {
+                        return StageProgress(consumed: consumed, produced: produced)
+                    }
+                    let r = try inflateStep(
+                        UnsafeRawBufferPointer(start: prefix + prefixStart, count: prefixEnd - prefixStart),
+                        UnsafeMutableRawBufferPointer(rebasing: output[produced...]))
+                    prefixStart += r.consumed
+                    produced += r.produced
+                    if r.ended {
+                        endOfStream()
+                    } else if r.consumed == 0 && r.produced == 0 {
+                        return StageProgress(consumed: consumed, produced: produced)
+                    }
+                    continue
+                }
+                guard consumed < input.count, produced < output.count else {
+                    return StageProgress(consumed: consumed, produced: produced)
+                }
+                let r = try inflateStep(
+                    UnsafeRawBufferPointer(rebasing: input[consumed...]),
+                    UnsafeMutableRawBufferPointer(rebasing: output[produced...]))
+                consumed += r.consumed
+                produced += r.produced
+                if r.ended {
+                    endOfStream()
+                } else if r.consumed == 0 && r.produced == 0 {
+                    return StageProgress(consumed: consumed, produced: produced)
+                }
+
+            case .betweenMembers:
+                guard consumed < input.count else { return StageProgress(consumed: consumed, produced: produced) }
+                let byte = input[consumed]
+                if prefixEnd == 0 {
+                    switch byte {
+                    case 0x1f:
+                        prefix[0] = byte
+                        prefixStart = 0
+                        prefixEnd = 1
+                        consumed += 1
+                    case 0:
+                        state = .padding
+                    default:
+                        throw trailingGarbage()
+                    }
+                } else {
+                    guard byte == 0x8b else { throw trailingGarbage() }
+                    let rc = inflateReset(stream)
+                    precondition(rc == Z_OK, "inflateReset returned \(rc)")
+                    state = .inflating
+                }
+
+            case .padding:
+                while consumed < input.count {
+                    guard input[consumed] == 0 else { throw trailingGarbage() }
+                    consumed += 1
+                    totalIn += 1
+                }
+                return StageProgress(consumed: consumed, produced: produced)
+
+            case .ended:
+                guard consumed == input.count else { throw trailingGarbage() }
+                return StageProgress(consumed: consumed, produced: produced, finished: true)
+
+            case .failed(let error):
+                throw error
+            }
+        }
+    }
+
+    private func drain(_ output: UnsafeMutableRawBufferPointer) throws(SluiceError) -> StageProgress {
+        switch state {
+        case .detecting:
+            guard prefixEnd == 0 else { throw truncated("input ended inside the header") }
+            return StageProgress(consumed: 0, produced: 0, finished: true)
+        case .inflating:
+            guard prefixStart == prefixEnd else { throw truncated("input ended inside the header") }
+            guard !output.isEmpty else { return StageProgress(consumed: 0, produced: 0) }
+            let r = try inflateStep(UnsafeRawBufferPointer(start: nil, count: 0), output)
+            if r.ended {
+                endOfStream()
+                return StageProgress(consumed: 0, produced: r.produced, finished: true)
+            }
+            guard r.produced > 0 else {
+                throw truncated("input ended before the end of the \(detectedFormat?.rawValue ?? "compressed") stream")
+            }
+            return StageProgress(consumed: 0, produced: r.produced)
+        case .betweenMembers:
+            guard prefixEnd == 0 else { throw truncated("input ended inside a gzip member header") }
+            return StageProgress(consumed: 0, produced: 0, finished: true)
+        case .padding, .ended:
+            return StageProgress(consumed: 0, produced: 0, finished: true)
+        case .failed(let error):
+            throw error
+        }
+    }
+
+    /// The format is known: point zlib at it. Any prefix bytes are fed before the input.
+    private func begin(_ format: CompressionFormat) {
+        let rc = inflateReset2(stream, format.windowBits)
+        precondition(rc == Z_OK, "inflateReset2 returned \(rc)")
+        detectedFormat = format
+        state = .inflating
+    }
+
+    private func endOfStream() {
+        prefixStart = 0
+        prefixEnd = 0
+        state = detectedFormat == .gzip ? .betweenMembers : .ended
+    }
+
+    /// One `inflate` call. Output space is cut to one byte past `maxOutputBytes`, so a bomb is
+    /// caught as soon as it crosses the limit; the stream's pointers are cleared afterwards.
+    private func inflateStep(_ input: UnsafeRawBufferPointer, _ output: UnsafeMutableRawBufferPointer)
+        throws(SluiceError) -> (consumed: Int, produced: Int, ended: Bool)
+    {
+        var room = output.count
+        if let max = limit.maxOutputBytes, max - totalOut < room { room = max - totalOut + 1 }
+        let availIn = zLength(input.count)
+        let availOut = zLength(room)
+        stream.pointee.next_in = UnsafeMutablePointer(mutating: input.baseAddress?.assumingMemoryBound(to: Bytef.self))
+        stream.pointee.avail_in = availIn
+        stream.pointee.next_out = output.baseAddress?.assumingMemoryBound(to: Bytef.self)
+        stream.pointee.avail_out = availOut
+        let rc = inflate(stream, Z_NO_FLUSH)
+        let consumed = Int(availIn - stream.pointee.avail_in)
+        let produced = Int(availOut - stream.pointee.avail_out)
+        stream.pointee.next_in = nil
+        stream.pointee.avail_in = 0
+        stream.pointee.next_out = nil
+        stream.pointee.avail_out = 0
+        totalIn += consumed
+        totalOut += produced
+
+        let ended: Bool
+        switch rc {
+        case Z_OK, Z_BUF_ERROR:
+            ended = false
+        case Z_STREAM_END:
+            ended = true
+        case Z_DATA_ERROR:
+            throw corrupt(zMessage(stream, fallback: "invalid compressed data"))
+        case Z_NEED_DICT:
+            throw corrupt("zlib stream needs a preset dictionary")
+        case Z_MEM_ERROR:
+            throw SluiceError(.system(Errno(rawValue: ENOMEM)), operation: "inflate", subject: subject)
+        default:
+            preconditionFailure("inflate returned \(rc)")
+        }
+        try checkLimits()
+        return (consumed, produced, ended)
+    }
+
+    private func checkLimits() throws(SluiceError) {
+        if let max = limit.maxOutputBytes, totalOut > max {
+            throw SluiceError(
+                .limitExceeded, operation: "inflate", subject: subject,
+                detail: "output exceeds \(max) bytes (decompression bomb guard)")
+        }
+        if let ratio = limit.maxRatio, totalOut > limit.ratioFloor {
+            let (bound, overflow) = totalIn.multipliedReportingOverflow(by: ratio)
+            if !overflow && totalOut > bound {
+                throw SluiceError(
+                    .limitExceeded, operation: "inflate", subject: subject,
+                    detail: "output exceeds \(ratio)x the input (decompression bomb guard)")
+            }
+        }
+    }
+
+    // MARK: - Detection
+
+    /// Whether `byte` may begin a gzip or zlib header, so a second byte is needed to decide.
+    private static func mayStartHeader(_ byte: UInt8) -> Bool {
+        byte == 0x1f || (byte & 0x0f == 8 && byte >> 4 <= 7)
+    }
+
+    /// The format starting with `first`, `second`.
+    private static func detect(_ first: UInt8, _ second: UInt8) -> CompressionFormat {
+        if first == 0x1f && second == 0x8b { return .gzip }
+        if first & 0x0f == 8 && first >> 4 <= 7 && (UInt16(first) << 8 | UInt16(second)) % 31 == 0 {
+            return .zlib
+        }
+        return .deflate
+    }
+
+    // MARK: - Errors
+
+    private var subject: String { detectedFormat?.rawValue ?? format.rawValue }
+
+    private func corrupt(_ detail: String) -> SluiceError {
+        SluiceError(.corruptData, operation: "inflate", subject: subject, detail: detail)
+    }
+
+    private func truncated(_ detail: String) -> SluiceError {
+        SluiceError(.truncatedData, operation: "inflate", subject: subject, detail: detail)
+    }
+
+    private func trailingGarbage() -> SluiceError {
+        switch detectedFormat {
+        case .gzip?: return corrupt("trailing garbage after gzip member")
+        case .zlib?: return corrupt("trailing garbage after zlib stream")
+        case .deflate?, nil: return corrupt("trailing garbage after deflate stream")
+        }
+    }
+}
