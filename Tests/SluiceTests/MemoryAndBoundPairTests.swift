@@ -24,9 +24,8 @@ import Testing
         stream.eventHandler = { s, e in
             events.append(e)
             if e == .hasSpaceAvailable {
-                accepted.append(
-                    (s as! WriteStream).write(
-                        from: UnsafeRawBufferPointer(start: [UInt8](repeating: 7, count: 4), count: 4)))
+                let four = [UInt8](repeating: 7, count: 4)
+                accepted.append(four.withUnsafeBytes { (s as! WriteStream).write(from: $0) })
             }
         }
         stream.schedule(on: loop)
@@ -35,7 +34,7 @@ import Testing
         #expect(accepted == [4, 4, 2])
         #expect(events.last == .endEncountered)
         #expect(!stream.hasSpaceAvailable)
-        #expect(stream.write(from: UnsafeRawBufferPointer(start: [1], count: 1)) == 0)
+        #expect(stream.write([1], maxLength: 1) == 0)
         #expect((stream.property(forKey: .dataWrittenToMemory) as? Data)?.count == 10)
     }
 

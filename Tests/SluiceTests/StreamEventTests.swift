@@ -79,7 +79,7 @@ import Testing
         #expect(offers == 1)
         // Data arrives: the flag says write at once, which re-arms the event.
         #expect(pendingWrite)
-        #expect(stream.write(from: UnsafeRawBufferPointer(start: [1, 2, 3], count: 3)) == 3)
+        #expect(stream.write([1, 2, 3], maxLength: 3) == 3)
         loop.run(for: .milliseconds(50))
         #expect(offers == 2)
         stream.close()
@@ -154,7 +154,7 @@ import Testing
         writer.eventHandler = { s, e in
             events.append(e)
             if e == .hasSpaceAvailable {
-                #expect((s as! WriteStream).write(from: UnsafeRawBufferPointer(start: [1, 2], count: 2)) == -1)
+                #expect((s as! WriteStream).write([1, 2], maxLength: 2) == -1)
             }
         }
         writer.schedule(on: loop)
@@ -220,12 +220,12 @@ import Testing
         #expect(reader.streamStatus == .closed)
 
         let writer = WriteStream.toMemory()
-        #expect(writer.write(from: UnsafeRawBufferPointer(start: [1], count: 1)) == -1)
+        #expect(writer.write([1], maxLength: 1) == -1)
         #expect(writer.streamError?.code == .notOpen)
         #expect(!writer.hasSpaceAvailable)
         writer.open()
         writer.close()
-        #expect(writer.write(from: UnsafeRawBufferPointer(start: [1], count: 1)) == -1)
+        #expect(writer.write([1], maxLength: 1) == -1)
         #expect(writer.streamError?.description == "write memory: stream is closed")
     }
 }
