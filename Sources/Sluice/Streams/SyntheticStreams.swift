@@ -1,0 +1,61 @@
+/// Reads `pattern` over and over until `count` bytes have been read: a source of any size in
+/// bounded memory, for measuring throughput.
+final class RepeatingReadStream: ReadStream {
+    private let pattern: [UInt8]
+    private let total: UInt64
+    private var produced: UInt64 = 0
+
+    init(pattern: [UInt8], count: UInt64) {
+        precondition(!pattern.isEmpty, "pattern must not be empty")
+        self.pattern = pattern
+        total = count
+        super.init(name: "memory")
+    }
+
+    override func readPrimitive(_ buffer: UnsafeMutableRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
+        let want = Int(min(UInt64(buffer.count), total - produced))
+        if want == 0 { return .processed(0) }
+        var filled = 0
+        pattern.withUnsafeBytes { src in
+            while filled < want {
+                let offset = Int((produced + UInt64(filled)) % UInt64(src.count))
+                let run = min(want - filled, src.count - offset)
+                (buffer.baseAddress! + filled).copyMemory(from: src.baseAddress! + offset, byteCount: run)
+                filled += run
+            }
+        }
+        produced += UInt64(want)
+        return .processed(want)
+    }
+
+    override var bytesAvailablePrimitive: Bool { produced < total }
+    override var isAtEndWithoutReading: Bool { produced >= total }
+}
+
+/// Accepts and drops every byte, as `/dev/null` without the system call.
+final class DiscardWriteStream: WriteStream {
+    private(set) var count: UInt64 = 0
+
+    init() { super.init(name: "discard") }
+
+    override func writePrimitive(_ buffer: UnsafeRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
+        count += UInt64(buffer.count)
+        return .processed(buffer.count)
+    }
+
+    override func property(forKey key: StreamPropertyKey) -> Any? {
+        key == .fileCurrentOffset ? count : nil
+    }
+}
+
+extension ReadStream {
+    /// A stream of `count` bytes made by repeating `pattern` (bounded memory whatever the count).
+    public static func repeating(_ pattern: [UInt8], count: UInt64) -> ReadStream {
+        RepeatingReadStream(pattern: pattern, count: count)
+    }
+}
+
+extension WriteStream {
+    /// A stream that accepts and drops everything; its byte count is `fileCurrentOffset`.
+    public static func discard() -> WriteStream { DiscardWriteStream() }
+}
