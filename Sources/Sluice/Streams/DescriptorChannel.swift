@@ -21,7 +21,8 @@ final class DescriptorChannel: FDHandler {
     private var savedFlags: Int32?
     private var readerOpen = false
     private var writerOpen = false
-    private var closed = false
+    /// Set once the fd is closed (both streams closed); a socket pair checks it before reuse.
+    private(set) var closed = false
     private var lastHangup = false
 
     init(fd: Int32, ownsDescriptor: Bool) {
