@@ -17,6 +17,7 @@ let package = Package(
         .target(name: "Sluice", dependencies: ["CZlib", "CSluiceLinux"]),
         .executableTarget(name: "SluiceCLI", dependencies: ["Sluice"]),
         .executableTarget(name: "WritingToMemory", dependencies: ["Sluice"], path: "Examples/WritingToMemory"),
+        .executableTarget(name: "SocketClient", dependencies: ["Sluice"], path: "Examples/SocketClient"),
         .testTarget(name: "SluiceTests", dependencies: ["Sluice"]),
         .testTarget(name: "SluiceCLITests", dependencies: ["SluiceCLI"]),
     ],

@@ -639,6 +639,51 @@ func withUnixSocketDirectory<T>(_ body: (String) throws -> T) throws -> T {
         #expect(cpu < .milliseconds(150), "the loop used \(cpu) of CPU in 500 ms while waiting")
     }
 
+    /// The `SocketClient` example as a test: the seed's client against an echo server.
+    @Test func seedClientAgainstEchoServer() throws {
+        let loop = try EventLoop()
+        let server = try EchoServer(Socket.listen(host: "127.0.0.1", port: 0), on: loop)
+        defer { server.listener.close() }
+        let (inputStream, outputStream) = Socket.connect(host: "127.0.0.1", port: server.listener.port)
+        let message = Array("收到啦，服務端！".utf8)
+        var reply: [UInt8] = []
+        var done = false
+        let recorder = EventRecorder { stream, event in
+            switch event {
+            case .hasSpaceAvailable where stream === outputStream:
+                _ = message.withUnsafeBytes { outputStream.write(from: $0) }
+                outputStream.close()
+            case .hasBytesAvailable where stream === inputStream:
+                var buffer = [UInt8](repeating: 0, count: 2048)
+                while inputStream.hasBytesAvailable {
+                    let len = buffer.withUnsafeMutableBytes { inputStream.read(into: $0) }
+                    if len <= 0 { break }
+                    reply += buffer[0..<len]
+                }
+            case .endEncountered, .errorOccurred:
+                inputStream.close()
+                outputStream.close()
+                done = true
+            default:
+                break
+            }
+        }
+        let outputEvents = EventRecorder()
+        inputStream.delegate = recorder
+        outputStream.delegate = recorder
+        outputStream.eventHandler = { _, event in outputEvents.events.append(event) }
+        inputStream.schedule(on: loop)
+        outputStream.schedule(on: loop)
+        inputStream.open()
+        outputStream.open()
+        #expect(runLoop(loop) { done })
+        #expect(reply == message)
+        #expect(outputEvents.events == [.openCompleted, .hasSpaceAvailable])
+        #expect(recorder.events.first == .openCompleted)
+        #expect(recorder.events.last == .endEncountered)
+        #expect(inputStream.streamError == nil && outputStream.streamError == nil)
+    }
+
     // MARK: Interop with real peers
 
     @Test func bytesArriveAtNetcat() throws {
