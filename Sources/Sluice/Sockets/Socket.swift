@@ -168,3 +168,11 @@ public enum Socket {
         return v
     }
 }
+
+extension SluiceError {
+    /// `errno`, for use inside a `catch`. Never inlined: reading `errno` of a caught typed
+    /// error inline crashes the Swift 6.3.1 optimizer (CopyPropagation ownership error) in
+    /// release builds.
+    @inline(never)
+    var caughtErrno: Errno? { errno }
+}

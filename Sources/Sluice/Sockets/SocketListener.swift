@@ -56,7 +56,7 @@ public final class SocketListener: FDHandler {
             do {
                 try Self.bind(fd, address)
             } catch {
-                guard error.errno == .addressInUse else { throw error }
+                guard error.caughtErrno == .addressInUse else { throw error }
                 if let why = Self.whyNotStale(path, address) {
                     throw SluiceError(.system(.addressInUse), operation: "bind", subject: path, detail: why)
                 }
@@ -98,7 +98,7 @@ public final class SocketListener: FDHandler {
             }
             return "a listener is accepting on it"
         } catch {
-            return error.errno == .connectionRefused ? nil : "probing the existing socket: \(error.reason)"
+            return error.caughtErrno == .connectionRefused ? nil : "probing the existing socket: \(error.reason)"
         }
     }
 
@@ -154,7 +154,7 @@ public final class SocketListener: FDHandler {
             } catch {
                 // Linux reports errors of the pending connection itself through accept:
                 // the connection is gone, the listener is fine.
-                switch error.errno?.rawValue {
+                switch error.caughtErrno?.rawValue {
                 case ECONNABORTED, EPROTO, EPERM, ENETDOWN, ENOPROTOOPT, EHOSTDOWN, ENONET, EHOSTUNREACH, EOPNOTSUPP,
                     ENETUNREACH:
                     continue

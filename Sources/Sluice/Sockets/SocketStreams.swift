@@ -230,7 +230,7 @@ final class SocketCore: FDHandler {
                 throw SluiceError(.system(.wouldBlock), operation: "connect", subject: address.description)
             }
         } catch {
-            if error.errno == .inProgress { return true }
+            if error.caughtErrno == .inProgress { return true }
             throw error
         }
     }

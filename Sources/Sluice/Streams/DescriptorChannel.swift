@@ -95,14 +95,21 @@ final class DescriptorChannel: FDHandler {
                 try loop.watch(fd: fd, interest: interest, handler: self)
                 watched = true
             } catch {
-                if error.errno == .notPermitted {
-                    unwatchable = true
-                    reader?.signal()
-                    writer?.signal()
-                } else {
-                    (reader ?? writer)?.fail(error)
-                }
+                watchFailed(error)
             }
+        }
+    }
+
+    /// epoll refused the fd. Kept out of `updateInterest`: inlined there, this catch crashes
+    /// the Swift 6.3.1 optimizer (CopyPropagation ownership error) in release builds.
+    @inline(never)
+    private func watchFailed(_ error: SluiceError) {
+        if error.errno == .notPermitted {
+            unwatchable = true
+            reader?.signal()
+            writer?.signal()
+        } else {
+            (reader ?? writer)?.fail(error)
         }
     }
 
