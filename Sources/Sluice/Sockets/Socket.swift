@@ -35,7 +35,8 @@ public enum Socket {
     ///   leaves it to the kernel (about two minutes for TCP).
     /// - Returns: the read and the write stream of the connection. Closing the write stream
     ///   shuts down the sending direction only (`shutdown(SHUT_WR)`): the peer reads the end
-    ///   while this side keeps reading. The socket is closed when both streams are.
+    ///   while this side keeps reading. The socket is closed when both streams are (a stream
+    ///   never opened does not count: closing the only opened stream closes the socket).
     public static func connect(host: String, port: UInt16, timeout: Duration? = nil) -> (ReadStream, WriteStream) {
         let core = SocketCore(target: .host(host, port), timeout: timeout)
         return makePair(core, name: displayName(host: host, port: port))
