@@ -17,7 +17,8 @@ let package = Package(
         .target(name: "Sluice", dependencies: ["CZlib", "CSluiceLinux"]),
         .executableTarget(name: "SluiceCLI", dependencies: ["Sluice"]),
         .executableTarget(name: "WritingToMemory", dependencies: ["Sluice"], path: "Examples/WritingToMemory"),
-        .testTarget(name: "SluiceTests", dependencies: ["Sluice", "WritingToMemory"]),
+        .executableTarget(name: "SocketClient", dependencies: ["Sluice"], path: "Examples/SocketClient"),
+        .testTarget(name: "SluiceTests", dependencies: ["Sluice", "WritingToMemory", "SocketClient"]),
         .testTarget(name: "SluiceCLITests", dependencies: ["SluiceCLI"]),
     ],
     swiftLanguageModes: [.v6]

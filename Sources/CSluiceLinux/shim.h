@@ -8,6 +8,11 @@
 #include <sys/un.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <sys/resource.h>
+
+/* accept4(2) is declared only under _GNU_SOURCE, which Swift's Glibc module does not set. */
+extern int accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags);
 
 #endif

@@ -50,8 +50,10 @@ final class EpollSelector: Selector {
     }
 
     private static func mask(_ interest: Interest) -> UInt32 {
-        var m: UInt32 = EPOLLRDHUP.rawValue
-        if interest.contains(.read) { m |= EPOLLIN.rawValue }
+        var m: UInt32 = 0
+        // EPOLLRDHUP only with read interest: once the peer has shut down its side it stays
+        // set, and a writer waiting for space would otherwise be woken at every turn.
+        if interest.contains(.read) { m |= EPOLLIN.rawValue | EPOLLRDHUP.rawValue }
         if interest.contains(.write) { m |= EPOLLOUT.rawValue }
         return m
     }

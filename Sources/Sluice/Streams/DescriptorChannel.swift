@@ -21,7 +21,8 @@ final class DescriptorChannel: FDHandler {
     private var savedFlags: Int32?
     private var readerOpen = false
     private var writerOpen = false
-    private var closed = false
+    /// Set once the fd is closed (both streams closed); a socket pair checks it before reuse.
+    private(set) var closed = false
     private var lastHangup = false
 
     init(fd: Int32, ownsDescriptor: Bool) {
@@ -105,14 +106,16 @@ final class DescriptorChannel: FDHandler {
         }
     }
 
-    /// epoll refuses regular files (EPERM): serve them from the ready queue instead.
+    /// epoll refused the fd. Kept out of `updateInterest`: inlined there, this catch crashes
+    /// the Swift 6.3.1 optimizer (CopyPropagation ownership error) in release builds.
+    @inline(never)
     private func watchFailed(_ error: SluiceError) {
         if error.errno == .notPermitted {
             unwatchable = true
             reader?.signal()
             writer?.signal()
-        } else if let stream = reader ?? writer {
-            stream.fail(error)
+        } else {
+            (reader ?? writer)?.fail(error)
         }
     }
 

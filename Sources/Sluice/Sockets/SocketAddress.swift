@@ -1,0 +1,217 @@
+import CSluiceLinux
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The address of a socket endpoint: an IPv4 or IPv6 address with a port, or a Unix-domain
+/// path. Wraps a `sockaddr_in`, `sockaddr_in6` or `sockaddr_un`.
+///
+/// Renders as `127.0.0.1:8080`, `[::1]:8080` (with `%scope` for a scoped IPv6 address) or the
+/// Unix path, the forms sluice uses in messages.
+public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
+    /// The address family.
+    public enum Family: Hashable, Sendable {
+        /// `AF_INET`.
+        case ipv4
+        /// `AF_INET6`.
+        case ipv6
+        /// `AF_UNIX`.
+        case unix
+    }
+
+    /// The raw `sockaddr` bytes, exactly as long as the kernel takes them.
+    private let bytes: [UInt8]
+
+    /// The address family.
+    public let family: Family
+
+    /// Wraps a `sockaddr` of `length` bytes filled by the kernel (`accept`, `getsockname`,
+    /// `getaddrinfo`). Returns nil for families sluice does not use.
+    init?(sockaddr pointer: UnsafeRawPointer, length: socklen_t) {
+        guard Int(length) >= MemoryLayout<sa_family_t>.size else { return nil }
+        let rawFamily = Int32(pointer.loadUnaligned(as: sa_family_t.self))
+        switch rawFamily {
+        case AF_INET:
+            guard Int(length) >= MemoryLayout<sockaddr_in>.size else { return nil }
+            family = .ipv4
+            bytes = Array(UnsafeRawBufferPointer(start: pointer, count: MemoryLayout<sockaddr_in>.size))
+        case AF_INET6:
+            guard Int(length) >= MemoryLayout<sockaddr_in6>.size else { return nil }
+            family = .ipv6
+            bytes = Array(UnsafeRawBufferPointer(start: pointer, count: MemoryLayout<sockaddr_in6>.size))
+        case AF_UNIX:
+            family = .unix
+            let count = min(Int(length), MemoryLayout<sockaddr_un>.size)
+            bytes = Array(UnsafeRawBufferPointer(start: pointer, count: count))
+        default:
+            return nil
+        }
+    }
+
+    /// An IPv4 or IPv6 address given in numeric form (`127.0.0.1`, `::1`, `[::1]`), with a
+    /// port. Returns nil when `host` is not a numeric address (`inet_pton`).
+    public init?(numericHost host: String, port: UInt16) {
+        var host = host
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        var sin = sockaddr_in()
+        if inet_pton(AF_INET, host, &sin.sin_addr) == 1 {
+            sin.sin_family = sa_family_t(AF_INET)
+            sin.sin_port = port.bigEndian
+            self.init(copying: &sin)
+            return
+        }
+        var sin6 = sockaddr_in6()
+        if inet_pton(AF_INET6, host, &sin6.sin6_addr) == 1 {
+            sin6.sin6_family = sa_family_t(AF_INET6)
+            sin6.sin6_port = port.bigEndian
+            self.init(copying: &sin6)
+            return
+        }
+        return nil
+    }
+
+    /// A Unix-domain socket path. Throws `.invalidArgument` when the path is empty or longer
+    /// than `sockaddr_un` holds (107 bytes on Linux).
+    public init(unixPath path: String) throws(SluiceError) {
+        var sun = sockaddr_un()
+        sun.sun_family = sa_family_t(AF_UNIX)
+        let utf8 = Array(path.utf8)
+        let capacity = MemoryLayout.size(ofValue: sun.sun_path)
+        guard !utf8.isEmpty, utf8.count < capacity, !utf8.contains(0) else {
+            throw SluiceError(
+                .invalidArgument, operation: "unix socket", subject: path,
+                detail: "a path must be 1 to \(capacity - 1) bytes")
+        }
+        withUnsafeMutableBytes(of: &sun.sun_path) { raw in
+            raw.copyBytes(from: utf8)
+        }
+        let offset = MemoryLayout<sockaddr_un>.offset(of: \sockaddr_un.sun_path)!
+        family = .unix
+        bytes = withUnsafeBytes(of: &sun) { Array($0.prefix(offset + utf8.count + 1)) }
+    }
+
+    private init<T>(copying value: inout T) {
+        let raw = withUnsafeBytes(of: &value) { Array($0) }
+        let parsed = raw.withUnsafeBytes { SocketAddress(sockaddr: $0.baseAddress!, length: socklen_t($0.count)) }
+        self = parsed!
+    }
+
+    /// The port, for IPv4 and IPv6 addresses.
+    public var port: UInt16? {
+        switch family {
+        case .ipv4: return UInt16(bigEndian: load(sockaddr_in.self).sin_port)
+        case .ipv6: return UInt16(bigEndian: load(sockaddr_in6.self).sin6_port)
+        case .unix: return nil
+        }
+    }
+
+    /// The numeric host (`127.0.0.1`, `::1`), for IPv4 and IPv6 addresses (`inet_ntop`).
+    public var host: String? {
+        switch family {
+        case .ipv4:
+            var addr = load(sockaddr_in.self).sin_addr
+            return Self.numeric(AF_INET, &addr, length: INET_ADDRSTRLEN)
+        case .ipv6:
+            var addr = load(sockaddr_in6.self).sin6_addr
+            return Self.numeric(AF_INET6, &addr, length: INET6_ADDRSTRLEN)
+        case .unix:
+            return nil
+        }
+    }
+
+    /// The path, for a Unix-domain address; empty for an unnamed socket (a connecting peer).
+    public var path: String? {
+        guard family == .unix else { return nil }
+        let offset = MemoryLayout<sockaddr_un>.offset(of: \sockaddr_un.sun_path)!
+        guard bytes.count > offset else { return "" }
+        let pathBytes = bytes[offset...].prefix { $0 != 0 }
+        return String(decoding: pathBytes, as: UTF8.self)
+    }
+
+    /// `127.0.0.1:8080`, `[::1]:8080`, `[fe80::1%2]:8080`, or the Unix path (`unnamed` when empty).
+    public var description: String {
+        switch family {
+        case .ipv4:
+            return "\(host ?? "?"):\(port ?? 0)"
+        case .ipv6:
+            let scope = load(sockaddr_in6.self).sin6_scope_id
+            let suffix = scope == 0 ? "" : "%\(scope)"
+            return "[\(host ?? "?")\(suffix)]:\(port ?? 0)"
+        case .unix:
+            let p = path ?? ""
+            return p.isEmpty ? "unnamed" : p
+        }
+    }
+
+    /// The `AF_*` constant of the family.
+    var addressFamily: Int32 {
+        switch family {
+        case .ipv4: return AF_INET
+        case .ipv6: return AF_INET6
+        case .unix: return AF_UNIX
+        }
+    }
+
+    /// Calls `body` with the `sockaddr` and its length, for `connect` and `bind`.
+    func withSockAddr<R>(_ body: (UnsafePointer<sockaddr>, socklen_t) throws(SluiceError) -> R) throws(SluiceError)
+        -> R
+    {
+        // Copy into a sockaddr_storage so the pointer is suitably aligned for the kernel's reads.
+        var storage = sockaddr_storage()
+        withUnsafeMutableBytes(of: &storage) { $0.copyBytes(from: bytes) }
+        let length = socklen_t(bytes.count)
+        let result: Result<R, SluiceError> = withUnsafePointer(to: &storage) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
+                do throws(SluiceError) {
+                    return .success(try body(sa, length))
+                } catch {
+                    return .failure(error)
+                }
+            }
+        }
+        return try result.get()
+    }
+
+    private func load<T>(_ type: T.Type) -> T {
+        bytes.withUnsafeBytes { $0.loadUnaligned(as: T.self) }
+    }
+
+    private static func numeric(_ family: Int32, _ addr: UnsafeRawPointer, length: Int32) -> String? {
+        var buffer = [CChar](repeating: 0, count: Int(length) + 1)
+        guard inet_ntop(family, addr, &buffer, socklen_t(length)) != nil else { return nil }
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}
+
+extension SocketAddress {
+    /// Reads an address with `getsockname`/`getpeername`-shaped `call`.
+    static func read(
+        _ name: String,
+        _ subject: String,
+        _ call: (UnsafeMutablePointer<sockaddr>, UnsafeMutablePointer<socklen_t>) -> Int32
+    ) throws(SluiceError) -> SocketAddress {
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        try withUnsafeMutablePointer(to: &storage) { pointer throws(SluiceError) in
+            try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa throws(SluiceError) in
+                _ = try syscallValue(name, subject) { call(sa, &length) }
+            }
+        }
+        guard let address = withUnsafeBytes(of: &storage, { SocketAddress(sockaddr: $0.baseAddress!, length: length) })
+        else {
+            throw SluiceError(.invalidArgument, operation: name, subject: subject, detail: "unsupported address family")
+        }
+        return address
+    }
+
+    /// The local address of socket `fd` (`getsockname`).
+    static func local(of fd: Int32) throws(SluiceError) -> SocketAddress {
+        try read("getsockname", "fd \(fd)") { getsockname(fd, $0, $1) }
+    }
+
+    /// The peer address of socket `fd` (`getpeername`).
+    static func peer(of fd: Int32) throws(SluiceError) -> SocketAddress {
+        try read("getpeername", "fd \(fd)") { getpeername(fd, $0, $1) }
+    }
+}
