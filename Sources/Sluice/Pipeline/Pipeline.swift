@@ -131,6 +131,8 @@ public final class Pipeline: ByteStreamDelegate {
     private var started: UInt64 = 0
     private var completion: ((PipelineResult) -> Void)?
     private var result: PipelineResult?
+    /// A running pipeline keeps itself alive (its streams hold it only weakly, as their delegate).
+    private var retainedWhileRunning: Pipeline?
 
     public private(set) var bytesRead: UInt64 = 0
     public private(set) var bytesWritten: UInt64 = 0
@@ -186,6 +188,7 @@ public final class Pipeline: ByteStreamDelegate {
         precondition(self.loop == nil, "a pipeline runs once")
         self.loop = loop
         self.completion = completion
+        retainedWhileRunning = self
         started = monotonicNanoseconds()
         tokensUpdated = started
         tokens = Double(options.rateLimit ?? 0) / 20  // a small initial burst
@@ -195,6 +198,10 @@ public final class Pipeline: ByteStreamDelegate {
         sink.schedule(on: loop)
         if source.streamStatus == .notOpen { source.open() }
         if sink.streamStatus == .notOpen { sink.open() }
+        // Streams opened and used before: their last readiness event may have gone to another
+        // delegate, and none comes until someone reads or writes. Ask for the next one.
+        source.rearm()
+        sink.rearm()
         for (stream, location) in [(source as ByteStream, PipelineLocation.source), (sink, .sink)]
         where stream.streamStatus == .error {
             fail(location, stream.streamError!)
@@ -548,6 +555,7 @@ public final class Pipeline: ByteStreamDelegate {
         pool.removeAll()
         let done = completion
         completion = nil
+        retainedWhileRunning = nil
         done?(result!)
     }
 }

@@ -4,15 +4,29 @@ final class RepeatingReadStream: ReadStream {
     private let pattern: [UInt8]
     private let total: UInt64
     private var produced: UInt64 = 0
+    private let duration: UInt64?
+    private var deadline: UInt64?
 
-    init(pattern: [UInt8], count: UInt64) {
+    init(pattern: [UInt8], count: UInt64, duration: Duration?) {
         precondition(!pattern.isEmpty, "pattern must not be empty")
         self.pattern = pattern
         total = count
+        self.duration = duration?.nanoseconds
         super.init(name: "memory")
     }
 
+    override func openPrimitive() throws(SluiceError) -> Bool {
+        if let duration { deadline = monotonicNanoseconds() + duration }
+        return true
+    }
+
+    private var timeIsUp: Bool {
+        guard let deadline else { return false }
+        return monotonicNanoseconds() >= deadline
+    }
+
     override func readPrimitive(_ buffer: UnsafeMutableRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
+        if timeIsUp { return .processed(0) }
         let want = Int(min(UInt64(buffer.count), total - produced))
         if want == 0 { return .processed(0) }
         var filled = 0
@@ -28,8 +42,8 @@ final class RepeatingReadStream: ReadStream {
         return .processed(want)
     }
 
-    override var bytesAvailablePrimitive: Bool { produced < total }
-    override var isAtEndWithoutReading: Bool { produced >= total }
+    override var bytesAvailablePrimitive: Bool { produced < total && !timeIsUp }
+    override var isAtEndWithoutReading: Bool { produced >= total || timeIsUp }
 }
 
 /// Accepts and drops every byte, as `/dev/null` without the system call.
@@ -49,9 +63,12 @@ final class DiscardWriteStream: WriteStream {
 }
 
 extension ReadStream {
-    /// A stream of `count` bytes made by repeating `pattern` (bounded memory whatever the count).
-    public static func repeating(_ pattern: [UInt8], count: UInt64) -> ReadStream {
-        RepeatingReadStream(pattern: pattern, count: count)
+    /// A stream of `count` bytes made by repeating `pattern` (bounded memory whatever the
+    /// count), ending early once `duration` has passed since it was opened.
+    public static func repeating(_ pattern: [UInt8], count: UInt64 = .max, for duration: Duration? = nil)
+        -> ReadStream
+    {
+        RepeatingReadStream(pattern: pattern, count: count, duration: duration)
     }
 }
 

@@ -1,0 +1,212 @@
+import Foundation
+import Sluice
+
+/// The paths the local matrix measures, each through the real pipeline.
+enum BenchPath: String, CaseIterable, Sendable {
+    case memory = "memory"
+    case file = "file"
+    case tcp = "tcp"
+    case tcpGzip = "tcp-gzip1"
+    case gunzip = "gunzip"
+
+    var title: String {
+        switch self {
+        case .memory: return "memory → memory"
+        case .file: return "file → file"
+        case .tcp: return "memory → tcp → discard"
+        case .tcpGzip: return "tcp, gzip -1 → gunzip"
+        case .gunzip: return "gzip -d (memory)"
+        }
+    }
+}
+
+/// One measured cell of the matrix.
+struct BenchCell: Sendable {
+    var path: BenchPath
+    var chunkSize: ChunkSize
+    var bytes: UInt64
+    var seconds: Double
+    var sourceBoundSeconds: Double
+    var sinkBoundSeconds: Double
+
+    var bytesPerSecond: Double { seconds > 0 ? Double(bytes) / seconds : 0 }
+}
+
+struct BenchFailure: Error, CustomStringConvertible {
+    var description: String
+}
+
+/// Runs the local matrix: every path at every chunk size, `size` bytes each.
+struct LocalBench {
+    var paths: [BenchPath] = BenchPath.allCases
+    var chunkSizes: [ChunkSize]
+    var size: Int
+    var progress: ((String) -> Void)?
+
+    static let defaultChunkSizes: [ChunkSize] = [512, 4096, 65536, 1 << 20, 4 << 20].map {
+        try! ChunkSize($0)
+    }
+
+    func run() throws -> [BenchCell] {
+        let dir = NSTemporaryDirectory() + "sluice-bench-\(getpid())"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+
+        let random = BenchData.random(min(size, 4 << 20))
+        let text = BenchData.text(min(size, 4 << 20))
+        var cells: [BenchCell] = []
+        var sourceFile: String?
+        var gzipped: [UInt8]?
+        for path in paths {
+            for chunk in chunkSizes {
+                progress?("\(path.title) at \(chunk)")
+                let cell: BenchCell
+                switch path {
+                case .memory:
+                    cell = try runLocal(
+                        path, chunk, source: .repeating(random, count: UInt64(size)), stages: [], sink: .discard())
+                case .file:
+                    if sourceFile == nil { sourceFile = try makeFile(dir + "/source", pattern: random) }
+                    let destination = dir + "/copy"
+                    cell = try runLocal(
+                        path, chunk, source: .file(atPath: sourceFile!), stages: [],
+                        sink: .file(atPath: destination))
+                    unlink(destination)
+                case .tcp:
+                    cell = try runLoopback(path, chunk, pattern: random, compress: false)
+                case .tcpGzip:
+                    cell = try runLoopback(path, chunk, pattern: text, compress: true)
+                case .gunzip:
+                    if gzipped == nil { gzipped = try compress(text, count: size) }
+                    cell = try runLocal(
+                        path, chunk, source: .memory(gzipped!), stages: [try Inflate(format: .gzip)], sink: .discard(),
+                        countWritten: true)
+                }
+                cells.append(cell)
+            }
+        }
+        return cells
+    }
+
+    private func makeFile(_ path: String, pattern: [UInt8]) throws -> String {
+        let sink = WriteStream.file(atPath: path)
+        sink.open()
+        var left = size
+        while left > 0 {
+            let n = min(left, pattern.count)
+            guard sink.write(all: pattern[0..<n]) else {
+                throw BenchFailure(description: "\(sink.streamError.map { "\($0)" } ?? "write \(path) failed")")
+            }
+            left -= n
+        }
+        sink.close()
+        return path
+    }
+
+    private func compress(_ pattern: [UInt8], count: Int) throws -> [UInt8] {
+        let sink = WriteStream.toMemory()
+        let pipeline = Pipeline(
+            source: .repeating(pattern, count: UInt64(count)), stages: [try Deflate(format: .gzip, level: 6)],
+            sink: sink)
+        let loop = try EventLoop()
+        var failure: PipelineError?
+        pipeline.start(on: loop) { failure = $0.error }
+        loop.run()
+        if let failure { throw BenchFailure(description: "\(failure)") }
+        return [UInt8](sink.property(forKey: .dataWrittenToMemory) as! Data)
+    }
+
+    private func runLocal(
+        _ path: BenchPath, _ chunk: ChunkSize, source: ReadStream, stages: [any Stage], sink: WriteStream,
+        countWritten: Bool = false
+    ) throws -> BenchCell {
+        let loop = try EventLoop()
+        let pipeline = Pipeline(
+            source: source, stages: stages, sink: sink, options: PipelineOptions(chunkSize: chunk))
+        var result: PipelineResult?
+        pipeline.start(on: loop) { result = $0 }
+        loop.run()
+        guard let result else { throw BenchFailure(description: "\(path.rawValue): pipeline did not finish") }
+        if let error = result.error { throw BenchFailure(description: "\(path.rawValue): \(error)") }
+        return BenchCell(
+            path: path, chunkSize: chunk, bytes: countWritten ? result.bytesWritten : result.bytesRead,
+            seconds: result.elapsedSeconds, sourceBoundSeconds: result.sourceBoundSeconds,
+            sinkBoundSeconds: result.sinkBoundSeconds)
+    }
+
+    /// Memory → (gzip -1) → TCP on 127.0.0.1 → (gunzip) → discard, the receiving side on a
+    /// thread and loop of its own, as a separate receiver would be.
+    private func runLoopback(_ path: BenchPath, _ chunk: ChunkSize, pattern: [UInt8], compress: Bool) throws
+        -> BenchCell
+    {
+        let listener = try Socket.listen(host: "127.0.0.1", port: 0)
+        let port = listener.port
+        let server = BenchServerThread(listener: listener, chunk: chunk, decompress: compress)
+        server.start()
+        let loop = try EventLoop()
+        let (_, writer) = Socket.connect(host: "127.0.0.1", port: port)
+        let stages: [any Stage] = compress ? [try Deflate(format: .gzip, level: 1)] : []
+        let pipeline = Pipeline(
+            source: .repeating(pattern, count: UInt64(size)), stages: stages, sink: writer,
+            options: PipelineOptions(chunkSize: chunk))
+        var sent: PipelineResult?
+        let start = monotonicNanoseconds()
+        pipeline.start(on: loop) { sent = $0 }
+        loop.run()
+        let received = server.wait()
+        let seconds = Double(monotonicNanoseconds() - start) / 1e9
+        if let error = sent?.error { throw BenchFailure(description: "\(path.rawValue) sender: \(error)") }
+        guard let received else { throw BenchFailure(description: "\(path.rawValue): receiver failed") }
+        if let error = received.error { throw BenchFailure(description: "\(path.rawValue) receiver: \(error)") }
+        let bytes = compress ? received.bytesWritten : received.bytesRead
+        guard bytes == UInt64(size) else {
+            throw BenchFailure(description: "\(path.rawValue): received \(bytes) of \(size) bytes")
+        }
+        return BenchCell(
+            path: path, chunkSize: chunk, bytes: bytes, seconds: seconds,
+            sourceBoundSeconds: sent?.sourceBoundSeconds ?? 0, sinkBoundSeconds: sent?.sinkBoundSeconds ?? 0)
+    }
+}
+
+/// The receiving end of a loopback cell: accepts one connection on its own thread and loop,
+/// and pipes it (through gunzip if asked) into a discard sink.
+final class BenchServerThread: @unchecked Sendable {
+    private let listener: SocketListener
+    private let chunk: ChunkSize
+    private let decompress: Bool
+    private let done = DispatchSemaphore(value: 0)
+    private var result: PipelineResult?
+
+    init(listener: SocketListener, chunk: ChunkSize, decompress: Bool) {
+        self.listener = listener
+        self.chunk = chunk
+        self.decompress = decompress
+    }
+
+    func start() {
+        let thread = Thread { [self] in
+            defer { done.signal() }
+            guard let loop = try? EventLoop() else { return }
+            do {
+                try listener.accept(on: loop) { [self] reader, writer, _ in
+                    listener.close()
+                    writer.close()
+                    let stages: [any Stage] = decompress ? [try! Inflate(format: .gzip)] : []
+                    let pipeline = Pipeline(
+                        source: reader, stages: stages, sink: .discard(), options: PipelineOptions(chunkSize: chunk))
+                    pipeline.start(on: loop) { self.result = $0 }
+                }
+            } catch {
+                return
+            }
+            loop.run()
+        }
+        thread.start()
+    }
+
+    /// Waits for the connection to end; nil if the server could not run.
+    func wait() -> PipelineResult? {
+        done.wait()
+        return result
+    }
+}
