@@ -249,4 +249,37 @@ func runPipeline(_ pipeline: Pipeline, timeout: Duration = .seconds(30)) throws 
         #expect(meter.bytes == 2_000_000)
         #expect((sink.property(forKey: .dataWrittenToMemory) as? Data) == Data(input))
     }
+
+    @Test func aPipelineNobodyHoldsStillFinishes() throws {
+        // Streams hold their delegate weakly; a running pipeline must keep itself alive, as one
+        // started inside an accept handler and then forgotten does.
+        let loop = try EventLoop()
+        let sink = WriteStream.toMemory()
+        var result: PipelineResult?
+        do {
+            Pipeline(source: .memory(randomBytes(100_000)), sink: sink).start(on: loop) { result = $0 }
+        }
+        loop.run(for: .seconds(10))
+        #expect(result?.succeeded == true)
+        #expect((sink.property(forKey: .dataWrittenToMemory) as? Data)?.count == 100_000)
+    }
+
+    @Test func aSinkUsedBeforeIsReArmed() throws {
+        // The sink's first hasSpaceAvailable goes to another handler that writes nothing; a
+        // pipeline started afterwards must still be offered space.
+        let loop = try EventLoop()
+        let sink = WriteStream.toMemory()
+        var offered = false
+        sink.eventHandler = { _, event in if event == .hasSpaceAvailable { offered = true } }
+        sink.schedule(on: loop)
+        sink.open()
+        loop.run(for: .milliseconds(50))
+        #expect(offered)
+        sink.eventHandler = nil
+        let pipeline = Pipeline(source: .memory([1, 2, 3]), sink: sink)
+        var result: PipelineResult?
+        pipeline.start(on: loop) { result = $0 }
+        loop.run(for: .seconds(10))
+        #expect(result?.bytesWritten == 3)
+    }
 }
