@@ -100,11 +100,11 @@ extension ReadStream {
 }
 
 extension ByteStream {
-    /// The file's device and inode, to tell when a source is also the destination.
+    /// A regular file's device and inode, to tell when a source is also the destination.
     var fileIdentity: (dev_t, ino_t)? {
         guard let fd = property(forKey: .fileDescriptor) as? Int32 else { return nil }
         var info = stat()
-        guard fstat(fd, &info) == 0 else { return nil }
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
         return (info.st_dev, info.st_ino)
     }
 }
