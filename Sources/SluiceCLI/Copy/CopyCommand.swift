@@ -25,6 +25,8 @@ final class CopySession {
     /// Set once the copy is over: the status and, for a failure, the one-line message.
     private(set) var outcome: CLIError?
     private var signal: Int32?
+    /// Call off endpoints that are still waiting (a listener), on an interrupt or a timeout.
+    private var cancelOpenings: [CancelOpening] = []
 
     init(options: CopyOptions, loop: EventLoop) {
         self.options = options
@@ -52,7 +54,7 @@ final class CopySession {
             return
         }
         startWatchdog()
-        options.source.open(as: .source, options: openOptions, on: loop) { [self] opened in
+        let cancelSource = options.source.open(as: .source, options: openOptions, on: loop) { [self] opened in
             guard outcome == nil else {
                 if case .success(.source(let stream)) = opened { stream.close() }
                 return
@@ -67,10 +69,11 @@ final class CopySession {
                 end(error)
             }
         }
+        if let cancelSource { cancelOpenings.append(cancelSource) }
     }
 
     private func openDestination() {
-        options.destination.open(as: .destination, options: openOptions, on: loop) { [self] opened in
+        let cancel = options.destination.open(as: .destination, options: openOptions, on: loop) { [self] opened in
             switch opened {
             case .success(.destination(let stream, let file)):
                 sink = stream
@@ -87,6 +90,7 @@ final class CopySession {
                 end(error)
             }
         }
+        if let cancel { cancelOpenings.append(cancel) }
     }
 
     private func startPipeline() {
@@ -215,6 +219,8 @@ final class CopySession {
     }
 
     private func abandonStreams() {
+        for cancel in cancelOpenings { cancel() }
+        cancelOpenings = []
         source?.close()
         sink?.close()
         destinationFile?.discard()

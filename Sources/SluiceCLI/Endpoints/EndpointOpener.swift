@@ -32,13 +32,18 @@ extension Endpoint {
     /// socket endpoints complete once connected (or, listening, once one connection has been
     /// accepted). The stream is opened (or opening) but not scheduled: the pipeline does that.
     ///
+    /// Returns what calls the opening off while it waits (a listener that has not accepted yet:
+    /// closing it removes a Unix socket file), for an interrupt or a timeout; nil when there is
+    /// nothing to wait for. Calling it after completion does no harm.
+    ///
     /// This is the one place where endpoints become streams.
+    @discardableResult
     func open(
         as role: EndpointRole,
         options: OpenOptions,
         on loop: EventLoop,
         completion: @escaping (Result<OpenedEndpoint, CLIError>) -> Void
-    ) {
+    ) -> CancelOpening? {
         switch (self, role) {
         case (.file(let path), .source):
             let stream = ReadStream.file(atPath: path)
@@ -66,24 +71,60 @@ extension Endpoint {
         case (.standardIO, .destination):
             completion(.success(.destination(.standardOutput, nil)))
         case (.tcpConnect, _), (.tcpListen, _), (.unixConnect, _), (.unixListen, _):
-            // WIRE: sockets. Replace this case with one per kind, each ending in completion(...)
-            // on the loop; close the half of the pair that is not used (closing the write side
-            // shuts it down, so the peer sees the end):
-            //   .tcpConnect(host, port):  let (input, output) = Socket.connect(host: host, port: port,
-            //                                 timeout: options.timeoutSeconds.map { .milliseconds(Int64($0 * 1000)) })
-            //       source: output.close(); completion(.success(.source(input)))
-            //       destination: input.close(); completion(.success(.destination(output, nil)))
-            //       (a refused connect or unknown host surfaces as the pipeline's errorOccurred;
-            //        CLIError(_:during:) maps it to 69 — pass .openingSource for it, see CopySession)
-            //   .unixConnect(path): the same with Socket.connect(unixPath: path, timeout: ...)
-            //   .tcpListen(host, port): let listener = try Socket.listen(host: host, port: port)
-            //       try listener.accept(on: loop) { input, output, _ in listener.close(); ...completion }
-            //       (errors: CLIError(error, during: .openingSource / .creatingDestination))
-            //   .unixListen(path): the same with Socket.listen(unixPath: path)
+            // WIRE: sockets. Replace this case with the following (checked against the sockets
+            // branch: nc, socat-style listeners, refused -> 69, unknown host -> 69):
+            //
+            //   case (.tcpConnect(let host, let port), _):
+            //       let pair = Socket.connect(host: host, port: port, timeout: options.timeout)
+            //       completion(.success(Self.half(of: pair, as: role)))
+            //   case (.unixConnect(let path), _):
+            //       let pair = Socket.connect(unixPath: path, timeout: options.timeout)
+            //       completion(.success(Self.half(of: pair, as: role)))
+            //   case (.tcpListen, _), (.unixListen, _):
+            //       do {
+            //           let listener: SocketListener
+            //           switch self {
+            //           case .tcpListen(let host, let port): listener = try Socket.listen(host: host, port: port)
+            //           case .unixListen(let path): listener = try Socket.listen(unixPath: path)
+            //           default: preconditionFailure("not a listening endpoint")
+            //           }
+            //           try listener.accept(on: loop) { input, output, _ in
+            //               listener.close()
+            //               completion(.success(Self.half(of: (input, output), as: role)))
+            //           }
+            //           return { listener.close() }
+            //       } catch {
+            //           completion(.failure(CLIError(error, during: role == .source ? .openingSource : .creatingDestination)))
+            //       }
+            //
+            // A refused connect or an unknown host surfaces later, as the pipeline's error at that
+            // end before any byte moved; CopySession.phase(of:result:) then reports 69.
             completion(
                 .failure(CLIError(.unavailable, "\(self): socket endpoints are not built into this version yet")))
         }
+        return nil
     }
+
+    /// The half of a connection a copy uses; the other half is closed (the write half with a
+    /// shutdown, so the peer reads the end).
+    static func half(of pair: (ReadStream, WriteStream), as role: EndpointRole) -> OpenedEndpoint {
+        switch role {
+        case .source:
+            pair.1.close()
+            return .source(pair.0)
+        case .destination:
+            pair.0.close()
+            return .destination(pair.1, nil)
+        }
+    }
+}
+
+/// Calls off an opening that waits (see `Endpoint.open`).
+typealias CancelOpening = () -> Void
+
+extension OpenOptions {
+    /// `--timeout` as the library's connect timeout.
+    var timeout: Duration? { timeoutSeconds.map { .milliseconds(Int64(($0 * 1000).rounded(.up))) } }
 }
 
 extension ReadStream {
