@@ -95,6 +95,11 @@ import Testing
             Bottleneck.judge(seconds: 1, sourceBound: 0.7, sinkBound: 0.8, stage: "gzip", rateLimited: false)
                 == .stage("gzip"))
         #expect(Bottleneck.judge(seconds: 1, sourceBound: 0.1, sinkBound: 0.1, stage: nil, rateLimited: false) == nil)
+        #expect(
+            Bottleneck.judge(seconds: 1, sourceBound: 0.1, sinkBound: 0, stage: "gzip", rateLimited: false)
+                == .stage("gzip"))
+        #expect(
+            Bottleneck.judge(seconds: 1, sourceBound: 0, sinkBound: 0.9, stage: "gzip", rateLimited: false) == .sink)
         #expect(Bottleneck.judge(seconds: 0, sourceBound: 1, sinkBound: 0, stage: nil, rateLimited: false) == nil)
     }
 }

@@ -26,8 +26,9 @@ enum Bottleneck: Hashable, Sendable {
     }
 
     /// The bottleneck over an interval of `seconds` in which the sink waited `sourceBound`
-    /// seconds for data and the source waited `sinkBound` seconds for room. Nil when neither
-    /// side waited for a quarter of the interval: nothing to point at.
+    /// seconds for data and the source waited `sinkBound` seconds for room. When neither side
+    /// waited for a quarter of the interval, the work between them is the limit: the stage if
+    /// there is one (compression is the CPU's work), otherwise nothing to point at.
     static func judge(
         seconds: Double, sourceBound: Double, sinkBound: Double, stage: String?, rateLimited: Bool
     ) -> Bottleneck? {
@@ -35,7 +36,7 @@ enum Bottleneck: Hashable, Sendable {
         let source = sourceBound / seconds
         let sink = sinkBound / seconds
         if let stage, source > 0.5, sink > 0.5 { return .stage(stage) }
-        guard max(source, sink) >= 0.25 else { return nil }
+        guard max(source, sink) >= 0.25 else { return stage.map { .stage($0) } }
         if sink >= source { return rateLimited ? .rateLimit : .sink }
         return .source
     }
