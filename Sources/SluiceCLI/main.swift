@@ -1,3 +1,7 @@
-import Sluice
+#if canImport(Glibc)
+    import Glibc
+#endif
 
-print("sluice")
+// Parse → validate → run; every failure is one line on stderr and a sysexits status.
+SignalWatcher.shared.install()
+exit(SluiceCommand.main(Array(CommandLine.arguments.dropFirst())).rawValue)

@@ -1,0 +1,149 @@
+import Sluice
+
+/// When the progress display is drawn.
+enum ProgressMode: Hashable, Sendable {
+    /// When stderr is a terminal.
+    case auto
+    case on
+    case off
+}
+
+/// The format of the final report of `--stats`.
+enum StatsFormat: String, Hashable, Sendable, CaseIterable {
+    case text, json
+}
+
+/// The options shared by the commands that move bytes.
+enum CommonOptions {
+    static let chunkSize = OptionSpec(
+        "chunk-size", short: "b", value: .required("SIZE"),
+        help:
+            "read and write SIZE bytes at a time, 512 to 4M\n(default \(ChunkSize.default)); like 512, 64K, 64KiB, 1M, 4MiB"
+    )
+    static let compress = OptionSpec(
+        "compress", short: "z", value: .optional("[=FORMAT][:LEVEL]"),
+        help: "compress on the way: gzip (default), zlib or\ndeflate; LEVEL 0 to 9 (default 6)")
+    static let decompress = OptionSpec(
+        "decompress", short: "d", value: .optional("[=FORMAT]"),
+        help: "decompress on the way: auto (default: detect\nthe format), gzip, zlib or deflate")
+    static let progress = OptionSpec(
+        "progress", short: "p", help: "show progress on stderr (default: when stderr\nis a terminal)")
+    static let noProgress = OptionSpec("no-progress", help: "never show progress")
+    static let stats = OptionSpec(
+        "stats", value: .optional("[=text|json]"), help: "print a report on stderr when done\n(default: text)")
+    static let rateLimit = OptionSpec(
+        "rate-limit", value: .required("RATE"), help: "write at most RATE bytes a second, like 500K, 10M")
+    static let timeout = OptionSpec(
+        "timeout", value: .required("SECONDS"), help: "give up when no byte moves for SECONDS\n(also when connecting)")
+    static let force = OptionSpec("force", short: "f", help: "replace an existing destination file")
+    static let append = OptionSpec("append", help: "append to the destination file, in place")
+    static let quiet = OptionSpec("quiet", short: "q", help: "no progress; print only errors (and --stats)")
+    static let help = OptionSpec("help", short: "h", help: "show this help and exit")
+    static let version = OptionSpec("version", help: "show the version and exit")
+}
+
+/// `sluice copy [options] SOURCE DEST`, validated.
+struct CopyOptions: Hashable, Sendable {
+    var source: Endpoint
+    var destination: Endpoint
+    var chunkSize: ChunkSize = .default
+    var transform: Transform?
+    var progress: ProgressMode = .auto
+    var stats: StatsFormat?
+    var rateLimit: Int?
+    var timeoutSeconds: Double?
+    var force = false
+    var append = false
+    var quiet = false
+
+    static let parser = ArgumentParser([
+        CommonOptions.chunkSize, CommonOptions.compress, CommonOptions.decompress, CommonOptions.progress,
+        CommonOptions.noProgress, CommonOptions.stats, CommonOptions.rateLimit, CommonOptions.timeout,
+        CommonOptions.force, CommonOptions.append, CommonOptions.quiet, CommonOptions.help,
+        CommonOptions.version,
+    ])
+
+    /// The largest `--timeout`: a day.
+    static let maximumTimeout = 86_400.0
+
+    init(source: Endpoint, destination: Endpoint) {
+        self.source = source
+        self.destination = destination
+    }
+
+    /// Validates parsed arguments (help and version already handled by the caller).
+    init(_ parsed: ParsedArguments) throws(UsageError) {
+        let operands = parsed.operands
+        switch operands.count {
+        case 0: throw UsageError("copy: missing SOURCE and DEST (usage: sluice copy [options] SOURCE DEST)")
+        case 1: throw UsageError("copy: missing DEST after '\(operands[0])' (usage: sluice copy [options] SOURCE DEST)")
+        case 2: break
+        default:
+            throw UsageError("copy: unexpected operand '\(operands[2])' (usage: sluice copy [options] SOURCE DEST)")
+        }
+        self.init(source: try Endpoint(parsing: operands[0]), destination: try Endpoint(parsing: operands[1]))
+
+        if let text = parsed.value("chunk-size") {
+            do {
+                chunkSize = try ChunkSize(parsing: text)
+            } catch {
+                throw UsageError(CLIError.message(for: error))
+            }
+        }
+        if let compress = parsed.last("compress"), let decompress = parsed.last("decompress") {
+            throw UsageError("\(compress.spelling) and \(decompress.spelling) cannot be used together")
+        }
+        if let option = parsed.last("compress") {
+            transform = .compress(try CompressionSpec(parsing: option.value, spelling: option.spelling))
+        }
+        if let option = parsed.last("decompress") {
+            transform = .decompress(try DecompressionSpec(parsing: option.value, spelling: option.spelling))
+        }
+        switch parsed.lastOf(["progress", "no-progress"]) {
+        case "progress": progress = .on
+        case "no-progress": progress = .off
+        default: progress = .auto
+        }
+        quiet = parsed.has("quiet")
+        if quiet { progress = .off }
+        if let option = parsed.last("stats") {
+            if let value = option.value {
+                guard let format = StatsFormat(rawValue: value) else {
+                    throw UsageError("\(option.spelling): unknown format '\(value)' (text or json)")
+                }
+                stats = format
+            } else {
+                stats = .text
+            }
+        }
+        if let option = parsed.last("rate-limit") {
+            let text = option.value ?? ""
+            guard let rate = ChunkSize.parseBytes(text), rate > 0 else {
+                throw UsageError(
+                    "\(option.spelling) '\(text)': must be a positive number of bytes per second, like 500K, 10M or 1G")
+            }
+            rateLimit = rate
+        }
+        if let option = parsed.last("timeout") {
+            let text = option.value ?? ""
+            guard let seconds = Double(text), seconds.isFinite, seconds > 0, seconds <= Self.maximumTimeout,
+                text.allSatisfy({ $0.isASCII && ($0.isNumber || $0 == ".") })
+            else {
+                throw UsageError("\(option.spelling) '\(text)': must be a number of seconds from 0.001 to 86400")
+            }
+            timeoutSeconds = max(seconds, 0.001)
+        }
+        force = parsed.has("force")
+        append = parsed.has("append")
+        if force && append {
+            throw UsageError("--force and --append cannot be used together")
+        }
+        if append {
+            switch destination {
+            case .file, .standardIO: break
+            case .tcpConnect, .tcpListen, .unixConnect, .unixListen:
+                throw UsageError("--append needs a file destination, not \(destination)")
+            }
+        }
+    }
+}

@@ -1,0 +1,151 @@
+import Sluice
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// An endpoint opened for a copy: the stream to use, and for a destination file the handle
+/// that renames it into place on success or removes it on failure.
+enum OpenedEndpoint {
+    case source(ReadStream)
+    case destination(WriteStream, DestinationFile?)
+}
+
+/// How endpoints are opened: the options that matter to opening.
+struct OpenOptions: Sendable {
+    var force = false
+    var append = false
+    /// For connecting and accepting (`--timeout`).
+    var timeoutSeconds: Double?
+}
+
+extension Endpoint {
+    /// Checks, before anything is read, what can be checked of a destination without creating
+    /// it: an existing file without `--force` fails here with 73.
+    func preflight(as role: EndpointRole, options: OpenOptions) throws(CLIError) {
+        guard role == .destination, case .file(let path) = self else { return }
+        _ = try DestinationFile.plan(path: path, force: options.force, append: options.append)
+    }
+
+    /// Opens the endpoint as `role` on `loop` and calls `completion` on the loop's thread with
+    /// its stream, or the error to exit with. Files and stdio complete before this returns;
+    /// socket endpoints complete once connected (or, listening, once one connection has been
+    /// accepted). The stream is opened (or opening) but not scheduled: the pipeline does that.
+    ///
+    /// Returns what calls the opening off while it waits (a listener that has not accepted yet:
+    /// closing it removes a Unix socket file), for an interrupt or a timeout; nil when there is
+    /// nothing to wait for. Calling it after completion does no harm.
+    ///
+    /// This is the one place where endpoints become streams.
+    @discardableResult
+    func open(
+        as role: EndpointRole,
+        options: OpenOptions,
+        on loop: EventLoop,
+        completion: @escaping (Result<OpenedEndpoint, CLIError>) -> Void
+    ) -> CancelOpening? {
+        switch (self, role) {
+        case (.file(let path), .source):
+            let stream = ReadStream.file(atPath: path)
+            stream.open()
+            if stream.streamStatus == .error, let error = stream.streamError {
+                completion(.failure(CLIError(error, during: .openingSource)))
+            } else {
+                completion(.success(.source(stream)))
+            }
+        case (.file(let path), .destination):
+            do {
+                let file = try DestinationFile(path: path, force: options.force, append: options.append)
+                file.stream.open()
+                if file.stream.streamStatus == .error, let error = file.stream.streamError {
+                    file.discard()
+                    completion(.failure(CLIError(error, during: .creatingDestination)))
+                } else {
+                    completion(.success(.destination(file.stream, file)))
+                }
+            } catch {
+                completion(.failure(error))
+            }
+        case (.standardIO, .source):
+            completion(.success(.source(.standardInput)))
+        case (.standardIO, .destination):
+            completion(.success(.destination(.standardOutput, nil)))
+        case (.tcpConnect, _), (.tcpListen, _), (.unixConnect, _), (.unixListen, _):
+            // WIRE: sockets. Replace this case with the following (checked against the sockets
+            // branch: nc, socat-style listeners, refused -> 69, unknown host -> 69):
+            //
+            //   case (.tcpConnect(let host, let port), _):
+            //       let pair = Socket.connect(host: host, port: port, timeout: options.timeout)
+            //       completion(.success(Self.half(of: pair, as: role)))
+            //   case (.unixConnect(let path), _):
+            //       let pair = Socket.connect(unixPath: path, timeout: options.timeout)
+            //       completion(.success(Self.half(of: pair, as: role)))
+            //   case (.tcpListen, _), (.unixListen, _):
+            //       do {
+            //           let listener: SocketListener
+            //           switch self {
+            //           case .tcpListen(let host, let port): listener = try Socket.listen(host: host, port: port)
+            //           case .unixListen(let path): listener = try Socket.listen(unixPath: path)
+            //           default: preconditionFailure("not a listening endpoint")
+            //           }
+            //           try listener.accept(on: loop) { input, output, _ in
+            //               listener.close()
+            //               completion(.success(Self.half(of: (input, output), as: role)))
+            //           }
+            //           return { listener.close() }
+            //       } catch {
+            //           completion(.failure(CLIError(error, during: role == .source ? .openingSource : .creatingDestination)))
+            //       }
+            //
+            // A refused connect or an unknown host surfaces later, as the pipeline's error at that
+            // end before any byte moved; CopySession.phase(of:result:) then reports 69.
+            completion(
+                .failure(CLIError(.unavailable, "\(self): socket endpoints are not built into this version yet")))
+        }
+        return nil
+    }
+
+    /// The half of a connection a copy uses; the other half is closed (the write half with a
+    /// shutdown, so the peer reads the end).
+    static func half(of pair: (ReadStream, WriteStream), as role: EndpointRole) -> OpenedEndpoint {
+        switch role {
+        case .source:
+            pair.1.close()
+            return .source(pair.0)
+        case .destination:
+            pair.0.close()
+            return .destination(pair.1, nil)
+        }
+    }
+}
+
+/// Calls off an opening that waits (see `Endpoint.open`).
+typealias CancelOpening = () -> Void
+
+extension OpenOptions {
+    /// `--timeout` as the library's connect timeout.
+    var timeout: Duration? { timeoutSeconds.map { .milliseconds(Int64(($0 * 1000).rounded(.up))) } }
+}
+
+extension ReadStream {
+    /// The size of what the stream reads when it is a regular file (or stdin redirected from
+    /// one): for the progress bar and ETA.
+    var regularFileSize: UInt64? {
+        guard let fd = property(forKey: .fileDescriptor) as? Int32 else { return nil }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
+        let offset = lseek(fd, 0, SEEK_CUR)
+        let remaining = Int64(info.st_size) - max(0, Int64(offset))
+        return UInt64(max(0, remaining))
+    }
+}
+
+extension ByteStream {
+    /// A regular file's device and inode, to tell when a source is also the destination.
+    var fileIdentity: (dev_t, ino_t)? {
+        guard let fd = property(forKey: .fileDescriptor) as? Int32 else { return nil }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
+        return (info.st_dev, info.st_ino)
+    }
+}

@@ -1,0 +1,57 @@
+import Foundation
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Turns SIGINT and SIGTERM into calls of a handler on an ordinary thread, with no signal
+/// handler at all: `install()` blocks both signals before any other thread starts (threads
+/// inherit the mask, so none of them takes the signal), and a thread of its own waits for
+/// them with `sigwait(2)`. The handler hands the work to the event loop
+/// (`loop.execute { pipeline.cancel() }`), so cancelling happens on the loop's thread.
+///
+/// With no handler set, a signal ends the process at once with status 128 + signal: before a
+/// copy starts and after it ends there is nothing to clean up.
+final class SignalWatcher: Sendable {
+    static let shared = SignalWatcher()
+
+    private let handler = Mutex<(@Sendable (Int32) -> Void)?>(nil)
+    private let installed = Atomic<Bool>(false)
+
+    private init() {}
+
+    private static var watchedSet: sigset_t {
+        var set = sigset_t()
+        sigemptyset(&set)
+        sigaddset(&set, SIGINT)
+        sigaddset(&set, SIGTERM)
+        return set
+    }
+
+    /// Blocks SIGINT and SIGTERM and starts the waiting thread. Call first thing in `main`.
+    func install() {
+        guard !installed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        var set = Self.watchedSet
+        pthread_sigmask(SIG_BLOCK, &set, nil)
+        let thread = Thread { [self] in
+            var set = Self.watchedSet
+            while true {
+                var signal: Int32 = 0
+                guard sigwait(&set, &signal) == 0 else { continue }
+                if let handler = self.handler.withLock({ $0 }) {
+                    handler(signal)
+                } else {
+                    _exit(128 + signal)
+                }
+            }
+        }
+        thread.name = "sluice-signals"
+        thread.start()
+    }
+
+    /// Sets (or, with nil, clears) what a signal does.
+    func setHandler(_ body: (@Sendable (Int32) -> Void)?) {
+        handler.withLock { $0 = body }
+    }
+}

@@ -1,0 +1,134 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The built `sluice`, next to the test bundle.
+let sluiceBinary = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+    .appendingPathComponent("sluice")
+
+/// The package's root directory, from this file's place in it.
+let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+    .deletingLastPathComponent()
+
+/// How a program run ended.
+struct Outcome: Sendable {
+    var status: Int32
+    var stdout: Data
+    var stderr: Data
+
+    var stderrText: String { String(decoding: stderr, as: UTF8.self) }
+    var stdoutText: String { String(decoding: stdout, as: UTF8.self) }
+    /// The lines of stderr, without the final newline.
+    var stderrLines: [Substring] { stderrText.split(separator: "\n", omittingEmptySubsequences: false).dropLast() }
+}
+
+/// A program running with pipes on its three standard descriptors, read in the background so
+/// it never blocks on a full pipe.
+final class Running: @unchecked Sendable {
+    let process = Process()
+    private let input = Pipe()
+    private let output = Pipe()
+    private let errors = Pipe()
+    private let lock = NSLock()
+    private var outData = Data()
+    private var errData = Data()
+    private let group = DispatchGroup()
+
+    init(_ executable: URL = sluiceBinary, _ arguments: [String]) throws {
+        process.executableURL = executable
+        process.arguments = arguments
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+        for (pipe, isOutput) in [(output, true), (errors, false)] {
+            group.enter()
+            let handle = pipe.fileHandleForReading
+            Thread.detachNewThread { [self] in
+                let data = handle.readDataToEndOfFile()
+                lock.withLock {
+                    if isOutput { outData = data } else { errData = data }
+                }
+                group.leave()
+            }
+        }
+    }
+
+    var pid: Int32 { process.processIdentifier }
+
+    func write(_ data: Data) {
+        try? input.fileHandleForWriting.write(contentsOf: data)
+    }
+
+    func closeInput() {
+        try? input.fileHandleForWriting.close()
+    }
+
+    func signal(_ number: Int32) {
+        kill(pid, number)
+    }
+
+    /// Waits for the end (closing stdin first unless told not to).
+    func wait(closingInput: Bool = true) -> Outcome {
+        if closingInput { closeInput() }
+        process.waitUntilExit()
+        group.wait()
+        if !closingInput { closeInput() }
+        return lock.withLock { Outcome(status: process.terminationStatus, stdout: outData, stderr: errData) }
+    }
+}
+
+/// Runs `sluice` with `arguments`, feeding it `stdin`.
+@discardableResult
+func sluice(_ arguments: [String], stdin: Data? = nil) throws -> Outcome {
+    let running = try Running(sluiceBinary, arguments)
+    if let stdin { running.write(stdin) }
+    return running.wait()
+}
+
+@discardableResult
+func sluice(_ arguments: String..., stdin: Data? = nil) throws -> Outcome {
+    try sluice(arguments, stdin: stdin)
+}
+
+/// A temporary directory, removed when `body` returns.
+func withTemporaryDirectory<T>(_ body: (String) throws -> T) throws -> T {
+    let path = NSTemporaryDirectory() + "sluice-cli-test-" + UUID().uuidString
+    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    return try body(path)
+}
+
+/// Deterministic pseudo-random bytes (xorshift), so failures reproduce.
+func randomBytes(_ count: Int, seed: UInt64 = 0x9E37_79B9_7F4A_7C15) -> Data {
+    var state = seed | 1
+    var out = Data(count: count)
+    out.withUnsafeMutableBytes { (raw: UnsafeMutableRawBufferPointer) in
+        var i = 0
+        while i < count {
+            state ^= state << 13
+            state ^= state >> 7
+            state ^= state << 17
+            withUnsafeBytes(of: state) { word in
+                for j in 0..<min(8, count - i) { raw[i + j] = word[j] }
+            }
+            i += 8
+        }
+    }
+    return out
+}
+
+/// The names in `directory`, hidden ones included.
+func directoryEntries(_ directory: String) -> [String] {
+    ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).sorted()
+}
+
+func write(_ data: Data, to path: String) throws {
+    try data.write(to: URL(fileURLWithPath: path))
+}
+
+func contents(_ path: String) -> Data? {
+    FileManager.default.contents(atPath: path)
+}
