@@ -170,29 +170,6 @@ import Testing
         }
     }
 
-    // MARK: Not built in yet (these switch off once the features are wired in)
-
-    @Test(
-        .enabled(if: !socketsAreBuiltIn),
-        arguments: ["tcp:127.0.0.1:9", "tcp-listen:9", "unix:/tmp/s", "unix-listen:/tmp/s"])
-    func socketEndpointsAreUnavailable(endpoint: String) throws {
-        let outcome = try sluice("copy", "-", endpoint, stdin: Data("x".utf8))
-        #expect(outcome.status == 69)
-        #expect(outcome.stderrText == "sluice: \(endpoint): socket endpoints are not built into this version yet\n")
-    }
-
-    @Test(.enabled(if: !compressionIsBuiltIn))
-    func compressionIsUnavailable() throws {
-        try withTemporaryDirectory { dir in
-            try write(Data("x".utf8), to: "\(dir)/in")
-            let outcome = try sluice("copy", "-zzlib:1", "\(dir)/in", "\(dir)/out")
-            #expect(outcome.status == 69)
-            #expect(outcome.stderrText == "sluice: --compress=zlib:1: compression is not built into this version yet\n")
-            #expect(try sluice("copy", "-d", "\(dir)/in", "\(dir)/out").status == 69)
-            #expect(directoryEntries(dir) == ["in"])
-        }
-    }
-
     // MARK: Statistics and progress
 
     @Test func statsJSON() throws {

@@ -24,6 +24,12 @@ struct Outcome: Sendable {
     var stderrLines: [Substring] { stderrText.split(separator: "\n", omittingEmptySubsequences: false).dropLast() }
 }
 
+/// Writing to a child that has exited must fail with EPIPE, not kill the test process.
+let brokenPipesIgnored: Bool = {
+    signal(SIGPIPE, SIG_IGN)
+    return true
+}()
+
 /// A program running with pipes on its three standard descriptors, read in the background so
 /// it never blocks on a full pipe.
 final class Running: @unchecked Sendable {
@@ -37,6 +43,7 @@ final class Running: @unchecked Sendable {
     private let group = DispatchGroup()
 
     init(_ executable: URL = sluiceBinary, _ arguments: [String]) throws {
+        precondition(brokenPipesIgnored)
         process.executableURL = executable
         process.arguments = arguments
         process.standardInput = input

@@ -79,24 +79,19 @@ enum Transform: Hashable, Sendable {
         case nil:
             return []
         case .compress(let spec):
-            // WIRE: compression. Replace the throw with (checked against the compression branch:
-            // output read by gzip -d, round trip with -d, truncated input -> 65):
-            //     let format = CompressionFormat(rawValue: spec.format.rawValue)!
-            //     do {
-            //         return [try Deflate(format: format, level: spec.level)]
-            //     } catch {
-            //         throw CLIError(error, during: .copying(.stage(index: 0, name: format.rawValue)))
-            //     }
-            throw CLIError(.unavailable, "--compress=\(spec): compression is not built into this version yet")
+            let format = CompressionFormat(rawValue: spec.format.rawValue)!
+            do {
+                return [try Deflate(format: format, level: spec.level)]
+            } catch {
+                throw CLIError(error, during: .copying(.stage(index: 0, name: format.rawValue)))
+            }
         case .decompress(let spec):
-            // WIRE: decompression. Replace the throw with:
-            //     let format = DecompressionFormat(rawValue: spec.format.rawValue)!
-            //     do {
-            //         return [try Inflate(format: format)]
-            //     } catch {
-            //         throw CLIError(error, during: .copying(.stage(index: 0, name: "inflate")))
-            //     }
-            throw CLIError(.unavailable, "--decompress=\(spec): decompression is not built into this version yet")
+            let format = DecompressionFormat(rawValue: spec.format.rawValue)!
+            do {
+                return [try Inflate(format: format)]
+            } catch {
+                throw CLIError(error, during: .copying(.stage(index: 0, name: "inflate")))
+            }
         }
     }
 

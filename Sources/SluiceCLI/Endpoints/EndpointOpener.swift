@@ -70,37 +70,30 @@ extension Endpoint {
             completion(.success(.source(.standardInput)))
         case (.standardIO, .destination):
             completion(.success(.destination(.standardOutput, nil)))
-        case (.tcpConnect, _), (.tcpListen, _), (.unixConnect, _), (.unixListen, _):
-            // WIRE: sockets. Replace this case with the following (checked against the sockets
-            // branch: nc, socat-style listeners, refused -> 69, unknown host -> 69):
-            //
-            //   case (.tcpConnect(let host, let port), _):
-            //       let pair = Socket.connect(host: host, port: port, timeout: options.timeout)
-            //       completion(.success(Self.half(of: pair, as: role)))
-            //   case (.unixConnect(let path), _):
-            //       let pair = Socket.connect(unixPath: path, timeout: options.timeout)
-            //       completion(.success(Self.half(of: pair, as: role)))
-            //   case (.tcpListen, _), (.unixListen, _):
-            //       do {
-            //           let listener: SocketListener
-            //           switch self {
-            //           case .tcpListen(let host, let port): listener = try Socket.listen(host: host, port: port)
-            //           case .unixListen(let path): listener = try Socket.listen(unixPath: path)
-            //           default: preconditionFailure("not a listening endpoint")
-            //           }
-            //           try listener.accept(on: loop) { input, output, _ in
-            //               listener.close()
-            //               completion(.success(Self.half(of: (input, output), as: role)))
-            //           }
-            //           return { listener.close() }
-            //       } catch {
-            //           completion(.failure(CLIError(error, during: role == .source ? .openingSource : .creatingDestination)))
-            //       }
-            //
+        case (.tcpConnect(let host, let port), _):
+            let pair = Socket.connect(host: host, port: port, timeout: options.timeout)
+            completion(.success(Self.half(of: pair, as: role)))
+        case (.unixConnect(let path), _):
+            let pair = Socket.connect(unixPath: path, timeout: options.timeout)
+            completion(.success(Self.half(of: pair, as: role)))
+        case (.tcpListen, _), (.unixListen, _):
             // A refused connect or an unknown host surfaces later, as the pipeline's error at that
             // end before any byte moved; CopySession.phase(of:result:) then reports 69.
-            completion(
-                .failure(CLIError(.unavailable, "\(self): socket endpoints are not built into this version yet")))
+            do {
+                let listener: SocketListener
+                switch self {
+                case .tcpListen(let host, let port): listener = try Socket.listen(host: host, port: port)
+                case .unixListen(let path): listener = try Socket.listen(unixPath: path)
+                default: preconditionFailure("not a listening endpoint")
+                }
+                try listener.accept(on: loop) { input, output, _ in
+                    listener.close()
+                    completion(.success(Self.half(of: (input, output), as: role)))
+                }
+                return { listener.close() }
+            } catch {
+                completion(.failure(CLIError(error, during: role == .source ? .openingSource : .creatingDestination)))
+            }
         }
         return nil
     }
