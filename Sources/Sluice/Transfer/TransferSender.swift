@@ -288,11 +288,11 @@ public final class TransferSender: WireConnectionOwner {
             settle(index, outcome)
             if let file = current, file.index == index {
                 // Refused at the header, or answered early while its data was going out.
-                if case .sending = phase {
-                    connection?.send(MessageWriter.text(.abort, "answered by the receiver"))
-                }
+                let wasSending: Bool
+                if case .sending = phase { wasSending = true } else { wasSending = false }
                 closeCurrent()
                 phase = .ready
+                if wasSending { connection?.send(MessageWriter.text(.abort, "answered by the receiver")) }
                 advance()
             }
         case (.byeSent, .bye):
@@ -497,7 +497,7 @@ public final class TransferSender: WireConnectionOwner {
     private func produce() {
         guard case .sending = phase, let file = current, let connection else { return }
         let chunk = options.chunkSize.bytes
-        while case .sending = phase, connection.outbound.reserve(chunk + Wire.frameHeaderSize + 64) {
+        while case .sending = phase, current === file, connection.outbound.reserve(chunk + Wire.frameHeaderSize + 64) {
             let frameStart = connection.outbound.writeIndex
             let payload = UnsafeMutableRawBufferPointer(
                 rebasing: connection.outbound.tail[Wire.frameHeaderSize..<Wire.frameHeaderSize + chunk])
@@ -570,9 +570,10 @@ public final class TransferSender: WireConnectionOwner {
     private func endCurrent() {
         guard let file = current, let connection else { return }
         if file.size == nil { sizes[file.index] = file.position }
-        connection.send(MessageWriter.end(size: file.position, digest: file.digest.finalize()))
+        // The state changes before the send: sending may flush, which asks for more data.
         closeCurrent()
         phase = .ready
+        connection.send(MessageWriter.end(size: file.position, digest: file.digest.finalize()))
         advance()
     }
 
@@ -580,9 +581,9 @@ public final class TransferSender: WireConnectionOwner {
     private func abortCurrent(_ reason: String) {
         guard let file = current, let connection else { return }
         localFailures[file.index] = reason
-        connection.send(MessageWriter.text(.abort, reason))
         closeCurrent()
         phase = .ready
+        connection.send(MessageWriter.text(.abort, reason))
         advance()
     }
 

@@ -48,6 +48,7 @@ final class WireConnection: ByteStreamDelegate {
     private var peerClosed = false
     private var closeWhenFlushed = false
     private var flushing = false
+    private var delivering = false
     private var loop: EventLoop?
 
     private let rateLimit: Int?
@@ -113,7 +114,10 @@ final class WireConnection: ByteStreamDelegate {
 
     /// Reads once if an offer is waiting and there is room; then lets the owner parse.
     func readIfAllowed() {
-        guard readOffered, !isClosed, !peerClosed, outbound.readableBytes <= pauseReadingAbove else { return }
+        // Not while the owner parses: a read could move the bytes it is looking at.
+        guard !delivering, readOffered, !isClosed, !peerClosed, outbound.readableBytes <= pauseReadingAbove else {
+            return
+        }
         guard inbound.reserve(1) else { return }  // the owner has not consumed: it will call again
         readOffered = false
         switch input.tryRead(into: inbound.tail) {
@@ -121,7 +125,9 @@ final class WireConnection: ByteStreamDelegate {
             inbound.produced(n)
             bytesRead += UInt64(n)
             lastActivity = monotonicNanoseconds()
+            delivering = true
             owner?.wireReceived(self)
+            delivering = false
         case .processed(0):
             notePeerClosed()
         case .processed:
