@@ -248,8 +248,9 @@ final class RelayPump: ByteStreamDelegate {
 
     private func read() {
         guard end == 0 else { return }
-        let n = buffer.withUnsafeMutableBytes { source.read(into: $0) }
-        guard n > 0 else { return }
+        guard case .processed(let n) = buffer.withUnsafeMutableBytes({ source.tryRead(into: $0) }), n > 0 else {
+            return
+        }
         if let flipOffset, flipOffset >= total, flipOffset < total + n { buffer[flipOffset - total] ^= 0x01 }
         total += n
         end = n
@@ -260,8 +261,8 @@ final class RelayPump: ByteStreamDelegate {
     }
 
     private func flush() {
-        let n = buffer.withUnsafeBytes { sink.write(from: UnsafeRawBufferPointer(rebasing: $0[start..<end])) }
-        guard n > 0 else { return }
+        let written = buffer.withUnsafeBytes { sink.tryWrite(from: UnsafeRawBufferPointer(rebasing: $0[start..<end])) }
+        guard case .processed(let n) = written, n > 0 else { return }
         start += n
         guard start == end else { return }
         start = 0
