@@ -62,8 +62,9 @@ struct TransferSafetyTests {
                 RawWire.hello() + RawWire.file("ok.bin", size: 10)
                 + [Wire.MessageType.data.rawValue, 0x7F, 0xFF, 0xFF, 0xFF]
             let cutShort = RawWire.hello() + Array(RawWire.file("cut.bin", size: 10).prefix(9))
-            for garbage in [oversized, oversizedData, randomBytes(5000, seed: 99), Array("GET / HTTP/1.0\r\n\r\n".utf8), cutShort]
-            {
+            for garbage in [
+                oversized, oversizedData, randomBytes(5000, seed: 99), Array("GET / HTTP/1.0\r\n\r\n".utf8), cutShort,
+            ] {
                 let client = try exchange(harness, garbage)
                 #expect(harness.reports.last?.error != nil)
                 _ = client

@@ -101,7 +101,9 @@ struct FileInfo: Equatable, CustomStringConvertible {
         mtimeNanoseconds = st.st_mtim.tv_nsec
     }
 
-    var description: String { "type \(String(type, radix: 8)) mode \(String(mode, radix: 8)) size \(size) mtime \(mtimeSeconds).\(mtimeNanoseconds)" }
+    var description: String {
+        "type \(String(type, radix: 8)) mode \(String(mode, radix: 8)) size \(size) mtime \(mtimeSeconds).\(mtimeNanoseconds)"
+    }
 }
 
 /// Every path below `root`, relative, sorted.

@@ -81,12 +81,15 @@ enum SourceTree {
         let full = String(cString: resolved)
         guard let last = full.split(separator: "/").last else {
             throw SluiceError(
-                .invalidArgument, operation: "send", subject: path, detail: "the root directory has no name to send under")
+                .invalidArgument, operation: "send", subject: path,
+                detail: "the root directory has no name to send under")
         }
         return String(last)
     }
 
-    private static func walk(_ directory: String, relative: String, into out: inout [OutgoingEntry], warn: (String) -> Void)
+    private static func walk(
+        _ directory: String, relative: String, into out: inout [OutgoingEntry], warn: (String) -> Void
+    )
         throws(SluiceError)
     {
         guard let dir = opendir(directory) else {

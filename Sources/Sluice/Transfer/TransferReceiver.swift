@@ -372,7 +372,8 @@ final class ReceiverSession: WireConnectionOwner {
         switch rejection {
         case .refused(let code, let reason):
             connection.send(MessageWriter.answer(.refused, code: code.rawValue, reason: reason))
-            record(TransferFileResult(path: path, isDirectory: isDirectory, size: size, outcome: .refused(reason: reason)))
+            record(
+                TransferFileResult(path: path, isDirectory: isDirectory, size: size, outcome: .refused(reason: reason)))
         case .failed(let code, let reason):
             connection.send(MessageWriter.answer(.failed, code: code.rawValue, reason: reason))
             let kind: TransferFailureKind = code == .data ? .data : .io
@@ -409,7 +410,8 @@ final class ReceiverSession: WireConnectionOwner {
         let components: [String]
         switch PathCheck.components(header.path) {
         case .failure(let refusal):
-            answer(.refused(.invalidPath, "invalid path: \(refusal.reason)"), path: shown, isDirectory: false, size: size)
+            answer(
+                .refused(.invalidPath, "invalid path: \(refusal.reason)"), path: shown, isDirectory: false, size: size)
             return
         case .success(let c):
             components = c
@@ -444,7 +446,9 @@ final class ReceiverSession: WireConnectionOwner {
             parent, temporary, header: header, resume: options.resume, display: destination.display(temporary))
         guard case .success(let (fd, heldOffset, resumable)) = opened else {
             closeDescriptor(parent)
-            if case .failure(let rejection) = opened { answer(rejection, path: relative, isDirectory: false, size: size) }
+            if case .failure(let rejection) = opened {
+                answer(rejection, path: relative, isDirectory: false, size: size)
+            }
             return
         }
         var offset = heldOffset
@@ -605,16 +609,20 @@ final class ReceiverSession: WireConnectionOwner {
         }
         phase = .entries
         if file.header.sizeKnown && file.total != file.header.size {
-            failFile(.data, "size mismatch: announced \(file.header.size) bytes, received \(file.total)", kind: .data, keep: false)
+            failFile(
+                .data, "size mismatch: announced \(file.header.size) bytes, received \(file.total)", kind: .data,
+                keep: false)
             return
         }
         if size != file.total {
-            failFile(.data, "size mismatch: sender says \(size) bytes, received \(file.total)", kind: .data, keep: false)
+            failFile(
+                .data, "size mismatch: sender says \(size) bytes, received \(file.total)", kind: .data, keep: false)
             return
         }
         let computed = file.digest.finalize()
         guard computed == digest else {
-            let what = file.offset > 0 ? " (held partial data or data in transit altered)" : " (data altered in transit)"
+            let what =
+                file.offset > 0 ? " (held partial data or data in transit altered)" : " (data altered in transit)"
             failFile(.data, "SHA-256 mismatch\(what)", kind: .data, keep: false)
             return
         }

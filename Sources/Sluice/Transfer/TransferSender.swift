@@ -504,10 +504,11 @@ public final class TransferSender: WireConnectionOwner {
             var produced = 0
             if file.compressed, let deflate, var raw = rawBuffer {
                 if raw.isEmpty && !file.sourceEnded {
-                    switch readSource(file, into: raw.tail) {
+                    let target = raw.tail
+                    switch readSource(file, into: target) {
                     case .bytes(let n):
                         raw.produced(n)
-                        noteRead(file, UnsafeRawBufferPointer(raw.tail.baseAddress.map { UnsafeRawBufferPointer(start: $0 - n, count: n) }!))
+                        noteRead(file, UnsafeRawBufferPointer(rebasing: target[0..<n]))
                     case .end: file.sourceEnded = true
                     case .wait:
                         rawBuffer = raw

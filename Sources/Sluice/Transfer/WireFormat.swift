@@ -187,7 +187,8 @@ extension Wire {
     /// shown as `?`.
     static func printable(_ bytes: some Collection<UInt8>) -> String {
         let text = String(decoding: bytes, as: UTF8.self)
-        return String(String.UnicodeScalarView(text.unicodeScalars.map { $0.value < 0x20 || $0.value == 0x7F ? "?" : $0 }))
+        return String(
+            String.UnicodeScalarView(text.unicodeScalars.map { $0.value < 0x20 || $0.value == 0x7F ? "?" : $0 }))
     }
 }
 
@@ -275,7 +276,7 @@ enum PathCheck {
             return .failure(PathRefusal("path longer than \(Wire.maxPathBytes) bytes"))
         }
         guard !path.contains(0) else { return .failure(PathRefusal("NUL byte in path")) }
-        guard let text = String(validating: path, as: UTF8.self) else {
+        guard String(validating: path, as: UTF8.self) != nil else {
             return .failure(PathRefusal("path is not valid UTF-8"))
         }
         guard path.first != UInt8(ascii: "/") else { return .failure(PathRefusal("absolute path")) }
@@ -291,7 +292,6 @@ enum PathCheck {
             }
             components.append(String(decoding: part, as: UTF8.self))
         }
-        _ = text
         return .success(components)
     }
 }
@@ -373,10 +373,12 @@ struct ByteBuffer {
         writeIndex += bytes.count
     }
 
-    /// Writes a big-endian `UInt32` at `offset` bytes after the read index... at an absolute
-    /// position in the storage.
+    /// Writes a big-endian `UInt32` at an absolute position in the storage (a frame header
+    /// filled in after its payload).
     mutating func setUInt32(_ value: UInt32, at position: Int) {
-        withUnsafeBytes(of: value.bigEndian) { (storage.baseAddress! + position).copyMemory(from: $0.baseAddress!, byteCount: 4) }
+        withUnsafeBytes(of: value.bigEndian) {
+            (storage.baseAddress! + position).copyMemory(from: $0.baseAddress!, byteCount: 4)
+        }
     }
 
     mutating func setUInt8(_ value: UInt8, at position: Int) {
