@@ -14,7 +14,12 @@ let package = Package(
             providers: [.apt(["zlib1g-dev"])]
         ),
         .systemLibrary(name: "CSluiceLinux", path: "Sources/CSluiceLinux"),
-        .target(name: "Sluice", dependencies: ["CZlib", "CSluiceLinux"]),
+        .systemLibrary(
+            name: "CCrypto",
+            path: "Sources/CCrypto",
+            providers: [.apt(["libssl-dev"])]
+        ),
+        .target(name: "Sluice", dependencies: ["CZlib", "CSluiceLinux", "CCrypto"]),
         .executableTarget(name: "SluiceCLI", dependencies: ["Sluice"]),
         .executableTarget(name: "WritingToMemory", dependencies: ["Sluice"], path: "Examples/WritingToMemory"),
         .executableTarget(name: "SocketClient", dependencies: ["Sluice"], path: "Examples/SocketClient"),

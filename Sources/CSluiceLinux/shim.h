@@ -15,4 +15,11 @@
 /* accept4(2) is declared only under _GNU_SOURCE, which Swift's Glibc module does not set. */
 extern int accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags);
 
+/* renameat2(2) and extended attributes, for the transfer receiver: likewise left out. */
+#include <sys/xattr.h>
+extern int renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
+#ifndef RENAME_NOREPLACE
+#define RENAME_NOREPLACE (1 << 0)
+#endif
+
 #endif

@@ -1,0 +1,312 @@
+import CSluiceLinux
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Why the receiver did not store an entry, before any answer is sent.
+enum EntryRejection: Error {
+    case refused(Wire.RefusalCode, String)
+    case failed(Wire.FailureCode, String)
+}
+
+/// The receiver's destination directory, and every file-system operation the receiver does
+/// in it. Nothing here follows a path string from the root: each entry's path is walked one
+/// component at a time from a descriptor of the directory, with `openat(O_DIRECTORY |
+/// O_NOFOLLOW)` and `mkdirat`, so a symbolic link (or anything but a directory) on the way is
+/// refused instead of followed, and files are created, renamed and removed only relative to
+/// their parent's descriptor. Nothing is ever written outside the directory.
+final class Destination {
+    let path: String
+    let fd: Int32
+
+    /// Opens `path`, which must be a directory.
+    init(path: String) throws(SluiceError) {
+        let fd = try openFile(path, flags: O_RDONLY | O_DIRECTORY | O_CLOEXEC, permissions: 0).get()
+        self.path = path
+        self.fd = fd
+    }
+
+    deinit { closeDescriptor(fd) }
+
+    /// A path for messages: the directory joined with the relative path.
+    func display(_ relative: String) -> String {
+        path.hasSuffix("/") ? path + relative : path + "/" + relative
+    }
+
+    /// Opens the directory that will hold the last of `components`, creating missing
+    /// directories (mode 0755 before umask) on the way. Returns the descriptor (to close) and
+    /// the relative paths of the directories created.
+    func openParent(of components: [String], relative: String) -> Result<(Int32, [String]), EntryRejection> {
+        var current = dup(fd)
+        guard current >= 0 else {
+            return .failure(.failed(.io, "dup \(path): \(Errno.current)"))
+        }
+        var created: [String] = []
+        for (index, name) in components.dropLast().enumerated() {
+            let sofar = components[0...index].joined(separator: "/")
+            switch Destination.openDirectory(current, name, create: true) {
+            case .success(let (next, wasCreated)):
+                closeDescriptor(current)
+                current = next
+                if wasCreated { created.append(sofar) }
+            case .failure(let rejection):
+                closeDescriptor(current)
+                return .failure(Destination.describe(rejection, display(sofar), entry: relative))
+            }
+        }
+        return .success((current, created))
+    }
+
+    /// How a directory step failed.
+    enum StepFailure: Error {
+        /// A symbolic link, or something that is not a directory, where a directory was needed.
+        case notDirectory
+        case system(String, Errno)
+    }
+
+    /// Opens directory `name` under `parent` without following a symbolic link; creates it
+    /// first when missing and `create` is set. Returns the descriptor and whether it was created.
+    static func openDirectory(_ parent: Int32, _ name: String, create: Bool) -> Result<(Int32, Bool), StepFailure> {
+        var wasCreated = false
+        for _ in 0..<2 {
+            let opened = Result { () throws(SluiceError) in
+                try syscallValue("openat", name) {
+                    openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                }
+            }
+            switch opened {
+            case .success(let dirfd):
+                return .success((dirfd, wasCreated))
+            case .failure:
+                let errno = opened.failureErrno ?? .ioError
+                if errno == .noSuchFile && create && !wasCreated {
+                    let made = Result { () throws(SluiceError) in
+                        try syscallValue("mkdirat", name) { mkdirat(parent, name, 0o755) }
+                    }
+                    if case .failure = made, made.failureErrno != .fileExists {
+                        return .failure(.system("mkdir", made.failureErrno ?? .ioError))
+                    }
+                    wasCreated = made.failureErrno == nil
+                    continue
+                }
+                if errno.rawValue == ELOOP || errno == .notDirectory { return .failure(.notDirectory) }
+                return .failure(.system("open", errno))
+            }
+        }
+        return .failure(.system("open", .noSuchFile))
+    }
+
+    static func describe(_ failure: StepFailure, _ where_: String, entry: String) -> EntryRejection {
+        switch failure {
+        case .notDirectory:
+            return .refused(.invalidPath, "\(entry): \(where_) is a symbolic link or not a directory")
+        case .system(let call, let errno):
+            return .failed(.io, "\(call) \(quoted(where_)): \(errno)")
+        }
+    }
+
+    /// Creates directory `components` (and its parents) for a DIR entry. Returns the relative
+    /// paths of the directories created (the entry's own last), to apply attributes to later.
+    func makeDirectory(_ components: [String], relative: String) -> Result<[String], EntryRejection> {
+        switch openParent(of: components, relative: relative) {
+        case .failure(let rejection):
+            return .failure(rejection)
+        case .success(let (parent, createdParents)):
+            defer { closeDescriptor(parent) }
+            switch Destination.openDirectory(parent, components.last!, create: true) {
+            case .success(let (dirfd, wasCreated)):
+                closeDescriptor(dirfd)
+                return .success(createdParents + (wasCreated ? [relative] : []))
+            case .failure(let failure):
+                if case .notDirectory = failure {
+                    return .failure(.refused(.exists, "exists (not a directory)"))
+                }
+                return .failure(Destination.describe(failure, display(relative), entry: relative))
+            }
+        }
+    }
+
+    /// Sets mode and modification time of a directory created earlier, walking to it again
+    /// without following links. Failures are returned as text, for a warning.
+    func applyDirectoryAttributes(_ relative: String, mode: UInt32, mtime: timespec) -> String? {
+        let components = relative.split(separator: "/").map(String.init)
+        var current = dup(fd)
+        guard current >= 0 else { return "dup \(path): \(Errno.current)" }
+        defer { closeDescriptor(current) }
+        for name in components {
+            switch Destination.openDirectory(current, name, create: false) {
+            case .success(let (next, _)):
+                closeDescriptor(current)
+                current = next
+            case .failure:
+                return "cannot reopen \(quoted(display(relative)))"
+            }
+        }
+        let dirfd = current
+        let times = [timespec(tv_sec: 0, tv_nsec: utimeNow), mtime]
+        let result = Result { () throws(SluiceError) in
+            try syscallValue("fchmod", display(relative)) { fchmod(dirfd, mode_t(mode & 0o7777)) }
+            try syscallValue("futimens", display(relative)) { futimens(dirfd, times) }
+        }
+        if case .failure(let error) = result { return error.description }
+        return nil
+    }
+
+    // MARK: Files
+
+    /// The temporary name a file is received under, next to its final name: `.NAME.sluice-part`,
+    /// or `.sluice-part.` and 32 hex digits of the name's SHA-256 when that would be too long.
+    static func temporaryName(for name: String) -> String {
+        let plain = "." + name + ".sluice-part"
+        if plain.utf8.count <= Wire.maxComponentBytes { return plain }
+        return ".sluice-part." + SHA256Digest.hex(SHA256Digest.hash(name.utf8).prefix(16))
+    }
+
+    /// The extended attribute that marks a partial file as resumable: `v1 SIZE SECONDS NANOSECONDS`
+    /// of the file being received.
+    static let resumeAttribute = "user.sluice.resume"
+
+    static func resumeTag(_ header: EntryHeader) -> [UInt8] {
+        Array("v1 \(header.size) \(header.mtimeSeconds) \(header.mtimeNanoseconds)".utf8)
+    }
+
+    /// What is at the final name, without following a link: nil when nothing is.
+    static func existing(_ parent: Int32, _ name: String) -> mode_t? {
+        var st = stat()
+        guard fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else { return nil }
+        return st.st_mode & S_IFMT
+    }
+
+    /// Opens (creating it) the temporary file of `header` under `parent`, locked against a
+    /// concurrent transfer of the same file. Returns the descriptor and the offset to resume
+    /// from: the length of a partial left by an interrupted transfer of the same file (same
+    /// size and mtime, marked by `resumeAttribute`), else 0 with the file emptied.
+    static func openTemporary(
+        _ parent: Int32, _ temporary: String, header: EntryHeader, resume: Bool, display: String
+    ) -> Result<(fd: Int32, offset: UInt64, resumable: Bool), EntryRejection> {
+        var flags = O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC
+        var fd: Int32 = -1
+        var st = stat()
+        for attempt in 0..<2 {
+            let opened = Result { () throws(SluiceError) in
+                try syscallValue("openat", display) { openat(parent, temporary, flags, 0o600) }
+            }
+            switch opened {
+            case .success(let descriptor):
+                fd = descriptor
+            case .failure(let error):
+                if error.errno?.rawValue == ELOOP {
+                    return .failure(.refused(.invalidPath, "\(display) is a symbolic link"))
+                }
+                return .failure(.failed(.io, error.description))
+            }
+            guard fstat(fd, &st) == 0 else {
+                let errno = Errno.current
+                closeDescriptor(fd)
+                return .failure(.failed(.io, "fstat \(quoted(display)): \(errno)"))
+            }
+            guard st.st_mode & S_IFMT == S_IFREG else {
+                closeDescriptor(fd)
+                return .failure(.refused(.invalidPath, "\(display) exists and is not a regular file"))
+            }
+            // A partial name linked elsewhere is not ours to write through: start a new file.
+            if st.st_nlink > 1 && attempt == 0 {
+                closeDescriptor(fd)
+                unlinkat(parent, temporary, 0)
+                flags |= O_EXCL
+                continue
+            }
+            break
+        }
+        let descriptor = fd
+        let locked = Result { () throws(SluiceError) in
+            try syscall("flock", display) { flock(descriptor, LOCK_EX | LOCK_NB) }
+        }
+        switch locked {
+        case .success(.processed):
+            break
+        case .success(.wouldBlock):
+            closeDescriptor(fd)
+            return .failure(.refused(.busy, "busy: another transfer of this file is in progress"))
+        case .failure(let error):
+            closeDescriptor(fd)
+            return .failure(.failed(.io, error.description))
+        }
+        let resumable = resume && header.sizeKnown && header.resumable
+        var offset: UInt64 = 0
+        if resumable && st.st_size > 0 && UInt64(st.st_size) <= header.size {
+            var tag = [UInt8](repeating: 0, count: 128)
+            let n = tag.withUnsafeMutableBytes { fgetxattr(descriptor, resumeAttribute, $0.baseAddress, $0.count) }
+            if n > 0 && Array(tag[0..<n]) == resumeTag(header) { offset = UInt64(st.st_size) }
+        }
+        if offset == 0 {
+            let truncated = Result { () throws(SluiceError) in
+                try syscallValue("ftruncate", display) { ftruncate(descriptor, 0) }
+            }
+            if case .failure(let error) = truncated {
+                closeDescriptor(fd)
+                return .failure(.failed(.io, error.description))
+            }
+            if resumable {
+                let tag = resumeTag(header)
+                // Without user xattrs (some file systems) the partial is simply not resumable.
+                let rc = tag.withUnsafeBytes { fsetxattr(descriptor, resumeAttribute, $0.baseAddress, $0.count, 0) }
+                if rc != 0 { return .success((fd, 0, false)) }
+            } else {
+                fremovexattr(descriptor, resumeAttribute)
+            }
+        }
+        return .success((fd, offset, resumable))
+    }
+
+    /// Moves the finished temporary file to its final name within `parent`: `renameat` when
+    /// replacing is allowed, otherwise `renameat2(RENAME_NOREPLACE)` (or `linkat` + `unlinkat`
+    /// where the file system lacks it), so an existing file is never replaced.
+    static func commit(_ parent: Int32, _ temporary: String, _ name: String, overwrite: Bool, display: String)
+        -> Result<Void, EntryRejection>
+    {
+        let renamed: Result<Int32, SluiceError>
+        if overwrite {
+            renamed = Result { () throws(SluiceError) in
+                try syscallValue("rename", display) { renameat(parent, temporary, parent, name) }
+            }
+        } else {
+            renamed = Result { () throws(SluiceError) in
+                try syscallValue("rename", display) {
+                    renameat2(parent, temporary, parent, name, UInt32(RENAME_NOREPLACE))
+                }
+            }
+            if let errno = renamed.failureErrno, errno == .invalidArgument || errno.rawValue == ENOSYS {
+                let linked = Result { () throws(SluiceError) in
+                    try syscallValue("link", display) { linkat(parent, temporary, parent, name, 0) }
+                }
+                if linked.failureErrno == .fileExists {
+                    unlinkat(parent, temporary, 0)
+                    return .failure(.refused(.exists, "exists"))
+                }
+                if case .failure(let error) = linked {
+                    unlinkat(parent, temporary, 0)
+                    return .failure(.failed(.io, error.description))
+                }
+                unlinkat(parent, temporary, 0)
+                return .success(())
+            }
+        }
+        switch renamed {
+        case .success:
+            return .success(())
+        case .failure(let error):
+            unlinkat(parent, temporary, 0)
+            if renamed.failureErrno == .fileExists { return .failure(.refused(.exists, "exists")) }
+            if renamed.failureErrno == .isDirectory { return .failure(.refused(.exists, "exists (a directory)")) }
+            return .failure(.failed(.io, error.description))
+        }
+    }
+}
+
+/// `UTIME_NOW` (a macro Swift does not import): set the time to now.
+let utimeNow = (1 << 30) - 1
+
+/// A path quoted for messages, as `SluiceError` quotes paths.
+func quoted(_ path: String) -> String { "\"\(path)\"" }

@@ -1,0 +1,142 @@
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// One entry a sender will send: a directory, a file by path, or a stream.
+struct OutgoingEntry {
+    enum Kind {
+        case directory
+        case file(String)
+        case stream(ReadStream)
+    }
+
+    var kind: Kind
+    /// The relative path on the wire.
+    var relative: String
+    var mode: UInt32
+    var mtimeSeconds: Int64
+    var mtimeNanoseconds: UInt32
+    var size: UInt64?
+
+    var isDirectory: Bool {
+        if case .directory = kind { return true }
+        return false
+    }
+}
+
+/// Turns the sender's sources into the list of entries to send, walking directories: regular
+/// files and directories (empty ones too) are sent, each directory before what it holds;
+/// symbolic links inside a directory, devices, sockets and FIFOs are skipped with a warning.
+/// A path given directly is followed if it is a link, as `scp -r` does.
+enum SourceTree {
+    static func entries(_ sources: [TransferSource], warn: (String) -> Void) throws(SluiceError) -> [OutgoingEntry] {
+        var out: [OutgoingEntry] = []
+        for source in sources {
+            switch source {
+            case .stream(let stream, let name, let mode):
+                guard case .success = PathCheck.components(Array(name.utf8)) else {
+                    throw SluiceError(
+                        .invalidArgument, operation: "send", subject: name,
+                        detail: "a stream's name must be a relative path without '.' or '..' components")
+                }
+                out.append(
+                    OutgoingEntry(
+                        kind: .stream(stream), relative: name, mode: mode & 0o7777, mtimeSeconds: Int64(time(nil)),
+                        mtimeNanoseconds: 0, size: nil))
+            case .path(let path):
+                var st = stat()
+                try syscallValue("stat", path) { stat(path, &st) }
+                let name = try baseName(path)
+                switch st.st_mode & S_IFMT {
+                case S_IFREG:
+                    out.append(entry(.file(path), name, st))
+                case S_IFDIR:
+                    out.append(entry(.directory, name, st))
+                    try walk(path, relative: name, into: &out, warn: warn)
+                default:
+                    warn("skipping \(quoted(path)): not a regular file or directory")
+                }
+            }
+        }
+        return out
+    }
+
+    private static func entry(_ kind: OutgoingEntry.Kind, _ relative: String, _ st: stat) -> OutgoingEntry {
+        let isFile: Bool
+        if case .file = kind { isFile = true } else { isFile = false }
+        return OutgoingEntry(
+            kind: kind, relative: relative, mode: UInt32(st.st_mode & 0o7777), mtimeSeconds: Int64(st.st_mtim.tv_sec),
+            mtimeNanoseconds: UInt32(st.st_mtim.tv_nsec), size: isFile ? UInt64(st.st_size) : nil)
+    }
+
+    /// The name a path is sent under: its last component (`photos/` → `photos`; `.` → the
+    /// current directory's name).
+    static func baseName(_ path: String) throws(SluiceError) -> String {
+        let parts = path.split(separator: "/")
+        if let last = parts.last, last != ".", last != ".." { return String(last) }
+        guard let resolved = realpath(path, nil) else {
+            throw SluiceError(.system(.current), operation: "realpath", subject: path)
+        }
+        defer { free(resolved) }
+        let full = String(cString: resolved)
+        guard let last = full.split(separator: "/").last else {
+            throw SluiceError(
+                .invalidArgument, operation: "send", subject: path,
+                detail: "the root directory has no name to send under")
+        }
+        return String(last)
+    }
+
+    private static func walk(
+        _ directory: String, relative: String, into out: inout [OutgoingEntry], warn: (String) -> Void
+    )
+        throws(SluiceError)
+    {
+        guard let dir = opendir(directory) else {
+            throw SluiceError(.system(.current), operation: "opendir", subject: directory)
+        }
+        var names: [String] = []
+        while true {
+            errno = 0
+            guard let item = readdir(dir) else {
+                if errno != 0 {
+                    let error = SluiceError(.system(.current), operation: "readdir", subject: directory)
+                    closedir(dir)
+                    throw error
+                }
+                break
+            }
+            let name = withUnsafeBytes(of: item.pointee.d_name) { raw in
+                String(validatingCString: raw.baseAddress!.assumingMemoryBound(to: CChar.self))
+            }
+            guard let name else {
+                warn("skipping a name in \(quoted(directory)) that is not valid UTF-8")
+                continue
+            }
+            if name == "." || name == ".." { continue }
+            names.append(name)
+        }
+        closedir(dir)
+        for name in names.sorted() {
+            let path = directory.hasSuffix("/") ? directory + name : directory + "/" + name
+            let childRelative = relative + "/" + name
+            if childRelative.utf8.count > Wire.maxPathBytes {
+                warn("skipping \(quoted(path)): path longer than \(Wire.maxPathBytes) bytes")
+                continue
+            }
+            var st = stat()
+            try syscallValue("lstat", path) { lstat(path, &st) }
+            switch st.st_mode & S_IFMT {
+            case S_IFREG:
+                out.append(entry(.file(path), childRelative, st))
+            case S_IFDIR:
+                out.append(entry(.directory, childRelative, st))
+                try walk(path, relative: childRelative, into: &out, warn: warn)
+            case S_IFLNK:
+                warn("skipping symbolic link \(quoted(path))")
+            default:
+                warn("skipping \(quoted(path)): not a regular file or directory")
+            }
+        }
+    }
+}

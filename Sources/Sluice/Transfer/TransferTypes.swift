@@ -1,0 +1,192 @@
+/// What became of one file or directory of a transfer, as the receiver answered it.
+public enum TransferOutcome: Hashable, Sendable, CustomStringConvertible {
+    /// Stored at its final name, its SHA-256 verified (a directory: created or already there).
+    case stored
+    /// Not stored, by the receiver's rule: `reason` is e.g. `exists`, `too large: …`,
+    /// `invalid path: …`, `busy: …`. (Exit status 73 for a command-line tool.)
+    case refused(reason: String)
+    /// Not stored because something went wrong: a data error (digest or size mismatch,
+    /// corrupt compressed data) or an I/O error on either side (disk full, read error,
+    /// connection lost).
+    case failed(reason: String, kind: TransferFailureKind)
+
+    public var isStored: Bool { self == .stored }
+
+    public var description: String {
+        switch self {
+        case .stored: return "stored"
+        case .refused(let reason): return "refused: \(reason)"
+        case .failed(let reason, _): return "failed: \(reason)"
+        }
+    }
+}
+
+/// Why a file failed: its data (exit status 65) or input/output (exit status 74).
+public enum TransferFailureKind: Hashable, Sendable {
+    /// The data did not verify: SHA-256 or size mismatch, corrupt compressed data.
+    case data
+    /// Reading, writing or the connection failed (disk full, I/O error, reset).
+    case io
+}
+
+/// One entry of a transfer and its outcome.
+public struct TransferFileResult: Hashable, Sendable {
+    /// The relative path on the wire (`photos/2024/a.jpg`), `/`-separated.
+    public var path: String
+    /// True for a directory entry.
+    public var isDirectory: Bool
+    /// The file's size, when known (a stream's size once it has been read).
+    public var size: UInt64?
+    /// Bytes that were not sent because the receiver already held them (resume).
+    public var resumedBytes: UInt64
+    public var outcome: TransferOutcome
+
+    public init(
+        path: String, isDirectory: Bool = false, size: UInt64?, resumedBytes: UInt64 = 0, outcome: TransferOutcome
+    ) {
+        self.path = path
+        self.isDirectory = isDirectory
+        self.size = size
+        self.resumedBytes = resumedBytes
+        self.outcome = outcome
+    }
+}
+
+// MARK: Sender
+
+/// How a `TransferSender` sends.
+public struct TransferSendOptions: Sendable {
+    /// Compress each file's data with raw deflate when the receiver supports it.
+    public var compress: Bool
+    /// The zlib level for `compress`, 0 to 9.
+    public var compressionLevel: Int
+    /// The largest DATA frame, and the unit the files are read in. Memory stays within a few
+    /// chunks whatever the file sizes.
+    public var chunkSize: ChunkSize
+    /// Caps the bytes written to the connection per second.
+    public var rateLimit: Int?
+    /// Continue a file the receiver holds part of from an interrupted transfer.
+    public var resume: Bool
+
+    public init(
+        compress: Bool = false, compressionLevel: Int = 6, chunkSize: ChunkSize = .default, rateLimit: Int? = nil,
+        resume: Bool = true
+    ) {
+        precondition(Deflate.levels.contains(compressionLevel), "compression level must be 0...9")
+        precondition(rateLimit.map { $0 > 0 } ?? true, "rate limit must be positive")
+        self.compress = compress
+        self.compressionLevel = compressionLevel
+        self.chunkSize = chunkSize
+        self.rateLimit = rateLimit
+        self.resume = resume
+    }
+}
+
+/// What a sender is to send.
+public enum TransferSource {
+    /// A file or a directory (sent recursively under its base name, as `scp -r`).
+    case path(String)
+    /// A stream of unknown length (standard input, a pipe) stored under `name`, a relative
+    /// path, with permission bits `mode`. Not resumable.
+    case stream(ReadStream, name: String, mode: UInt32 = 0o644)
+}
+
+/// A snapshot of a running transfer, for progress displays.
+public struct TransferProgress: Hashable, Sendable {
+    /// File bytes done: sent, or skipped because the receiver had them (resume).
+    public var bytesDone: UInt64
+    /// The sum of the known file sizes (a stream counts once it has ended).
+    public var bytesTotal: UInt64
+    /// Bytes written to the connection, protocol and compression included.
+    public var bytesSent: UInt64
+    /// Files answered (stored, refused or failed) and files in all.
+    public var filesDone: Int
+    public var filesTotal: Int
+    /// The file being sent, if any.
+    public var currentPath: String?
+    /// Seconds since the transfer started.
+    public var seconds: Double
+}
+
+/// The result of a sender's run.
+public struct TransferSummary: Sendable {
+    /// Files stored by the receiver.
+    public var files: Int
+    /// Directory entries stored (created or already present).
+    public var directories: Int
+    /// File bytes sent in this run (before compression; resumed prefixes excluded).
+    public var bytes: UInt64
+    /// Bytes written to the connection: protocol, after compression.
+    public var bytesSent: UInt64
+    /// File bytes not sent because the receiver held them from an interrupted transfer.
+    public var resumedBytes: UInt64
+    public var seconds: Double
+    /// Every entry, in the order sent, with its outcome. Entries never reached because the
+    /// connection failed are `.failed(…, kind: .io)`.
+    public var results: [TransferFileResult]
+    /// Why the transfer as a whole failed (connect failed, connection reset, protocol
+    /// violation, cancelled), or nil when every entry was answered.
+    public var error: SluiceError?
+
+    /// True when the connection completed and every entry was stored.
+    public var succeeded: Bool { error == nil && results.allSatisfy { $0.outcome.isStored } }
+}
+
+// MARK: Receiver
+
+/// How a `TransferReceiver` stores what it receives.
+public struct TransferReceiveOptions: Sendable {
+    /// Replace existing files. Without it an existing file is never replaced: the sender is
+    /// told `refused: exists`.
+    public var overwrite: Bool
+    /// Refuse files larger than this many bytes.
+    public var maxSize: UInt64?
+    /// Keep the data of an interrupted file under its temporary name and continue it when
+    /// the same file (path, size, mtime) is sent again.
+    public var resume: Bool
+    /// Flush each file to disk (`fsync`, and the directory after the rename) before
+    /// answering `stored`.
+    public var fsync: Bool
+    /// Drop a connection that sends nothing for this long; nil never does.
+    public var idleTimeout: Duration?
+
+    public init(
+        overwrite: Bool = false, maxSize: UInt64? = nil, resume: Bool = true, fsync: Bool = true,
+        idleTimeout: Duration? = .seconds(300)
+    ) {
+        self.overwrite = overwrite
+        self.maxSize = maxSize
+        self.resume = resume
+        self.fsync = fsync
+        self.idleTimeout = idleTimeout
+    }
+}
+
+/// What one connection to a receiver did, reported when it ends.
+public struct TransferSessionReport: Sendable {
+    /// Numbers sessions from 1 in the order they were accepted.
+    public var id: Int
+    /// The peer's address (or the name given to `serve`).
+    public var peer: String
+    /// Every entry the peer sent, with the answer it got.
+    public var results: [TransferFileResult]
+    /// File bytes written to disk in this session (resumed prefixes excluded).
+    public var bytes: UInt64
+    public var seconds: Double
+    /// Why the session ended early: a protocol violation, a reset, an idle timeout; nil when
+    /// the sender said goodbye.
+    public var error: SluiceError?
+
+    /// Files stored.
+    public var files: Int { results.filter { !$0.isDirectory && $0.outcome.isStored }.count }
+}
+
+/// Something that happened in a receiver session, as it happens.
+public enum TransferReceiverEvent: Sendable {
+    /// A connection was accepted.
+    case sessionStarted(id: Int, peer: String)
+    /// An entry was answered.
+    case entry(sessionID: Int, TransferFileResult)
+    /// A problem that did not fail an entry (a directory's attributes could not be set).
+    case warning(sessionID: Int, String)
+}

@@ -1,0 +1,249 @@
+/// What a `WireConnection` tells the session that owns it.
+protocol WireConnectionOwner: AnyObject {
+    /// Bytes arrived in `connection.inbound`: parse and consume what is complete.
+    func wireReceived(_ connection: WireConnection)
+    /// `connection.outbound` has room and the socket has space: append more if there is any.
+    func wireCanSend(_ connection: WireConnection)
+    /// The peer closed its sending direction (after everything it sent was handed over).
+    func wirePeerClosed(_ connection: WireConnection)
+    /// A stream failed (reset, refused, timed out): the connection is unusable.
+    func wireFailed(_ connection: WireConnection, _ error: SluiceError)
+}
+
+/// One connection of the transfer protocol: a read and a write stream on a loop, an inbound
+/// buffer the owner parses and an outbound buffer the owner fills, moved under the seeds'
+/// backpressure rule:
+///
+/// - `hasBytesAvailable` is answered with one read into `inbound` while it has room and the
+///   outbound backlog is below `pauseReadingAbove`; otherwise the offer is remembered and the
+///   read happens when room comes (the peer's TCP window closes meanwhile).
+/// - `hasSpaceAvailable` with nothing to write sets the pending-write flag; `flush()` writes
+///   at once when the flag is set, so no offer is lost.
+/// - An optional rate limit (a token bucket on the loop's timers) paces the writes.
+///
+/// Memory is the two buffers, fixed at creation.
+final class WireConnection: ByteStreamDelegate {
+    let input: ReadStream
+    let output: WriteStream
+    var inbound: ByteBuffer
+    var outbound: ByteBuffer
+    weak var owner: WireConnectionOwner?
+    /// Stop reading while more than this many bytes wait to be written.
+    var pauseReadingAbove: Int
+    /// Bytes written to the socket.
+    private(set) var bytesWritten: UInt64 = 0
+    /// Bytes read from the socket.
+    private(set) var bytesRead: UInt64 = 0
+    /// True once `close()` ran.
+    private(set) var isClosed = false
+    /// Called once when the connection closes.
+    var onClose: (() -> Void)?
+    /// Time of the last read or write, for idle timeouts.
+    private(set) var lastActivity = monotonicNanoseconds()
+
+    /// A `hasBytesAvailable` offer not yet answered with a read.
+    private var readOffered = false
+    /// The pending-write flag: `hasSpaceAvailable` offered and nothing written since.
+    private var writeOffered = false
+    private var peerClosed = false
+    private var closeWhenFlushed = false
+    private var flushing = false
+    private var delivering = false
+    private var loop: EventLoop?
+
+    private let rateLimit: Int?
+    private var tokens: Double = 0
+    private var tokensUpdated: UInt64 = 0
+    private var throttleTimer: LoopTimer?
+
+    init(
+        input: ReadStream, output: WriteStream, inboundCapacity: Int, outboundCapacity: Int, rateLimit: Int? = nil
+    ) {
+        self.input = input
+        self.output = output
+        inbound = ByteBuffer(capacity: inboundCapacity)
+        outbound = ByteBuffer(capacity: outboundCapacity)
+        pauseReadingAbove = outboundCapacity
+        self.rateLimit = rateLimit
+    }
+
+    deinit {
+        inbound.deallocate()
+        outbound.deallocate()
+    }
+
+    /// Schedules and opens both streams (those not open yet) on `loop`.
+    func start(on loop: EventLoop) {
+        self.loop = loop
+        tokensUpdated = monotonicNanoseconds()
+        tokens = Double(rateLimit ?? 0) / 20
+        input.delegate = self
+        output.delegate = self
+        input.schedule(on: loop)
+        output.schedule(on: loop)
+        if input.streamStatus == .notOpen { input.open() }
+        if output.streamStatus == .notOpen { output.open() }
+        for stream in [input as ByteStream, output] where stream.streamStatus == .error {
+            fail(stream.streamError ?? SluiceError(.notOpen, operation: "open", subject: stream.name))
+            return
+        }
+    }
+
+    // MARK: Events
+
+    func stream(_ stream: ByteStream, handle event: StreamEvent) {
+        guard !isClosed else { return }
+        switch event {
+        case .hasBytesAvailable:
+            readOffered = true
+            readIfAllowed()
+        case .hasSpaceAvailable:
+            writeOffered = true
+            flush()
+        case .endEncountered where stream === input:
+            notePeerClosed()
+        case .errorOccurred:
+            let error = stream.streamError ?? SluiceError(.system(.ioError), operation: "socket", subject: stream.name)
+            fail(error)
+        default:
+            break
+        }
+    }
+
+    // MARK: Reading
+
+    /// Reads once if an offer is waiting and there is room; then lets the owner parse.
+    func readIfAllowed() {
+        // Not while the owner parses: a read could move the bytes it is looking at.
+        guard !delivering, readOffered, !isClosed, !peerClosed, outbound.readableBytes <= pauseReadingAbove else {
+            return
+        }
+        guard inbound.reserve(1) else { return }  // the owner has not consumed: it will call again
+        readOffered = false
+        switch input.tryRead(into: inbound.tail) {
+        case .processed(let n) where n > 0:
+            inbound.produced(n)
+            bytesRead += UInt64(n)
+            lastActivity = monotonicNanoseconds()
+            delivering = true
+            owner?.wireReceived(self)
+            delivering = false
+        case .processed(0):
+            notePeerClosed()
+        case .processed:
+            fail(input.streamError ?? SluiceError(.system(.ioError), operation: "recv", subject: input.name))
+        case .wouldBlock:
+            break
+        }
+    }
+
+    private func notePeerClosed() {
+        guard !peerClosed, !isClosed else { return }
+        peerClosed = true
+        owner?.wirePeerClosed(self)
+    }
+
+    // MARK: Writing
+
+    /// Appends a message to the outbound buffer and writes it if the socket has space.
+    func send(_ bytes: [UInt8]) {
+        guard !isClosed else { return }
+        outbound.append(bytes)
+        flush()
+    }
+
+    /// Writes what is buffered while the socket takes it (asking the owner for more as the
+    /// buffer empties), up to a bounded number of writes per call.
+    func flush() {
+        guard !isClosed, !flushing else { return }
+        flushing = true
+        defer { flushing = false }
+        var writes = 0
+        while writeOffered, !isClosed, writes < 8 {
+            if outbound.readableBytes < outbound.capacity / 2 { owner?.wireCanSend(self) }
+            guard !isClosed, !outbound.isEmpty else { break }
+            var allowed = outbound.readableBytes
+            if let rateLimit {
+                allowed = min(allowed, takeTokens(wanted: allowed, limit: rateLimit))
+                if allowed == 0 { return }
+            }
+            let slice = UnsafeRawBufferPointer(rebasing: outbound.readable[0..<allowed])
+            switch output.tryWrite(from: slice) {
+            case .processed(let n) where n > 0:
+                writeOffered = false
+                outbound.consume(n)
+                bytesWritten += UInt64(n)
+                lastActivity = monotonicNanoseconds()
+                if rateLimit != nil { tokens -= Double(n) }
+                writes += 1
+                // Accepted in full: the socket very likely takes more now.
+                if n == allowed && rateLimit == nil { writeOffered = true }
+            case .processed(0):
+                writeOffered = false
+            case .processed:
+                fail(output.streamError ?? SluiceError(.system(.ioError), operation: "send", subject: output.name))
+                return
+            case .wouldBlock:
+                writeOffered = false
+            }
+        }
+        if writeOffered && writes > 0 && !outbound.isEmpty {
+            // Bounded work per event: the stream was re-armed by the last write.
+            writeOffered = false
+        }
+        if outbound.readableBytes <= pauseReadingAbove { readIfAllowed() }
+        if closeWhenFlushed && outbound.isEmpty { close() }
+    }
+
+    private func takeTokens(wanted: Int, limit: Int) -> Int {
+        let now = monotonicNanoseconds()
+        let burst = max(Double(limit) / 10, 512)
+        tokens = min(burst, tokens + Double(now - tokensUpdated) * Double(limit) / 1e9)
+        tokensUpdated = now
+        let grain = min(Double(wanted), max(512, Double(limit) / 50))
+        if tokens >= grain { return min(wanted, Int(tokens)) }
+        guard let loop, throttleTimer == nil else { return 0 }
+        let waitNanoseconds = UInt64((grain - tokens) / Double(limit) * 1e9) + 1
+        throttleTimer = loop.schedule(after: .nanoseconds(Int64(waitNanoseconds))) { [weak self] in
+            guard let self else { return }
+            self.throttleTimer = nil
+            self.flush()
+        }
+        return 0
+    }
+
+    // MARK: Ending
+
+    /// Closes once everything buffered is written (reading stops now).
+    func closeAfterFlush() {
+        closeWhenFlushed = true
+        readOffered = false
+        peerClosed = true
+        if outbound.isEmpty { close() } else { flush() }
+    }
+
+    private func fail(_ error: SluiceError) {
+        guard !isClosed else { return }
+        close()
+        owner?.wireFailed(self, error)
+    }
+
+    /// Closes both streams and leaves the loop. Idempotent.
+    func close() {
+        guard !isClosed else { return }
+        isClosed = true
+        throttleTimer?.cancel()
+        throttleTimer = nil
+        input.delegate = nil
+        output.delegate = nil
+        output.close()
+        input.close()
+        if let loop {
+            input.remove(from: loop)
+            output.remove(from: loop)
+        }
+        let closed = onClose
+        onClose = nil
+        closed?()
+    }
+}

@@ -1,0 +1,387 @@
+/// The sluice transfer protocol, version 1: the constants, limits and message layouts that
+/// `man/sluice-protocol.7` documents. Integers are big-endian.
+///
+/// Each side opens with the 8-byte magic `SLUICE\r\n`, then messages follow, each a type byte,
+/// a 4-byte payload length and the payload. Every length is checked against the limit of its
+/// message type before anything is allocated or read for it.
+enum Wire {
+    /// `SLUICE\r\n`: sent first by both sides.
+    static let magic: [UInt8] = Array("SLUICE\r\n".utf8)
+    /// The protocol version this implementation speaks.
+    static let version: UInt16 = 1
+    /// Type byte and payload length.
+    static let frameHeaderSize = 5
+    /// The largest DATA payload: the largest chunk size.
+    static let maxDataPayload = ChunkSize.range.upperBound
+    /// The largest control message payload (a header with a 4096-byte path fits).
+    static let maxControlPayload = 8192
+    /// The longest relative path, in bytes.
+    static let maxPathBytes = 4096
+    /// The longest path component, in bytes (NAME_MAX).
+    static let maxComponentBytes = 255
+    /// The longest reason text in REFUSED, FAILED, ABORT and ERROR.
+    static let maxReasonBytes = 1024
+    /// The most capabilities a HELLO may list, and the longest one.
+    static let maxCapabilities = 32
+    static let maxCapabilityBytes = 32
+
+    /// Capabilities announced in HELLO.
+    enum Capability {
+        static let sha256 = "sha256"
+        static let deflate = "deflate"
+        static let resume = "resume"
+    }
+
+    /// Message types. Sender → receiver: 0x01, 0x10–0x15, 0x7F. Receiver → sender: 0x01,
+    /// 0x15, 0x20–0x23, 0x7F.
+    enum MessageType: UInt8 {
+        case hello = 0x01
+        case file = 0x10
+        case directory = 0x11
+        case data = 0x12
+        case end = 0x13
+        case abort = 0x14
+        case bye = 0x15
+        case accept = 0x20
+        case stored = 0x21
+        case refused = 0x22
+        case failed = 0x23
+        case error = 0x7F
+
+        /// The largest payload a message of this type may carry.
+        var maxPayload: Int {
+            switch self {
+            case .data: return Wire.maxDataPayload
+            case .hello: return 2 + 1 + Wire.maxCapabilities * (1 + Wire.maxCapabilityBytes)
+            case .file, .directory: return Wire.maxControlPayload
+            case .end: return 8 + SHA256Digest.byteCount
+            case .accept: return 8
+            case .stored, .bye: return 0
+            case .refused, .failed: return 1 + Wire.maxReasonBytes
+            case .abort, .error: return Wire.maxReasonBytes
+            }
+        }
+    }
+
+    /// FILE flags.
+    enum FileFlags {
+        static let sizeKnown: UInt8 = 1 << 0
+        static let compressed: UInt8 = 1 << 1
+        static let resumable: UInt8 = 1 << 2
+        static let all: UInt8 = 0b111
+    }
+
+    /// REFUSED codes.
+    enum RefusalCode: UInt8 {
+        case exists = 1
+        case tooLarge = 2
+        case invalidPath = 3
+        case busy = 4
+        case other = 5
+    }
+
+    /// FAILED codes.
+    enum FailureCode: UInt8 {
+        case data = 1
+        case io = 2
+        case aborted = 3
+    }
+}
+
+/// A file or directory header as carried by FILE and DIR.
+struct EntryHeader: Equatable {
+    var flags: UInt8 = 0
+    var size: UInt64 = 0
+    var mode: UInt32
+    var mtimeSeconds: Int64
+    var mtimeNanoseconds: UInt32
+    var path: [UInt8]
+
+    var sizeKnown: Bool { flags & Wire.FileFlags.sizeKnown != 0 }
+    var compressed: Bool { flags & Wire.FileFlags.compressed != 0 }
+    var resumable: Bool { flags & Wire.FileFlags.resumable != 0 }
+}
+
+/// Builds messages into a byte array.
+struct MessageWriter {
+    private(set) var bytes: [UInt8] = []
+
+    mutating func u8(_ v: UInt8) { bytes.append(v) }
+    mutating func u16(_ v: UInt16) { withUnsafeBytes(of: v.bigEndian) { bytes.append(contentsOf: $0) } }
+    mutating func u32(_ v: UInt32) { withUnsafeBytes(of: v.bigEndian) { bytes.append(contentsOf: $0) } }
+    mutating func u64(_ v: UInt64) { withUnsafeBytes(of: v.bigEndian) { bytes.append(contentsOf: $0) } }
+    mutating func raw<Bytes: Collection<UInt8>>(_ v: Bytes) { bytes.append(contentsOf: v) }
+
+    /// A whole message: header and payload.
+    static func message(_ type: Wire.MessageType, _ build: (inout MessageWriter) -> Void = { _ in }) -> [UInt8] {
+        var payload = MessageWriter()
+        build(&payload)
+        precondition(payload.bytes.count <= type.maxPayload, "\(type) payload exceeds its limit")
+        var out = MessageWriter()
+        out.u8(type.rawValue)
+        out.u32(UInt32(payload.bytes.count))
+        out.raw(payload.bytes)
+        return out.bytes
+    }
+
+    static func hello(capabilities: [String]) -> [UInt8] {
+        message(.hello) { w in
+            w.u16(Wire.version)
+            w.u8(UInt8(capabilities.count))
+            for capability in capabilities {
+                let utf8 = Array(capability.utf8)
+                w.u8(UInt8(utf8.count))
+                w.raw(utf8)
+            }
+        }
+    }
+
+    static func entry(_ type: Wire.MessageType, _ header: EntryHeader) -> [UInt8] {
+        message(type) { w in
+            if type == .file {
+                w.u8(header.flags)
+                w.u64(header.size)
+            }
+            w.u32(header.mode)
+            w.u64(UInt64(bitPattern: header.mtimeSeconds))
+            w.u32(header.mtimeNanoseconds)
+            w.u16(UInt16(header.path.count))
+            w.raw(header.path)
+        }
+    }
+
+    static func end(size: UInt64, digest: [UInt8]) -> [UInt8] {
+        message(.end) { w in
+            w.u64(size)
+            w.raw(digest)
+        }
+    }
+
+    static func accept(offset: UInt64) -> [UInt8] { message(.accept) { $0.u64(offset) } }
+
+    static func answer(_ type: Wire.MessageType, code: UInt8, reason: String) -> [UInt8] {
+        message(type) { w in
+            w.u8(code)
+            w.raw(Wire.clip(reason))
+        }
+    }
+
+    static func text(_ type: Wire.MessageType, _ reason: String) -> [UInt8] {
+        message(type) { $0.raw(Wire.clip(reason)) }
+    }
+}
+
+extension Wire {
+    /// `reason` as UTF-8, cut to `maxReasonBytes` at a character boundary.
+    static func clip(_ reason: String) -> [UInt8] {
+        var out: [UInt8] = []
+        for scalar in reason.unicodeScalars {
+            let utf8 = Array(String(scalar).utf8)
+            if out.count + utf8.count > maxReasonBytes { break }
+            out.append(contentsOf: utf8)
+        }
+        return out
+    }
+
+    /// Text from the peer, made safe to print: invalid UTF-8 replaced, control characters
+    /// shown as `?`.
+    static func printable(_ bytes: some Collection<UInt8>) -> String {
+        let text = String(decoding: bytes, as: UTF8.self)
+        return String(
+            String.UnicodeScalarView(text.unicodeScalars.map { $0.value < 0x20 || $0.value == 0x7F ? "?" : $0 }))
+    }
+}
+
+/// Reads the fields of one message payload, checking every length against what is left.
+struct MessageReader {
+    private let bytes: UnsafeRawBufferPointer
+    private var index = 0
+
+    init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
+
+    var remaining: Int { bytes.count - index }
+    var atEnd: Bool { index == bytes.count }
+
+    mutating func u8() -> UInt8? {
+        guard remaining >= 1 else { return nil }
+        defer { index += 1 }
+        return bytes[index]
+    }
+
+    mutating func u16() -> UInt16? { integer(UInt16.self) }
+    mutating func u32() -> UInt32? { integer(UInt32.self) }
+    mutating func u64() -> UInt64? { integer(UInt64.self) }
+
+    private mutating func integer<T: FixedWidthInteger>(_: T.Type) -> T? {
+        let size = MemoryLayout<T>.size
+        guard remaining >= size else { return nil }
+        var value: T = 0
+        for i in 0..<size { value = value << 8 | T(bytes[index + i]) }
+        index += size
+        return value
+    }
+
+    mutating func raw(_ count: Int) -> [UInt8]? {
+        guard count >= 0, remaining >= count else { return nil }
+        defer { index += count }
+        return Array(bytes[index..<index + count])
+    }
+
+    mutating func rest() -> [UInt8] { raw(remaining) ?? [] }
+
+    /// A HELLO payload: the version and the capabilities, or nil if malformed.
+    static func hello(_ payload: UnsafeRawBufferPointer) -> (version: UInt16, capabilities: Set<String>)? {
+        var r = MessageReader(payload)
+        guard let version = r.u16(), let count = r.u8(), Int(count) <= Wire.maxCapabilities else { return nil }
+        var capabilities = Set<String>()
+        for _ in 0..<count {
+            guard let length = r.u8(), length >= 1, Int(length) <= Wire.maxCapabilityBytes,
+                let name = r.raw(Int(length))
+            else { return nil }
+            capabilities.insert(String(decoding: name, as: UTF8.self))
+        }
+        guard r.atEnd else { return nil }
+        return (version, capabilities)
+    }
+
+    /// A FILE or DIR payload, or nil if malformed (lengths that do not add up, a path longer
+    /// than `Wire.maxPathBytes`, unknown flags, nanoseconds out of range).
+    static func entry(_ type: Wire.MessageType, _ payload: UnsafeRawBufferPointer) -> EntryHeader? {
+        var r = MessageReader(payload)
+        var flags: UInt8 = 0
+        var size: UInt64 = 0
+        if type == .file {
+            guard let f = r.u8(), f & ~Wire.FileFlags.all == 0, let s = r.u64() else { return nil }
+            flags = f
+            size = s
+            if flags & Wire.FileFlags.sizeKnown == 0 && size != 0 { return nil }
+        }
+        guard let mode = r.u32(), let seconds = r.u64(), let nanoseconds = r.u32(), nanoseconds < 1_000_000_000,
+            let length = r.u16(), Int(length) <= Wire.maxPathBytes, let path = r.raw(Int(length)), r.atEnd
+        else { return nil }
+        return EntryHeader(
+            flags: flags, size: size, mode: mode, mtimeSeconds: Int64(bitPattern: seconds),
+            mtimeNanoseconds: nanoseconds, path: path)
+    }
+}
+
+/// Why a relative path from the wire is not acceptable.
+enum PathCheck {
+    /// Splits a relative path from the wire into its components, or says why it is refused:
+    /// empty, longer than 4096 bytes, not UTF-8, a NUL byte, absolute, an empty, `.` or `..`
+    /// component, or a component longer than 255 bytes.
+    static func components(_ path: [UInt8]) -> Result<[String], PathRefusal> {
+        guard !path.isEmpty else { return .failure(PathRefusal("empty path")) }
+        guard path.count <= Wire.maxPathBytes else {
+            return .failure(PathRefusal("path longer than \(Wire.maxPathBytes) bytes"))
+        }
+        guard !path.contains(0) else { return .failure(PathRefusal("NUL byte in path")) }
+        guard String(validating: path, as: UTF8.self) != nil else {
+            return .failure(PathRefusal("path is not valid UTF-8"))
+        }
+        guard path.first != UInt8(ascii: "/") else { return .failure(PathRefusal("absolute path")) }
+        var components: [String] = []
+        for part in path.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false) {
+            if part.isEmpty { return .failure(PathRefusal("empty path component")) }
+            if part.elementsEqual([UInt8(ascii: ".")]) { return .failure(PathRefusal("'.' path component")) }
+            if part.elementsEqual([UInt8(ascii: "."), UInt8(ascii: ".")]) {
+                return .failure(PathRefusal("'..' path component"))
+            }
+            if part.count > Wire.maxComponentBytes {
+                return .failure(PathRefusal("path component longer than \(Wire.maxComponentBytes) bytes"))
+            }
+            components.append(String(decoding: part, as: UTF8.self))
+        }
+        return .success(components)
+    }
+}
+
+/// A path refused by `PathCheck`, with the reason.
+struct PathRefusal: Error {
+    var reason: String
+    init(_ reason: String) { self.reason = reason }
+}
+
+/// A fixed-capacity byte buffer with a read and a write index: what has been received and not
+/// yet parsed, or what is to be sent and not yet written.
+struct ByteBuffer {
+    private(set) var storage: UnsafeMutableRawBufferPointer
+    private(set) var readIndex = 0
+    private(set) var writeIndex = 0
+
+    init(capacity: Int) {
+        storage = .allocate(byteCount: capacity, alignment: 16)
+    }
+
+    func deallocate() { storage.deallocate() }
+
+    var capacity: Int { storage.count }
+    var readableBytes: Int { writeIndex - readIndex }
+    var isEmpty: Bool { readIndex == writeIndex }
+    /// Space after the write index.
+    var tailSpace: Int { capacity - writeIndex }
+    /// Space after the write index once compacted.
+    var freeSpace: Int { capacity - readableBytes }
+
+    /// The bytes not yet consumed.
+    var readable: UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(rebasing: storage[readIndex..<writeIndex])
+    }
+
+    /// The space after the write index.
+    var tail: UnsafeMutableRawBufferPointer {
+        UnsafeMutableRawBufferPointer(rebasing: storage[writeIndex..<capacity])
+    }
+
+    /// Moves the unconsumed bytes to the start.
+    mutating func compact() {
+        if readIndex == 0 { return }
+        let count = readableBytes
+        if count > 0 {
+            storage.baseAddress!.copyMemory(from: storage.baseAddress! + readIndex, byteCount: count)
+        }
+        readIndex = 0
+        writeIndex = count
+    }
+
+    /// Makes at least `count` bytes of tail space, compacting if needed; false if it cannot.
+    mutating func reserve(_ count: Int) -> Bool {
+        if tailSpace >= count { return true }
+        compact()
+        return tailSpace >= count
+    }
+
+    mutating func consume(_ count: Int) {
+        precondition(count <= readableBytes, "ByteBuffer: consumed more than readable")
+        readIndex += count
+        if readIndex == writeIndex {
+            readIndex = 0
+            writeIndex = 0
+        }
+    }
+
+    mutating func produced(_ count: Int) {
+        precondition(count <= tailSpace, "ByteBuffer: produced more than the tail holds")
+        writeIndex += count
+    }
+
+    /// Appends `bytes`; the caller has checked `freeSpace`.
+    mutating func append(_ bytes: [UInt8]) {
+        let ok = reserve(bytes.count)
+        precondition(ok, "ByteBuffer: no room for \(bytes.count) bytes")
+        bytes.withUnsafeBytes { tail.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: bytes.count) }
+        writeIndex += bytes.count
+    }
+
+    /// Writes a big-endian `UInt32` at an absolute position in the storage (a frame header
+    /// filled in after its payload).
+    mutating func setUInt32(_ value: UInt32, at position: Int) {
+        withUnsafeBytes(of: value.bigEndian) {
+            (storage.baseAddress! + position).copyMemory(from: $0.baseAddress!, byteCount: 4)
+        }
+    }
+
+    mutating func setUInt8(_ value: UInt8, at position: Int) {
+        storage[position] = value
+    }
+}

@@ -1,0 +1,250 @@
+import Foundation
+import Testing
+
+@testable import Sluice
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+@Suite("Transfer safety and resume")
+struct TransferSafetyTests {
+    /// Sends `payload` on a raw connection to the harness, half-closes, and returns the reply.
+    private func exchange(_ harness: TransferHarness, _ payload: [UInt8]) throws -> SocketExchange {
+        let sessionsBefore = harness.reports.count
+        let client = SocketExchange(Socket.connect(host: "127.0.0.1", port: harness.port), payload: payload)
+        client.start(on: harness.loop)
+        runLoop(harness.loop, for: .seconds(10)) { client.done && harness.reports.count > sessionsBefore }
+        #expect(client.done)
+        return client
+    }
+
+    @Test("Hostile paths are refused, garbage drops the connection, and the receiver keeps serving")
+    func hostileClients() throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            let outside = root + "/outside"
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+            symlink(outside, dst + "/link")
+            let harness = try TransferHarness(directory: dst)
+
+            let evil: [[UInt8]] = [
+                Array("../escape".utf8), Array("/abs/path".utf8), Array("a/../../x".utf8), Array("link/x".utf8),
+                Array("link/deeper/x".utf8), Array("a//b".utf8), Array("./a".utf8), [0x61, 0x00, 0x62], [0xFF, 0xFE],
+                [], Array(repeating: 0x61, count: 256), Array(repeating: 0x61, count: 5000),
+            ]
+            var payload = RawWire.hello()
+            for path in evil { payload += RawWire.file(bytes: path, size: 5) }
+            payload += RawWire.bye
+            let client = try exchange(harness, payload)
+            let replies = RawWire.messages(client.received)
+            let refusals = replies.filter { $0.0 == Wire.MessageType.refused.rawValue }
+            #expect(refusals.count == evil.count - 1, "\(replies.map { ($0.0, Wire.printable($0.1)) })")
+            #expect(refusals.allSatisfy { $0.1.first == Wire.RefusalCode.invalidPath.rawValue })
+            // The 5000-byte path is malformed (over 4096): a protocol error ends the session.
+            #expect(replies.last?.0 == Wire.MessageType.error.rawValue)
+            #expect(harness.reports.last?.error?.code == .protocolViolation)
+
+            // A well-formed session with the same hostile paths ends with goodbye.
+            var polite = RawWire.hello()
+            for path in evil.dropLast() { polite += RawWire.file(bytes: path, size: 5) }
+            polite += RawWire.bye
+            let second = try exchange(harness, polite)
+            let secondReplies = RawWire.messages(second.received)
+            #expect(secondReplies.last?.0 == Wire.MessageType.bye.rawValue)
+            #expect(harness.reports.last?.error == nil)
+            #expect(harness.reports.last?.results.count == evil.count - 1)
+
+            // An oversized length field, random bytes, a wrong magic, a header cut short.
+            let oversized = RawWire.hello() + [Wire.MessageType.file.rawValue, 0xFF, 0xFF, 0xFF, 0xFF]
+            let oversizedData =
+                RawWire.hello() + RawWire.file("ok.bin", size: 10)
+                + [Wire.MessageType.data.rawValue, 0x7F, 0xFF, 0xFF, 0xFF]
+            let cutShort = RawWire.hello() + Array(RawWire.file("cut.bin", size: 10).prefix(9))
+            for garbage in [
+                oversized, oversizedData, randomBytes(5000, seed: 99), Array("GET / HTTP/1.0\r\n\r\n".utf8), cutShort,
+            ] {
+                let client = try exchange(harness, garbage)
+                #expect(harness.reports.last?.error != nil)
+                _ = client
+            }
+            // Nothing was written outside, and nothing but the link and no stray files inside.
+            #expect(treePaths(outside) == [])
+            #expect(!fileExists(root + "/escape"))
+            #expect(!fileExists(root + "/x"))
+            #expect(treePaths(dst) == ["link"])
+
+            // A normal sender is still served.
+            try writeFile(root + "/fine.txt", Array("still here".utf8))
+            let summary = try harness.send(paths: [root + "/fine.txt"])
+            #expect(summary.succeeded)
+            #expect(readFile(dst + "/fine.txt") == Array("still here".utf8))
+        }
+    }
+
+    @Test("A file whose data does not match its digest, or runs past its size, is not stored")
+    func rawDataErrors() throws {
+        try withTemporaryDirectory { root in
+            let harness = try TransferHarness(directory: root)
+            let good = Array("hello".utf8)
+            var payload = RawWire.hello()
+            payload += RawWire.file("bad-digest", size: 5) + RawWire.data(good)
+            payload += MessageWriter.end(size: 5, digest: SHA256Digest.hash(Array("jello".utf8)))
+            payload += RawWire.file("too-long", size: 5) + RawWire.data(good + good) + RawWire.end(good + good)
+            payload += RawWire.file("good", size: 5) + RawWire.data(good) + RawWire.end(good)
+            payload += RawWire.bye
+            let client = try exchange(harness, payload)
+            let types = RawWire.messages(client.received).map(\.0)
+            #expect(
+                types == [
+                    Wire.MessageType.hello.rawValue, Wire.MessageType.accept.rawValue, Wire.MessageType.failed.rawValue,
+                    Wire.MessageType.accept.rawValue, Wire.MessageType.failed.rawValue,
+                    Wire.MessageType.accept.rawValue, Wire.MessageType.stored.rawValue, Wire.MessageType.bye.rawValue,
+                ])
+            #expect(treePaths(root) == ["good"])
+        }
+    }
+
+    /// Sends `path` rate-limited and cancels it after `after`; returns the partial's size.
+    private func interrupt(_ harness: TransferHarness, _ path: String, after: Duration) throws -> TransferSummary {
+        let sessionsBefore = harness.reports.count
+        let (sender, box) = try harness.startSender(
+            [.path(path)], options: TransferSendOptions(chunkSize: try ChunkSize(65536), rateLimit: 4 << 20))
+        harness.loop.schedule(after: after) { sender.cancel() }
+        runLoop(harness.loop, for: .seconds(10)) { box.summary != nil && harness.reports.count > sessionsBefore }
+        return try #require(box.summary)
+    }
+
+    @Test("An interrupted transfer keeps a partial, and the next send resumes it")
+    func resume() throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            let bytes = randomBytes(4 << 20, seed: 5)
+            try writeFile(root + "/big.bin", bytes, mtime: (1_600_000_000, 42))
+            let harness = try TransferHarness(directory: dst)
+            let cut = try interrupt(harness, root + "/big.bin", after: .milliseconds(500))
+            #expect(cut.error?.code == .cancelled)
+            #expect(cut.files == 0)
+            #expect(!fileExists(dst + "/big.bin"))
+            let partial = try #require(FileInfo(dst + "/.big.bin.sluice-part"))
+            #expect(partial.size > 0 && partial.size < bytes.count)
+
+            let summary = try harness.send(paths: [root + "/big.bin"])
+            #expect(summary.succeeded, "\(summary.results)")
+            #expect(summary.resumedBytes == UInt64(partial.size))
+            #expect(summary.resumedBytes > 0)
+            #expect(summary.bytes == UInt64(bytes.count - partial.size))
+            #expect(readFile(dst + "/big.bin") == bytes)
+            #expect(FileInfo(dst + "/big.bin")?.mtimeNanoseconds == 42)
+            #expect(treePaths(dst) == ["big.bin"])
+        }
+    }
+
+    @Test("resume: false starts over; a changed source does not resume")
+    func noResume() throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            let bytes = randomBytes(4 << 20, seed: 6)
+            try writeFile(root + "/big.bin", bytes, mtime: (1_600_000_000, 0))
+            let harness = try TransferHarness(directory: dst)
+            _ = try interrupt(harness, root + "/big.bin", after: .milliseconds(300))
+            #expect(fileExists(dst + "/.big.bin.sluice-part"))
+            let summary = try harness.send(paths: [root + "/big.bin"], options: TransferSendOptions(resume: false))
+            #expect(summary.succeeded)
+            #expect(summary.resumedBytes == 0)
+            #expect(readFile(dst + "/big.bin") == bytes)
+
+            // Interrupted again, then the source's mtime changes: no resume.
+            unlink(dst + "/big.bin")
+            _ = try interrupt(harness, root + "/big.bin", after: .milliseconds(300))
+            try writeFile(root + "/big.bin", bytes, mtime: (1_600_000_001, 0))
+            let changed = try harness.send(paths: [root + "/big.bin"])
+            #expect(changed.succeeded)
+            #expect(changed.resumedBytes == 0)
+            #expect(readFile(dst + "/big.bin") == bytes)
+        }
+    }
+
+    @Test("A partial altered on disk is detected at the end and discarded")
+    func alteredPartial() throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            let bytes = randomBytes(4 << 20, seed: 8)
+            try writeFile(root + "/big.bin", bytes)
+            let harness = try TransferHarness(directory: dst)
+            _ = try interrupt(harness, root + "/big.bin", after: .milliseconds(500))
+            let partialPath = dst + "/.big.bin.sluice-part"
+            let partial = try #require(FileInfo(partialPath))
+            #expect(partial.size > 1000)
+            // Flip one byte in the middle of the held data, keeping size and xattr.
+            let fd = open(partialPath, O_RDWR)
+            var byte: UInt8 = 0
+            pread(fd, &byte, 1, 500)
+            byte ^= 0xFF
+            pwrite(fd, &byte, 1, 500)
+            close(fd)
+
+            let summary = try harness.send(paths: [root + "/big.bin"])
+            #expect(summary.error == nil)
+            #expect(summary.resumedBytes > 0)
+            guard case .failed(let reason, let kind) = summary.results.first?.outcome else {
+                Issue.record("expected a failure, got \(summary.results)")
+                return
+            }
+            #expect(kind == .data)
+            #expect(reason.contains("SHA-256"))
+            #expect(!fileExists(dst + "/big.bin"))
+            #expect(!fileExists(partialPath))
+
+            // The next send starts over and succeeds.
+            let again = try harness.send(paths: [root + "/big.bin"])
+            #expect(again.succeeded)
+            #expect(readFile(dst + "/big.bin") == bytes)
+        }
+    }
+
+    @Test("One byte flipped in transit is caught by the digest: nothing at the final name")
+    func flippedInTransit() throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            try writeFile(root + "/data.bin", randomBytes(200_000, seed: 11))
+            let harness = try TransferHarness(directory: dst)
+            let relay = try FlippingRelay(to: harness.port, flipOffset: 30_000, on: harness.loop)
+            let summary = try harness.send(
+                [.path(root + "/data.bin")], options: TransferSendOptions(chunkSize: try ChunkSize(65536)),
+                port: relay.port)
+            #expect(summary.error == nil)
+            guard case .failed(let reason, let kind) = summary.results.first?.outcome else {
+                Issue.record("expected a failure, got \(summary.results)")
+                return
+            }
+            #expect(kind == .data)
+            #expect(reason.contains("SHA-256 mismatch"))
+            #expect(treePaths(dst) == [])
+        }
+    }
+
+    @Test("A symbolic link at the final name is replaced only with overwrite, never followed")
+    func finalNameSymlink() throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            try writeFile(root + "/target.txt", Array("outside".utf8))
+            symlink(root + "/target.txt", dst + "/name.txt")
+            try writeFile(root + "/src-name.txt", Array("sent".utf8))
+            let harness = try TransferHarness(
+                directory: dst, options: TransferReceiveOptions(overwrite: true, idleTimeout: .seconds(20)))
+            let summary = try harness.send(
+                [.stream(.memory(Array("sent".utf8)), name: "name.txt")])
+            #expect(summary.succeeded)
+            #expect(readFile(root + "/target.txt") == Array("outside".utf8))
+            #expect(FileInfo(dst + "/name.txt")?.type == S_IFREG)
+            #expect(readFile(dst + "/name.txt") == Array("sent".utf8))
+        }
+    }
+}

@@ -1,0 +1,195 @@
+import Foundation
+import Testing
+
+@testable import Sluice
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+@Suite("Transfer")
+struct TransferTests {
+    @Test("One file arrives identical, with its mode and mtime")
+    func oneFile() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/src"
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            try writeFile(src + "/a.bin", randomBytes(300_000), mode: 0o640, mtime: (1_000_000_000, 123_456_789))
+            let harness = try TransferHarness(directory: dst)
+            let summary = try harness.send(
+                paths: [src + "/a.bin"], options: TransferSendOptions(chunkSize: try ChunkSize(65536)))
+            #expect(summary.error == nil)
+            #expect(summary.results.map(\.outcome) == [.stored])
+            #expect(summary.files == 1)
+            #expect(summary.bytes == 300_000)
+            #expect(summary.bytesSent > 300_000)
+            #expect(readFile(dst + "/a.bin") == readFile(src + "/a.bin"))
+            #expect(FileInfo(dst + "/a.bin") == FileInfo(src + "/a.bin"))
+            #expect(!fileExists(dst + "/.a.bin.sluice-part"))
+            #expect(harness.reports.count == 1)
+            #expect(harness.reports.first?.error == nil)
+            #expect(harness.reports.first?.files == 1)
+        }
+    }
+
+    @Test("A tree with nested and empty directories, an empty file, spaces and non-ASCII names")
+    func tree() throws {
+        try withTemporaryDirectory { root in
+            let tree = root + "/src/photos"
+            let dst = root + "/dst"
+            let fm = FileManager.default
+            for dir in ["", "/2024/summer", "/empty dir", "/日本/ファイル", "/deep/a/b/c/d"] {
+                try fm.createDirectory(atPath: tree + dir, withIntermediateDirectories: true)
+            }
+            try fm.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            try writeFile(tree + "/2024/summer/beach day.jpg", randomBytes(150_000, seed: 1), mtime: (1_500_000_000, 1))
+            try writeFile(tree + "/2024/empty.txt", [], mode: 0o600)
+            try writeFile(tree + "/日本/ファイル/héllo wörld.txt", Array("grüße".utf8), mode: 0o755)
+            try writeFile(tree + "/deep/a/b/c/d/x", randomBytes(70_000, seed: 2))
+            try writeFile(tree + "/top.txt", Array("top".utf8))
+            symlink("/etc/passwd", tree + "/link-out")
+            // Directory times last: creating the files changed them.
+            for dir in ["/2024/summer", "/2024", "/empty dir", "/日本/ファイル", "/日本", "/deep/a/b/c/d", ""] {
+                let times = [timespec(tv_sec: 1_400_000_000, tv_nsec: 0), timespec(tv_sec: 1_400_000_000, tv_nsec: 5)]
+                utimensat(AT_FDCWD, tree + dir, times, 0)
+            }
+            let harness = try TransferHarness(directory: dst)
+            var warnings: [String] = []
+            let sender = try TransferSender(
+                paths: [tree + "/"], options: TransferSendOptions(chunkSize: try ChunkSize(16384)),
+                warning: { warnings.append($0) })
+            #expect(warnings.count == 1)
+            #expect(warnings.first?.contains("link-out") == true)
+            let (input, output) = Socket.connect(host: "127.0.0.1", port: harness.port)
+            var summary: TransferSummary?
+            sender.start(input: input, output: output, on: harness.loop) { summary = $0 }
+            runLoop(harness.loop, for: .seconds(20)) { summary != nil && harness.reports.count == 1 }
+            let result = try #require(summary)
+            #expect(result.error == nil)
+            #expect(result.succeeded, "\(result.results)")
+            #expect(result.files == 5)
+            symlink("/etc/passwd", dst + "/photos/link-out")  // skipped on purpose: compare the rest
+            unlink(dst + "/photos/link-out")
+            unlink(tree + "/link-out")
+            #expect(treeDifferences(tree, dst + "/photos") == [])
+        }
+    }
+
+    @Test("16 senders at once into one receiver on one loop")
+    func manySenders() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/src"
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            for i in 0..<16 {
+                try writeFile(src + "/file-\(i).bin", randomBytes(100_000 + i * 37_000, seed: UInt64(i + 10)))
+            }
+            let harness = try TransferHarness(directory: dst)
+            var boxes: [SummaryBox] = []
+            var senders: [TransferSender] = []
+            for i in 0..<16 {
+                let (sender, box) = try harness.startSender(
+                    [.path(src + "/file-\(i).bin")],
+                    options: TransferSendOptions(compress: i % 2 == 0, chunkSize: try ChunkSize(32768)))
+                senders.append(sender)
+                boxes.append(box)
+            }
+            runLoop(harness.loop, for: .seconds(30)) {
+                boxes.allSatisfy { $0.summary != nil } && harness.reports.count == 16
+            }
+            for (i, box) in boxes.enumerated() {
+                let summary = try #require(box.summary)
+                #expect(summary.succeeded, "sender \(i): \(summary.error?.description ?? "") \(summary.results)")
+                #expect(readFile(dst + "/file-\(i).bin") == readFile(src + "/file-\(i).bin"))
+            }
+            #expect(harness.reports.allSatisfy { $0.error == nil })
+            #expect(treePaths(dst).count == 16)
+        }
+    }
+
+    @Test("An existing file is refused 'exists' and left alone; overwrite replaces it")
+    func existingFile() throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            try writeFile(root + "/same.txt", Array("new contents".utf8))
+            try writeFile(dst + "/same.txt", Array("old".utf8))
+            let harness = try TransferHarness(directory: dst)
+            let summary = try harness.send(paths: [root + "/same.txt"])
+            #expect(summary.results.map(\.outcome) == [.refused(reason: "exists")])
+            #expect(!summary.succeeded)
+            #expect(summary.error == nil)
+            #expect(readFile(dst + "/same.txt") == Array("old".utf8))
+            #expect(treePaths(dst) == ["same.txt"])
+
+            let replacing = try TransferHarness(
+                directory: dst, options: TransferReceiveOptions(overwrite: true, idleTimeout: .seconds(20)))
+            let again = try replacing.send(paths: [root + "/same.txt"])
+            #expect(again.succeeded)
+            #expect(readFile(dst + "/same.txt") == Array("new contents".utf8))
+        }
+    }
+
+    @Test("Files above maxSize are refused, by header and by stream length")
+    func maxSize() throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            try writeFile(root + "/big", randomBytes(20_000))
+            let harness = try TransferHarness(
+                directory: dst, options: TransferReceiveOptions(maxSize: 10_000, idleTimeout: .seconds(20)))
+            let summary = try harness.send(
+                [.path(root + "/big"), .stream(.memory(randomBytes(30_000)), name: "piped")],
+                options: TransferSendOptions(chunkSize: try ChunkSize(4096)))
+            #expect(summary.error == nil)
+            #expect(summary.results.count == 2)
+            for result in summary.results {
+                guard case .refused(let reason) = result.outcome else {
+                    Issue.record("\(result.path): \(result.outcome)")
+                    continue
+                }
+                #expect(reason.hasPrefix("too large"))
+            }
+            #expect(treePaths(dst) == [])
+        }
+    }
+
+    @Test("A stream of unknown length (like stdin) is stored under its name")
+    func streamSource() throws {
+        try withTemporaryDirectory { root in
+            let bytes = randomBytes(1_000_003, seed: 7)
+            let harness = try TransferHarness(directory: root)
+            let summary = try harness.send(
+                [.stream(.memory(bytes), name: "from-stdin.bin", mode: 0o600)],
+                options: TransferSendOptions(compress: true, chunkSize: try ChunkSize(65536)))
+            #expect(summary.succeeded, "\(summary.results)")
+            #expect(summary.results.first?.size == 1_000_003)
+            #expect(readFile(root + "/from-stdin.bin") == bytes)
+            #expect(FileInfo(root + "/from-stdin.bin")?.mode == 0o600)
+        }
+    }
+
+    @Test("Compressed transfer round trip: fewer bytes on the wire, identical files")
+    func compressed() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/src"
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            let text = Array(String(repeating: "the quick brown fox jumps over the lazy dog\n", count: 50_000).utf8)
+            try writeFile(src + "/text.txt", text)
+            try writeFile(src + "/random.bin", randomBytes(500_000, seed: 3))
+            try writeFile(src + "/empty", [])
+            let harness = try TransferHarness(directory: dst)
+            let summary = try harness.send(
+                paths: [src], options: TransferSendOptions(compress: true, compressionLevel: 6))
+            #expect(summary.succeeded, "\(summary.results)")
+            #expect(summary.bytes == UInt64(text.count + 500_000))
+            #expect(summary.bytesSent < summary.bytes / 2)
+            #expect(treeDifferences(src, dst + "/src", compareDirectoryTimes: false) == [])
+        }
+    }
+}
