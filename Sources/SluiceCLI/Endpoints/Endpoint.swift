@@ -66,9 +66,10 @@ enum Endpoint: Hashable, Sendable, CustomStringConvertible {
         return word.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-") }
     }
 
-    /// Splits `HOST:PORT`, `[V6]:PORT` or (without `hostRequired`) `PORT`.
-    private static func hostAndPort(
-        _ text: String, in operand: String, hostRequired: Bool
+    /// Splits `HOST:PORT`, `[V6]:PORT` or (without `hostRequired`) `PORT`. Port 0 (any free
+    /// port) only with `allowsAnyPort`, for listeners that print the port they got.
+    static func hostAndPort(
+        _ text: String, in operand: String, hostRequired: Bool, allowsAnyPort: Bool = false
     ) throws(UsageError) -> (String?, UInt16) {
         let host: String?
         let portText: String
@@ -100,15 +101,16 @@ enum Endpoint: Hashable, Sendable, CustomStringConvertible {
             host = nil
             portText = text
         }
-        return (host, try port(portText, in: operand))
+        return (host, try port(portText, in: operand, allowsZero: allowsAnyPort))
     }
 
-    private static func port(_ text: String, in operand: String) throws(UsageError) -> UInt16 {
+    private static func port(_ text: String, in operand: String, allowsZero: Bool) throws(UsageError) -> UInt16 {
         guard !text.isEmpty else { throw UsageError("\(operand): missing port") }
+        let lowest = allowsZero ? 0 : 1
         guard text.allSatisfy({ $0.isASCII && $0.isNumber }), text.count <= 5, let value = Int(text),
-            (1...65535).contains(value)
+            (lowest...65535).contains(value)
         else {
-            throw UsageError("\(operand): port '\(text)' is not a number from 1 to 65535")
+            throw UsageError("\(operand): port '\(text)' is not a number from \(lowest) to 65535")
         }
         return UInt16(value)
     }
