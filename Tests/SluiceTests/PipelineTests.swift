@@ -282,4 +282,21 @@ func runPipeline(_ pipeline: Pipeline, timeout: Duration = .seconds(30)) throws 
         loop.run(for: .seconds(10))
         #expect(result?.bytesWritten == 3)
     }
+
+    @Test func meterAndChecksumTapsSeeEveryByte() throws {
+        let input = randomBytes(3_000_000, seed: 5)
+        let meter = Meter()
+        let crc = Checksum(.crc32)
+        let options = PipelineOptions(chunkSize: try ChunkSize(65536), rateLimit: 12_000_000)
+        let pipeline = Pipeline(
+            source: .memory(input), sink: .discard(), options: options, sourceTaps: [crc], sinkTaps: [meter])
+        let result = try runPipeline(pipeline)
+        #expect(result.succeeded)
+        #expect(meter.bytes == 3_000_000)
+        #expect(crc.value == input.withUnsafeBytes { Checksum.compute(.crc32, over: $0) })
+        // Rate-limited to 12 MB/s (after a 0.6 MB burst), 3 MB take about 0.2 s; the meter saw them.
+        #expect(meter.elapsedSeconds >= 0.15)
+        #expect(meter.averageRate > 0 && meter.averageRate < 15_000_000)
+        #expect(meter.recentRate > 0)
+    }
 }
