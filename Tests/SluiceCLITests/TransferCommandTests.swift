@@ -220,6 +220,42 @@ import Testing
         }
     }
 
+    @Test func anAlteredPartialFailsTheIntegrityCheck() throws {
+        try withTemporaryDirectory { dir in
+            let inbox = "\(dir)/in"
+            try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: false)
+            let data = randomBytes(4_000_000, seed: 5)
+            try write(data, to: "\(dir)/big")
+            let receiver = try ReceiverProcess(["--dir", inbox])
+            let address = try receiver.address()
+            let first = try Running(sluiceBinary, ["send", "--rate-limit", "2M", "\(dir)/big", address])
+            usleep(700_000)
+            first.signal(SIGKILL)
+            _ = first.wait()
+            var waited = 0
+            while !receiver.stderrText.contains("in the middle of a file") && waited < 500 {
+                usleep(10_000)
+                waited += 1
+            }
+            // Flip the first byte of the partial file in place (its resume marker stays).
+            let partial = "\(inbox)/.big.sluice-part"
+            let fd = open(partial, O_RDWR)
+            #expect(fd >= 0)
+            var byte = ~data[0]
+            #expect(pwrite(fd, &byte, 1, 0) == 1)
+            close(fd)
+
+            let second = try sluice("send", "--stats=json", "\(dir)/big", address)
+            #expect(second.status == 65, "\(second.stderrText)")
+            #expect(second.stderrText.hasPrefix("sluice: big: failed: SHA-256 mismatch"))
+            #expect(!FileManager.default.fileExists(atPath: "\(inbox)/big"))
+            let third = try sluice("send", "\(dir)/big", address)
+            #expect(third.status == 0, "\(third.stderrText)")
+            #expect(contents("\(inbox)/big") == data)
+            #expect(receiver.stop().status == 130)
+        }
+    }
+
     @Test func aSignalledSendExitsInterrupted() throws {
         try withTemporaryDirectory { dir in
             let inbox = "\(dir)/in"

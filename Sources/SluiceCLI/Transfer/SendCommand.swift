@@ -198,7 +198,7 @@ final class SendSession {
             return CLIError(TransferStatus.status(results: summary.results, connectionError: nil), "")
         }
         let connected = summary.bytesSent > 0 && !["connect", "resolve"].contains(error.operation)
-        let status = TransferStatus.status(connection: error, connected: connected, signal: nil)
+        let status = TransferStatus.status(connection: error, connected: connected)
         let message: String
         if ["connect", "resolve", "send"].contains(error.operation) {
             message = error.description

@@ -93,9 +93,8 @@ enum TransferStatus {
     }
 
     /// The status for a transfer that failed as a whole: 69 when the connection could not be
-    /// made, 130/143 when interrupted, 74 for anything else (reset, closed, protocol).
-    static func status(connection error: SluiceError, connected: Bool, signal: Int32?) -> ExitStatus {
-        if let signal { return signal == 15 ? .terminated : .interrupted }
+    /// made, 64 for a value the library rejects, 74 for anything else (reset, closed, protocol).
+    static func status(connection error: SluiceError, connected: Bool) -> ExitStatus {
         switch error.code {
         case .unknownHost:
             return .unavailable
