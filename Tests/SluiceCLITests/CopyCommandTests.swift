@@ -87,6 +87,7 @@ import Testing
         #expect(unknown.status == 64)
         #expect(unknown.stderrText.hasPrefix("sluice: unknown command 'frobnicate' (commands: copy, "))
         #expect(unknown.stderrLines.count == 1)
+        #expect(unknown.stderrText.hasSuffix(", help)\n"))
         let early = try sluice("--frobnicate")
         #expect(early.status == 64)
         #expect(early.stderrText == "sluice: unknown option '--frobnicate'\n")

@@ -17,7 +17,9 @@ enum SluiceCommand {
     static let version = "0.1.0"
 
     /// The commands, in the order `--help` lists them. Add new commands here.
-    static let commands: [any Command.Type] = [CopyCommand.self, BenchCommand.self]
+    static let commands: [any Command.Type] = [
+        CopyCommand.self, SendCommand.self, ReceiveCommand.self, BenchCommand.self,
+    ]
 
     static let endpointsHelp = """
         Endpoints (SOURCE and DEST):
@@ -46,6 +48,8 @@ enum SluiceCommand {
 
             Usage:
               sluice copy [options] SOURCE DEST
+              sluice send [options] PATH... [HOST:]PORT
+              sluice receive [options]
               sluice bench [options] [tcp:HOST:PORT | --listen [HOST:]PORT]
               sluice help [COMMAND]
               sluice --help | --version | COMMAND --help

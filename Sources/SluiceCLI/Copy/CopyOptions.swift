@@ -40,6 +40,62 @@ enum CommonOptions {
     static let quiet = OptionSpec("quiet", short: "q", help: "no progress; print only errors (and --stats)")
     static let help = OptionSpec("help", short: "h", help: "show this help and exit")
     static let version = OptionSpec("version", help: "show the version and exit")
+
+    /// The largest `--timeout`: a day.
+    static let maximumTimeout = 86_400.0
+
+    /// `--chunk-size`, when given.
+    static func chunkSize(_ parsed: ParsedArguments) throws(UsageError) -> ChunkSize? {
+        guard let text = parsed.value("chunk-size") else { return nil }
+        let result = Result { () throws(SluiceError) in try ChunkSize(parsing: text) }
+        switch result {
+        case .success(let size): return size
+        case .failure(let error): throw UsageError(CLIError.message(for: error))
+        }
+    }
+
+    /// `--progress`, `--no-progress` (the last one wins) and `--quiet` (no progress).
+    static func progressMode(_ parsed: ParsedArguments) -> ProgressMode {
+        if parsed.has("quiet") { return .off }
+        switch parsed.lastOf(["progress", "no-progress"]) {
+        case "progress": return .on
+        case "no-progress": return .off
+        default: return .auto
+        }
+    }
+
+    /// `--stats[=text|json]`, when given.
+    static func statsFormat(_ parsed: ParsedArguments) throws(UsageError) -> StatsFormat? {
+        guard let option = parsed.last("stats") else { return nil }
+        guard let value = option.value else { return .text }
+        guard let format = StatsFormat(rawValue: value) else {
+            throw UsageError("\(option.spelling): unknown format '\(value)' (text or json)")
+        }
+        return format
+    }
+
+    /// `--rate-limit RATE`, in bytes per second, when given.
+    static func rateLimit(_ parsed: ParsedArguments) throws(UsageError) -> Int? {
+        guard let option = parsed.last("rate-limit") else { return nil }
+        let text = option.value ?? ""
+        guard let rate = ChunkSize.parseBytes(text), rate > 0 else {
+            throw UsageError(
+                "\(option.spelling) '\(text)': must be a positive number of bytes per second, like 500K, 10M or 1G")
+        }
+        return rate
+    }
+
+    /// `--timeout SECONDS`, when given.
+    static func timeoutSeconds(_ parsed: ParsedArguments) throws(UsageError) -> Double? {
+        guard let option = parsed.last("timeout") else { return nil }
+        let text = option.value ?? ""
+        guard let seconds = Double(text), seconds.isFinite, seconds > 0, seconds <= maximumTimeout,
+            text.allSatisfy({ $0.isASCII && ($0.isNumber || $0 == ".") })
+        else {
+            throw UsageError("\(option.spelling) '\(text)': must be a number of seconds from 0.001 to 86400")
+        }
+        return max(seconds, 0.001)
+    }
 }
 
 /// `sluice copy [options] SOURCE DEST`, validated.
@@ -64,7 +120,7 @@ struct CopyOptions: Hashable, Sendable {
     ])
 
     /// The largest `--timeout`: a day.
-    static let maximumTimeout = 86_400.0
+    static let maximumTimeout = CommonOptions.maximumTimeout
 
     init(source: Endpoint, destination: Endpoint) {
         self.source = source
@@ -83,13 +139,7 @@ struct CopyOptions: Hashable, Sendable {
         }
         self.init(source: try Endpoint(parsing: operands[0]), destination: try Endpoint(parsing: operands[1]))
 
-        if let text = parsed.value("chunk-size") {
-            do {
-                chunkSize = try ChunkSize(parsing: text)
-            } catch {
-                throw UsageError(CLIError.message(for: error))
-            }
-        }
+        if let chunkSize = try CommonOptions.chunkSize(parsed) { self.chunkSize = chunkSize }
         if let compress = parsed.last("compress"), let decompress = parsed.last("decompress") {
             throw UsageError("\(compress.spelling) and \(decompress.spelling) cannot be used together")
         }
@@ -99,40 +149,11 @@ struct CopyOptions: Hashable, Sendable {
         if let option = parsed.last("decompress") {
             transform = .decompress(try DecompressionSpec(parsing: option.value, spelling: option.spelling))
         }
-        switch parsed.lastOf(["progress", "no-progress"]) {
-        case "progress": progress = .on
-        case "no-progress": progress = .off
-        default: progress = .auto
-        }
         quiet = parsed.has("quiet")
-        if quiet { progress = .off }
-        if let option = parsed.last("stats") {
-            if let value = option.value {
-                guard let format = StatsFormat(rawValue: value) else {
-                    throw UsageError("\(option.spelling): unknown format '\(value)' (text or json)")
-                }
-                stats = format
-            } else {
-                stats = .text
-            }
-        }
-        if let option = parsed.last("rate-limit") {
-            let text = option.value ?? ""
-            guard let rate = ChunkSize.parseBytes(text), rate > 0 else {
-                throw UsageError(
-                    "\(option.spelling) '\(text)': must be a positive number of bytes per second, like 500K, 10M or 1G")
-            }
-            rateLimit = rate
-        }
-        if let option = parsed.last("timeout") {
-            let text = option.value ?? ""
-            guard let seconds = Double(text), seconds.isFinite, seconds > 0, seconds <= Self.maximumTimeout,
-                text.allSatisfy({ $0.isASCII && ($0.isNumber || $0 == ".") })
-            else {
-                throw UsageError("\(option.spelling) '\(text)': must be a number of seconds from 0.001 to 86400")
-            }
-            timeoutSeconds = max(seconds, 0.001)
-        }
+        progress = CommonOptions.progressMode(parsed)
+        stats = try CommonOptions.statsFormat(parsed)
+        rateLimit = try CommonOptions.rateLimit(parsed)
+        timeoutSeconds = try CommonOptions.timeoutSeconds(parsed)
         force = parsed.has("force")
         append = parsed.has("append")
         if force && append {

@@ -1,0 +1,228 @@
+import Sluice
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `sluice receive [options]`.
+enum ReceiveCommand: Command {
+    static let name = "receive"
+    static let summary = "receive files from sluice send into a directory"
+    static var parser: ArgumentParser { ReceiveOptions.parser }
+
+    static var help: String {
+        """
+        Usage: sluice receive [options]
+
+        Listen for 'sluice send' and store what is sent under DIR, serving any
+        number of senders at once, until interrupted (or, with --once, after one
+        sender). Each file is written under a temporary name, its SHA-256
+        checked, and renamed into place only when complete; an existing file is
+        never replaced without --overwrite, and nothing is written outside DIR.
+        An interrupted file is kept (hidden, as .NAME.sluice-part) and continued
+        when it is sent again. Prints the address it listens on, then a line per
+        file stored, refused or failed.
+
+        Options:
+        \(ReceiveOptions.parser.helpLines().joined(separator: "\n"))
+
+        Exit status:
+          0 every file stored (--once); 64 usage error; 65 a file failed its
+          integrity check (--once); 69 cannot listen on the address; 73 DIR
+          missing or not writable, or a file refused (--once); 74 input/output
+          error or connection lost (--once); 130 interrupted (SIGINT);
+          143 terminated (SIGTERM)
+
+        """
+    }
+
+    static func run(_ parsed: ParsedArguments) -> ExitStatus {
+        let options: ReceiveOptions
+        do {
+            options = try ReceiveOptions(parsed)
+        } catch {
+            Terminal.report(error.message)
+            return .usage
+        }
+        return ReceiveSession.run(options)
+    }
+}
+
+/// One run of `sluice receive`: a listener and a `TransferReceiver` on one event loop.
+final class ReceiveSession {
+    let options: ReceiveOptions
+    let loop: EventLoop
+    private var receiver: TransferReceiver?
+    private var listener: SocketListener?
+    /// With `--once`: the id of the one session served.
+    private var onlySession: Int?
+    private var signal: Int32?
+    private(set) var status: ExitStatus?
+    private(set) var stats: ReceiveStatsReport
+    private let started = monotonicNanoseconds()
+
+    init(options: ReceiveOptions, loop: EventLoop) {
+        self.options = options
+        self.loop = loop
+        stats = ReceiveStatsReport(directory: options.directory, address: options.listen.description)
+    }
+
+    /// Opens the directory and starts listening (on the loop's thread, before it runs).
+    func start() -> CLIError? {
+        let opened = Result { () throws(SluiceError) in
+            try TransferReceiver(directory: options.directory, options: options.libraryOptions)
+        }
+        let receiver: TransferReceiver
+        switch opened {
+        case .success(let made): receiver = made
+        case .failure(let error):
+            return CLIError(
+                CLIError.status(for: error, during: .creatingDestination),
+                "receive into \(options.directory): \(error.reason)")
+        }
+        self.receiver = receiver
+        receiver.onEvent = { [weak self] event in self?.event(event) }
+        receiver.onSessionEnd = { [weak self] report in self?.sessionEnded(report) }
+
+        let listening = Result { () throws(SluiceError) -> SocketListener in
+            switch options.listen {
+            case .tcp(let host, let port): return try Socket.listen(host: host, port: port)
+            case .unix(let path): return try Socket.listen(unixPath: path)
+            }
+        }
+        let listener: SocketListener
+        switch listening {
+        case .success(let made): listener = made
+        case .failure(let error):
+            let status: ExitStatus = error.code == .invalidArgument ? .usage : .unavailable
+            return CLIError(status, "listen on \(options.listen): \(error.reason)")
+        }
+        self.listener = listener
+        listener.errorHandler = { error in Terminal.report("warning: \(error.description)") }
+        let accepted = Result { () throws(SluiceError) in
+            try listener.accept(on: loop) { [weak self] input, output, peer in
+                self?.accepted(input, output, peer)
+            }
+        }
+        if case .failure(let error) = accepted {
+            listener.close()
+            return CLIError(.unavailable, "listen on \(options.listen): \(error.reason)")
+        }
+        let address: String
+        switch options.listen {
+        case .unix(let path): address = "unix:\(path)"
+        case .tcp: address = listener.address.description
+        }
+        stats.address = address
+        if !options.quiet {
+            Terminal.report("receiving into \(options.directory) on \(address)")
+        }
+        return nil
+    }
+
+    private func accepted(_ input: ReadStream, _ output: WriteStream, _ peer: SocketAddress) {
+        guard let receiver, status == nil else {
+            Self.refuse(input, output)
+            return
+        }
+        if options.once {
+            guard onlySession == nil else {
+                Self.refuse(input, output)
+                return
+            }
+            listener?.close()
+        }
+        let name = peer.path != nil ? options.listen.description : peer.description
+        let id = receiver.serve(input: input, output: output, peer: name, on: loop)
+        if options.once { onlySession = id }
+    }
+
+    /// Closes a connection that is not served (a second sender with `--once`).
+    private static func refuse(_ input: ReadStream, _ output: WriteStream) {
+        input.open()
+        output.open()
+        input.close()
+        output.close()
+    }
+
+    private func event(_ event: TransferReceiverEvent) {
+        guard !options.quiet else { return }
+        switch event {
+        case .sessionStarted:
+            break
+        case .entry(_, let result):
+            let path = TransferText.printable(result.path)
+            switch result.outcome {
+            case .stored:
+                if !result.isDirectory { Terminal.report("stored \(path) (\(TransferText.size(result)))") }
+            case .refused(let reason):
+                Terminal.report("refused \(path): \(TransferText.printable(reason))")
+            case .failed(let reason, _):
+                Terminal.report("failed \(path): \(TransferText.printable(reason))")
+            }
+        case .warning(_, let text):
+            Terminal.report("warning: \(TransferText.printable(text))")
+        }
+    }
+
+    private func sessionEnded(_ report: TransferSessionReport) {
+        stats.add(report)
+        guard signal == nil else { return }
+        if let error = report.error {
+            Terminal.report(TransferText.printable(error.description))
+        }
+        guard options.once, report.id == onlySession else { return }
+        status = TransferStatus.status(
+            results: report.results, connectionError: report.error == nil ? nil : .ioError)
+        loop.stop()
+    }
+
+    /// SIGINT or SIGTERM: stop listening and end every session; partial files stay for a
+    /// resume.
+    func interrupt(_ signal: Int32) {
+        guard self.signal == nil else { return }
+        self.signal = signal
+        listener?.close()
+        receiver?.closeAllSessions()
+        status = signal == SIGTERM ? .terminated : .interrupted
+        loop.stop()
+    }
+
+    // MARK: Running
+
+    static func run(_ options: ReceiveOptions) -> ExitStatus {
+        let loop: EventLoop
+        do {
+            loop = try EventLoop()
+        } catch {
+            Terminal.report("event loop: \(error)")
+            return .ioError
+        }
+        let session = ReceiveSession(options: options, loop: loop)
+        let box = UncheckedSendable(session)
+        SignalWatcher.shared.setHandler { signal in
+            loop.execute { box.value.interrupt(signal) }
+        }
+        if let failure = session.start() {
+            SignalWatcher.shared.setHandler(nil)
+            Terminal.report(failure.message)
+            return failure.status
+        }
+        loop.run()
+        SignalWatcher.shared.setHandler(nil)
+        session.listener?.close()
+        guard let status = session.status else {
+            Terminal.report("receive: the event loop ran out of work (a bug)")
+            return .ioError
+        }
+        if let signal = session.signal {
+            Terminal.report("receive into \(options.directory): \(signal == SIGTERM ? "terminated" : "interrupted")")
+        }
+        if let format = options.stats {
+            var stats = session.stats
+            stats.seconds = Double(monotonicNanoseconds() - session.started) / 1e9
+            Terminal.write(format == .json ? stats.json + "\n" : stats.text, to: 2)
+        }
+        return status
+    }
+}

@@ -1,0 +1,245 @@
+import Sluice
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `sluice send [options] PATH... [HOST:]PORT`.
+enum SendCommand: Command {
+    static let name = "send"
+    static let summary = "send files and directories to a sluice receive"
+    static var parser: ArgumentParser { SendOptions.parser }
+
+    static var help: String {
+        """
+        Usage: sluice send [options] PATH... [HOST:]PORT
+               sluice send [options] - --name NAME [HOST:]PORT
+
+        Send files and directories (recursively, under their base names) to a
+        'sluice receive' at HOST:PORT (default host localhost; also [V6]:PORT,
+        tcp:HOST:PORT, unix:PATH). The receiver checks each file's SHA-256 and
+        stores it under its final name only when complete; an interrupted file
+        is continued where it stopped when sent again. Symbolic links inside
+        directories are skipped. With the path -, standard input is sent as one
+        file named NAME (never resumed).
+
+        Options:
+        \(SendOptions.parser.helpLines().joined(separator: "\n"))
+
+        Exit status:
+          0 every file stored; 64 usage error; 65 a file failed its integrity
+          check; 66 a PATH is missing or unreadable; 69 cannot connect (refused,
+          unknown host, timed out); 73 the receiver refused a file (it exists,
+          too large, invalid name); 74 connection lost or input/output error;
+          130 interrupted (SIGINT); 143 terminated (SIGTERM)
+
+        """
+    }
+
+    static func run(_ parsed: ParsedArguments) -> ExitStatus {
+        let options: SendOptions
+        do {
+            options = try SendOptions(parsed)
+        } catch {
+            Terminal.report(error.message)
+            return .usage
+        }
+        return SendSession.run(options)
+    }
+}
+
+/// One run of `sluice send`: lists the paths, connects, sends on one event loop, and reports.
+final class SendSession {
+    let options: SendOptions
+    let loop: EventLoop
+    private var sender: TransferSender?
+    private(set) var summary: TransferSummary?
+    private var signal: Int32?
+    /// Set when `--timeout` ends the transfer: the status and message to report.
+    private var timeoutFailure: CLIError?
+    private var progress: TransferProgressDisplay?
+    private var watchdog: LoopTimer?
+
+    init(options: SendOptions, loop: EventLoop) {
+        self.options = options
+        self.loop = loop
+    }
+
+    /// The destination as messages name it.
+    var destinationName: String {
+        switch options.destination {
+        case .tcp(let host, let port): return TransferAddress.tcp(host: host ?? "localhost", port: port).description
+        case .unix(let path): return path
+        }
+    }
+
+    /// Lists the sources and starts the transfer (on the loop's thread, before it runs).
+    func start() -> CLIError? {
+        let sources: [TransferSource] = options.paths.map { path in
+            if path == "-" { return .stream(.standardInput, name: options.streamName ?? "stdin", mode: 0o644) }
+            return .path(path)
+        }
+        let quiet = options.quiet
+        let created = Result { () throws(SluiceError) in
+            try TransferSender(sources: sources, options: options.libraryOptions) { warning in
+                if !quiet { Terminal.report("warning: \(TransferText.printable(warning))") }
+            }
+        }
+        let sender: TransferSender
+        switch created {
+        case .success(let made): sender = made
+        case .failure(let error): return Self.listingFailure(error)
+        }
+        self.sender = sender
+        sender.onWarning = { [weak self] warning in
+            guard let self, !self.options.quiet else { return }
+            self.say("warning: \(TransferText.printable(warning))")
+        }
+        sender.onFileResult = { [weak self] result in self?.answered(result) }
+
+        let timeout = options.timeoutSeconds.map { Duration.nanoseconds(Int64($0 * 1e9)) }
+        let (input, output): (ReadStream, WriteStream)
+        switch options.destination {
+        case .tcp(let host, let port):
+            (input, output) = Socket.connect(host: host ?? "localhost", port: port, timeout: timeout)
+        case .unix(let path): (input, output) = Socket.connect(unixPath: path, timeout: timeout)
+        }
+        startWatchdog()
+        if CopySession.showsProgress(options.progress, stderrIsTerminal: Terminal.isTerminal(2)) {
+            progress = TransferProgressDisplay(
+                sender: sender, sizeKnown: !options.paths.contains("-"), output: { Terminal.write($0, to: 2) })
+        }
+        sender.start(input: input, output: output, on: loop) { [weak self] summary in self?.finished(summary) }
+        if summary == nil { progress?.start(on: loop) }
+        return nil
+    }
+
+    /// A path that cannot be listed: 66 (64 for a name the protocol cannot carry).
+    static func listingFailure(_ error: SluiceError) -> CLIError {
+        if error.code == .invalidArgument { return CLIError(.usage, CLIError.message(for: error)) }
+        let subject = error.subject ?? "send"
+        return CLIError(.noInput, "\(subject): \(error.reason)")
+    }
+
+    private func answered(_ result: TransferFileResult) {
+        let path = TransferText.printable(result.path)
+        switch result.outcome {
+        case .stored:
+            break
+        case .refused(let reason):
+            var line = "\(path): refused by receiver: \(reason)"
+            if reason == "exists" { line += " (use --overwrite on the receiver)" }
+            say(line)
+        case .failed(let reason, _):
+            say("\(path): failed: \(reason)")
+        }
+    }
+
+    /// One line on stderr, clearing the progress line first.
+    private func say(_ message: String) {
+        progress?.clearLine()
+        Terminal.report(message)
+    }
+
+    private func startWatchdog() {
+        guard let limit = options.timeoutSeconds else { return }
+        let tick = Duration.milliseconds(Int64(min(1000, max(10, limit * 250))))
+        var last: UInt64 = 0
+        var lastChange = monotonicNanoseconds()
+        watchdog = loop.schedule(after: tick, repeating: tick) { [weak self] in
+            guard let self, self.summary == nil, let sender = self.sender else { return }
+            let now = monotonicNanoseconds()
+            let progress = sender.progress
+            let activity = progress.bytesSent &+ progress.bytesDone &+ UInt64(progress.filesDone)
+            if activity != last {
+                last = activity
+                lastChange = now
+                return
+            }
+            guard Double(now - lastChange) / 1e9 >= limit, self.timeoutFailure == nil else { return }
+            let seconds = Format.seconds(limit)
+            if progress.bytesSent == 0 {
+                self.timeoutFailure = CLIError(
+                    .unavailable, "connect \(self.destinationName): timed out after \(seconds) s")
+            } else {
+                self.timeoutFailure = CLIError(
+                    .ioError, "send to \(self.destinationName): timed out (nothing moved for \(seconds) s)")
+            }
+            sender.cancel()
+        }
+    }
+
+    /// SIGINT or SIGTERM: stop sending; the receiver keeps what it has for a resume.
+    func interrupt(_ signal: Int32) {
+        guard summary == nil, self.signal == nil else { return }
+        self.signal = signal
+        sender?.cancel()
+    }
+
+    private func finished(_ summary: TransferSummary) {
+        self.summary = summary
+        watchdog?.cancel()
+        watchdog = nil
+        progress?.finish(summary)
+        progress = nil
+        loop.stop()
+    }
+
+    /// The exit status and, for a failure of the whole transfer, its one-line message.
+    func outcome(of summary: TransferSummary) -> CLIError {
+        if let signal {
+            let terminated = signal == SIGTERM
+            return CLIError(
+                terminated ? .terminated : .interrupted,
+                "send to \(destinationName): \(terminated ? "terminated" : "interrupted")")
+        }
+        if let timeoutFailure { return timeoutFailure }
+        guard let error = summary.error else {
+            return CLIError(TransferStatus.status(results: summary.results, connectionError: nil), "")
+        }
+        let connected = summary.bytesSent > 0 && !["connect", "resolve"].contains(error.operation)
+        let status = TransferStatus.status(connection: error, connected: connected)
+        let message: String
+        if ["connect", "resolve", "send"].contains(error.operation) {
+            message = error.description
+        } else {
+            message = "send to \(destinationName): \(error.description)"
+        }
+        return CLIError(TransferStatus.status(results: summary.results, connectionError: status), message)
+    }
+
+    // MARK: Running
+
+    static func run(_ options: SendOptions) -> ExitStatus {
+        let loop: EventLoop
+        do {
+            loop = try EventLoop()
+        } catch {
+            Terminal.report("event loop: \(error)")
+            return .ioError
+        }
+        let session = SendSession(options: options, loop: loop)
+        let box = UncheckedSendable(session)
+        SignalWatcher.shared.setHandler { signal in
+            loop.execute { box.value.interrupt(signal) }
+        }
+        if let failure = session.start() {
+            SignalWatcher.shared.setHandler(nil)
+            Terminal.report(failure.message)
+            return failure.status
+        }
+        if session.summary == nil { loop.run() }
+        SignalWatcher.shared.setHandler(nil)
+        guard let summary = session.summary else {
+            Terminal.report("send: the event loop ran out of work before the transfer ended (a bug)")
+            return .ioError
+        }
+        let outcome = session.outcome(of: summary)
+        if !outcome.message.isEmpty { Terminal.report(outcome.message) }
+        if let format = options.stats {
+            let report = SendStatsReport(summary: summary, destination: session.destinationName, options: options)
+            Terminal.write(format == .json ? report.json + "\n" : report.text, to: 2)
+        }
+        return outcome.status
+    }
+}

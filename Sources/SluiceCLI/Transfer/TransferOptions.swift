@@ -1,0 +1,275 @@
+import Sluice
+
+/// Where `sluice send` connects and where `sluice receive` listens.
+///
+/// Written `[HOST:]PORT`, `[V6]:PORT`, `tcp:HOST:PORT` or `unix:PATH`. Without a host, a
+/// sender connects to `localhost` and a receiver listens on every interface. Only a
+/// receiver may use port 0 (the kernel picks a free port, which it prints).
+enum TransferAddress: Hashable, Sendable, CustomStringConvertible {
+    case tcp(host: String?, port: UInt16)
+    case unix(String)
+
+    /// The port a receiver listens on without `--listen`.
+    static let defaultPort: UInt16 = 9000
+
+    /// Parses `text`; `listening` allows port 0 and a missing host.
+    init(parsing text: String, listening: Bool) throws(UsageError) {
+        if text.hasPrefix("unix:") {
+            let path = String(text.dropFirst("unix:".count))
+            guard !path.isEmpty else { throw UsageError("\(text): missing socket path after 'unix:'") }
+            guard path.utf8.count <= Endpoint.maximumUnixPathBytes else {
+                throw UsageError(
+                    "\(text): socket path is \(path.utf8.count) bytes, at most \(Endpoint.maximumUnixPathBytes) fit")
+            }
+            self = .unix(path)
+            return
+        }
+        var rest = Substring(text)
+        for scheme in ["tcp:", "tcp-listen:"] where rest.hasPrefix(scheme) {
+            rest = rest.dropFirst(scheme.count)
+            break
+        }
+        guard !rest.isEmpty else { throw UsageError("empty address (like HOST:PORT, PORT or unix:PATH)") }
+        var host: String?
+        var portText = rest
+        if rest.hasPrefix("[") {
+            guard let close = rest.firstIndex(of: "]") else {
+                throw UsageError("\(text): missing ']' after the IPv6 address")
+            }
+            let inside = rest[rest.index(after: rest.startIndex)..<close]
+            guard inside.contains(":") else {
+                throw UsageError("\(text): brackets are for IPv6 addresses, not '\(inside)'")
+            }
+            let after = rest[rest.index(after: close)...]
+            guard after.hasPrefix(":") else { throw UsageError("\(text): missing ':PORT' after the address") }
+            host = String(inside)
+            portText = after.dropFirst()
+        } else if let colon = rest.lastIndex(of: ":") {
+            let hostPart = rest[..<colon]
+            guard !hostPart.isEmpty else { throw UsageError("\(text): empty host") }
+            guard !hostPart.contains(":") else {
+                throw UsageError("\(text): write an IPv6 address in brackets, like [::1]:PORT")
+            }
+            host = String(hostPart)
+            portText = rest[rest.index(after: colon)...]
+        }
+        let lowest = listening ? 0 : 1
+        guard !portText.isEmpty, portText.count <= 5, portText.allSatisfy({ $0.isASCII && $0.isNumber }),
+            let port = Int(portText), (lowest...65535).contains(port)
+        else {
+            throw UsageError("\(text): port '\(portText)' is not a number from \(lowest) to 65535")
+        }
+        self = .tcp(host: host, port: UInt16(port))
+    }
+
+    var description: String {
+        switch self {
+        case .tcp(let host?, let port): return "\(host.contains(":") ? "[\(host)]" : host):\(port)"
+        case .tcp(nil, let port): return "\(port)"
+        case .unix(let path): return "unix:\(path)"
+        }
+    }
+}
+
+/// Turns a session's or a transfer's outcome into an exit status, the same way for both ends:
+/// any file that failed its integrity check → 65; else the connection's own failure; else any
+/// refused file → 73; else any file that failed for input/output → 74; else 0.
+enum TransferStatus {
+    static func status(results: [TransferFileResult], connectionError: ExitStatus?) -> ExitStatus {
+        var refused = false
+        var ioFailed = false
+        for result in results {
+            switch result.outcome {
+            case .stored: break
+            case .refused: refused = true
+            case .failed(_, .data): return .dataError
+            case .failed(_, .io): ioFailed = true
+            }
+        }
+        if let connectionError { return connectionError }
+        if refused { return .cannotCreate }
+        if ioFailed { return .ioError }
+        return .ok
+    }
+
+    /// The status for a transfer that failed as a whole: 69 when the connection could not be
+    /// made, 64 for a value the library rejects, 74 for anything else (reset, closed, protocol).
+    static func status(connection error: SluiceError, connected: Bool) -> ExitStatus {
+        switch error.code {
+        case .unknownHost:
+            return .unavailable
+        case .timedOut where !connected:
+            return .unavailable
+        case .system(let errno) where !connected:
+            let unavailable: [Errno] = [
+                .connectionRefused, .hostUnreachable, .networkUnreachable, .noSuchFile, .permissionDenied,
+                .notDirectory,
+            ]
+            return unavailable.contains(errno) ? .unavailable : .ioError
+        case .invalidArgument:
+            return .usage
+        default:
+            return .ioError
+        }
+    }
+}
+
+/// The parsing of `--compress` for a transfer: files are compressed with raw deflate, one
+/// stream per file, so only the level matters. Accepts nothing (level 6), `LEVEL`, and
+/// `[FORMAT][:LEVEL]` as for `copy`.
+enum TransferCompression {
+    static func level(_ option: ParsedArguments.Occurrence) throws(UsageError) -> Int {
+        if let value = option.value, value.count == 1, let level = Int(value) {
+            guard CompressionSpec.levels.contains(level) else {
+                throw UsageError("\(option.spelling): level '\(value)' is not a number from 0 to 9")
+            }
+            return level
+        }
+        return try CompressionSpec(parsing: option.value, spelling: option.spelling).level
+    }
+}
+
+/// `sluice send [options] PATH... [HOST:]PORT`, validated.
+struct SendOptions: Sendable {
+    static let usage = "usage: sluice send [options] PATH... [HOST:]PORT"
+
+    var paths: [String] = []
+    var destination: TransferAddress
+    /// The name standard input is stored under, when a path is `-`.
+    var streamName: String?
+    var chunkSize: ChunkSize = .default
+    var compressionLevel: Int?
+    var progress: ProgressMode = .auto
+    var stats: StatsFormat?
+    var rateLimit: Int?
+    var timeoutSeconds: Double?
+    var resume = true
+    var quiet = false
+
+    static let name = OptionSpec(
+        "name", value: .required("NAME"), help: "the name to store standard input under\n(with the path -)")
+    static let noResume = OptionSpec(
+        "no-resume", help: "send every file from its start, even when the\nreceiver holds part of it")
+    static let compress = OptionSpec(
+        "compress", short: "z", value: .optional("[=LEVEL]"),
+        help: "compress each file on the way (raw deflate);\nLEVEL 0 to 9 (default 6); gzip:LEVEL also works")
+
+    static let parser = ArgumentParser([
+        CommonOptions.chunkSize, compress, CommonOptions.progress, CommonOptions.noProgress, CommonOptions.stats,
+        CommonOptions.rateLimit,
+        OptionSpec(
+            "timeout", value: .required("SECONDS"),
+            help: "give up when nothing moves for SECONDS\n(also when connecting)"),
+        noResume, name, CommonOptions.quiet, CommonOptions.help, CommonOptions.version,
+    ])
+
+    init(_ parsed: ParsedArguments) throws(UsageError) {
+        let operands = parsed.operands
+        guard let last = operands.last else {
+            throw UsageError("send: missing PATH and destination (\(Self.usage))")
+        }
+        guard operands.count >= 2 else {
+            throw UsageError("send: missing the destination [HOST:]PORT after '\(last)' (\(Self.usage))")
+        }
+        destination = try TransferAddress(parsing: last, listening: false)
+        paths = Array(operands.dropLast())
+        for path in paths where path.isEmpty {
+            throw UsageError("send: empty path")
+        }
+        let stdinCount = paths.filter { $0 == "-" }.count
+        if let option = parsed.last("name") {
+            guard stdinCount == 1 else {
+                throw UsageError("\(option.spelling) names standard input: give '-' as one PATH")
+            }
+            streamName = option.value ?? ""
+        } else if stdinCount > 0 {
+            throw UsageError("send -: standard input needs a name to be stored under (--name NAME)")
+        }
+        if stdinCount > 1 { throw UsageError("send: '-' may be given once") }
+        if let chunkSize = try CommonOptions.chunkSize(parsed) { self.chunkSize = chunkSize }
+        if let option = parsed.last("compress") { compressionLevel = try TransferCompression.level(option) }
+        quiet = parsed.has("quiet")
+        progress = CommonOptions.progressMode(parsed)
+        stats = try CommonOptions.statsFormat(parsed)
+        rateLimit = try CommonOptions.rateLimit(parsed)
+        timeoutSeconds = try CommonOptions.timeoutSeconds(parsed)
+        resume = !parsed.has("no-resume")
+    }
+
+    var libraryOptions: TransferSendOptions {
+        TransferSendOptions(
+            compress: compressionLevel != nil, compressionLevel: compressionLevel ?? CompressionSpec.defaultLevel,
+            chunkSize: chunkSize, rateLimit: rateLimit, resume: resume)
+    }
+}
+
+/// `sluice receive [options]`, validated.
+struct ReceiveOptions: Sendable {
+    static let usage = "usage: sluice receive [options]"
+    /// The idle limit without `--timeout`: five minutes.
+    static let defaultIdleSeconds = 300.0
+
+    var listen = TransferAddress.tcp(host: nil, port: TransferAddress.defaultPort)
+    var directory = "."
+    var once = false
+    var overwrite = false
+    var maxSize: UInt64?
+    var resume = true
+    var fsync = true
+    var idleSeconds = defaultIdleSeconds
+    var stats: StatsFormat?
+    var quiet = false
+
+    static let parser = ArgumentParser([
+        OptionSpec(
+            "listen", short: "l", value: .required("ADDRESS"),
+            help:
+                "listen on [HOST:]PORT, [V6]:PORT or unix:PATH\n(default: port \(TransferAddress.defaultPort), every interface; port 0\npicks a free port)"
+        ),
+        OptionSpec(
+            "dir", short: "C", value: .required("DIR"), help: "store into DIR, which must exist\n(default: .)"),
+        OptionSpec("once", help: "serve one sender, then exit with its status"),
+        OptionSpec("overwrite", help: "replace existing files"),
+        OptionSpec("max-size", value: .required("SIZE"), help: "refuse files larger than SIZE, like 100M, 4G"),
+        OptionSpec("no-resume", help: "never continue interrupted files: start over"),
+        OptionSpec("no-fsync", help: "do not flush each file to disk before\nanswering"),
+        OptionSpec(
+            "timeout", value: .required("SECONDS"),
+            help: "drop a sender silent for SECONDS\n(default \(Int(defaultIdleSeconds)))"),
+        CommonOptions.stats,
+        OptionSpec(
+            "quiet", short: "q", help: "print neither the address nor a line per file;\nonly errors (and --stats)"),
+        CommonOptions.help, CommonOptions.version,
+    ])
+
+    init(_ parsed: ParsedArguments) throws(UsageError) {
+        if let operand = parsed.operands.first {
+            throw UsageError("receive: unexpected operand '\(operand)' (\(Self.usage))")
+        }
+        if let text = parsed.value("listen") { listen = try TransferAddress(parsing: text, listening: true) }
+        if let option = parsed.last("dir") {
+            guard let text = option.value, !text.isEmpty else { throw UsageError("\(option.spelling): empty path") }
+            directory = text
+        }
+        once = parsed.has("once")
+        overwrite = parsed.has("overwrite")
+        if let option = parsed.last("max-size") {
+            let text = option.value ?? ""
+            guard let size = ChunkSize.parseBytes(text) else {
+                throw UsageError("\(option.spelling) '\(text)': must be a number of bytes, like 100M or 4G")
+            }
+            maxSize = UInt64(size)
+        }
+        resume = !parsed.has("no-resume")
+        fsync = !parsed.has("no-fsync")
+        if let seconds = try CommonOptions.timeoutSeconds(parsed) { idleSeconds = seconds }
+        stats = try CommonOptions.statsFormat(parsed)
+        quiet = parsed.has("quiet")
+    }
+
+    var libraryOptions: TransferReceiveOptions {
+        TransferReceiveOptions(
+            overwrite: overwrite, maxSize: maxSize, resume: resume, fsync: fsync,
+            idleTimeout: .nanoseconds(Int64(idleSeconds * 1e9)))
+    }
+}

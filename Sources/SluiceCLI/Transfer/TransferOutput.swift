@@ -1,0 +1,236 @@
+import Sluice
+
+/// Text from the other end (paths, reasons) made safe for a terminal.
+enum TransferText {
+    /// `text` with control characters shown as `?`, so a name cannot move the cursor or
+    /// forge a line.
+    static func printable(_ text: String) -> String {
+        var out = ""
+        out.unicodeScalars.reserveCapacity(text.unicodeScalars.count)
+        for scalar in text.unicodeScalars {
+            let controls = scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
+            out.unicodeScalars.append(controls ? "?" : scalar)
+        }
+        return out
+    }
+
+    /// `1.20MiB`, or `1.20MiB, 512KiB resumed`.
+    static func size(_ result: TransferFileResult) -> String {
+        var text = result.size.map { Format.bytes($0) } ?? "?"
+        if result.resumedBytes > 0 { text += ", \(Format.bytes(result.resumedBytes)) resumed" }
+        return text
+    }
+}
+
+/// The progress line of `sluice send`, redrawn ten times a second on stderr: files done of
+/// all, then bytes, time, rate, and with the total known a bar, percent and ETA (as `copy`'s).
+final class TransferProgressDisplay {
+    private let sender: TransferSender
+    private let output: (String) -> Void
+    private var timer: LoopTimer?
+    private var samples: [(time: Double, bytes: UInt64)] = []
+    /// True while a line is drawn without its newline.
+    private var open = false
+
+    /// False when a stream of unknown length is among the sources: no bar, percent or ETA.
+    private let sizeKnown: Bool
+
+    init(sender: TransferSender, sizeKnown: Bool, output: @escaping (String) -> Void) {
+        self.sender = sender
+        self.sizeKnown = sizeKnown
+        self.output = output
+    }
+
+    func start(on loop: EventLoop) {
+        timer = loop.schedule(after: ProgressDisplay.interval, repeating: ProgressDisplay.interval) { [weak self] in
+            self?.draw()
+        }
+    }
+
+    /// The line for `progress`, `rate` bytes a second, within `width` columns.
+    static func render(
+        _ progress: TransferProgress, rate: Double, finished: Bool, sizeKnown: Bool, width: Int
+    ) -> String {
+        let files = "\(progress.filesDone)/\(progress.filesTotal) files"
+        let snapshot = ProgressSnapshot(
+            sourceBytes: progress.bytesDone, elapsedSeconds: progress.seconds, rate: rate,
+            sourceSize: sizeKnown ? progress.bytesTotal : nil, stage: nil, bottleneck: nil, finished: finished)
+        return files + " " + ProgressLine.render(snapshot, width: max(20, width - files.count - 1))
+    }
+
+    private func draw() {
+        let progress = sender.progress
+        samples.append((progress.seconds, progress.bytesDone))
+        while let first = samples.first, progress.seconds - first.time > 2, samples.count > 2 { samples.removeFirst() }
+        let oldest = samples[0]
+        let span = progress.seconds - oldest.time
+        let rate = span > 0 ? Double(progress.bytesDone - oldest.bytes) / span : 0
+        show(
+            Self.render(progress, rate: rate, finished: false, sizeKnown: sizeKnown, width: Terminal.columns(of: 2)),
+            final: false)
+    }
+
+    /// Clears the drawn line so a message can be printed; the next tick redraws it.
+    func clearLine() {
+        guard open else { return }
+        output("\r\u{1B}[K")
+        open = false
+    }
+
+    /// Stops redrawing; draws the final state with the average rate.
+    func finish(_ summary: TransferSummary) {
+        timer?.cancel()
+        timer = nil
+        var progress = sender.progress
+        progress.seconds = summary.seconds
+        let rate = summary.seconds > 0 ? Double(progress.bytesDone) / summary.seconds : 0
+        show(
+            Self.render(progress, rate: rate, finished: true, sizeKnown: sizeKnown, width: Terminal.columns(of: 2)),
+            final: true)
+    }
+
+    private func show(_ line: String, final: Bool) {
+        open = !final
+        output("\r" + line + "\u{1B}[K" + (final ? "\n" : ""))
+    }
+}
+
+/// The report of `sluice send --stats`.
+struct SendStatsReport {
+    var destination: String
+    var summary: TransferSummary
+    var chunkSize: ChunkSize
+    var compressionLevel: Int?
+    var rateLimit: Int?
+
+    init(summary: TransferSummary, destination: String, options: SendOptions) {
+        self.summary = summary
+        self.destination = destination
+        chunkSize = options.chunkSize
+        compressionLevel = options.compressionLevel
+        rateLimit = options.rateLimit
+    }
+
+    private var count: (refused: Int, failed: Int) {
+        var refused = 0
+        var failed = 0
+        for result in summary.results {
+            switch result.outcome {
+            case .stored: break
+            case .refused: refused += 1
+            case .failed: failed += 1
+            }
+        }
+        return (refused, failed)
+    }
+
+    /// File bytes a second, resumed bytes excluded.
+    var rate: Double { summary.seconds > 0 ? Double(summary.bytes) / summary.seconds : 0 }
+
+    var json: String {
+        let (refused, failed) = count
+        var fields: [(String, String)] = [
+            ("destination", Format.jsonString(destination)),
+            ("files", "\(summary.files)"),
+            ("directories", "\(summary.directories)"),
+            ("refused", "\(refused)"),
+            ("failed", "\(failed)"),
+            ("bytes", "\(summary.bytes)"),
+            ("bytes_sent", "\(summary.bytesSent)"),
+            ("resumed_bytes", "\(summary.resumedBytes)"),
+            ("seconds", Format.jsonNumber(summary.seconds)),
+            ("rate", Format.jsonNumber(rate)),
+            ("chunk_size", "\(chunkSize.bytes)"),
+        ]
+        if let compressionLevel { fields.append(("compression_level", "\(compressionLevel)")) }
+        if let rateLimit { fields.append(("rate_limit", "\(rateLimit)")) }
+        return "{" + fields.map { "\(Format.jsonString($0.0)):\($0.1)" }.joined(separator: ",") + "}"
+    }
+
+    var text: String {
+        let (refused, failed) = count
+        var rows: [(String, String)] = [
+            ("destination", destination),
+            ("files", "\(summary.files) stored, \(refused) refused, \(failed) failed"),
+            ("directories", "\(summary.directories)"),
+            ("bytes", "\(summary.bytes) (\(Format.bytes(summary.bytes)))"),
+            ("bytes sent", "\(summary.bytesSent) (\(Format.bytes(summary.bytesSent)), on the wire)"),
+            ("resumed bytes", "\(summary.resumedBytes) (\(Format.bytes(summary.resumedBytes)))"),
+            ("seconds", Format.fixed(summary.seconds, 3)),
+            ("rate", Format.rate(rate)),
+            ("chunk size", "\(chunkSize) (\(chunkSize.bytes) bytes)"),
+        ]
+        if let compressionLevel { rows.append(("compression", "deflate:\(compressionLevel)")) }
+        if let rateLimit { rows.append(("rate limit", Format.rate(Double(rateLimit)))) }
+        return StatsTable.render(rows)
+    }
+}
+
+/// The report of `sluice receive --stats`: totals over the sessions served.
+struct ReceiveStatsReport {
+    var directory: String
+    var address: String
+    var sessions = 0
+    var files = 0
+    var directories = 0
+    var refused = 0
+    var failed = 0
+    var bytes: UInt64 = 0
+    var resumedBytes: UInt64 = 0
+    var seconds = 0.0
+
+    mutating func add(_ report: TransferSessionReport) {
+        sessions += 1
+        bytes += report.bytes
+        for result in report.results {
+            switch result.outcome {
+            case .stored:
+                if result.isDirectory { directories += 1 } else { files += 1 }
+                resumedBytes += result.resumedBytes
+            case .refused: refused += 1
+            case .failed: failed += 1
+            }
+        }
+    }
+
+    var rate: Double { seconds > 0 ? Double(bytes) / seconds : 0 }
+
+    var json: String {
+        let fields: [(String, String)] = [
+            ("directory", Format.jsonString(directory)),
+            ("address", Format.jsonString(address)),
+            ("sessions", "\(sessions)"),
+            ("files", "\(files)"),
+            ("directories", "\(directories)"),
+            ("refused", "\(refused)"),
+            ("failed", "\(failed)"),
+            ("bytes", "\(bytes)"),
+            ("resumed_bytes", "\(resumedBytes)"),
+            ("seconds", Format.jsonNumber(seconds)),
+            ("rate", Format.jsonNumber(rate)),
+        ]
+        return "{" + fields.map { "\(Format.jsonString($0.0)):\($0.1)" }.joined(separator: ",") + "}"
+    }
+
+    var text: String {
+        StatsTable.render([
+            ("directory", directory),
+            ("address", address),
+            ("sessions", "\(sessions)"),
+            ("files", "\(files) stored, \(refused) refused, \(failed) failed"),
+            ("directories", "\(directories)"),
+            ("bytes", "\(bytes) (\(Format.bytes(bytes)))"),
+            ("resumed bytes", "\(resumedBytes) (\(Format.bytes(resumedBytes)))"),
+            ("seconds", Format.fixed(seconds, 3)),
+            ("rate", Format.rate(rate)),
+        ])
+    }
+}
+
+/// Aligned `name  value` lines, as `copy --stats` prints them.
+enum StatsTable {
+    static func render(_ rows: [(String, String)]) -> String {
+        let width = (rows.map(\.0.count).max() ?? 0) + 2
+        return rows.map { $0.0 + String(repeating: " ", count: width - $0.0.count) + $0.1 + "\n" }.joined()
+    }
+}

@@ -1,0 +1,314 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `sluice send` and `sluice receive` as programs, over loopback, into temporary directories.
+@Suite struct TransferCommandTests {
+    @Test func oneFileArrivesWithItsBytesModeAndMtime() throws {
+        try withTemporaryDirectory { dir in
+            let inbox = "\(dir)/in"
+            try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: false)
+            let data = randomBytes(1_500_001)
+            try write(data, to: "\(dir)/a.bin")
+            chmod("\(dir)/a.bin", 0o640)
+            setMtime("\(dir)/a.bin", 1_000_000_000)
+            let receiver = try ReceiverProcess(["--dir", inbox, "--once"])
+            let send = try sluice("send", "-q", "\(dir)/a.bin", try receiver.address())
+            #expect(send.status == 0, "\(send.stderrText)")
+            #expect(send.stderr.isEmpty)
+            let received = receiver.wait()
+            #expect(received.status == 0, "\(received.stderr)")
+            #expect(received.stderr.contains("sluice: stored a.bin ("))
+            #expect(contents("\(inbox)/a.bin") == data)
+            let attributes = modeAndMtime("\(inbox)/a.bin")
+            #expect(attributes.mode == 0o640)
+            #expect(attributes.mtime == 1_000_000_000)
+            #expect(directoryEntries(inbox) == ["a.bin"])
+        }
+    }
+
+    @Test func aTreeArrivesIdentical() throws {
+        try withTemporaryDirectory { dir in
+            let tree = "\(dir)/photos"
+            let inbox = "\(dir)/in"
+            let manager = FileManager.default
+            for path in [inbox, "\(tree)/2024/été", "\(tree)/empty dir", "\(tree)/deep/er/still"] {
+                try manager.createDirectory(atPath: path, withIntermediateDirectories: true)
+            }
+            try write(randomBytes(300_000, seed: 1), to: "\(tree)/2024/été/a b.jpg")
+            try write(Data(repeating: 0x41, count: 200_000), to: "\(tree)/2024/compressible.txt")
+            try write(Data(), to: "\(tree)/empty")
+            try write(randomBytes(10, seed: 2), to: "\(tree)/deep/er/still/ünïcødé ✓")
+            chmod("\(tree)/empty", 0o600)
+            chmod("\(tree)/2024/compressible.txt", 0o755)
+            chmod("\(tree)/empty dir", 0o750)
+            try manager.createSymbolicLink(atPath: "\(tree)/link", withDestinationPath: "empty")
+
+            let receiver = try ReceiverProcess(["--dir", inbox, "--once"])
+            let send = try sluice("send", "-zgzip:1", "--no-progress", tree, try receiver.address())
+            #expect(send.status == 0, "\(send.stderrText)")
+            #expect(send.stderrText.contains("sluice: warning: skipping symbolic link"))
+            #expect(receiver.wait().status == 0)
+
+            try manager.removeItem(atPath: "\(tree)/link")
+            #expect(try treesIdentical(tree, "\(inbox)/photos"))
+            for path in ["empty", "2024/compressible.txt", "empty dir", "2024/été/a b.jpg", "deep/er"] {
+                #expect(
+                    modeAndMtime("\(tree)/\(path)").mode == modeAndMtime("\(inbox)/photos/\(path)").mode,
+                    "mode of \(path)")
+            }
+            #expect(modeAndMtime("\(tree)/empty").mtime == modeAndMtime("\(inbox)/photos/empty").mtime)
+        }
+    }
+
+    @Test func sixteenSendersAtOnceIntoOneReceiver() throws {
+        try withTemporaryDirectory { dir in
+            let inbox = "\(dir)/in"
+            try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: false)
+            var expected: [String: Data] = [:]
+            for i in 0..<16 {
+                let data = randomBytes(150_000 + i * 1000, seed: UInt64(i + 10))
+                try write(data, to: "\(dir)/file\(i)")
+                expected["file\(i)"] = data
+            }
+            let receiver = try ReceiverProcess(["--dir", inbox, "--stats=json"])
+            let address = try receiver.address()
+            let senders = try (0..<16).map { i in
+                try Running(sluiceBinary, ["send", "-b", "64K", "\(dir)/file\(i)", address])
+            }
+            for (i, sender) in senders.enumerated() {
+                let outcome = sender.wait()
+                #expect(outcome.status == 0, "sender \(i): \(outcome.stderrText)")
+            }
+            for (name, data) in expected {
+                #expect(contents("\(inbox)/\(name)") == data, "\(name)")
+            }
+            #expect(directoryEntries(inbox).count == 16)
+            let stopped = receiver.stop()
+            #expect(stopped.status == 130)
+            #expect(stopped.stderr.contains("sluice: receive into \(inbox): interrupted"))
+            let stats = try #require(lastJSONObject(stopped.stderr))
+            #expect(stats["sessions"] as? Int == 16)
+            #expect(stats["files"] as? Int == 16)
+        }
+    }
+
+    @Test func anExistingFileIsRefusedUnlessTheReceiverOverwrites() throws {
+        try withTemporaryDirectory { dir in
+            let inbox = "\(dir)/in"
+            try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: false)
+            try write(Data("old".utf8), to: "\(inbox)/a.txt")
+            try write(Data("new contents".utf8), to: "\(dir)/a.txt")
+
+            let refusing = try ReceiverProcess(["--dir", inbox, "--once"])
+            let refused = try sluice("send", "\(dir)/a.txt", try refusing.address())
+            #expect(refused.status == 73)
+            #expect(
+                refused.stderrText
+                    == "sluice: a.txt: refused by receiver: exists (use --overwrite on the receiver)\n")
+            let refusingEnd = refusing.wait()
+            #expect(refusingEnd.status == 73)
+            #expect(refusingEnd.stderr.contains("sluice: refused a.txt: exists"))
+            #expect(contents("\(inbox)/a.txt") == Data("old".utf8))
+
+            let overwriting = try ReceiverProcess(["--dir", inbox, "--once", "--overwrite"])
+            let replaced = try sluice("send", "\(dir)/a.txt", try overwriting.address())
+            #expect(replaced.status == 0, "\(replaced.stderrText)")
+            #expect(overwriting.wait().status == 0)
+            #expect(contents("\(inbox)/a.txt") == Data("new contents".utf8))
+            #expect(directoryEntries(inbox) == ["a.txt"])
+        }
+    }
+
+    @Test func aFileAboveMaxSizeIsRefused() throws {
+        try withTemporaryDirectory { dir in
+            try write(randomBytes(5000), to: "\(dir)/big")
+            let inbox = "\(dir)/in"
+            try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: false)
+            let receiver = try ReceiverProcess(["--dir", inbox, "--once", "--max-size", "4K"])
+            let send = try sluice("send", "\(dir)/big", try receiver.address())
+            #expect(send.status == 73)
+            #expect(send.stderrText.hasPrefix("sluice: big: refused by receiver: too large"))
+            #expect(receiver.wait().status == 73)
+            #expect(directoryEntries(inbox).isEmpty)
+        }
+    }
+
+    @Test func failuresBeforeTheTransferHaveTheirStatuses() throws {
+        try withTemporaryDirectory { dir in
+            try write(Data("x".utf8), to: "\(dir)/a")
+            let port = try freePort()
+            let missing = try sluice("send", "\(dir)/a", "\(dir)/nothere", "127.0.0.1:\(port)")
+            #expect(missing.status == 66)
+            #expect(missing.stderrText == "sluice: \(dir)/nothere: No such file or directory (errno 2)\n")
+            let refused = try sluice("send", "\(dir)/a", "127.0.0.1:\(port)")
+            #expect(refused.status == 69)
+            #expect(refused.stderrText.hasPrefix("sluice: connect 127.0.0.1:\(port): Connection refused"))
+            #expect(refused.stderrLines.count == 1)
+            let noSocket = try sluice("send", "\(dir)/a", "unix:\(dir)/no.sock")
+            #expect(noSocket.status == 69)
+            let noDirectory = try sluice("receive", "--dir", "\(dir)/absent", "--listen", "127.0.0.1:0")
+            #expect(noDirectory.status == 73)
+            #expect(noDirectory.stderrText.hasPrefix("sluice: receive into \(dir)/absent: No such file"))
+        }
+    }
+
+    @Test func usageErrors() throws {
+        for words in [
+            ["send"], ["send", "a"], ["send", "a", "host:0"], ["send", "a", "host:port"], ["send", "-", "h:1"],
+            ["send", "--name", "x", "a", "h:1"], ["send", "-z10", "a", "h:1"], ["receive", "extra"],
+            ["receive", "--listen", "h:99999"], ["receive", "--max-size", "lots"], ["receive", "--timeout", "0"],
+        ] {
+            let outcome = try sluice(words)
+            #expect(outcome.status == 64, "\(words)")
+            #expect(outcome.stderrLines.count == 1, "\(words): \(outcome.stderrText)")
+        }
+    }
+
+    @Test func standardInputIsSentUnderItsName() throws {
+        try withTemporaryDirectory { dir in
+            let inbox = "\(dir)/in"
+            try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: false)
+            let data = randomBytes(700_000, seed: 7)
+            let receiver = try ReceiverProcess(["--dir", inbox, "--once"])
+            let send = try sluice(
+                ["send", "-z", "--stats=json", "-", "--name", "logs/today.txt", try receiver.address()], stdin: data)
+            #expect(send.status == 0, "\(send.stderrText)")
+            let stats = try #require(lastJSONObject(send.stderrText))
+            #expect(stats["files"] as? Int == 1)
+            #expect(stats["bytes"] as? Int == data.count)
+            #expect(receiver.wait().status == 0)
+            #expect(contents("\(inbox)/logs/today.txt") == data)
+        }
+    }
+
+    @Test func aKilledSendIsResumed() throws {
+        try withTemporaryDirectory { dir in
+            let inbox = "\(dir)/in"
+            try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: false)
+            let data = randomBytes(6_000_000, seed: 3)
+            try write(data, to: "\(dir)/big")
+            let receiver = try ReceiverProcess(["--dir", inbox])
+            let address = try receiver.address()
+            let first = try Running(sluiceBinary, ["send", "--rate-limit", "1M", "\(dir)/big", address])
+            usleep(1_500_000)
+            first.signal(SIGKILL)
+            #expect(first.wait().status == SIGKILL)  // Process reports the signal
+            // The receiver notices the end of the connection and keeps the partial file.
+            var waited = 0
+            while !receiver.stderrText.contains("in the middle of a file") && waited < 500 {
+                usleep(10_000)
+                waited += 1
+            }
+            #expect(!FileManager.default.fileExists(atPath: "\(inbox)/big"))
+            #expect(directoryEntries(inbox) == [".big.sluice-part"])
+
+            let second = try sluice("send", "--stats=json", "\(dir)/big", address)
+            #expect(second.status == 0, "\(second.stderrText)")
+            let stats = try #require(lastJSONObject(second.stderrText))
+            let resumed = try #require(stats["resumed_bytes"] as? Int)
+            #expect(resumed > 0)
+            #expect(stats["bytes"] as? Int == data.count - resumed)
+            #expect(contents("\(inbox)/big") == data)
+            #expect(directoryEntries(inbox) == ["big"])
+            let stopped = receiver.stop()
+            #expect(stopped.status == 130)
+            #expect(stopped.stderr.contains("resumed)"))
+        }
+    }
+
+    @Test func anAlteredPartialFailsTheIntegrityCheck() throws {
+        try withTemporaryDirectory { dir in
+            let inbox = "\(dir)/in"
+            try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: false)
+            let data = randomBytes(4_000_000, seed: 5)
+            try write(data, to: "\(dir)/big")
+            let receiver = try ReceiverProcess(["--dir", inbox])
+            let address = try receiver.address()
+            let first = try Running(sluiceBinary, ["send", "--rate-limit", "2M", "\(dir)/big", address])
+            usleep(700_000)
+            first.signal(SIGKILL)
+            _ = first.wait()
+            var waited = 0
+            while !receiver.stderrText.contains("in the middle of a file") && waited < 500 {
+                usleep(10_000)
+                waited += 1
+            }
+            // Flip the first byte of the partial file in place (its resume marker stays).
+            let partial = "\(inbox)/.big.sluice-part"
+            let fd = open(partial, O_RDWR)
+            #expect(fd >= 0)
+            var byte = ~data[0]
+            #expect(pwrite(fd, &byte, 1, 0) == 1)
+            close(fd)
+
+            let second = try sluice("send", "--stats=json", "\(dir)/big", address)
+            #expect(second.status == 65, "\(second.stderrText)")
+            #expect(second.stderrText.hasPrefix("sluice: big: failed: SHA-256 mismatch"))
+            #expect(!FileManager.default.fileExists(atPath: "\(inbox)/big"))
+            let third = try sluice("send", "\(dir)/big", address)
+            #expect(third.status == 0, "\(third.stderrText)")
+            #expect(contents("\(inbox)/big") == data)
+            #expect(receiver.stop().status == 130)
+        }
+    }
+
+    @Test func aSignalledSendExitsInterrupted() throws {
+        try withTemporaryDirectory { dir in
+            let inbox = "\(dir)/in"
+            try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: false)
+            try write(randomBytes(2_000_000), to: "\(dir)/big")
+            let receiver = try ReceiverProcess(["--dir", inbox, "--once"])
+            let sender = try Running(
+                sluiceBinary, ["send", "--rate-limit", "1M", "\(dir)/big", try receiver.address()])
+            usleep(500_000)
+            sender.signal(SIGTERM)
+            let outcome = sender.wait()
+            #expect(outcome.status == 143)
+            #expect(outcome.stderrText.hasSuffix(": terminated\n"))
+            #expect(receiver.wait().status == 74)
+            #expect(!FileManager.default.fileExists(atPath: "\(inbox)/big"))
+        }
+    }
+
+    @Test func aUnixSocketWorks() throws {
+        try withTemporaryDirectory { dir in
+            let inbox = "\(dir)/in"
+            try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: false)
+            try write(Data("over a unix socket".utf8), to: "\(dir)/note")
+            let receiver = try ReceiverProcess(["--dir", inbox, "--once", "--listen", "unix:\(dir)/s"])
+            waitForFile("\(dir)/s")
+            let send = try sluice("send", "\(dir)/note", "unix:\(dir)/s")
+            #expect(send.status == 0, "\(send.stderrText)")
+            let received = receiver.wait()
+            #expect(received.status == 0)
+            #expect(received.stderr.hasPrefix("sluice: receiving into \(inbox) on unix:\(dir)/s\n"))
+            #expect(contents("\(inbox)/note") == Data("over a unix socket".utf8))
+        }
+    }
+
+    @Test func helpFitsAndEveryLongOptionIsInTheManPage() throws {
+        let manPage = try String(contentsOf: packageRoot.appendingPathComponent("man/sluice.1"), encoding: .utf8)
+        for command in ["send", "receive"] {
+            let outcome = try sluice(command, "--help")
+            #expect(outcome.status == 0)
+            let help = outcome.stdoutText
+            for line in help.split(separator: "\n") {
+                #expect(line.count <= 80, "\(command): \(line)")
+            }
+            let options = Set(help.matches(of: /--([a-z][a-z-]*)/).map { String($0.output.1) })
+            #expect(options.count >= 8)
+            for option in options {
+                #expect(
+                    manPage.contains("Fl -\(option)") || manPage.contains("Fl \\-\(option)"),
+                    "man/sluice.1 does not document --\(option) of \(command)")
+            }
+        }
+        let top = try sluice("--help").stdoutText
+        #expect(top.contains("sluice send [options] PATH... [HOST:]PORT"))
+        #expect(top.contains("sluice receive [options]"))
+    }
+}
