@@ -55,8 +55,17 @@ public final class EventLoop: @unchecked Sendable {
     private var interests: [Interest] = []
     private var watchedCount = 0
 
-    private var readyQueue: [any ReadyClient] = []
-    private var serving: [any ReadyClient] = []
+    /// The ready queue and the batch being served, at a stable address (no dynamic
+    /// exclusivity checks on the hot path).
+    private struct Queues {
+        var ready: [any ReadyClient] = []
+        var serving: [any ReadyClient] = []
+    }
+    private let queues: UnsafeMutablePointer<Queues> = {
+        let pointer = UnsafeMutablePointer<Queues>.allocate(capacity: 1)
+        pointer.initialize(to: Queues())
+        return pointer
+    }()
 
     private var timers: [LoopTimer] = []  // binary min-heap on deadline
     private var liveTimers = 0
@@ -82,6 +91,8 @@ public final class EventLoop: @unchecked Sendable {
     deinit {
         closeDescriptor(wakeFD)
         selector.close()
+        queues.deinitialize(count: 1)
+        queues.deallocate()
     }
 
     // MARK: Running
@@ -131,11 +142,15 @@ public final class EventLoop: @unchecked Sendable {
         stopRequested.store(false, ordering: .relaxed)
         while !stopRequested.load(ordering: .acquiring) {
             if hasTasks.load(ordering: .acquiring) { runTasks() }
-            var now = monotonicNanoseconds()
-            if liveTimers > 0 { fireTimers(now: now) }
-            if let deadline, now >= deadline { return true }
+            // The clock is read only when something depends on it.
+            var now: UInt64 = 0
+            if liveTimers > 0 || deadline != nil {
+                now = monotonicNanoseconds()
+                if liveTimers > 0 { fireTimers(now: now) }
+                if let deadline, now >= deadline { return true }
+            }
 
-            if !readyQueue.isEmpty {
+            if !queues.pointee.ready.isEmpty {
                 turns &+= 1
                 // Descriptors still get a look between ready-queue turns.
                 if watchedCount > 0 && turns & 15 == 0 { poll(timeout: 0) }
@@ -146,7 +161,10 @@ public final class EventLoop: @unchecked Sendable {
                 return false
             }
             var timeout: UInt64? = nil
-            if let next = nextTimerDeadline() { timeout = next > now ? next - now : 0 }
+            if let next = nextTimerDeadline() {
+                now = monotonicNanoseconds()
+                timeout = next > now ? next - now : 0
+            }
             if let deadline {
                 now = monotonicNanoseconds()
                 let left = deadline > now ? deadline - now : 0
@@ -181,12 +199,12 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     private func serveReadyQueue() {
-        swap(&readyQueue, &serving)
-        for client in serving {
+        swap(&queues.pointee.ready, &queues.pointee.serving)
+        for client in queues.pointee.serving {
             client.isQueued = false
             client.serviceReady()
         }
-        serving.removeAll(keepingCapacity: true)
+        queues.pointee.serving.removeAll(keepingCapacity: true)
     }
 
     private func runTasks() {
@@ -205,7 +223,7 @@ public final class EventLoop: @unchecked Sendable {
     func enqueue(_ client: any ReadyClient) {
         guard !client.isQueued else { return }
         client.isQueued = true
-        readyQueue.append(client)
+        queues.pointee.ready.append(client)
     }
 
     /// Counts a source that keeps `run()` alive (a scheduled open stream, a listener).

@@ -21,13 +21,14 @@ final class Chunk {
     }
 }
 
-/// The bounded queue of chunks between two nodes of a pipeline (source, stages, sink).
-///
-/// Holds at most `depth` chunks, so at most `depth × chunkSize` bytes. The last chunk may be
-/// open (its producer is still filling it); only sealed chunks are handed downstream.
+/// The bounded queue of chunks between two nodes of a pipeline (source, stages, sink): a ring
+/// of at most `depth` chunks, so at most `depth × chunkSize` bytes. The last chunk may be open
+/// (its producer is still filling it); only sealed chunks are handed downstream.
 struct ChunkQueue {
     let depth: Int
-    private(set) var chunks: [Chunk] = []
+    private var ring: [Chunk?]
+    private var head = 0
+    private(set) var count = 0
     private(set) var tailOpen = false
     /// The producer has delivered its last byte.
     var producerDone = false
@@ -36,32 +37,38 @@ struct ChunkQueue {
 
     init(depth: Int) {
         self.depth = depth
-        chunks.reserveCapacity(depth)
+        ring = Array(repeating: nil, count: depth)
     }
 
-    var isEmpty: Bool { chunks.isEmpty }
+    var isEmpty: Bool { count == 0 }
     /// A sealed chunk is ready for the consumer.
-    var hasReady: Bool { chunks.count > (tailOpen ? 1 : 0) }
-    var front: Chunk { chunks[0] }
+    var hasReady: Bool { count > (tailOpen ? 1 : 0) }
+    var front: Chunk { ring[head]! }
+    private var tail: Chunk? { count == 0 ? nil : ring[(head + count - 1) % depth] }
     /// The producer can add bytes (to the open tail or a new chunk).
-    var hasRoom: Bool { chunks.count < depth || (tailOpen && chunks[chunks.count - 1].freeSpace > 0) }
+    var hasRoom: Bool { count < depth || (tailOpen && tail!.freeSpace > 0) }
     var isFull: Bool { !hasRoom }
-    var finished: Bool { producerDone && chunks.isEmpty }
+    var finished: Bool { producerDone && count == 0 }
+
+    private mutating func append(_ chunk: Chunk) {
+        precondition(count < depth, "chunk queue overflow")
+        ring[(head + count) % depth] = chunk
+        count += 1
+    }
 
     /// Appends a sealed chunk.
     mutating func pushSealed(_ chunk: Chunk) {
-        precondition(!tailOpen && chunks.count < depth, "chunk queue overflow")
-        chunks.append(chunk)
+        precondition(!tailOpen, "a sealed chunk after an open one")
+        append(chunk)
         bytes += chunk.count
     }
 
     /// The chunk the producer fills: the open tail, or `fresh()` appended as a new open tail.
     mutating func openTail(_ fresh: () -> Chunk) -> Chunk {
-        if tailOpen, let tail = chunks.last, tail.freeSpace > 0 { return tail }
-        if tailOpen { tailOpen = false }
-        precondition(chunks.count < depth, "chunk queue overflow")
+        if tailOpen, let tail, tail.freeSpace > 0 { return tail }
+        tailOpen = false
         let chunk = fresh()
-        chunks.append(chunk)
+        append(chunk)
         tailOpen = true
         return chunk
     }
@@ -69,29 +76,34 @@ struct ChunkQueue {
     /// The producer added `n` bytes to the open tail.
     mutating func produced(_ n: Int) {
         bytes += n
-        if let tail = chunks.last, tail.freeSpace == 0 { tailOpen = false }
+        if let tail, tail.freeSpace == 0 { tailOpen = false }
     }
 
     /// Hands the open tail downstream if it holds anything (and drops it if it is empty).
     mutating func sealTail(recycle: (Chunk) -> Void) {
-        guard tailOpen, let tail = chunks.last else { return }
+        guard tailOpen, let chunk = tail else { return }
         tailOpen = false
-        if tail.count == 0 {
-            chunks.removeLast()
-            recycle(tail)
+        if chunk.count == 0 {
+            ring[(head + count - 1) % depth] = nil
+            count -= 1
+            recycle(chunk)
         }
     }
 
     /// The consumer took `n` bytes from the front chunk.
     mutating func consumed(_ n: Int) {
-        chunks[0].start += n
+        front.start += n
         bytes -= n
     }
 
-    /// Removes the (fully consumed) front chunk.
+    /// Removes the front chunk (fully consumed, or dropped at the end).
     mutating func popFront() -> Chunk {
-        bytes -= chunks[0].count
-        if chunks.count == 1 { tailOpen = false }
-        return chunks.removeFirst()
+        let chunk = ring[head]!
+        ring[head] = nil
+        bytes -= chunk.count
+        head = (head + 1) % depth
+        count -= 1
+        if count == 0 { tailOpen = false }
+        return chunk
     }
 }

@@ -104,39 +104,129 @@ public final class Pipeline: ByteStreamDelegate {
     private let sourceTaps: [any Tap]
     private let sinkTaps: [any Tap]
 
-    private var queues: [ChunkQueue]
-    private var pool: [Chunk] = []
-    private var allocatedChunks = 0
-    private var stageDone: [Bool]
-    private var stageStats: [StageStatistics]
-    private var stageInputWaitSince: [UInt64?]
-    private var stageOutputWaitSince: [UInt64?]
-
     // The backpressure state.
-    private var pendingWrite = false
-    private var pendingWriteSince: UInt64 = 0
-    private var sourceWaiting = false
-    private var sourceWaitingSince: UInt64 = 0
-    private var sourceBoundNanoseconds: UInt64 = 0
-    private var sinkBoundNanoseconds: UInt64 = 0
 
+    /// The mutable state of the hot path, at a stable address: reached through a pointer, it
+    /// needs no dynamic exclusivity checks, which cost more than the copying itself at 512-byte
+    /// chunks (class stored properties modified in place are checked at run time).
+    private struct State {
+        var queues: UnsafeMutableBufferPointer<ChunkQueue>
+        var pool: [Chunk] = []
+        var allocatedChunks: Int = 0
+        var stageDone: [Bool]
+        var stageStats: [StageStatistics]
+        var stageInputWaitSince: [UInt64?]
+        var stageOutputWaitSince: [UInt64?]
+        var pendingWrite: Bool = false
+        var pendingWriteSince: UInt64 = 0
+        var sourceWaiting: Bool = false
+        var sourceWaitingSince: UInt64 = 0
+        var sourceBoundNanoseconds: UInt64 = 0
+        var sinkBoundNanoseconds: UInt64 = 0
+        var tokens: Double = 0
+        var tokensUpdated: UInt64 = 0
+        var pumping: Bool = false
+        var pumpAgain: Bool = false
+        /// The result is set: nothing moves any more. (A flag, so the hot path does not copy
+        /// the optional result to test it.)
+        var isFinished: Bool = false
+        var bytesRead: UInt64 = 0
+        var bytesWritten: UInt64 = 0
+        var peakInFlightBytes: Int = 0
+    }
+    private let state: UnsafeMutablePointer<State>
+
+    /// The queues between the nodes, mutated in place through the buffer.
+    private var queues: UnsafeMutableBufferPointer<ChunkQueue> { state.pointee.queues }
+    private var pool: [Chunk] {
+        _read { yield state.pointee.pool }
+        _modify { yield &state.pointee.pool }
+    }
+    private var allocatedChunks: Int {
+        _read { yield state.pointee.allocatedChunks }
+        _modify { yield &state.pointee.allocatedChunks }
+    }
+    private var stageDone: [Bool] {
+        _read { yield state.pointee.stageDone }
+        _modify { yield &state.pointee.stageDone }
+    }
+    private var stageStats: [StageStatistics] {
+        _read { yield state.pointee.stageStats }
+        _modify { yield &state.pointee.stageStats }
+    }
+    private var stageInputWaitSince: [UInt64?] {
+        _read { yield state.pointee.stageInputWaitSince }
+        _modify { yield &state.pointee.stageInputWaitSince }
+    }
+    private var stageOutputWaitSince: [UInt64?] {
+        _read { yield state.pointee.stageOutputWaitSince }
+        _modify { yield &state.pointee.stageOutputWaitSince }
+    }
+    private var pendingWrite: Bool {
+        _read { yield state.pointee.pendingWrite }
+        _modify { yield &state.pointee.pendingWrite }
+    }
+    private var pendingWriteSince: UInt64 {
+        _read { yield state.pointee.pendingWriteSince }
+        _modify { yield &state.pointee.pendingWriteSince }
+    }
+    private var sourceWaiting: Bool {
+        _read { yield state.pointee.sourceWaiting }
+        _modify { yield &state.pointee.sourceWaiting }
+    }
+    private var sourceWaitingSince: UInt64 {
+        _read { yield state.pointee.sourceWaitingSince }
+        _modify { yield &state.pointee.sourceWaitingSince }
+    }
+    private var sourceBoundNanoseconds: UInt64 {
+        _read { yield state.pointee.sourceBoundNanoseconds }
+        _modify { yield &state.pointee.sourceBoundNanoseconds }
+    }
+    private var sinkBoundNanoseconds: UInt64 {
+        _read { yield state.pointee.sinkBoundNanoseconds }
+        _modify { yield &state.pointee.sinkBoundNanoseconds }
+    }
+    private var tokens: Double {
+        _read { yield state.pointee.tokens }
+        _modify { yield &state.pointee.tokens }
+    }
+    private var tokensUpdated: UInt64 {
+        _read { yield state.pointee.tokensUpdated }
+        _modify { yield &state.pointee.tokensUpdated }
+    }
+    private var pumping: Bool {
+        _read { yield state.pointee.pumping }
+        _modify { yield &state.pointee.pumping }
+    }
+    private var pumpAgain: Bool {
+        _read { yield state.pointee.pumpAgain }
+        _modify { yield &state.pointee.pumpAgain }
+    }
+    private var isFinished: Bool {
+        get { state.pointee.isFinished }
+        set { state.pointee.isFinished = newValue }
+    }
+    public private(set) var bytesRead: UInt64 {
+        get { state.pointee.bytesRead }
+        set { state.pointee.bytesRead = newValue }
+    }
+    public private(set) var bytesWritten: UInt64 {
+        get { state.pointee.bytesWritten }
+        set { state.pointee.bytesWritten = newValue }
+    }
+    public private(set) var peakInFlightBytes: Int {
+        get { state.pointee.peakInFlightBytes }
+        set { state.pointee.peakInFlightBytes = newValue }
+    }
     // Rate limiting at the sink.
-    private var tokens: Double = 0
-    private var tokensUpdated: UInt64 = 0
     private var throttleTimer: LoopTimer?
 
-    private var pumping = false
-    private var pumpAgain = false
     private var loop: EventLoop?
     private var started: UInt64 = 0
     private var completion: ((PipelineResult) -> Void)?
     private var result: PipelineResult?
     /// A running pipeline keeps itself alive (its streams hold it only weakly, as their delegate).
     private var retainedWhileRunning: Pipeline?
-
-    public private(set) var bytesRead: UInt64 = 0
-    public private(set) var bytesWritten: UInt64 = 0
-    public private(set) var peakInFlightBytes = 0
 
     /// A pipeline from `source` through `stages` to `sink`. `sourceTaps` see the bytes read,
     /// `sinkTaps` the bytes written.
@@ -154,13 +244,27 @@ public final class Pipeline: ByteStreamDelegate {
         self.options = options
         self.sourceTaps = sourceTaps
         self.sinkTaps = sinkTaps
-        queues = Array(repeating: ChunkQueue(depth: options.depth), count: stages.count + 1)
-        stageDone = Array(repeating: false, count: stages.count + 1)
-        stageStats = stages.map {
-            StageStatistics(name: $0.name, bytesIn: 0, bytesOut: 0, inputWaitSeconds: 0, outputWaitSeconds: 0)
-        }
-        stageInputWaitSince = Array(repeating: nil, count: stages.count + 1)
-        stageOutputWaitSince = Array(repeating: nil, count: stages.count + 1)
+        state = .allocate(capacity: 1)
+        state.initialize(
+            to: State(
+                queues: {
+                    let queues = UnsafeMutableBufferPointer<ChunkQueue>.allocate(capacity: stages.count + 1)
+                    queues.initialize(repeating: ChunkQueue(depth: options.depth))
+                    return queues
+                }(),
+                stageDone: Array(repeating: false, count: stages.count + 1),
+                stageStats: stages.map {
+                    StageStatistics(name: $0.name, bytesIn: 0, bytesOut: 0, inputWaitSeconds: 0, outputWaitSeconds: 0)
+                },
+                stageInputWaitSince: Array(repeating: nil, count: stages.count + 1),
+                stageOutputWaitSince: Array(repeating: nil, count: stages.count + 1)))
+    }
+
+    deinit {
+        state.pointee.queues.deinitialize()
+        state.pointee.queues.deallocate()
+        state.deinitialize(count: 1)
+        state.deallocate()
     }
 
     /// `(stages + 1) × depth × chunkSize`.
@@ -240,7 +344,7 @@ public final class Pipeline: ByteStreamDelegate {
     // MARK: Events
 
     public func stream(_ stream: ByteStream, handle event: StreamEvent) {
-        guard result == nil else { return }
+        guard !isFinished else { return }
         if stream === source {
             switch event {
             case .hasBytesAvailable:
@@ -308,8 +412,18 @@ public final class Pipeline: ByteStreamDelegate {
     }
 
     /// Reads one chunk from the source into queue 0.
+    /// Reads chunks into queue 0 while it has room, up to `depth` reads for one readiness (as
+    /// a delegate may read repeatedly on one `hasBytesAvailable`); stops at a short read, which
+    /// means the kernel had no more for now.
     private func readSource() {
-        guard !queues[0].producerDone else { return }
+        for _ in 0..<options.depth {
+            guard queues[0].hasRoom, !isFinished, readChunk() else { return }
+        }
+    }
+
+    /// One read; true when it filled a whole chunk, so another read may find more.
+    private func readChunk() -> Bool {
+        guard !queues[0].producerDone else { return false }
         let chunk = takeChunk()
         switch source.tryRead(into: chunk.storage) {
         case .processed(let n) where n > 0:
@@ -319,6 +433,7 @@ public final class Pipeline: ByteStreamDelegate {
             queues[0].pushSealed(chunk)
             notePeak()
             pumpAgain = true
+            return n == chunk.storage.count
         case .processed(0):
             recycle(chunk)
             queues[0].producerDone = true
@@ -329,6 +444,7 @@ public final class Pipeline: ByteStreamDelegate {
         case .wouldBlock:
             recycle(chunk)
         }
+        return false
     }
 
     /// Writes ready chunks to the sink until it would block, a write is partial, or the rate
@@ -336,7 +452,7 @@ public final class Pipeline: ByteStreamDelegate {
     private func writeSink() {
         let last = stages.count
         var writes = 0
-        while queues[last].hasReady, writes < options.depth, result == nil {
+        while queues[last].hasReady, writes < options.depth, !isFinished {
             let chunk = queues[last].front
             let available = chunk.count
             var allowed = available
@@ -400,7 +516,7 @@ public final class Pipeline: ByteStreamDelegate {
         repeat {
             pumpAgain = false
             for index in stages.indices { runStage(index) }
-            guard result == nil else { return }
+            guard !isFinished else { return }
             let last = stages.count
             if pendingWrite && queues[last].hasReady && throttleTimer == nil {
                 pendingWrite = false
@@ -412,7 +528,7 @@ public final class Pipeline: ByteStreamDelegate {
                 sinkBoundNanoseconds += monotonicNanoseconds() - sourceWaitingSince
                 readSource()
             }
-            guard result == nil else { return }
+            guard !isFinished else { return }
             if queues[last].finished {
                 succeed()
                 return
@@ -426,7 +542,7 @@ public final class Pipeline: ByteStreamDelegate {
         let stage = stages[index]
         let inputIndex = index
         let outputIndex = index + 1
-        while result == nil {
+        while !isFinished {
             let haveInput = queues[inputIndex].hasReady
             let atEnd = queues[inputIndex].finished
             guard haveInput || atEnd else {
@@ -501,7 +617,7 @@ public final class Pipeline: ByteStreamDelegate {
     }
 
     private func fail(_ location: PipelineLocation, _ error: any Error) {
-        guard result == nil else { return }
+        guard !isFinished else { return }
         let e =
             error as? SluiceError
             ?? SluiceError(.system(.ioError), operation: location.description, detail: "\(error)")
@@ -514,7 +630,7 @@ public final class Pipeline: ByteStreamDelegate {
     }
 
     private func finish(error: PipelineError?) {
-        guard result == nil else { return }
+        guard !isFinished else { return }
         let now = monotonicNanoseconds()
         if pendingWrite { sourceBoundNanoseconds += now - pendingWriteSince }
         if sourceWaiting { sinkBoundNanoseconds += now - sourceWaitingSince }
@@ -528,6 +644,7 @@ public final class Pipeline: ByteStreamDelegate {
         throttleTimer = nil
         for tap in sourceTaps { tap.finish() }
         for tap in sinkTaps { tap.finish() }
+        isFinished = true
         result = PipelineResult(
             bytesRead: bytesRead, bytesWritten: bytesWritten, stages: stageStats,
             elapsedSeconds: started == 0 ? 0 : Double(now - started) / 1e9,

@@ -54,27 +54,73 @@ public struct StreamPropertyKey: RawRepresentable, Hashable, Sendable {
 /// Streams are used on one thread: the thread of the loop they are scheduled on, or any one
 /// thread in polling mode.
 public class ByteStream: ReadyClient {
-    /// The delegate receives events while the stream is scheduled on a loop.
-    public weak var delegate: (any ByteStreamDelegate)?
+    /// The delegate receives events while the stream is scheduled on a loop. Held weakly, as
+    /// NSStream holds its delegate.
+    public var delegate: (any ByteStreamDelegate)? {
+        get { machine.pointee.delegate }
+        set { machine.pointee.delegate = newValue }
+    }
     /// The closure alternative to a delegate; called after the delegate, if both are set.
-    public var eventHandler: ((ByteStream, StreamEvent) -> Void)?
+    public var eventHandler: ((ByteStream, StreamEvent) -> Void)? {
+        get { machine.pointee.eventHandler }
+        set { machine.pointee.eventHandler = newValue }
+    }
 
-    public internal(set) var streamStatus: StreamStatus = .notOpen
+    public internal(set) var streamStatus: StreamStatus {
+        get { machine.pointee.status }
+        set { machine.pointee.status = newValue }
+    }
     /// Why the last operation failed (set with status `.error`, or by misuse such as reading
     /// a closed stream, which leaves the status as it was).
     public internal(set) var streamError: SluiceError?
 
     /// The loop the stream is scheduled on, if any.
-    public private(set) var loop: EventLoop?
+    public private(set) var loop: EventLoop? {
+        get { machine.pointee.loop }
+        set { machine.pointee.loop = newValue }
+    }
 
-    // The event machinery.
-    var isQueued = false
-    /// A readiness event may be delivered (re-armed by each read or write).
-    var armed = true
-    /// Non-readiness events waiting for the next turn of the loop.
-    var pendingEvents: StreamEvent = []
-    private var errorDelivered = false
-    private var holdsSource = false
+    /// The event machinery's state, at a stable address: touched on every event, and reached
+    /// through a pointer it needs no dynamic exclusivity checks.
+    struct Machine {
+        var status: StreamStatus = .notOpen
+        var isQueued = false
+        /// A readiness event may be delivered (re-armed by each read or write).
+        var armed = true
+        /// Non-readiness events waiting for the next turn of the loop.
+        var pendingEvents: StreamEvent = []
+        var errorDelivered = false
+        var holdsSource = false
+        weak var delegate: (any ByteStreamDelegate)?
+        var eventHandler: ((ByteStream, StreamEvent) -> Void)?
+        var loop: EventLoop?
+    }
+    let machine: UnsafeMutablePointer<Machine> = {
+        let pointer = UnsafeMutablePointer<Machine>.allocate(capacity: 1)
+        pointer.initialize(to: Machine())
+        return pointer
+    }()
+
+    var isQueued: Bool {
+        get { machine.pointee.isQueued }
+        set { machine.pointee.isQueued = newValue }
+    }
+    var armed: Bool {
+        get { machine.pointee.armed }
+        set { machine.pointee.armed = newValue }
+    }
+    var pendingEvents: StreamEvent {
+        _read { yield machine.pointee.pendingEvents }
+        _modify { yield &machine.pointee.pendingEvents }
+    }
+    private var errorDelivered: Bool {
+        get { machine.pointee.errorDelivered }
+        set { machine.pointee.errorDelivered = newValue }
+    }
+    private var holdsSource: Bool {
+        get { machine.pointee.holdsSource }
+        set { machine.pointee.holdsSource = newValue }
+    }
 
     /// What the stream is, for messages: a path, an address, `fd 0`, `memory`.
     public let name: String
@@ -82,6 +128,11 @@ public class ByteStream: ReadyClient {
     init(name: String) {
         ProcessSetup.ensure()
         self.name = name
+    }
+
+    deinit {
+        machine.deinitialize(count: 1)
+        machine.deallocate()
     }
 
     // MARK: Life cycle
@@ -250,8 +301,8 @@ public class ByteStream: ReadyClient {
 
     @inline(__always)
     private func deliver(_ event: StreamEvent) {
-        delegate?.stream(self, handle: event)
-        eventHandler?(self, event)
+        machine.pointee.delegate?.stream(self, handle: event)
+        machine.pointee.eventHandler?(self, event)
     }
 
     /// A scheduled stream keeps its loop running while it can still deliver events.
