@@ -5,6 +5,12 @@ public struct PipelineOptions: Sendable {
     public var chunkSize: ChunkSize
     /// Chunks each queue holds at most. In flight never exceeds `(stages + 1) × depth × chunkSize`.
     public var depth: Int
+
+    /// The default depth for a chunk size: 4 chunks, or more small ones — up to 64 KiB of them,
+    /// at most 128 — so that one readiness event moves enough bytes to pay for itself.
+    public static func defaultDepth(for chunkSize: ChunkSize) -> Int {
+        max(4, min(128, 65536 / chunkSize.bytes))
+    }
     /// Caps the bytes written to the sink per second (a token bucket on the loop's timers).
     public var rateLimit: Int?
     /// On failure, remove a sink file that this pipeline's sink created (never one that existed).
@@ -15,11 +21,12 @@ public struct PipelineOptions: Sendable {
 
     public init(
         chunkSize: ChunkSize = .default,
-        depth: Int = 4,
+        depth: Int? = nil,
         rateLimit: Int? = nil,
         removeCreatedSinkOnFailure: Bool = true,
         closesStreams: Bool = true
     ) {
+        let depth = depth ?? Self.defaultDepth(for: chunkSize)
         precondition(depth >= 1, "pipeline depth must be at least 1")
         precondition(rateLimit.map { $0 > 0 } ?? true, "rate limit must be positive")
         self.chunkSize = chunkSize

@@ -432,6 +432,7 @@ final class SocketReadStream: ReadStream {
     init(core: SocketCore, name: String) {
         self.core = core
         super.init(name: name)
+        servedByReadyQueue = false  // a socket is always watched by epoll
     }
 
     override func openPrimitive() throws(SluiceError) -> Bool { try core.open(self) }
@@ -457,7 +458,6 @@ final class SocketReadStream: ReadStream {
         signal()
     }
     override func detach(from loop: EventLoop) { core.detach(self) }
-    override var servedByReadyQueue: Bool { false }
     override func interestChanged() { core.channel?.updateInterest() }
 
     override func property(forKey key: StreamPropertyKey) -> Any? { core.property(key) }
@@ -472,6 +472,7 @@ final class SocketWriteStream: WriteStream {
     init(core: SocketCore, name: String) {
         self.core = core
         super.init(name: name)
+        servedByReadyQueue = false  // a socket is always watched by epoll
     }
 
     override func openPrimitive() throws(SluiceError) -> Bool { try core.open(self) }
@@ -497,7 +498,6 @@ final class SocketWriteStream: WriteStream {
         signal()
     }
     override func detach(from loop: EventLoop) { core.detach(self) }
-    override var servedByReadyQueue: Bool { false }
     override func interestChanged() { core.channel?.updateInterest() }
 
     override func property(forKey key: StreamPropertyKey) -> Any? { core.property(key) }

@@ -94,6 +94,8 @@ public class ByteStream: ReadyClient {
         weak var delegate: (any ByteStreamDelegate)?
         var eventHandler: ((ByteStream, StreamEvent) -> Void)?
         var loop: EventLoop?
+        /// Readiness comes from the kernel (epoll) rather than the loop's ready queue.
+        var kernelWatched = false
     }
     let machine: UnsafeMutablePointer<Machine> = {
         let pointer = UnsafeMutablePointer<Machine>.allocate(capacity: 1)
@@ -338,7 +340,10 @@ public class ByteStream: ReadyClient {
     /// The armed state changed: watch (or stop watching) the kernel, or queue a ready-queue turn.
     func interestChanged() { if armed { signal() } }
     /// True when readiness comes from the ready queue rather than the kernel.
-    var servedByReadyQueue: Bool { true }
+    final var servedByReadyQueue: Bool {
+        get { !machine.pointee.kernelWatched }
+        set { machine.pointee.kernelWatched = !newValue }
+    }
     /// For ready-queue kinds: a read/write would not block now.
     var isReadyWithoutKernel: Bool { true }
     /// For ready-queue read kinds: the end is known without a read (memory, bound pair).

@@ -112,6 +112,8 @@ final class DescriptorChannel: FDHandler {
     private func watchFailed(_ error: SluiceError) {
         if error.errno == .notPermitted {
             unwatchable = true
+            reader?.servedByReadyQueue = true
+            writer?.servedByReadyQueue = true
             reader?.signal()
             writer?.signal()
         } else {

@@ -44,6 +44,7 @@ final class DescriptorReadStream: ReadStream {
         self.channel = channel
         super.init(name: name)
         channel.reader = self
+        servedByReadyQueue = channel.unwatchable
     }
 
     override func openPrimitive() throws(SluiceError) -> Bool {
@@ -69,6 +70,7 @@ final class DescriptorReadStream: ReadStream {
             self.channel = channel
         }
         channel!.opened(self)
+        servedByReadyQueue = channel!.unwatchable
         return true
     }
 
@@ -93,7 +95,6 @@ final class DescriptorReadStream: ReadStream {
         signal()
     }
     override func detach(from loop: EventLoop) { channel?.detach(self) }
-    override var servedByReadyQueue: Bool { channel?.unwatchable ?? true }
     override func interestChanged() {
         if servedByReadyQueue {
             if armed { signal() }
@@ -164,6 +165,7 @@ final class DescriptorWriteStream: WriteStream {
         self.channel = channel
         super.init(name: name)
         channel.writer = self
+        servedByReadyQueue = channel.unwatchable
     }
 
     override func openPrimitive() throws(SluiceError) -> Bool {
@@ -193,6 +195,7 @@ final class DescriptorWriteStream: WriteStream {
             self.channel = channel
         }
         channel!.opened(self)
+        servedByReadyQueue = channel!.unwatchable
         return true
     }
 
@@ -217,7 +220,6 @@ final class DescriptorWriteStream: WriteStream {
         signal()
     }
     override func detach(from loop: EventLoop) { channel?.detach(self) }
-    override var servedByReadyQueue: Bool { channel?.unwatchable ?? true }
     override func interestChanged() {
         if servedByReadyQueue {
             if armed { signal() }

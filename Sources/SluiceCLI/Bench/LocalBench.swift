@@ -99,6 +99,8 @@ struct LocalBench {
             }
             left -= n
         }
+        // Written back before the first cell, so no cell pays for the source's writeback.
+        if let fd = sink.property(forKey: .fileDescriptor) as? Int32 { fsync(fd) }
         sink.close()
         return path
     }
