@@ -106,7 +106,7 @@ sleep 0.5
 sluice_bps=$("$SLUICE" bench "tcp:127.0.0.1:$port" --seconds "$SECONDS_NET" -b 1M --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bytes_per_second"])')
 wait || true
 # time ratio = peer rate / sluice rate
-row "memory → loopback → discard, 1 MiB (issues 3, 7)" "$(printf '%.3f' "$(echo "1e9 / $sluice_bps" | bc -l)")" "iperf3 -l 1M" "$(printf '%.3f' "$(echo "1e9 / $iperf_bps" | bc -l)")" 1.25
+row "memory → loopback → discard, 1 MiB, s per GB (issues 3, 7)" "$(printf '%.3f' "$(echo "1000000000 / $sluice_bps" | bc -l)")" "iperf3 -l 1M" "$(printf '%.3f' "$(echo "1000000000 / $iperf_bps" | bc -l)")" 1.25
 
 echo "== compression (corpus $(du -m "$CORPUS" | cut -f1) MB)"
 for level in 1 6; do

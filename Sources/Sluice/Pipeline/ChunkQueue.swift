@@ -1,14 +1,34 @@
-/// One reusable chunk buffer: bytes `start..<end` of `storage` are in flight.
+/// One reusable chunk buffer: bytes `start..<end` of `storage` are in flight. A lent chunk
+/// points into a source's own memory instead (never written, never freed here).
 final class Chunk {
-    let storage: UnsafeMutableRawBufferPointer
+    private(set) var storage: UnsafeMutableRawBufferPointer
+    let isLent: Bool
     var start = 0
     var end = 0
 
     init(capacity: Int) {
         storage = .allocate(byteCount: capacity, alignment: 64)
+        isLent = false
     }
 
-    deinit { storage.deallocate() }
+    /// A chunk header for bytes lent by a source.
+    init(lent bytes: UnsafeRawBufferPointer) {
+        storage = UnsafeMutableRawBufferPointer(mutating: bytes)
+        isLent = true
+        end = bytes.count
+    }
+
+    /// Points a lent chunk header at new lent bytes.
+    func relend(_ bytes: UnsafeRawBufferPointer) {
+        precondition(isLent, "only a lent chunk is re-pointed")
+        storage = UnsafeMutableRawBufferPointer(mutating: bytes)
+        start = 0
+        end = bytes.count
+    }
+
+    deinit {
+        if !isLent { storage.deallocate() }
+    }
 
     var count: Int { end - start }
     var freeSpace: Int { storage.count - end }

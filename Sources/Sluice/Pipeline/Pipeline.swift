@@ -119,6 +119,8 @@ public final class Pipeline: ByteStreamDelegate {
     private struct State {
         var queues: UnsafeMutableBufferPointer<ChunkQueue>
         var pool: [Chunk] = []
+        /// Headers of lent chunks (no buffer of their own), reused.
+        var lentPool: [Chunk] = []
         var allocatedChunks: Int = 0
         var stageDone: [Bool]
         var stageStats: [StageStatistics]
@@ -148,6 +150,10 @@ public final class Pipeline: ByteStreamDelegate {
     private var pool: [Chunk] {
         _read { yield state.pointee.pool }
         _modify { yield &state.pointee.pool }
+    }
+    private var lentPool: [Chunk] {
+        _read { yield state.pointee.lentPool }
+        _modify { yield &state.pointee.lentPool }
     }
     private var allocatedChunks: Int {
         _read { yield state.pointee.allocatedChunks }
@@ -407,7 +413,11 @@ public final class Pipeline: ByteStreamDelegate {
 
     private func recycle(_ chunk: Chunk) {
         chunk.reset()
-        pool.append(chunk)
+        if chunk.isLent {
+            lentPool.append(chunk)
+        } else {
+            pool.append(chunk)
+        }
     }
 
     private func notePeak() {
@@ -431,6 +441,27 @@ public final class Pipeline: ByteStreamDelegate {
     /// One read; true when it filled a whole chunk, so another read may find more.
     private func readChunk() -> Bool {
         guard !queues[0].producerDone else { return false }
+        // A source whose bytes are already in memory lends them: no copy into a chunk buffer.
+        if let lent = source.lend(upTo: options.chunkSize.bytes) {
+            guard !lent.isEmpty else {
+                queues[0].producerDone = true
+                pumpAgain = true
+                return false
+            }
+            let chunk: Chunk
+            if let header = lentPool.popLast() {
+                header.relend(lent)
+                chunk = header
+            } else {
+                chunk = Chunk(lent: lent)
+            }
+            bytesRead += UInt64(lent.count)
+            for tap in sourceTaps { tap.observe(lent) }
+            queues[0].pushSealed(chunk)
+            notePeak()
+            pumpAgain = true
+            return true
+        }
         let chunk = takeChunk()
         switch source.tryRead(into: chunk.storage) {
         case .processed(let n) where n > 0:
@@ -677,6 +708,7 @@ public final class Pipeline: ByteStreamDelegate {
             while !queues[index].isEmpty { recycle(queues[index].popFront()) }
         }
         pool.removeAll()
+        lentPool.removeAll()
         let done = completion
         completion = nil
         retainedWhileRunning = nil

@@ -2,22 +2,31 @@ import Foundation
 
 /// Reads bytes held in memory, as `InputStream(data:)`.
 final class MemoryReadStream: ReadStream {
-    private let bytes: [UInt8]
+    /// The bytes, at an address that stays valid while the stream lives (so they can be lent).
+    private let bytes: UnsafeMutableRawBufferPointer
     private var index = 0
 
-    init(bytes: [UInt8]) {
-        self.bytes = bytes
+    init(bytes source: [UInt8]) {
+        let copy = UnsafeMutableRawBufferPointer.allocate(byteCount: source.count, alignment: 16)
+        source.withUnsafeBytes { copy.copyMemory(from: $0) }
+        bytes = copy
         super.init(name: "memory")
     }
+
+    deinit { bytes.deallocate() }
 
     override func readPrimitive(_ buffer: UnsafeMutableRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
         let n = min(buffer.count, bytes.count - index)
         if n == 0 { return .processed(0) }
-        bytes.withUnsafeBytes { src in
-            buffer.baseAddress!.copyMemory(from: src.baseAddress! + index, byteCount: n)
-        }
+        buffer.baseAddress!.copyMemory(from: bytes.baseAddress! + index, byteCount: n)
         index += n
         return .processed(n)
+    }
+
+    override func lendPrimitive(upTo maxLength: Int) -> UnsafeRawBufferPointer? {
+        let n = min(maxLength, bytes.count - index)
+        defer { index += n }
+        return UnsafeRawBufferPointer(rebasing: bytes[index..<(index + n)])
     }
 
     override var bytesAvailablePrimitive: Bool { index < bytes.count }

@@ -64,6 +64,17 @@ public class ReadStream: ByteStream {
         }
     }
 
+    /// For streams whose bytes already sit in memory that stays valid while the stream lives:
+    /// the next bytes (at most `maxLength`), to use in place instead of copying, consumed as a
+    /// read would consume them. An empty buffer at the end; nil when the stream cannot lend (a
+    /// file, a socket), or is not open. Like NSInputStream's `getBuffer(_:length:)`, which
+    /// pipelines use to skip a copy.
+    func lend(upTo maxLength: Int) -> UnsafeRawBufferPointer? {
+        guard streamStatus == .open, maxLength > 0, let lent = lendPrimitive(upTo: maxLength) else { return nil }
+        if lent.isEmpty { reachedEnd() } else { rearm() }
+        return lent
+    }
+
     /// True when a read would return at once (with bytes or with the end), as NSInputStream.
     public var hasBytesAvailable: Bool {
         switch streamStatus {
@@ -89,6 +100,8 @@ public class ReadStream: ByteStream {
     func readPrimitive(_ buffer: UnsafeMutableRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
         .processed(0)
     }
+    /// See `lend(upTo:)`; nil when the kind keeps no bytes in memory.
+    func lendPrimitive(upTo maxLength: Int) -> UnsafeRawBufferPointer? { nil }
     /// Polling mode after `.wouldBlock`: wait until a read can make progress.
     func waitUntilReadable() throws(SluiceError) {}
     var bytesAvailablePrimitive: Bool { true }

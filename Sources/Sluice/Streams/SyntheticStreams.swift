@@ -1,7 +1,8 @@
 /// Reads `pattern` over and over until `count` bytes have been read: a source of any size in
 /// bounded memory, for measuring throughput.
 final class RepeatingReadStream: ReadStream {
-    private let pattern: [UInt8]
+    /// The pattern, at an address that stays valid while the stream lives (so it can be lent).
+    private let pattern: UnsafeMutableRawBufferPointer
     private let total: UInt64
     private var produced: UInt64 = 0
     private let duration: UInt64?
@@ -9,11 +10,15 @@ final class RepeatingReadStream: ReadStream {
 
     init(pattern: [UInt8], count: UInt64, duration: Duration?) {
         precondition(!pattern.isEmpty, "pattern must not be empty")
-        self.pattern = pattern
+        let copy = UnsafeMutableRawBufferPointer.allocate(byteCount: pattern.count, alignment: 16)
+        pattern.withUnsafeBytes { copy.copyMemory(from: $0) }
+        self.pattern = copy
         total = count
         self.duration = duration?.nanoseconds
         super.init(name: "memory")
     }
+
+    deinit { pattern.deallocate() }
 
     override func openPrimitive() throws(SluiceError) -> Bool {
         if let duration { deadline = monotonicNanoseconds() + duration }
@@ -30,16 +35,22 @@ final class RepeatingReadStream: ReadStream {
         let want = Int(min(UInt64(buffer.count), total - produced))
         if want == 0 { return .processed(0) }
         var filled = 0
-        pattern.withUnsafeBytes { src in
-            while filled < want {
-                let offset = Int((produced + UInt64(filled)) % UInt64(src.count))
-                let run = min(want - filled, src.count - offset)
-                (buffer.baseAddress! + filled).copyMemory(from: src.baseAddress! + offset, byteCount: run)
-                filled += run
-            }
+        while filled < want {
+            let offset = Int((produced + UInt64(filled)) % UInt64(pattern.count))
+            let run = min(want - filled, pattern.count - offset)
+            (buffer.baseAddress! + filled).copyMemory(from: pattern.baseAddress! + offset, byteCount: run)
+            filled += run
         }
         produced += UInt64(want)
         return .processed(want)
+    }
+
+    override func lendPrimitive(upTo maxLength: Int) -> UnsafeRawBufferPointer? {
+        if timeIsUp { return UnsafeRawBufferPointer(start: nil, count: 0) }
+        let offset = Int(produced % UInt64(pattern.count))
+        let n = Int(min(UInt64(min(maxLength, pattern.count - offset)), total - produced))
+        produced += UInt64(n)
+        return UnsafeRawBufferPointer(rebasing: pattern[offset..<(offset + n)])
     }
 
     override var bytesAvailablePrimitive: Bool { produced < total && !timeIsUp }

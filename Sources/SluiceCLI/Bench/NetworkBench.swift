@@ -140,7 +140,7 @@ struct NetworkBenchClient {
                     writer.close()
                 }
             } else {
-                let pattern = compress ? BenchData.text(4 << 20) : BenchData.random(4 << 20)
+                let pattern = compress ? BenchData.text(4 << 20) : BenchData.random(chunkSize.bytes)
                 let stages: [any Stage] = compress ? [try! Deflate(format: .gzip, level: 1)] : []
                 let pipeline = Pipeline(
                     source: .repeating(pattern, for: .milliseconds(Int64(hello.milliseconds))), stages: stages,
@@ -196,7 +196,7 @@ struct NetworkBenchServer {
                     return end(nil, "not a sluice bench client")
                 }
                 if hello.reverse {
-                    let pattern = hello.compress ? BenchData.text(4 << 20) : BenchData.random(4 << 20)
+                    let pattern = hello.compress ? BenchData.text(4 << 20) : BenchData.random(chunkSize.bytes)
                     let stages: [any Stage] = hello.compress ? [try! Deflate(format: .gzip, level: 1)] : []
                     let pipeline = Pipeline(
                         source: .repeating(pattern, for: .milliseconds(Int64(hello.milliseconds))), stages: stages,
