@@ -23,7 +23,7 @@ func jsonObject(_ text: some StringProtocol) throws -> [String: Any] {
         let report = try jsonObject(outcome.stdoutText)
         let results = try #require(report["results"] as? [[String: Any]])
         let paths = Set(results.compactMap { $0["path"] as? String })
-        #expect(paths == ["memory", "file", "tcp", "tcp-gzip1", "gunzip"])
+        #expect(paths == ["memory", "file", "file-bare", "tcp", "tcp-gzip1", "gunzip"])
         for path in paths {
             let sizes = results.filter { $0["path"] as? String == path }.compactMap { $0["chunk_size"] as? Int }
             #expect(sizes == [512, 4096, 65536, 1 << 20, 4 << 20])
@@ -34,7 +34,7 @@ func jsonObject(_ text: some StringProtocol) throws -> [String: Any] {
             #expect((cell["seconds"] as? Double ?? 0) > 0)
         }
         #expect((report["peak_rss_bytes"] as? Int ?? 0) > 0)
-        #expect((report["best"] as? [String: Int])?.count == 5)
+        #expect((report["best"] as? [String: Int])?.count == 6)
     }
 
     @Test func localMatrixTableWithOneChunkSize() throws {

@@ -57,15 +57,27 @@ final class RepeatingReadStream: ReadStream {
     override var isAtEndWithoutReading: Bool { produced >= total || timeIsUp }
 }
 
-/// Accepts and drops every byte, as `/dev/null` without the system call.
+/// Accepts and drops every byte, as `/dev/null` without the system call; optionally copying
+/// each write into a scratch buffer first, as a consumer of the bytes in memory would.
 final class DiscardWriteStream: WriteStream {
     private(set) var count: UInt64 = 0
+    private let scratch: UnsafeMutableRawBufferPointer?
 
-    init() { super.init(name: "discard") }
+    init(scratchBytes: Int) {
+        scratch = scratchBytes > 0 ? .allocate(byteCount: scratchBytes, alignment: 64) : nil
+        super.init(name: scratchBytes > 0 ? "memory" : "discard")
+    }
+
+    deinit { scratch?.deallocate() }
 
     override func writePrimitive(_ buffer: UnsafeRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
-        count += UInt64(buffer.count)
-        return .processed(buffer.count)
+        var n = buffer.count
+        if let scratch {
+            n = min(n, scratch.count)
+            scratch.baseAddress!.copyMemory(from: buffer.baseAddress!, byteCount: n)
+        }
+        count += UInt64(n)
+        return .processed(n)
     }
 
     override func property(forKey key: StreamPropertyKey) -> Any? {
@@ -85,5 +97,12 @@ extension ReadStream {
 
 extension WriteStream {
     /// A stream that accepts and drops everything; its byte count is `fileCurrentOffset`.
-    public static func discard() -> WriteStream { DiscardWriteStream() }
+    public static func discard() -> WriteStream { DiscardWriteStream(scratchBytes: 0) }
+
+    /// A stream that copies every write into a reused buffer of `capacity` bytes and then drops
+    /// it: an in-memory consumer of bounded size, for measuring memory → memory throughput.
+    public static func toScratch(capacity: Int) -> WriteStream {
+        precondition(capacity > 0, "capacity must be positive")
+        return DiscardWriteStream(scratchBytes: capacity)
+    }
 }

@@ -18,10 +18,11 @@ enum BenchCommand: Command {
                sluice bench --listen [HOST:]PORT [--once]  a network server
                sluice bench [options] tcp:HOST:PORT        a network client
 
-        Without an operand, measure each path (memory → memory, file → file,
-        memory → TCP loopback → discard, TCP with gzip -1 and gunzip, gzip -d) at
-        each chunk size through the real pipeline, and print MB/s (10^6 bytes a
-        second), the best chunk size of each path, and the peak memory. With
+        Without an operand, measure each path (memory → memory, file → file and,
+        for reference, a bare read/write loop; memory → TCP loopback → discard,
+        TCP with gzip -1 and gunzip, gzip -d) at each chunk size through the real
+        pipeline, and print MB/s (10^6 bytes a second), the best chunk size of
+        each path, and the peak memory. With
         --listen, serve bench clients; with tcp:HOST:PORT, send to such a server
         (or receive from it with --reverse) for --seconds, reporting every
         --interval. Both sides report the same byte count.
