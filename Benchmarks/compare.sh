@@ -135,7 +135,7 @@ if "$SLUICE" send --help >/dev/null 2>&1; then
     s=$(best "rm -rf '$RECV'; mkdir -p '$RECV'; $SLUICE receive -q --listen 127.0.0.1:$port --dir '$RECV' --once & sleep 0.3; $SLUICE send -q -z1 '$CORPUS' 127.0.0.1:$port; wait")
     port=$(free_port)
     p=$(best "nc -l 127.0.0.1 $port | gzip -dc > '$DST' & sleep 0.3; gzip -1 -c '$CORPUS' | nc -N 127.0.0.1 $port; wait")
-    row "send -z1 corpus (issue 6)" "$s" "gzip -1 | nc → nc | gzip -d" "$p" 1.0
+    row "send -z1 corpus (issue 6)" "$s" "gzip -1, nc → nc, gzip -d" "$p" 1.0
 fi
 
 echo "== local matrix"
