@@ -299,4 +299,23 @@ func runPipeline(_ pipeline: Pipeline, timeout: Duration = .seconds(30)) throws 
         #expect(meter.averageRate > 0 && meter.averageRate < 15_000_000)
         #expect(meter.recentRate > 0)
     }
+
+    @Test func tokenBucketPlaysOutOnScriptedTime() {
+        // 100 kB/s: a 5 kB initial burst, a 10 kB cap, 2 kB worth waiting for.
+        let t0: UInt64 = 1_000_000_000
+        var bucket = TokenBucket(bytesPerSecond: 100_000, now: t0)
+        let first = bucket.allowance(wanted: 50_000, now: t0)
+        #expect(first.bytes == 5000)
+        bucket.spend(5000)
+        let empty = bucket.allowance(wanted: 50_000, now: t0)
+        #expect(empty.bytes == 0)
+        #expect(empty.waitNanoseconds == 20_000_001)  // 2000 bytes at 100 kB/s, rounded up
+        #expect(bucket.allowance(wanted: 50_000, now: t0 + 20_000_001).bytes == 2000)
+        // Idle for a long time, the bucket holds at most a tenth of a second.
+        #expect(bucket.allowance(wanted: 50_000, now: t0 + 60_000_000_000).bytes == 10_000)
+        // A small want is served as soon as it is covered.
+        var small = TokenBucket(bytesPerSecond: 100_000, now: t0)
+        small.spend(5000)
+        #expect(small.allowance(wanted: 100, now: t0 + 1_000_000).bytes == 100)
+    }
 }

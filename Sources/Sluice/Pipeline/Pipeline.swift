@@ -132,8 +132,7 @@ public final class Pipeline: ByteStreamDelegate {
         var sourceWaitingSince: UInt64 = 0
         var sourceBoundNanoseconds: UInt64 = 0
         var sinkBoundNanoseconds: UInt64 = 0
-        var tokens: Double = 0
-        var tokensUpdated: UInt64 = 0
+        var bucket: TokenBucket?
         var pumping: Bool = false
         var pumpAgain: Bool = false
         /// The result is set: nothing moves any more. (A flag, so the hot path does not copy
@@ -199,13 +198,9 @@ public final class Pipeline: ByteStreamDelegate {
         _read { yield state.pointee.sinkBoundNanoseconds }
         _modify { yield &state.pointee.sinkBoundNanoseconds }
     }
-    private var tokens: Double {
-        _read { yield state.pointee.tokens }
-        _modify { yield &state.pointee.tokens }
-    }
-    private var tokensUpdated: UInt64 {
-        _read { yield state.pointee.tokensUpdated }
-        _modify { yield &state.pointee.tokensUpdated }
+    private var bucket: TokenBucket? {
+        _read { yield state.pointee.bucket }
+        _modify { yield &state.pointee.bucket }
     }
     private var pumping: Bool {
         _read { yield state.pointee.pumping }
@@ -307,8 +302,7 @@ public final class Pipeline: ByteStreamDelegate {
         self.completion = completion
         retainedWhileRunning = self
         started = monotonicNanoseconds()
-        tokensUpdated = started
-        tokens = Double(options.rateLimit ?? 0) / 20  // a small initial burst
+        bucket = options.rateLimit.map { TokenBucket(bytesPerSecond: $0, now: started) }
         source.delegate = self
         sink.delegate = self
         source.schedule(on: loop)
@@ -494,15 +488,15 @@ public final class Pipeline: ByteStreamDelegate {
             let chunk = queues[last].front
             let available = chunk.count
             var allowed = available
-            if let limit = options.rateLimit {
-                allowed = min(allowed, takeTokens(wanted: available, limit: limit))
+            if bucket != nil {
+                allowed = min(allowed, takeTokens(wanted: available))
                 if allowed == 0 { return }
             }
             let outcome = sink.tryWrite(from: UnsafeRawBufferPointer(rebasing: chunk.bytes[..<allowed]))
             switch outcome {
             case .processed(let n) where n > 0:
                 for tap in sinkTaps { tap.observe(UnsafeRawBufferPointer(rebasing: chunk.bytes[..<n])) }
-                if options.rateLimit != nil { tokens -= Double(n) }
+                bucket?.spend(n)
                 bytesWritten += UInt64(n)
                 queues[last].consumed(n)
                 if chunk.count == 0 {
@@ -522,18 +516,12 @@ public final class Pipeline: ByteStreamDelegate {
         }
     }
 
-    /// Refills the token bucket and returns how many bytes may be written now; schedules a
-    /// timer that writes again when none may.
-    private func takeTokens(wanted: Int, limit: Int) -> Int {
-        let now = monotonicNanoseconds()
-        let burst = max(Double(limit) / 10, 512)
-        tokens = min(burst, tokens + Double(now - tokensUpdated) * Double(limit) / 1e9)
-        tokensUpdated = now
-        let grain = min(Double(wanted), max(512, Double(limit) / 50))
-        if tokens >= grain { return min(wanted, Int(tokens)) }
+    /// How many bytes the rate limit lets through now; when none, a timer writes again later.
+    private func takeTokens(wanted: Int) -> Int {
+        guard let (bytes, wait) = bucket?.allowance(wanted: wanted) else { return wanted }
+        if bytes > 0 { return bytes }
         guard let loop, throttleTimer == nil else { return 0 }
-        let waitNanoseconds = UInt64((grain - tokens) / Double(limit) * 1e9) + 1
-        throttleTimer = loop.schedule(after: .nanoseconds(Int64(waitNanoseconds))) { [weak self] in
+        throttleTimer = loop.schedule(after: .nanoseconds(Int64(wait))) { [weak self] in
             guard let self else { return }
             self.throttleTimer = nil
             self.writeSink()

@@ -52,8 +52,7 @@ final class WireConnection: ByteStreamDelegate {
     private var loop: EventLoop?
 
     private let rateLimit: Int?
-    private var tokens: Double = 0
-    private var tokensUpdated: UInt64 = 0
+    private var bucket: TokenBucket?
     private var throttleTimer: LoopTimer?
 
     init(
@@ -75,8 +74,7 @@ final class WireConnection: ByteStreamDelegate {
     /// Schedules and opens both streams (those not open yet) on `loop`.
     func start(on loop: EventLoop) {
         self.loop = loop
-        tokensUpdated = monotonicNanoseconds()
-        tokens = Double(rateLimit ?? 0) / 20
+        bucket = rateLimit.map { TokenBucket(bytesPerSecond: $0) }
         input.delegate = self
         output.delegate = self
         input.schedule(on: loop)
@@ -163,8 +161,8 @@ final class WireConnection: ByteStreamDelegate {
             if outbound.readableBytes < outbound.capacity / 2 { owner?.wireCanSend(self) }
             guard !isClosed, !outbound.isEmpty else { break }
             var allowed = outbound.readableBytes
-            if let rateLimit {
-                allowed = min(allowed, takeTokens(wanted: allowed, limit: rateLimit))
+            if bucket != nil {
+                allowed = min(allowed, takeTokens(wanted: allowed))
                 if allowed == 0 { return }
             }
             let slice = UnsafeRawBufferPointer(rebasing: outbound.readable[0..<allowed])
@@ -174,7 +172,7 @@ final class WireConnection: ByteStreamDelegate {
                 outbound.consume(n)
                 bytesWritten += UInt64(n)
                 lastActivity = monotonicNanoseconds()
-                if rateLimit != nil { tokens -= Double(n) }
+                bucket?.spend(n)
                 writes += 1
                 // Accepted in full: the socket very likely takes more now.
                 if n == allowed && rateLimit == nil { writeOffered = true }
@@ -195,16 +193,12 @@ final class WireConnection: ByteStreamDelegate {
         if closeWhenFlushed && outbound.isEmpty { close() }
     }
 
-    private func takeTokens(wanted: Int, limit: Int) -> Int {
-        let now = monotonicNanoseconds()
-        let burst = max(Double(limit) / 10, 512)
-        tokens = min(burst, tokens + Double(now - tokensUpdated) * Double(limit) / 1e9)
-        tokensUpdated = now
-        let grain = min(Double(wanted), max(512, Double(limit) / 50))
-        if tokens >= grain { return min(wanted, Int(tokens)) }
+    /// How many bytes the rate limit lets through now; when none, a timer flushes again later.
+    private func takeTokens(wanted: Int) -> Int {
+        guard let (bytes, wait) = bucket?.allowance(wanted: wanted) else { return wanted }
+        if bytes > 0 { return bytes }
         guard let loop, throttleTimer == nil else { return 0 }
-        let waitNanoseconds = UInt64((grain - tokens) / Double(limit) * 1e9) + 1
-        throttleTimer = loop.schedule(after: .nanoseconds(Int64(waitNanoseconds))) { [weak self] in
+        throttleTimer = loop.schedule(after: .nanoseconds(Int64(wait))) { [weak self] in
             guard let self else { return }
             self.throttleTimer = nil
             self.flush()
