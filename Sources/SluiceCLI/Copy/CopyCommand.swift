@@ -10,7 +10,7 @@ import Sluice
 /// created yet, so a usage mistake costs nothing); open the source; create the destination;
 /// run the pipeline; on success rename the destination into place, on failure or a signal
 /// remove what was created.
-final class CopySession {
+final class CopySession: Interruptible {
     let options: CopyOptions
     let loop: EventLoop
     private let openOptions: OpenOptions
@@ -239,18 +239,9 @@ final class CopySession {
 
     /// Runs a copy to its end and returns the exit status; prints the error or the report.
     static func run(_ options: CopyOptions) -> ExitStatus {
-        let loop: EventLoop
-        do {
-            loop = try EventLoop()
-        } catch {
-            Terminal.report("event loop: \(error)")
-            return .ioError
-        }
+        guard let loop = makeCommandLoop() else { return .ioError }
         let session = CopySession(options: options, loop: loop)
-        let box = UncheckedSendable(session)
-        SignalWatcher.shared.setHandler { signal in
-            loop.execute { box.value.interrupt(signal) }
-        }
+        SignalWatcher.shared.route(to: session, on: loop)
         session.start()
         // Only `end` stops the loop, and it sets the outcome first.
         if session.outcome == nil { loop.run() }

@@ -1,4 +1,5 @@
 import Foundation
+import Sluice
 import Synchronization
 
 #if canImport(Glibc)
@@ -53,5 +54,30 @@ final class SignalWatcher: Sendable {
     /// Sets (or, with nil, clears) what a signal does.
     func setHandler(_ body: (@Sendable (Int32) -> Void)?) {
         handler.withLock { $0 = body }
+    }
+}
+
+/// Something that stops cleanly on SIGINT or SIGTERM, on its loop's thread.
+protocol Interruptible: AnyObject {
+    func interrupt(_ signal: Int32)
+}
+
+extension SignalWatcher {
+    /// Hands SIGINT and SIGTERM to `target.interrupt` on `loop`'s thread.
+    func route(to target: any Interruptible, on loop: EventLoop) {
+        let box = UncheckedSendable(target)
+        setHandler { signal in
+            loop.execute { box.value.interrupt(signal) }
+        }
+    }
+}
+
+/// The event loop a command runs on; nil (after reporting why) if the kernel refused one.
+func makeCommandLoop() -> EventLoop? {
+    do {
+        return try EventLoop()
+    } catch {
+        Terminal.report("event loop: \(error)")
+        return nil
     }
 }

@@ -49,7 +49,7 @@ enum ReceiveCommand: Command {
 }
 
 /// One run of `sluice receive`: a listener and a `TransferReceiver` on one event loop.
-final class ReceiveSession {
+final class ReceiveSession: Interruptible {
     let options: ReceiveOptions
     let loop: EventLoop
     private var receiver: TransferReceiver?
@@ -191,18 +191,9 @@ final class ReceiveSession {
     // MARK: Running
 
     static func run(_ options: ReceiveOptions) -> ExitStatus {
-        let loop: EventLoop
-        do {
-            loop = try EventLoop()
-        } catch {
-            Terminal.report("event loop: \(error)")
-            return .ioError
-        }
+        guard let loop = makeCommandLoop() else { return .ioError }
         let session = ReceiveSession(options: options, loop: loop)
-        let box = UncheckedSendable(session)
-        SignalWatcher.shared.setHandler { signal in
-            loop.execute { box.value.interrupt(signal) }
-        }
+        SignalWatcher.shared.route(to: session, on: loop)
         if let failure = session.start() {
             SignalWatcher.shared.setHandler(nil)
             Terminal.report(failure.message)

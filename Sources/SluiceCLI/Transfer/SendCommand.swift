@@ -49,7 +49,7 @@ enum SendCommand: Command {
 }
 
 /// One run of `sluice send`: lists the paths, connects, sends on one event loop, and reports.
-final class SendSession {
+final class SendSession: Interruptible {
     let options: SendOptions
     let loop: EventLoop
     private var sender: TransferSender?
@@ -211,18 +211,9 @@ final class SendSession {
     // MARK: Running
 
     static func run(_ options: SendOptions) -> ExitStatus {
-        let loop: EventLoop
-        do {
-            loop = try EventLoop()
-        } catch {
-            Terminal.report("event loop: \(error)")
-            return .ioError
-        }
+        guard let loop = makeCommandLoop() else { return .ioError }
         let session = SendSession(options: options, loop: loop)
-        let box = UncheckedSendable(session)
-        SignalWatcher.shared.setHandler { signal in
-            loop.execute { box.value.interrupt(signal) }
-        }
+        SignalWatcher.shared.route(to: session, on: loop)
         if let failure = session.start() {
             SignalWatcher.shared.setHandler(nil)
             Terminal.report(failure.message)
