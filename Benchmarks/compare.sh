@@ -131,6 +131,10 @@ if "$SLUICE" send --help >/dev/null 2>&1; then
     port=$(free_port)
     s=$(best "rm -rf '$RECV'; mkdir -p '$RECV'; $SLUICE receive -q --no-fsync --listen 127.0.0.1:$port --dir '$RECV' --once & sleep 0.3; $SLUICE send -q '$SRC' 127.0.0.1:$port; wait")
     row "send → receive --no-fsync (nc does not fsync either)" "$s" "nc -N → nc -l > file" "$p" -
+    # The same integrity work as sluice's (a SHA-256 of the bytes on each side), done by peers.
+    port=$(free_port)
+    p=$(best "nc -l 127.0.0.1 $port | tee >(sha256sum >/dev/null) > '$DST' & sleep 0.3; tee >(sha256sum >/dev/null) < '$SRC' | nc -N 127.0.0.1 $port; wait")
+    row "send → receive vs nc with sha256sum on both ends" "$s" "sha256sum+nc → nc+sha256sum" "$p" -
     port=$(free_port)
     s=$(best "rm -rf '$RECV'; mkdir -p '$RECV'; $SLUICE receive -q --listen 127.0.0.1:$port --dir '$RECV' --once & sleep 0.3; $SLUICE send -q -z1 '$CORPUS' 127.0.0.1:$port; wait")
     port=$(free_port)
