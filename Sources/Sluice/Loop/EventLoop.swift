@@ -107,10 +107,8 @@ public final class EventLoop: @unchecked Sendable {
     /// Returns true if it returned because the deadline passed.
     @discardableResult
     public func run(until deadline: ContinuousClock.Instant) -> Bool {
-        let remaining = ContinuousClock.now.duration(to: deadline)
-        let (seconds, attoseconds) = remaining.components
-        let ns = max(0, seconds) * 1_000_000_000 + (seconds < 0 ? 0 : attoseconds / 1_000_000_000)
-        return runLoop(deadline: monotonicNanoseconds() + UInt64(ns))
+        // The loop keeps time on CLOCK_MONOTONIC: carry the deadline over as time remaining.
+        runLoop(deadline: monotonicNanoseconds() + ContinuousClock.now.duration(to: deadline).nanoseconds)
     }
 
     /// Runs for at most `duration`. Returns true if the time ran out.
