@@ -144,88 +144,15 @@ public final class Pipeline: ByteStreamDelegate {
     }
     private let state: UnsafeMutablePointer<State>
 
-    /// The queues between the nodes, mutated in place through the buffer.
-    private var queues: UnsafeMutableBufferPointer<ChunkQueue> { state.pointee.queues }
-    private var pool: [Chunk] {
-        _read { yield state.pointee.pool }
-        _modify { yield &state.pointee.pool }
+    /// The state, in place: one accessor instead of one per field.
+    private var hot: State {
+        _read { yield state.pointee }
+        _modify { yield &state.pointee }
     }
-    private var lentPool: [Chunk] {
-        _read { yield state.pointee.lentPool }
-        _modify { yield &state.pointee.lentPool }
-    }
-    private var allocatedChunks: Int {
-        _read { yield state.pointee.allocatedChunks }
-        _modify { yield &state.pointee.allocatedChunks }
-    }
-    private var stageDone: [Bool] {
-        _read { yield state.pointee.stageDone }
-        _modify { yield &state.pointee.stageDone }
-    }
-    private var stageStats: [StageStatistics] {
-        _read { yield state.pointee.stageStats }
-        _modify { yield &state.pointee.stageStats }
-    }
-    private var stageInputWaitSince: [UInt64?] {
-        _read { yield state.pointee.stageInputWaitSince }
-        _modify { yield &state.pointee.stageInputWaitSince }
-    }
-    private var stageOutputWaitSince: [UInt64?] {
-        _read { yield state.pointee.stageOutputWaitSince }
-        _modify { yield &state.pointee.stageOutputWaitSince }
-    }
-    private var pendingWrite: Bool {
-        _read { yield state.pointee.pendingWrite }
-        _modify { yield &state.pointee.pendingWrite }
-    }
-    private var pendingWriteSince: UInt64 {
-        _read { yield state.pointee.pendingWriteSince }
-        _modify { yield &state.pointee.pendingWriteSince }
-    }
-    private var sourceWaiting: Bool {
-        _read { yield state.pointee.sourceWaiting }
-        _modify { yield &state.pointee.sourceWaiting }
-    }
-    private var sourceWaitingSince: UInt64 {
-        _read { yield state.pointee.sourceWaitingSince }
-        _modify { yield &state.pointee.sourceWaitingSince }
-    }
-    private var sourceBoundNanoseconds: UInt64 {
-        _read { yield state.pointee.sourceBoundNanoseconds }
-        _modify { yield &state.pointee.sourceBoundNanoseconds }
-    }
-    private var sinkBoundNanoseconds: UInt64 {
-        _read { yield state.pointee.sinkBoundNanoseconds }
-        _modify { yield &state.pointee.sinkBoundNanoseconds }
-    }
-    private var bucket: TokenBucket? {
-        _read { yield state.pointee.bucket }
-        _modify { yield &state.pointee.bucket }
-    }
-    private var pumping: Bool {
-        _read { yield state.pointee.pumping }
-        _modify { yield &state.pointee.pumping }
-    }
-    private var pumpAgain: Bool {
-        _read { yield state.pointee.pumpAgain }
-        _modify { yield &state.pointee.pumpAgain }
-    }
-    private var isFinished: Bool {
-        get { state.pointee.isFinished }
-        set { state.pointee.isFinished = newValue }
-    }
-    public private(set) var bytesRead: UInt64 {
-        get { state.pointee.bytesRead }
-        set { state.pointee.bytesRead = newValue }
-    }
-    public private(set) var bytesWritten: UInt64 {
-        get { state.pointee.bytesWritten }
-        set { state.pointee.bytesWritten = newValue }
-    }
-    public private(set) var peakInFlightBytes: Int {
-        get { state.pointee.peakInFlightBytes }
-        set { state.pointee.peakInFlightBytes = newValue }
-    }
+
+    public var bytesRead: UInt64 { state.pointee.bytesRead }
+    public var bytesWritten: UInt64 { state.pointee.bytesWritten }
+    public var peakInFlightBytes: Int { state.pointee.peakInFlightBytes }
     // Rate limiting at the sink.
     private var throttleTimer: LoopTimer?
 
@@ -256,9 +183,9 @@ public final class Pipeline: ByteStreamDelegate {
         state.initialize(
             to: State(
                 queues: {
-                    let queues = UnsafeMutableBufferPointer<ChunkQueue>.allocate(capacity: stages.count + 1)
-                    queues.initialize(repeating: ChunkQueue(depth: options.depth))
-                    return queues
+                    let buffer = UnsafeMutableBufferPointer<ChunkQueue>.allocate(capacity: stages.count + 1)
+                    buffer.initialize(repeating: ChunkQueue(depth: options.depth))
+                    return buffer
                 }(),
                 stageDone: Array(repeating: false, count: stages.count + 1),
                 stageStats: stages.map {
@@ -279,20 +206,22 @@ public final class Pipeline: ByteStreamDelegate {
     public var inFlightLimit: Int { (stages.count + 1) * options.depth * options.chunkSize.bytes }
 
     /// Bytes held in the queues now.
-    public var inFlightBytes: Int { queues.reduce(0) { $0 + $1.bytes } }
+    public var inFlightBytes: Int { hot.queues.reduce(0) { $0 + $1.bytes } }
 
     /// True while the sink has been offered space with nothing to write.
-    public var isWritePending: Bool { pendingWrite }
+    public var isWritePending: Bool { hot.pendingWrite }
 
     /// Seconds since start; source- and sink-bound time so far (for progress displays).
     public var elapsedSeconds: Double { started == 0 ? 0 : Double(monotonicNanoseconds() - started) / 1e9 }
     public var sourceBoundSeconds: Double {
-        Double(sourceBoundNanoseconds + (pendingWrite ? monotonicNanoseconds() - pendingWriteSince : 0)) / 1e9
+        Double(hot.sourceBoundNanoseconds + (hot.pendingWrite ? monotonicNanoseconds() - hot.pendingWriteSince : 0))
+            / 1e9
     }
     public var sinkBoundSeconds: Double {
-        Double(sinkBoundNanoseconds + (sourceWaiting ? monotonicNanoseconds() - sourceWaitingSince : 0)) / 1e9
+        Double(hot.sinkBoundNanoseconds + (hot.sourceWaiting ? monotonicNanoseconds() - hot.sourceWaitingSince : 0))
+            / 1e9
     }
-    public var stageStatistics: [StageStatistics] { stageStats }
+    public var stageStatistics: [StageStatistics] { hot.stageStats }
 
     /// Starts the pipeline on `loop` (call on the loop's thread, before or inside `run`):
     /// schedules and opens both streams if they are not open yet. `completion` runs once.
@@ -302,7 +231,7 @@ public final class Pipeline: ByteStreamDelegate {
         self.completion = completion
         retainedWhileRunning = self
         started = monotonicNanoseconds()
-        bucket = options.rateLimit.map { TokenBucket(bytesPerSecond: $0, now: started) }
+        hot.bucket = options.rateLimit.map { TokenBucket(bytesPerSecond: $0, now: started) }
         source.delegate = self
         sink.delegate = self
         source.schedule(on: loop)
@@ -351,19 +280,19 @@ public final class Pipeline: ByteStreamDelegate {
     // MARK: Events
 
     public func stream(_ stream: ByteStream, handle event: StreamEvent) {
-        guard !isFinished else { return }
+        guard !hot.isFinished else { return }
         if stream === source {
             switch event {
             case .hasBytesAvailable:
-                if queues[0].hasRoom {
+                if hot.queues[0].hasRoom {
                     readSource()
-                } else if !sourceWaiting {
-                    sourceWaiting = true
-                    sourceWaitingSince = monotonicNanoseconds()
+                } else if !hot.sourceWaiting {
+                    hot.sourceWaiting = true
+                    hot.sourceWaitingSince = monotonicNanoseconds()
                 }
                 pump()
             case .endEncountered:
-                queues[0].producerDone = true
+                hot.queues[0].producerDone = true
                 pump()
             case .errorOccurred:
                 fail(
@@ -377,12 +306,12 @@ public final class Pipeline: ByteStreamDelegate {
             case .hasSpaceAvailable:
                 if throttleTimer != nil {
                     break  // the rate limit's timer writes next: this wait is the sink's
-                } else if queues[stages.count].hasReady {
+                } else if hot.queues[stages.count].hasReady {
                     writeSink()
                     pump()
-                } else if !pendingWrite {
-                    pendingWrite = true
-                    pendingWriteSince = monotonicNanoseconds()
+                } else if !hot.pendingWrite {
+                    hot.pendingWrite = true
+                    hot.pendingWriteSince = monotonicNanoseconds()
                 }
             case .errorOccurred:
                 fail(.sink, sink.streamError ?? SluiceError(.system(.ioError), operation: "write", subject: sink.name))
@@ -399,25 +328,25 @@ public final class Pipeline: ByteStreamDelegate {
     // MARK: The machine
 
     private func takeChunk() -> Chunk {
-        if let chunk = pool.popLast() { return chunk }
-        allocatedChunks += 1
-        precondition(allocatedChunks <= (stages.count + 1) * options.depth + 1, "chunk pool overflow")
+        if let chunk = hot.pool.popLast() { return chunk }
+        hot.allocatedChunks += 1
+        precondition(hot.allocatedChunks <= (stages.count + 1) * options.depth + 1, "chunk hot.pool overflow")
         return Chunk(capacity: options.chunkSize.bytes)
     }
 
     private func recycle(_ chunk: Chunk) {
         chunk.reset()
         if chunk.isLent {
-            lentPool.append(chunk)
+            hot.lentPool.append(chunk)
         } else {
-            pool.append(chunk)
+            hot.pool.append(chunk)
         }
     }
 
     private func notePeak() {
         let now = inFlightBytes
-        if now > peakInFlightBytes {
-            peakInFlightBytes = now
+        if now > hot.peakInFlightBytes {
+            hot.peakInFlightBytes = now
             assert(now <= inFlightLimit, "in flight \(now) exceeds \(inFlightLimit)")
         }
     }
@@ -428,48 +357,48 @@ public final class Pipeline: ByteStreamDelegate {
     /// means the kernel had no more for now.
     private func readSource() {
         for _ in 0..<options.depth {
-            guard queues[0].hasRoom, !isFinished, readChunk() else { return }
+            guard hot.queues[0].hasRoom, !hot.isFinished, readChunk() else { return }
         }
     }
 
     /// One read; true when it filled a whole chunk, so another read may find more.
     private func readChunk() -> Bool {
-        guard !queues[0].producerDone else { return false }
+        guard !hot.queues[0].producerDone else { return false }
         // A source whose bytes are already in memory lends them: no copy into a chunk buffer.
         if let lent = source.lend(upTo: options.chunkSize.bytes) {
             guard !lent.isEmpty else {
-                queues[0].producerDone = true
-                pumpAgain = true
+                hot.queues[0].producerDone = true
+                hot.pumpAgain = true
                 return false
             }
             let chunk: Chunk
-            if let header = lentPool.popLast() {
+            if let header = hot.lentPool.popLast() {
                 header.relend(lent)
                 chunk = header
             } else {
                 chunk = Chunk(lent: lent)
             }
-            bytesRead += UInt64(lent.count)
+            hot.bytesRead += UInt64(lent.count)
             for tap in sourceTaps { tap.observe(lent) }
-            queues[0].pushSealed(chunk)
+            hot.queues[0].pushSealed(chunk)
             notePeak()
-            pumpAgain = true
+            hot.pumpAgain = true
             return true
         }
         let chunk = takeChunk()
         switch source.tryRead(into: chunk.storage) {
         case .processed(let n) where n > 0:
             chunk.end = n
-            bytesRead += UInt64(n)
+            hot.bytesRead += UInt64(n)
             for tap in sourceTaps { tap.observe(chunk.bytes) }
-            queues[0].pushSealed(chunk)
+            hot.queues[0].pushSealed(chunk)
             notePeak()
-            pumpAgain = true
+            hot.pumpAgain = true
             return n == chunk.storage.count
         case .processed(0):
             recycle(chunk)
-            queues[0].producerDone = true
-            pumpAgain = true
+            hot.queues[0].producerDone = true
+            hot.pumpAgain = true
         case .processed:
             recycle(chunk)
             fail(.source, source.streamError ?? SluiceError(.system(.ioError), operation: "read", subject: source.name))
@@ -484,11 +413,11 @@ public final class Pipeline: ByteStreamDelegate {
     private func writeSink() {
         let last = stages.count
         var writes = 0
-        while queues[last].hasReady, writes < options.depth, !isFinished {
-            let chunk = queues[last].front
+        while hot.queues[last].hasReady, writes < options.depth, !hot.isFinished {
+            let chunk = hot.queues[last].front
             let available = chunk.count
             var allowed = available
-            if bucket != nil {
+            if hot.bucket != nil {
                 allowed = min(allowed, takeTokens(wanted: available))
                 if allowed == 0 { return }
             }
@@ -496,12 +425,12 @@ public final class Pipeline: ByteStreamDelegate {
             switch outcome {
             case .processed(let n) where n > 0:
                 for tap in sinkTaps { tap.observe(UnsafeRawBufferPointer(rebasing: chunk.bytes[..<n])) }
-                bucket?.spend(n)
-                bytesWritten += UInt64(n)
-                queues[last].consumed(n)
+                hot.bucket?.spend(n)
+                hot.bytesWritten += UInt64(n)
+                hot.queues[last].consumed(n)
                 if chunk.count == 0 {
-                    recycle(queues[last].popFront())
-                    pumpAgain = true
+                    recycle(hot.queues[last].popFront())
+                    hot.pumpAgain = true
                 }
                 if n < available { return }  // partial (kernel buffer full) or throttled
                 writes += 1
@@ -518,7 +447,7 @@ public final class Pipeline: ByteStreamDelegate {
 
     /// How many bytes the rate limit lets through now; when none, a timer writes again later.
     private func takeTokens(wanted: Int) -> Int {
-        guard let (bytes, wait) = bucket?.allowance(wanted: wanted) else { return wanted }
+        guard let (bytes, wait) = hot.bucket?.allowance(wanted: wanted) else { return wanted }
         if bytes > 0 { return bytes }
         guard let loop, throttleTimer == nil else { return 0 }
         throttleTimer = loop.schedule(after: .nanoseconds(Int64(wait))) { [weak self] in
@@ -533,61 +462,61 @@ public final class Pipeline: ByteStreamDelegate {
     /// Moves bytes as far as they can go: through the stages, into the sink if the
     /// pending-write flag is set, and out of the source if it is waiting for room.
     private func pump() {
-        if pumping {
-            pumpAgain = true
+        if hot.pumping {
+            hot.pumpAgain = true
             return
         }
-        pumping = true
-        defer { pumping = false }
+        hot.pumping = true
+        defer { hot.pumping = false }
         repeat {
-            pumpAgain = false
+            hot.pumpAgain = false
             for index in stages.indices { runStage(index) }
-            guard !isFinished else { return }
+            guard !hot.isFinished else { return }
             let last = stages.count
-            if pendingWrite && queues[last].hasReady && throttleTimer == nil {
-                pendingWrite = false
-                sourceBoundNanoseconds += monotonicNanoseconds() - pendingWriteSince
+            if hot.pendingWrite && hot.queues[last].hasReady && throttleTimer == nil {
+                hot.pendingWrite = false
+                hot.sourceBoundNanoseconds += monotonicNanoseconds() - hot.pendingWriteSince
                 writeSink()
             }
-            if sourceWaiting && queues[0].hasRoom {
-                sourceWaiting = false
-                sinkBoundNanoseconds += monotonicNanoseconds() - sourceWaitingSince
+            if hot.sourceWaiting && hot.queues[0].hasRoom {
+                hot.sourceWaiting = false
+                hot.sinkBoundNanoseconds += monotonicNanoseconds() - hot.sourceWaitingSince
                 readSource()
             }
-            guard !isFinished else { return }
-            if queues[last].finished {
+            guard !hot.isFinished else { return }
+            if hot.queues[last].finished {
                 succeed()
                 return
             }
-        } while pumpAgain
+        } while hot.pumpAgain
     }
 
     /// Runs stage `index` while it has input and output room.
     private func runStage(_ index: Int) {
-        guard !stageDone[index] else { return }
+        guard !hot.stageDone[index] else { return }
         let stage = stages[index]
         let inputIndex = index
         let outputIndex = index + 1
-        while !isFinished {
-            let haveInput = queues[inputIndex].hasReady
-            let atEnd = queues[inputIndex].finished
+        while !hot.isFinished {
+            let haveInput = hot.queues[inputIndex].hasReady
+            let atEnd = hot.queues[inputIndex].finished
             guard haveInput || atEnd else {
                 // Starved: hand on what is held so nothing waits behind an empty input.
-                queues[outputIndex].sealTail(recycle: recycle)
-                markWait(&stageInputWaitSince[index], on: true)
+                hot.queues[outputIndex].sealTail(recycle: recycle)
+                markWait(&hot.stageInputWaitSince[index], on: true)
                 return
             }
-            markWait(&stageInputWaitSince[index], on: false, stat: \.inputWaitSeconds, index)
-            guard queues[outputIndex].hasRoom else {
-                markWait(&stageOutputWaitSince[index], on: true)
+            markWait(&hot.stageInputWaitSince[index], on: false, stat: \.inputWaitSeconds, index)
+            guard hot.queues[outputIndex].hasRoom else {
+                markWait(&hot.stageOutputWaitSince[index], on: true)
                 return
             }
-            markWait(&stageOutputWaitSince[index], on: false, stat: \.outputWaitSeconds, index)
-            let out = queues[outputIndex].openTail(takeChunk)
+            markWait(&hot.stageOutputWaitSince[index], on: false, stat: \.outputWaitSeconds, index)
+            let out = hot.queues[outputIndex].openTail(takeChunk)
             let progress: StageProgress
             do {
                 if haveInput {
-                    let input = queues[inputIndex].front
+                    let input = hot.queues[inputIndex].front
                     progress = try stage.process(input.bytes, into: out.free)
                 } else {
                     progress = try stage.finish(into: out.free)
@@ -597,22 +526,22 @@ public final class Pipeline: ByteStreamDelegate {
                 return
             }
             out.end += progress.produced
-            queues[outputIndex].produced(progress.produced)
-            stageStats[index].bytesOut += UInt64(progress.produced)
+            hot.queues[outputIndex].produced(progress.produced)
+            hot.stageStats[index].bytesOut += UInt64(progress.produced)
             if progress.consumed > 0 {
-                stageStats[index].bytesIn += UInt64(progress.consumed)
-                queues[inputIndex].consumed(progress.consumed)
-                if queues[inputIndex].front.count == 0 {
-                    recycle(queues[inputIndex].popFront())
-                    pumpAgain = true
+                hot.stageStats[index].bytesIn += UInt64(progress.consumed)
+                hot.queues[inputIndex].consumed(progress.consumed)
+                if hot.queues[inputIndex].front.count == 0 {
+                    recycle(hot.queues[inputIndex].popFront())
+                    hot.pumpAgain = true
                 }
             }
             notePeak()
             if !haveInput && progress.finished {
-                queues[outputIndex].sealTail(recycle: recycle)
-                queues[outputIndex].producerDone = true
-                stageDone[index] = true
-                pumpAgain = true
+                hot.queues[outputIndex].sealTail(recycle: recycle)
+                hot.queues[outputIndex].producerDone = true
+                hot.stageDone[index] = true
+                hot.pumpAgain = true
                 return
             }
             if progress.consumed == 0 && progress.produced == 0 {
@@ -621,7 +550,7 @@ public final class Pipeline: ByteStreamDelegate {
                     SluiceError(.invalidArgument, operation: stage.name, detail: "stage made no progress"))
                 return
             }
-            if out.freeSpace == 0 { pumpAgain = true }
+            if out.freeSpace == 0 { hot.pumpAgain = true }
         }
     }
 
@@ -631,7 +560,7 @@ public final class Pipeline: ByteStreamDelegate {
         if on {
             if since == nil { since = monotonicNanoseconds() }
         } else if let start = since, let stat {
-            stageStats[index][keyPath: stat] += Double(monotonicNanoseconds() - start) / 1e9
+            hot.stageStats[index][keyPath: stat] += Double(monotonicNanoseconds() - start) / 1e9
             since = nil
         }
     }
@@ -643,7 +572,7 @@ public final class Pipeline: ByteStreamDelegate {
     }
 
     private func fail(_ location: PipelineLocation, _ error: any Error) {
-        guard !isFinished else { return }
+        guard !hot.isFinished else { return }
         let e =
             error as? SluiceError
             ?? SluiceError(.system(.ioError), operation: location.description, detail: "\(error)")
@@ -656,27 +585,27 @@ public final class Pipeline: ByteStreamDelegate {
     }
 
     private func finish(error: PipelineError?) {
-        guard !isFinished else { return }
+        guard !hot.isFinished else { return }
         let now = monotonicNanoseconds()
-        if pendingWrite { sourceBoundNanoseconds += now - pendingWriteSince }
-        if sourceWaiting { sinkBoundNanoseconds += now - sourceWaitingSince }
-        pendingWrite = false
-        sourceWaiting = false
+        if hot.pendingWrite { hot.sourceBoundNanoseconds += now - hot.pendingWriteSince }
+        if hot.sourceWaiting { hot.sinkBoundNanoseconds += now - hot.sourceWaitingSince }
+        hot.pendingWrite = false
+        hot.sourceWaiting = false
         for index in stages.indices {
-            markWait(&stageInputWaitSince[index], on: false, stat: \.inputWaitSeconds, index)
-            markWait(&stageOutputWaitSince[index], on: false, stat: \.outputWaitSeconds, index)
+            markWait(&hot.stageInputWaitSince[index], on: false, stat: \.inputWaitSeconds, index)
+            markWait(&hot.stageOutputWaitSince[index], on: false, stat: \.outputWaitSeconds, index)
         }
         throttleTimer?.cancel()
         throttleTimer = nil
         for tap in sourceTaps { tap.finish() }
         for tap in sinkTaps { tap.finish() }
-        isFinished = true
+        hot.isFinished = true
         result = PipelineResult(
-            bytesRead: bytesRead, bytesWritten: bytesWritten, stages: stageStats,
+            bytesRead: hot.bytesRead, bytesWritten: hot.bytesWritten, stages: hot.stageStats,
             elapsedSeconds: started == 0 ? 0 : Double(now - started) / 1e9,
-            sourceBoundSeconds: Double(sourceBoundNanoseconds) / 1e9,
-            sinkBoundSeconds: Double(sinkBoundNanoseconds) / 1e9,
-            peakInFlightBytes: peakInFlightBytes, inFlightLimit: inFlightLimit, error: error)
+            sourceBoundSeconds: Double(hot.sourceBoundNanoseconds) / 1e9,
+            sinkBoundSeconds: Double(hot.sinkBoundNanoseconds) / 1e9,
+            peakInFlightBytes: hot.peakInFlightBytes, inFlightLimit: inFlightLimit, error: error)
         source.delegate = nil
         sink.delegate = nil
         if options.closesStreams || error != nil {
@@ -692,11 +621,11 @@ public final class Pipeline: ByteStreamDelegate {
         {
             unlink(path)
         }
-        for index in queues.indices {
-            while !queues[index].isEmpty { recycle(queues[index].popFront()) }
+        for index in hot.queues.indices {
+            while !hot.queues[index].isEmpty { recycle(hot.queues[index].popFront()) }
         }
-        pool.removeAll()
-        lentPool.removeAll()
+        hot.pool.removeAll()
+        hot.lentPool.removeAll()
         let done = completion
         completion = nil
         retainedWhileRunning = nil
