@@ -63,6 +63,12 @@ final class Running: @unchecked Sendable {
         }
     }
 
+    /// A test that fails before waiting must not leave its child running (a listener would
+    /// wait forever).
+    deinit {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+    }
+
     var pid: Int32 { process.processIdentifier }
 
     func write(_ data: Data) {
