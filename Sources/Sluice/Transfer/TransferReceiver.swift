@@ -185,7 +185,7 @@ final class ReceiverSession: WireConnectionOwner {
         destination = receiver.destination
         options = receiver.options
         connection = WireConnection(
-            input: input, output: output, inboundCapacity: 1 << 18, outboundCapacity: 1 << 17)
+            input: input, output: output, inboundCapacity: 1 << 20, outboundCapacity: 1 << 17)
         connection.pauseReadingAbove = 1 << 16
         connection.owner = self
         connection.onClose = { [weak receiver] in receiver?.sessionClosed(id) }

@@ -127,7 +127,7 @@ public final class TransferSender: WireConnectionOwner {
         let chunk = options.chunkSize.bytes
         let connection = WireConnection(
             input: input, output: output, inboundCapacity: 1 << 16,
-            outboundCapacity: 2 * (chunk + Wire.frameHeaderSize) + 2 * Wire.maxControlPayload + 64,
+            outboundCapacity: 4 * (chunk + Wire.frameHeaderSize) + 2 * Wire.maxControlPayload + 64,
             rateLimit: options.rateLimit)
         connection.owner = self
         self.connection = connection
