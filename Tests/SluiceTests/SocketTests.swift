@@ -9,87 +9,6 @@ import Testing
 
 // MARK: Helpers
 
-/// Copies a read stream into a write stream on the loop (an echo when both belong to one
-/// socket): one chunk buffered, a pending-write flag, and at the source's end the sink is
-/// closed (for a socket, a half-close) and then the source.
-final class SocketPump: ByteStreamDelegate {
-    let source: ReadStream
-    let sink: WriteStream
-    private var buffer: [UInt8]
-    private var start = 0
-    private var end = 0
-    private var pendingWrite = false
-    private var sourceDone = false
-    private(set) var finished = false
-    var failure: SluiceError?
-    var onFinish: (() -> Void)?
-
-    init(source: ReadStream, sink: WriteStream, chunkSize: Int = 65536) {
-        self.source = source
-        self.sink = sink
-        buffer = [UInt8](repeating: 0, count: chunkSize)
-    }
-
-    func start(on loop: EventLoop) {
-        source.delegate = self
-        sink.delegate = self
-        source.schedule(on: loop)
-        sink.schedule(on: loop)
-        source.open()
-        sink.open()
-    }
-
-    func stream(_ stream: ByteStream, handle event: StreamEvent) {
-        switch event {
-        case .hasBytesAvailable:
-            readChunk()
-        case .hasSpaceAvailable:
-            if end > start { flush() } else { pendingWrite = true }
-        case .endEncountered where stream === source:
-            sourceDone = true
-            if end == start { finish() }
-        case .errorOccurred:
-            failure = stream.streamError
-            finish()
-        default:
-            break
-        }
-    }
-
-    private func readChunk() {
-        guard end == 0 else { return }  // full: the writer reads again once it drains
-        let n = buffer.withUnsafeMutableBytes { source.read(into: $0) }
-        guard n > 0 else { return }
-        end = n
-        if pendingWrite {
-            pendingWrite = false
-            flush()
-        }
-    }
-
-    private func flush() {
-        let n = buffer.withUnsafeBytes { sink.write(from: UnsafeRawBufferPointer(rebasing: $0[start..<end])) }
-        guard n > 0 else { return }
-        start += n
-        guard start == end else { return }
-        start = 0
-        end = 0
-        if sourceDone {
-            finish()
-        } else if source.streamStatus == .open {
-            readChunk()
-        }
-    }
-
-    private func finish() {
-        guard !finished else { return }
-        finished = true
-        sink.close()
-        source.close()
-        onFinish?()
-    }
-}
-
 /// The client side of a request/response: writes `payload` on `hasSpaceAvailable`, closes the
 /// write stream after the last byte (half-close), and reads the reply to the end.
 final class SocketExchange: ByteStreamDelegate {
@@ -153,13 +72,13 @@ final class SocketExchange: ByteStreamDelegate {
 /// An echo server on `listener`: every accepted connection is pumped back to itself.
 final class EchoServer {
     let listener: SocketListener
-    private(set) var sessions: [SocketPump] = []
+    private(set) var sessions: [LoopCopier] = []
     private(set) var peers: [SocketAddress] = []
 
     init(_ listener: SocketListener, on loop: EventLoop) throws {
         self.listener = listener
         try listener.accept(on: loop) { [unowned self] input, output, peer in
-            let pump = SocketPump(source: input, sink: output)
+            let pump = LoopCopier(source: input, sink: output)
             self.sessions.append(pump)
             self.peers.append(peer)
             pump.start(on: loop)

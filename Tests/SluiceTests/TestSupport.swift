@@ -48,48 +48,52 @@ final class EventRecorder: ByteStreamDelegate {
     }
 }
 
-/// Copies `source` to `sink` through `loop` with `chunkSize` reads, the way the seeds do it:
-/// read on `hasBytesAvailable`, write on `hasSpaceAvailable`, with a pending-write flag.
-/// Returns the error if any stream failed.
+/// Copies `source` to `sink` on a loop the way the seeds do it: read on `hasBytesAvailable`
+/// into one buffered chunk, write on `hasSpaceAvailable`, and when space was offered with
+/// nothing to write, a pending-write flag that makes the next read write at once. At the
+/// source's end the sink is closed (for a socket, a half-close) and then the source. Reads and
+/// writes never block, so several copiers can share one loop (an echo, a relay).
 final class LoopCopier: ByteStreamDelegate {
     let source: ReadStream
     let sink: WriteStream
-    var buffer: [UInt8]
-    var start = 0
-    var end = 0
-    var pendingWrite = false
-    var sourceDone = false
-    var failure: SluiceError?
+    /// The stream offset of one byte to corrupt on the way (a relay that damages data).
+    private let flipOffset: Int?
+    private var buffer: [UInt8]
+    private var start = 0
+    private var end = 0
+    private var total = 0
+    private var pendingWrite = false
+    private var sourceDone = false
+    private(set) var finished = false
+    private(set) var failure: SluiceError?
+    var onFinish: (() -> Void)?
 
-    init(source: ReadStream, sink: WriteStream, chunkSize: Int) {
+    init(source: ReadStream, sink: WriteStream, chunkSize: Int = 65536, flipOffset: Int? = nil) {
         self.source = source
         self.sink = sink
+        self.flipOffset = flipOffset
         buffer = [UInt8](repeating: 0, count: chunkSize)
     }
 
-    func run(on loop: EventLoop) {
+    func start(on loop: EventLoop) {
         source.delegate = self
         sink.delegate = self
         source.schedule(on: loop)
         sink.schedule(on: loop)
         source.open()
         sink.open()
+    }
+
+    /// Starts and runs `loop` until nothing is left to do.
+    func run(on loop: EventLoop) {
+        start(on: loop)
         loop.run()
     }
 
     func stream(_ stream: ByteStream, handle event: StreamEvent) {
         switch event {
-        case .hasBytesAvailable:
-            guard end == 0 else { return }  // buffer full: wait for the writer to drain it
-            let n = buffer.withUnsafeMutableBytes { source.read(into: $0) }
-            if n > 0 {
-                start = 0
-                end = n
-                if pendingWrite {
-                    pendingWrite = false
-                    flush()
-                }
-            }
+        case .hasBytesAvailable where stream === source:
+            read()
         case .hasSpaceAvailable:
             if end > start { flush() } else { pendingWrite = true }
         case .endEncountered where stream === source:
@@ -97,32 +101,46 @@ final class LoopCopier: ByteStreamDelegate {
             if end == start { finish() }
         case .errorOccurred:
             failure = stream.streamError
-            source.close()
-            sink.close()
+            finish()
         default:
             break
         }
     }
 
+    private func read() {
+        guard end == 0 else { return }  // full: read again once the writer drains the chunk
+        guard case .processed(let n) = buffer.withUnsafeMutableBytes({ source.tryRead(into: $0) }), n > 0 else {
+            return
+        }
+        if let flipOffset, flipOffset >= total, flipOffset < total + n { buffer[flipOffset - total] ^= 0x01 }
+        total += n
+        end = n
+        if pendingWrite {
+            pendingWrite = false
+            flush()
+        }
+    }
+
     private func flush() {
-        let n = buffer.withUnsafeBytes { sink.write(from: UnsafeRawBufferPointer(rebasing: $0[start..<end])) }
-        guard n > 0 else { return }
+        let written = buffer.withUnsafeBytes { sink.tryWrite(from: UnsafeRawBufferPointer(rebasing: $0[start..<end])) }
+        guard case .processed(let n) = written, n > 0 else { return }
         start += n
-        if start == end {
-            start = 0
-            end = 0
-            if sourceDone {
-                finish()
-            } else if source.hasBytesAvailable || source.streamStatus == .open {
-                // The reader skipped an event while the buffer was full: read now.
-                stream(source, handle: .hasBytesAvailable)
-            }
+        guard start == end else { return }
+        start = 0
+        end = 0
+        if sourceDone {
+            finish()
+        } else if source.streamStatus == .open {
+            read()  // the source's last event found the chunk full and was not answered
         }
     }
 
     private func finish() {
-        source.close()
+        guard !finished else { return }
+        finished = true
         sink.close()
+        source.close()
+        onFinish?()
     }
 }
 

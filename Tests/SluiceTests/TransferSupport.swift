@@ -184,14 +184,14 @@ enum RawWire {
 /// client-to-target direction at `flipOffset`.
 final class FlippingRelay {
     let listener: SocketListener
-    private var pumps: [RelayPump] = []
+    private var pumps: [LoopCopier] = []
 
     init(to target: UInt16, flipOffset: Int, on loop: EventLoop) throws {
         listener = try Socket.listen(host: "127.0.0.1", port: 0)
         try listener.accept(on: loop) { [unowned self] input, output, _ in
             let (upIn, upOut) = Socket.connect(host: "127.0.0.1", port: target)
-            let toTarget = RelayPump(source: input, sink: upOut, flipOffset: flipOffset)
-            let toClient = RelayPump(source: upIn, sink: output, flipOffset: nil)
+            let toTarget = LoopCopier(source: input, sink: upOut, chunkSize: 16384, flipOffset: flipOffset)
+            let toClient = LoopCopier(source: upIn, sink: output, chunkSize: 16384)
             self.pumps += [toTarget, toClient]
             toTarget.start(on: loop)
             toClient.start(on: loop)
@@ -201,83 +201,4 @@ final class FlippingRelay {
     deinit { listener.close() }
 
     var port: UInt16 { listener.port }
-}
-
-/// One direction of the relay: one buffered chunk, a pending-write flag, and at the source's
-/// end a half-close of the sink.
-final class RelayPump: ByteStreamDelegate {
-    let source: ReadStream
-    let sink: WriteStream
-    private let flipOffset: Int?
-    private var buffer = [UInt8](repeating: 0, count: 16384)
-    private var start = 0
-    private var end = 0
-    private var total = 0
-    private var pendingWrite = false
-    private var sourceDone = false
-
-    init(source: ReadStream, sink: WriteStream, flipOffset: Int?) {
-        self.source = source
-        self.sink = sink
-        self.flipOffset = flipOffset
-    }
-
-    func start(on loop: EventLoop) {
-        source.delegate = self
-        sink.delegate = self
-        source.schedule(on: loop)
-        sink.schedule(on: loop)
-        source.open()
-        sink.open()
-    }
-
-    func stream(_ stream: ByteStream, handle event: StreamEvent) {
-        switch event {
-        case .hasBytesAvailable where stream === source:
-            read()
-        case .hasSpaceAvailable:
-            if end > start { flush() } else { pendingWrite = true }
-        case .endEncountered where stream === source:
-            sourceDone = true
-            if end == start { finish() }
-        case .errorOccurred:
-            source.close()
-            sink.close()
-        default:
-            break
-        }
-    }
-
-    private func read() {
-        guard end == 0 else { return }
-        guard case .processed(let n) = buffer.withUnsafeMutableBytes({ source.tryRead(into: $0) }), n > 0 else {
-            return
-        }
-        if let flipOffset, flipOffset >= total, flipOffset < total + n { buffer[flipOffset - total] ^= 0x01 }
-        total += n
-        end = n
-        if pendingWrite {
-            pendingWrite = false
-            flush()
-        }
-    }
-
-    private func flush() {
-        let written = buffer.withUnsafeBytes { sink.tryWrite(from: UnsafeRawBufferPointer(rebasing: $0[start..<end])) }
-        guard case .processed(let n) = written, n > 0 else { return }
-        start += n
-        guard start == end else { return }
-        start = 0
-        end = 0
-        if sourceDone {
-            finish()
-        } else if source.streamStatus == .open {
-            read()
-        }
-    }
-
-    private func finish() {
-        sink.close()
-        source.close()
-    }
 }
