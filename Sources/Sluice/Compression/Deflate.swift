@@ -88,19 +88,7 @@ public final class Deflate: Stage {
     private func run(_ input: UnsafeRawBufferPointer, _ output: UnsafeMutableRawBufferPointer, flush: Int32) -> (
         consumed: Int, produced: Int, rc: Int32
     ) {
-        let availIn = zLength(input.count)
-        let availOut = zLength(output.count)
-        stream.pointee.next_in = UnsafeMutablePointer(mutating: input.baseAddress?.assumingMemoryBound(to: Bytef.self))
-        stream.pointee.avail_in = availIn
-        stream.pointee.next_out = output.baseAddress?.assumingMemoryBound(to: Bytef.self)
-        stream.pointee.avail_out = availOut
-        let rc = deflate(stream, flush)
-        let consumed = Int(availIn - stream.pointee.avail_in)
-        let produced = Int(availOut - stream.pointee.avail_out)
-        stream.pointee.next_in = nil
-        stream.pointee.avail_in = 0
-        stream.pointee.next_out = nil
-        stream.pointee.avail_out = 0
+        let (consumed, produced, rc) = zCall(stream, input, output) { deflate($0, flush) }
         // Z_BUF_ERROR only says "no progress possible", which the counts already tell.
         precondition(rc == Z_OK || rc == Z_STREAM_END || rc == Z_BUF_ERROR, "deflate returned \(rc)")
         totalIn += consumed

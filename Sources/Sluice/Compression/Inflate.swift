@@ -301,19 +301,9 @@ public final class Inflate: Stage {
     {
         var room = output.count
         if let max = limit.maxOutputBytes, max - totalOut < room { room = max - totalOut + 1 }
-        let availIn = zLength(input.count)
-        let availOut = zLength(room)
-        stream.pointee.next_in = UnsafeMutablePointer(mutating: input.baseAddress?.assumingMemoryBound(to: Bytef.self))
-        stream.pointee.avail_in = availIn
-        stream.pointee.next_out = output.baseAddress?.assumingMemoryBound(to: Bytef.self)
-        stream.pointee.avail_out = availOut
-        let rc = inflate(stream, Z_NO_FLUSH)
-        let consumed = Int(availIn - stream.pointee.avail_in)
-        let produced = Int(availOut - stream.pointee.avail_out)
-        stream.pointee.next_in = nil
-        stream.pointee.avail_in = 0
-        stream.pointee.next_out = nil
-        stream.pointee.avail_out = 0
+        let (consumed, produced, rc) = zCall(
+            stream, input, UnsafeMutableRawBufferPointer(rebasing: output[..<room])
+        ) { inflate($0, Z_NO_FLUSH) }
         totalIn += consumed
         totalOut += produced
 
