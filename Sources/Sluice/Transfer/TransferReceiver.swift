@@ -255,14 +255,11 @@ final class ReceiverSession: WireConnectionOwner {
             let available = connection.inbound.readableBytes
             if available == 0 { return }
             if case .magic(let matched) = phase {
-                let n = min(available, Wire.magic.count - matched)
-                let bytes = connection.inbound.readable
-                for i in 0..<n where bytes[i] != Wire.magic[matched + i] {
+                guard let seen = Wire.consumeMagic(from: &connection.inbound, matched: matched) else {
                     violation("wrong magic: not a sluice sender")
                     return
                 }
-                connection.inbound.consume(n)
-                phase = matched + n == Wire.magic.count ? .hello : .magic(matched: matched + n)
+                phase = seen == Wire.magic.count ? .hello : .magic(matched: seen)
                 continue
             }
             if dataRemaining > 0 {

@@ -188,14 +188,11 @@ public final class TransferSender: WireConnectionOwner {
             let available = connection.inbound.readableBytes
             if available == 0 { return }
             if case .handshake(let matched) = phase {
-                let n = min(available, Wire.magic.count - matched)
-                let bytes = connection.inbound.readable
-                for i in 0..<n where bytes[i] != Wire.magic[matched + i] {
+                guard let seen = Wire.consumeMagic(from: &connection.inbound, matched: matched) else {
                     violation("wrong magic: not a sluice receiver")
                     return
                 }
-                connection.inbound.consume(n)
-                phase = matched + n == Wire.magic.count ? .helloWait : .handshake(matched: matched + n)
+                phase = seen == Wire.magic.count ? .helloWait : .handshake(matched: seen)
                 continue
             }
             guard available >= Wire.frameHeaderSize else { return }

@@ -25,6 +25,17 @@ enum Wire {
     static let maxCapabilities = 32
     static let maxCapabilityBytes = 32
 
+    /// Takes what is buffered of the magic (`matched` bytes of it were seen already) from
+    /// `inbound`. Returns how many bytes of the magic have now been seen, or nil when a byte
+    /// differs (not a sluice peer).
+    static func consumeMagic(from inbound: inout ByteBuffer, matched: Int) -> Int? {
+        let n = min(inbound.readableBytes, magic.count - matched)
+        let bytes = inbound.readable
+        for i in 0..<n where bytes[i] != magic[matched + i] { return nil }
+        inbound.consume(n)
+        return matched + n
+    }
+
     /// Capabilities announced in HELLO.
     enum Capability {
         static let sha256 = "sha256"
