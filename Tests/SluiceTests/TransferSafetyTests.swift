@@ -165,6 +165,19 @@ struct TransferSafetyTests {
             #expect(changed.succeeded)
             #expect(changed.resumedBytes == 0)
             #expect(readFile(dst + "/big.bin") == bytes)
+
+            // A stale partial longer than the new source is cut to what arrives, not kept past it.
+            unlink(dst + "/big.bin")
+            _ = try interrupt(harness, root + "/big.bin", after: .milliseconds(300))
+            let stale = try #require(FileInfo(dst + "/.big.bin.sluice-part"))
+            let small = Array(bytes[0..<(stale.size / 2)])
+            try writeFile(root + "/big.bin", small)
+            let shorter = try harness.send(paths: [root + "/big.bin"])
+            #expect(shorter.succeeded)
+            let stored = readFile(dst + "/big.bin")
+            #expect(stored?.count == small.count)
+            let identical = stored == small  // not inside #expect: a failure would print 2 MiB
+            #expect(identical)
         }
     }
 
