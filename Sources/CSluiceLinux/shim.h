@@ -22,4 +22,12 @@ extern int renameat2(int olddirfd, const char *oldpath, int newdirfd, const char
 #define RENAME_NOREPLACE (1 << 0)
 #endif
 
+/* sync_file_range(2), likewise: the receiver starts writeback of a file while it arrives, so
+   the fsync at its end waits for the tail only. */
+#include <fcntl.h>
+extern int sync_file_range(int fd, __off64_t offset, __off64_t nbytes, unsigned int flags);
+#ifndef SYNC_FILE_RANGE_WRITE
+#define SYNC_FILE_RANGE_WRITE 2
+#endif
+
 #endif

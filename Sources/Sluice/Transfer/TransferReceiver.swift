@@ -106,6 +106,8 @@ final class IncomingFile {
     let digest: SHA256Digest
     let inflate: Inflate?
     var written: UInt64 = 0
+    /// Where the last `sync_file_range` writeback request ended.
+    var writebackStarted: UInt64 = 0
 
     init(
         header: EntryHeader, relative: String, display: String, parent: Int32, name: String, temporary: String,
@@ -147,6 +149,9 @@ final class ReceiverSession: WireConnectionOwner {
         case discarding
         case done
     }
+
+    /// With fsync on, writeback of a file is started each time this much more has arrived.
+    static let writebackWindow: UInt64 = 8 << 20
 
     let id: Int
     let peer: String
@@ -564,6 +569,14 @@ final class ReceiverSession: WireConnectionOwner {
         }
         file.digest.update(bytes)
         file.written += UInt64(bytes.count)
+        if options.fsync && file.total - file.writebackStarted >= Self.writebackWindow {
+            // Start writing to disk what has arrived (without waiting), so the fsync at the
+            // end of the file finds little left to write rather than the whole file.
+            _ = sync_file_range(
+                file.fd, off_t(file.writebackStarted), off_t(file.total - file.writebackStarted),
+                UInt32(SYNC_FILE_RANGE_WRITE))
+            file.writebackStarted = file.total
+        }
         bytesStored += UInt64(bytes.count)
     }
 
