@@ -489,12 +489,15 @@ public final class TransferSender: WireConnectionOwner {
         }
     }
 
-    /// Fills the outbound buffer with DATA frames of the current file while it has room for
-    /// one; at the end of the file, appends END.
+    /// Appends DATA frames of the current file until about a chunk waits to be written (so
+    /// reads and socket writes alternate chunk by chunk, as in a copy pipeline, rather than in
+    /// bursts that leave the receiver idle); at the end of the file, appends END.
     private func produce() {
         guard case .sending = phase, let file = current, let connection else { return }
         let chunk = options.chunkSize.bytes
-        while case .sending = phase, current === file, connection.outbound.reserve(chunk + Wire.frameHeaderSize + 64) {
+        while case .sending = phase, current === file, connection.outbound.readableBytes < chunk,
+            connection.outbound.reserve(chunk + Wire.frameHeaderSize + 64)
+        {
             let frameStart = connection.outbound.writeIndex
             let payload = UnsafeMutableRawBufferPointer(
                 rebasing: connection.outbound.tail[Wire.frameHeaderSize..<Wire.frameHeaderSize + chunk])
