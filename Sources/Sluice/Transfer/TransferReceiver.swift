@@ -171,6 +171,8 @@ final class ReceiverSession: WireConnectionOwner {
     private var parsing = false
     private var ended = false
     private var scratchStorage: UnsafeMutableRawBufferPointer?
+    /// Computes the files' SHA-256 on another core while the loop moves their bytes.
+    private let hasher = DigestWorker()
 
     /// Where inflated bytes go before they are written: allocated on the first compressed file.
     private var scratch: UnsafeMutableRawBufferPointer {
@@ -455,7 +457,7 @@ final class ReceiverSession: WireConnectionOwner {
         }
         var offset = heldOffset
         var digest = SHA256Digest()
-        if offset > 0 && !hashPrefix(fd, length: offset, into: digest) {
+        if offset > 0 && !hasher.update(digest, readingPrefixOf: fd, length: offset) {
             // The partial cannot be read back: start over.
             offset = 0
             digest = SHA256Digest()
@@ -479,22 +481,6 @@ final class ReceiverSession: WireConnectionOwner {
             fd: fd, offset: offset, resumable: resumable, digest: digest, inflate: inflate)
         phase = .receiving
         connection.send(MessageWriter.accept(offset: offset))
-    }
-
-    /// Feeds the first `length` bytes of `fd` to `digest`. False if they cannot all be read.
-    private func hashPrefix(_ fd: Int32, length: UInt64, into digest: SHA256Digest) -> Bool {
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
-        defer { buffer.deallocate() }
-        var position: UInt64 = 0
-        while position < length {
-            let want = Int(min(UInt64(buffer.count), length - position))
-            let n = pread(fd, buffer.baseAddress, want, off_t(position))
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { return false }
-            digest.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
-            position += UInt64(n)
-        }
-        return true
     }
 
     private func receiveData(_ bytes: UnsafeRawBufferPointer) {
@@ -567,7 +553,7 @@ final class ReceiverSession: WireConnectionOwner {
                 return
             }
         }
-        file.digest.update(bytes)
+        hasher.update(file.digest, bytes)
         file.written += UInt64(bytes.count)
         if options.fsync && file.total - file.writebackStarted >= Self.writebackWindow {
             // Start writing to disk what has arrived (without waiting), so the fsync at the
@@ -629,7 +615,7 @@ final class ReceiverSession: WireConnectionOwner {
                 .data, "size mismatch: sender says \(size) bytes, received \(file.total)", kind: .data, keep: false)
             return
         }
-        let computed = file.digest.finalize()
+        let computed = hasher.finalize(file.digest)
         guard computed == digest else {
             let what =
                 file.offset > 0 ? " (held partial data or data in transit altered)" : " (data altered in transit)"

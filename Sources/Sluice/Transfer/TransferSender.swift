@@ -66,6 +66,8 @@ public final class TransferSender: WireConnectionOwner {
     private var parsing = false
     private var deflate: Deflate?
     private var rawBuffer: ByteBuffer?
+    /// Computes the files' SHA-256 on another core while the loop moves their bytes.
+    private let hasher = DigestWorker()
     private lazy var sourceWatcher = SourceWatcher(self)
 
     private var bytesDone: UInt64 = 0
@@ -406,7 +408,7 @@ public final class TransferSender: WireConnectionOwner {
     /// ACCEPT arrived: hash the prefix the receiver holds, then send the rest.
     private func startData(_ file: OutgoingFile, offset: UInt64) {
         if offset > 0, let fd = file.fd {
-            guard hashPrefix(fd, length: offset, into: file.digest) else {
+            guard hasher.update(file.digest, readingPrefixOf: fd, length: offset) else {
                 abortCurrent("read \(quoted(localPath(file))): \(Errno.current)")
                 return
             }
@@ -431,21 +433,6 @@ public final class TransferSender: WireConnectionOwner {
     private func localPath(_ file: OutgoingFile) -> String {
         if case .file(let path) = entries[file.index].kind { return path }
         return entries[file.index].relative
-    }
-
-    private func hashPrefix(_ fd: Int32, length: UInt64, into digest: SHA256Digest) -> Bool {
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
-        defer { buffer.deallocate() }
-        var position: UInt64 = 0
-        while position < length {
-            let want = Int(min(UInt64(buffer.count), length - position))
-            let n = pread(fd, buffer.baseAddress, want, off_t(position))
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { return false }
-            digest.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
-            position += UInt64(n)
-        }
-        return true
     }
 
     // MARK: Data
@@ -561,7 +548,7 @@ public final class TransferSender: WireConnectionOwner {
     }
 
     private func noteRead(_ file: OutgoingFile, _ bytes: UnsafeRawBufferPointer) {
-        file.digest.update(bytes)
+        hasher.update(file.digest, bytes)
         file.position += UInt64(bytes.count)
         bytesDone += UInt64(bytes.count)
         bytesSentOfFiles += UInt64(bytes.count)
@@ -574,7 +561,7 @@ public final class TransferSender: WireConnectionOwner {
         // The state changes before the send: sending may flush, which asks for more data.
         closeCurrent()
         phase = .ready
-        connection.send(MessageWriter.end(size: file.position, digest: file.digest.finalize()))
+        connection.send(MessageWriter.end(size: file.position, digest: hasher.finalize(file.digest)))
         advance()
     }
 
