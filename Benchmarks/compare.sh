@@ -35,13 +35,15 @@ CORPUS=$DATA/corpus.tar
 CORPUS_GZ=$DATA/corpus.tar.gz
 [ -s "$CORPUS_GZ" ] || gzip -6 -c "$CORPUS" >"$CORPUS_GZ"
 DST=$DATA/dst
+RECV=$DATA/recv  # where sluice receive stores
 cat "$SRC" "$CORPUS" "$CORPUS_GZ" >/dev/null  # warm the page cache for everyone alike
 
 # One timed run of a shell command, in seconds. Dirty pages of earlier runs are written back
 # first (untimed), so no run pays for the one before it.
 timed() {
     local t0 t1
-    rm -f "$DST"
+    rm -rf "$DST" "$RECV"
+    mkdir -p "$RECV"
     sync
     t0=$(date +%s.%N)
     bash -c "$1" >/dev/null 2>&1
@@ -141,13 +143,12 @@ row "gzip decompression (issue 4)" "$s" "gzip -d" "$p" 1.053
 
 if "$SLUICE" send --help >/dev/null 2>&1; then
     echo "== send / receive"
-    RECV=$DATA/recv
     port=$(free_port)
     port2=$(free_port)
-    read -r s p <<<"$(pair "rm -rf '$RECV'; mkdir -p '$RECV'; $SLUICE receive -q --listen 127.0.0.1:$port --dir '$RECV' --once & sleep 0.3; $SLUICE send -q '$SRC' 127.0.0.1:$port; wait" "nc -l 127.0.0.1 $port2 > '$DST' & sleep 0.3; nc -N 127.0.0.1 $port2 < '$SRC'; wait")"
+    read -r s p <<<"$(pair "$SLUICE receive -q --listen 127.0.0.1:$port --dir '$RECV' --once & sleep 0.3; $SLUICE send -q '$SRC' 127.0.0.1:$port; wait" "nc -l 127.0.0.1 $port2 > '$DST' & sleep 0.3; nc -N 127.0.0.1 $port2 < '$SRC'; wait")"
     row "send → receive, $SIZE_MB MiB (issue 6)" "$s" "nc -N → nc -l > file" "$p" 1.2
     port=$(free_port)
-    s=$(best "rm -rf '$RECV'; mkdir -p '$RECV'; $SLUICE receive -q --no-fsync --listen 127.0.0.1:$port --dir '$RECV' --once & sleep 0.3; $SLUICE send -q '$SRC' 127.0.0.1:$port; wait")
+    s=$(best "$SLUICE receive -q --no-fsync --listen 127.0.0.1:$port --dir '$RECV' --once & sleep 0.3; $SLUICE send -q '$SRC' 127.0.0.1:$port; wait")
     row "send → receive --no-fsync (nc does not fsync either)" "$s" "nc -N → nc -l > file" "$p" -
     # The same integrity work as sluice's (a SHA-256 of the bytes on each side), done by peers.
     port=$(free_port)
@@ -155,7 +156,7 @@ if "$SLUICE" send --help >/dev/null 2>&1; then
     row "send → receive vs nc with sha256sum on both ends" "$s" "sha256sum+nc → nc+sha256sum" "$p" -
     port=$(free_port)
     port2=$(free_port)
-    read -r s p <<<"$(pair "rm -rf '$RECV'; mkdir -p '$RECV'; $SLUICE receive -q --listen 127.0.0.1:$port --dir '$RECV' --once & sleep 0.3; $SLUICE send -q -z1 '$CORPUS' 127.0.0.1:$port; wait" "nc -l 127.0.0.1 $port2 | gzip -dc > '$DST' & sleep 0.3; gzip -1 -c '$CORPUS' | nc -N 127.0.0.1 $port2; wait")"
+    read -r s p <<<"$(pair "$SLUICE receive -q --listen 127.0.0.1:$port --dir '$RECV' --once & sleep 0.3; $SLUICE send -q -z1 '$CORPUS' 127.0.0.1:$port; wait" "nc -l 127.0.0.1 $port2 | gzip -dc > '$DST' & sleep 0.3; gzip -1 -c '$CORPUS' | nc -N 127.0.0.1 $port2; wait")"
     row "send -z1 corpus (issue 6)" "$s" "gzip -1, nc → nc, gzip -d" "$p" 1.0
 fi
 
