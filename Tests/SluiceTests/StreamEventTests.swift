@@ -106,6 +106,73 @@ import Testing
         close(fds[1])
     }
 
+    @Test func tryReadFillingTakesWhatIsThereReArmsAndReportsTheEndAfterBytes() throws {
+        let loop = try EventLoop()
+        var fds: [Int32] = [0, 0]
+        #expect(pipe(&fds) == 0)
+        let reader = ReadStream.descriptor(fds[0], closeWhenDone: true)
+        var events: [StreamEvent] = []
+        reader.eventHandler = { _, event in events.append(event) }
+        reader.schedule(on: loop)
+        reader.open()
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        // Two writes before the read: one call takes both, and stops (no blocking) at the empty pipe.
+        _ = write(fds[1], "abc", 3)
+        _ = write(fds[1], "defg", 4)
+        loop.run(for: .milliseconds(50))
+        #expect(buffer.withUnsafeMutableBytes { reader.tryReadFilling(into: $0) } == .processed(7))
+        #expect(Array(buffer[0..<7]) == Array("abcdefg".utf8))
+        #expect(reader.streamStatus == .open)
+        // The empty read re-armed the stream: the next bytes are offered.
+        let offersBefore = events.filter { $0 == .hasBytesAvailable }.count
+        _ = write(fds[1], "hi", 2)
+        loop.run(for: .milliseconds(50))
+        #expect(events.filter { $0 == .hasBytesAvailable }.count == offersBefore + 1)
+        // Bytes then the end: the bytes are returned, the end is reported by its event and the next read.
+        _ = write(fds[1], "jk", 2)
+        close(fds[1])
+        #expect(buffer.withUnsafeMutableBytes { reader.tryReadFilling(into: $0) } == .processed(4))
+        #expect(Array(buffer[0..<4]) == Array("hijk".utf8))
+        loop.run(for: .milliseconds(50))
+        #expect(events.last == .endEncountered)
+        #expect(buffer.withUnsafeMutableBytes { reader.tryReadFilling(into: $0) } == .processed(0))
+        reader.close()
+    }
+
+    /// Hands out at most three bytes a read, like a socket holding one small segment at a time.
+    private final class TrickleStream: ReadStream {
+        var bytes: [UInt8]
+        var reads = 0
+        init(_ bytes: [UInt8]) {
+            self.bytes = bytes
+            super.init(name: "trickle")
+        }
+        override func readPrimitive(_ buffer: UnsafeMutableRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
+            reads += 1
+            guard !bytes.isEmpty else { return .wouldBlock }
+            let n = min(3, buffer.count, bytes.count)
+            buffer.copyBytes(from: bytes[0..<n])
+            bytes.removeFirst(n)
+            return .processed(n)
+        }
+    }
+
+    @Test func tryReadFillingReadsOnWhileShortReadsFindBytes() {
+        let stream = TrickleStream(Array("abcdefghij".utf8))
+        stream.open()
+        var buffer = [UInt8](repeating: 0, count: 8)
+        // Full after three reads (3 + 3 + 2): no fourth read.
+        #expect(buffer.withUnsafeMutableBytes { stream.tryReadFilling(into: $0) } == .processed(8))
+        #expect(buffer == Array("abcdefgh".utf8))
+        #expect(stream.reads == 3)
+        // Two bytes left, then a read that finds nothing: the two bytes.
+        #expect(buffer.withUnsafeMutableBytes { stream.tryReadFilling(into: $0) } == .processed(2))
+        #expect(Array(buffer[0..<2]) == Array("ij".utf8))
+        #expect(stream.reads == 5)
+        // Nothing at all: would block, as tryRead.
+        #expect(buffer.withUnsafeMutableBytes { stream.tryReadFilling(into: $0) } == .wouldBlock)
+    }
+
     @Test func pipeEndOfStreamAndEvents() throws {
         let loop = try EventLoop()
         var fds: [Int32] = [0, 0]

@@ -386,17 +386,8 @@ public final class Pipeline: ByteStreamDelegate {
             return true
         }
         let chunk = takeChunk()
-        switch source.tryRead(into: chunk.storage) {
-        case .processed(var n) where n > 0:
-            // A short read (a socket holding one segment's worth): more may have arrived since.
-            // Fill the chunk while reads find bytes, as iperf3's receiver does: fuller chunks,
-            // and one readiness wait per chunk rather than per segment. A read that finds
-            // nothing re-arms the stream; one that finds the end or an error reports it.
-            while n < chunk.storage.count,
-                case .processed(let more) = source.tryRead(into: .init(rebasing: chunk.storage[n...])), more > 0
-            {
-                n += more
-            }
+        switch source.tryReadFilling(into: chunk.storage) {
+        case .processed(let n) where n > 0:
             chunk.end = n
             hot.bytesRead += UInt64(n)
             for tap in sourceTaps { tap.observe(chunk.bytes) }

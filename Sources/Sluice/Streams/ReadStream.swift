@@ -64,6 +64,20 @@ public class ReadStream: ByteStream {
         }
     }
 
+    /// Reads as `tryRead`, then on into the rest of `buffer` while reads find bytes. A short
+    /// read from a socket is one segment's worth, and more has often arrived since: reading on
+    /// (as iperf3's receiver does) gives fuller buffers and one readiness wait per buffer rather
+    /// than per segment. A read that finds nothing re-arms as usual; the end or an error met
+    /// after some bytes is reported by its event, and by the next read.
+    func tryReadFilling(into buffer: UnsafeMutableRawBufferPointer) -> IOResult<Int> {
+        let first = tryRead(into: buffer)
+        guard case .processed(var n) = first, n > 0 else { return first }
+        while n < buffer.count, case .processed(let more) = tryRead(into: .init(rebasing: buffer[n...])), more > 0 {
+            n += more
+        }
+        return .processed(n)
+    }
+
     /// For streams whose bytes already sit in memory that stays valid while the stream lives:
     /// the next bytes (at most `maxLength`), to use in place instead of copying, consumed as a
     /// read would consume them. An empty buffer at the end; nil when the stream cannot lend (a

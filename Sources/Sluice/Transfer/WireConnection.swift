@@ -118,15 +118,8 @@ final class WireConnection: ByteStreamDelegate {
         }
         guard inbound.reserve(1) else { return }  // the owner has not consumed: it will call again
         readOffered = false
-        switch input.tryRead(into: inbound.tail) {
-        case .processed(var n) where n > 0:
-            // Fill on while reads find bytes (as the pipeline's source does): one parse and
-            // one readiness wait per buffer rather than per segment.
-            while n < inbound.tailSpace,
-                case .processed(let more) = input.tryRead(into: .init(rebasing: inbound.tail[n...])), more > 0
-            {
-                n += more
-            }
+        switch input.tryReadFilling(into: inbound.tail) {
+        case .processed(let n) where n > 0:
             inbound.produced(n)
             bytesRead += UInt64(n)
             lastActivity = monotonicNanoseconds()
