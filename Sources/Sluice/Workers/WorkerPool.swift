@@ -1,0 +1,115 @@
+import Foundation
+
+/// A fixed set of worker threads for work that must not run on an event loop's thread:
+/// compression of blocks, hashing, and disk calls that can block (`fsync`, `fchmod`,
+/// `futimens`, `renameat2`, `mkdirat`, reading back a resumed file's prefix).
+///
+/// Jobs run in the order submitted on whichever worker is free (so two jobs may run at once:
+/// a caller that needs order submits the next only after the previous completed, or uses
+/// ordered results). The pool bounds the threads; its callers bound the work they hand it,
+/// each keeping a fixed number of jobs outstanding and pausing its own input (backpressure)
+/// while they run — never waiting for them on the loop's thread.
+///
+/// ```swift
+/// WorkerPool.shared.submit({ fsync(fd) }, completingOn: loop) { rc in
+///     // back on the loop's thread
+/// }
+/// ```
+public final class WorkerPool: @unchecked Sendable {
+    /// One worker per core, started on first use and kept for the life of the process.
+    public static let shared = WorkerPool(threads: ProcessInfo.processInfo.activeProcessorCount)
+
+    /// The number of worker threads.
+    public let threadCount: Int
+
+    private let condition = NSCondition()
+    /// Guarded by `condition`.
+    private var jobs: [@Sendable () -> Void] = []
+    private var head = 0
+    private var started = 0
+    private var idle = 0
+    private var running = 0
+    private var shuttingDown = false
+
+    /// A pool of `threads` workers (at least one), started as work arrives.
+    public init(threads: Int) {
+        threadCount = max(1, threads)
+    }
+
+    /// Jobs queued or running now.
+    public var outstandingJobs: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return jobs.count - head + running
+    }
+
+    /// Runs `job` on a worker thread.
+    public func submit(_ job: @escaping @Sendable () -> Void) {
+        condition.lock()
+        precondition(!shuttingDown, "WorkerPool: submit after shutdown")
+        jobs.append(job)
+        if idle > 0 {
+            condition.signal()
+        } else if started < threadCount {
+            started += 1
+            let thread = Thread { [self] in work() }
+            thread.name = "sluice.worker"
+            thread.start()
+        }
+        condition.unlock()
+    }
+
+    /// Runs `work` on a worker thread, then `completion` with its result on `loop`'s thread
+    /// (through `execute`). Call on the loop's thread: `completion` may capture what belongs
+    /// to the loop, since it runs there and nowhere else. Until then the job keeps the loop's
+    /// `run()` from returning, as a scheduled stream does.
+    public func submit<T: Sendable>(
+        _ work: @escaping @Sendable () -> T, completingOn loop: EventLoop, _ completion: @escaping (T) -> Void
+    ) {
+        loop.retainSource()
+        let box = UncheckedBox(completion)
+        submit {
+            let value = work()
+            loop.execute {
+                loop.releaseSource()
+                box.value(value)
+            }
+        }
+    }
+
+    /// Lets the queued jobs finish, then stops the threads. For pools other than `shared`.
+    public func shutdown() {
+        condition.lock()
+        shuttingDown = true
+        condition.broadcast()
+        while started > 0 { condition.wait() }
+        condition.unlock()
+    }
+
+    private func work() {
+        condition.lock()
+        while true {
+            if head < jobs.count {
+                let job = jobs[head]
+                head += 1
+                if head > 64 && head * 2 > jobs.count {
+                    jobs.removeFirst(head)
+                    head = 0
+                }
+                running += 1
+                condition.unlock()
+                job()
+                condition.lock()
+                running -= 1
+                continue
+            }
+            if shuttingDown { break }
+            idle += 1
+            condition.wait()
+            idle -= 1
+        }
+        started -= 1
+        condition.broadcast()
+        condition.unlock()
+    }
+}
