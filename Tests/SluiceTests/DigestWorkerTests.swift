@@ -7,55 +7,81 @@ import Testing
     import Glibc
 #endif
 
+/// Feeds `bytes` to `worker` in steps of `step`, as a session does: only what `room` allows,
+/// running the loop (never blocking it) until `onRoom` says a slot is free again.
+private func feed(_ worker: DigestWorker, _ digest: SHA256Digest, _ bytes: [UInt8], step: Int, loop: EventLoop) {
+    var offset = 0
+    var roomCame = false
+    worker.onRoom = { roomCame = true }
+    bytes.withUnsafeBytes { all in
+        while offset < all.count {
+            let want = min(step, all.count - offset)
+            guard worker.hasRoom(for: 1) else {
+                roomCame = false
+                while !roomCame { _ = loop.run(for: .milliseconds(100)) }
+                continue
+            }
+            let n = min(want, worker.room)
+            worker.update(digest, UnsafeRawBufferPointer(rebasing: all[offset..<offset + n]))
+            offset += n
+        }
+    }
+}
+
+/// The digest, once the worker has finished it and said so on the loop.
+private func finish(_ worker: DigestWorker, _ digest: SHA256Digest, loop: EventLoop) -> [UInt8]? {
+    var result: [UInt8]?
+    worker.finalize(digest) { result = $0 }
+    let deadline = ContinuousClock.now.advanced(by: .seconds(60))
+    while result == nil && ContinuousClock.now < deadline { _ = loop.run(for: .milliseconds(100)) }
+    return result
+}
+
 @Suite("DigestWorker")
 struct DigestWorkerTests {
     /// The known SHA-256 of "abc" (FIPS 180-2, appendix B.1).
-    @Test("Matches the FIPS 180-2 test vector, small and through the queue")
-    func knownVector() {
-        let worker = DigestWorker(slotSize: 2, slotCount: 2)
+    @Test("Matches the FIPS 180-2 test vector through the worker")
+    func knownVector() throws {
+        let loop = try EventLoop()
+        let worker = DigestWorker(loop: loop, slotSize: 2, slotCount: 2)
         let digest = SHA256Digest()
-        Array("abc".utf8).withUnsafeBytes { worker.update(digest, $0) }
-        #expect(
-            SHA256Digest.hex(worker.finalize(digest))
-                == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        feed(worker, digest, Array("abc".utf8), step: 3, loop: loop)
+        let got = try #require(finish(worker, digest, loop: loop))
+        #expect(SHA256Digest.hex(got) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
     }
 
     @Test(
-        "Any update sizes against any slot sizes give the one-shot digest",
+        "Any update sizes against any slot sizes give the one-shot digest, never past the room",
         arguments: [(512, 1), (4096, 3), (1 << 20, 4), (65536, 2)])
-    func updateSizes(slotSize: Int, slotCount: Int) {
+    func updateSizes(slotSize: Int, slotCount: Int) throws {
+        let loop = try EventLoop()
         let bytes = randomBytes(1_000_003)
         let expected = SHA256Digest.hash(bytes)
         for step in [7, 511, 512, 65_536, 1_048_576, 1_000_003] {
-            let worker = DigestWorker(slotSize: slotSize, slotCount: slotCount)
+            let worker = DigestWorker(loop: loop, slotSize: slotSize, slotCount: slotCount)
+            #expect(worker.capacity == slotSize * slotCount)
             let digest = SHA256Digest()
-            bytes.withUnsafeBytes { all in
-                var offset = 0
-                while offset < all.count {
-                    let end = min(offset + step, all.count)
-                    worker.update(digest, UnsafeRawBufferPointer(rebasing: all[offset..<end]))
-                    offset = end
-                }
-            }
-            let got = worker.finalize(digest)
-            #expect(got == expected, "step \(step), slots \(slotCount) × \(slotSize)")
+            feed(worker, digest, bytes, step: step, loop: loop)
+            #expect(finish(worker, digest, loop: loop) == expected, "step \(step), slots \(slotCount) × \(slotSize)")
         }
     }
 
     @Test("Digests that follow one another on one worker stay apart; the slots are reused")
-    func manyDigests() {
-        let worker = DigestWorker(slotSize: 8192, slotCount: 2)
+    func manyDigests() throws {
+        let loop = try EventLoop()
+        let worker = DigestWorker(loop: loop, slotSize: 8192, slotCount: 2)
         for size in [0, 1, 8191, 8192, 8193, 100_000, 5] {
             let bytes = randomBytes(size)
             let digest = SHA256Digest()
-            bytes.withUnsafeBytes { worker.update(digest, $0) }
-            #expect(worker.finalize(digest) == SHA256Digest.hash(bytes), "size \(size)")
+            feed(worker, digest, bytes, step: 4096, loop: loop)
+            #expect(finish(worker, digest, loop: loop) == SHA256Digest.hash(bytes), "size \(size)")
         }
     }
 
-    @Test("A file's prefix read straight into the slots, then more bytes")
+    @Test("A file's prefix hashed on the worker, then more bytes; an unreadable prefix says so")
     func prefixThenBytes() throws {
         try withTemporaryDirectory { root in
+            let loop = try EventLoop()
             let path = root + "/partial"
             let prefix = randomBytes(300_000)
             let rest = randomBytes(70_000)
@@ -63,17 +89,21 @@ struct DigestWorkerTests {
             let fd = open(path, O_RDONLY)
             #expect(fd >= 0)
             defer { close(fd) }
-            let worker = DigestWorker(slotSize: 65536, slotCount: 3)
+            let worker = DigestWorker(loop: loop, slotSize: 65536, slotCount: 3)
             let digest = SHA256Digest()
-            #expect(worker.update(digest, readingPrefixOf: fd, length: UInt64(prefix.count)))
-            rest.withUnsafeBytes { worker.update(digest, $0) }
-            #expect(worker.finalize(digest) == SHA256Digest.hash(prefix + rest))
+            var read: Bool?
+            worker.hashPrefix(digest, of: fd, length: UInt64(prefix.count)) { read = $0 }
+            feed(worker, digest, rest, step: 10_000, loop: loop)
+            #expect(finish(worker, digest, loop: loop) == SHA256Digest.hash(prefix + rest))
+            #expect(read == true)
             // A prefix longer than the file cannot be read: false, and the worker goes on.
             let other = SHA256Digest()
-            #expect(!worker.update(other, readingPrefixOf: fd, length: UInt64(prefix.count) + 1))
+            var readOther: Bool?
+            worker.hashPrefix(other, of: fd, length: UInt64(prefix.count) + 1) { readOther = $0 }
             let again = SHA256Digest()
-            rest.withUnsafeBytes { worker.update(again, $0) }
-            #expect(worker.finalize(again) == SHA256Digest.hash(rest))
+            feed(worker, again, rest, step: 70_000, loop: loop)
+            #expect(finish(worker, again, loop: loop) == SHA256Digest.hash(rest))
+            #expect(readOther == false)
         }
     }
 }

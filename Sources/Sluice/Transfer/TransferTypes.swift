@@ -149,11 +149,16 @@ public struct TransferReceiveOptions: Sendable {
     public var fsync: Bool
     /// Drop a connection that sends nothing for this long; nil never does.
     public var idleTimeout: Duration?
+    /// Sessions served at once. A connection beyond the limit gets an ERROR message
+    /// (`busy: …`) and is closed at once; the sender may try again later.
+    public var maxSessions: Int
 
     public init(
         overwrite: Bool = false, maxSize: UInt64? = nil, resume: Bool = true, fsync: Bool = true,
-        idleTimeout: Duration? = .seconds(300)
+        idleTimeout: Duration? = .seconds(300), maxSessions: Int = 64
     ) {
+        precondition(maxSessions >= 1, "maxSessions must be at least 1")
+        self.maxSessions = maxSessions
         self.overwrite = overwrite
         self.maxSize = maxSize
         self.resume = resume

@@ -4,19 +4,13 @@ import CSluiceLinux
     import Glibc
 #endif
 
-/// Why the receiver did not store an entry, before any answer is sent.
-enum EntryRejection: Error {
-    case refused(Wire.RefusalCode, String)
-    case failed(Wire.FailureCode, String)
-}
-
 /// The receiver's destination directory, and every file-system operation the receiver does
 /// in it. Nothing here follows a path string from the root: each entry's path is walked one
 /// component at a time from a descriptor of the directory, with `openat(O_DIRECTORY |
 /// O_NOFOLLOW)` and `mkdirat`, so a symbolic link (or anything but a directory) on the way is
 /// refused instead of followed, and files are created, renamed and removed only relative to
 /// their parent's descriptor. Nothing is ever written outside the directory.
-final class Destination {
+final class Destination: @unchecked Sendable {
     let path: String
     let fd: Int32
 

@@ -35,39 +35,25 @@ public final class TransferSender: WireConnectionOwner {
     /// receiver).
     public var onWarning: ((String) -> Void)?
 
-    private enum Phase {
-        case idle
-        case handshake(matched: Int)
-        case helloWait
-        /// Between files: the next entry may be announced.
-        case ready
-        /// A FILE header was sent; waiting for ACCEPT or an answer.
-        case awaitingAccept
-        /// Sending the current file's data.
-        case sending
-        case byeSent
-        case done
-    }
-
     private let entries: [OutgoingEntry]
+    private var machine: SenderMachine
+    private var decoder = FrameDecoder(direction: .toSender)
     private var outcomes: [TransferOutcome?]
     private var sizes: [UInt64?]
     private var resumed: [UInt64]
-    private var localFailures: [Int: String] = [:]
-    private var phase = Phase.idle
-    private var nextEntry = 0
-    private var unanswered: [Int] = []
     private var current: OutgoingFile?
     private var connection: WireConnection?
     private var loop: EventLoop?
+    private var hasher: DigestWorker?
     private var completion: ((TransferSummary) -> Void)?
     private var started: UInt64 = 0
-    private var peerCapabilities: Set<String> = []
-    private var parsing = false
+    private var pumping = false
+    private var pumpAgain = false
+    private var peerClosed = false
+    private var ended = false
+    private var warnedNoDeflate = false
     private var deflate: Deflate?
     private var rawBuffer: ByteBuffer?
-    /// Computes the files' SHA-256 on another core while the loop moves their bytes.
-    private let hasher = DigestWorker()
     private lazy var sourceWatcher = SourceWatcher(self)
 
     private var bytesDone: UInt64 = 0
@@ -98,6 +84,14 @@ public final class TransferSender: WireConnectionOwner {
         outcomes = Array(repeating: nil, count: entries.count)
         sizes = entries.map(\.size)
         resumed = Array(repeating: 0, count: entries.count)
+        machine = SenderMachine(
+            entries: entries.map { entry in
+                let seekable: Bool
+                if case .file = entry.kind { seekable = true } else { seekable = false }
+                return SenderMachine.Entry(
+                    relative: entry.relative, isDirectory: entry.isDirectory, seekable: seekable, mode: entry.mode,
+                    mtimeSeconds: entry.mtimeSeconds, mtimeNanoseconds: entry.mtimeNanoseconds)
+            }, settings: .init(compress: options.compress, resume: options.resume))
     }
 
     deinit { rawBuffer?.deallocate() }
@@ -122,10 +116,13 @@ public final class TransferSender: WireConnectionOwner {
     public func start(
         input: ReadStream, output: WriteStream, on loop: EventLoop, completion: @escaping (TransferSummary) -> Void
     ) {
-        guard case .idle = phase else { preconditionFailure("a TransferSender runs once") }
+        precondition(self.loop == nil, "a TransferSender runs once (a caller's error)")
         self.loop = loop
         self.completion = completion
         started = monotonicNanoseconds()
+        let hasher = DigestWorker(loop: loop)
+        hasher.onRoom = { [weak self] in self?.produce() }
+        self.hasher = hasher
         let chunk = options.chunkSize.bytes
         let connection = WireConnection(
             input: input, output: output, inboundCapacity: 1 << 16,
@@ -133,186 +130,103 @@ public final class TransferSender: WireConnectionOwner {
             rateLimit: options.rateLimit)
         connection.owner = self
         self.connection = connection
-        phase = .handshake(matched: 0)
-        var capabilities = [Wire.Capability.sha256, Wire.Capability.deflate]
-        if options.resume { capabilities.append(Wire.Capability.resume) }
-        connection.outbound.append(Wire.magic + MessageWriter.hello(capabilities: capabilities))
+        connection.outbound.append(Wire.magic)
+        perform(machine.start())
         connection.start(on: loop)
     }
 
     /// Stops the transfer: the connection closes, and the summary's error is `.cancelled`. A
     /// file cut off this way is kept by the receiver for a later resume.
     public func cancel() {
-        finish(SluiceError(.cancelled, operation: "send", subject: connection?.output.name))
+        perform(machine.handle(.cancelled))
     }
 
     // MARK: WireConnectionOwner
 
-    func wireReceived(_ connection: WireConnection) {
-        guard !parsing else { return }
-        parsing = true
-        parse()
-        parsing = false
-    }
+    func wireReceived(_ connection: WireConnection) { pump() }
 
     func wireCanSend(_ connection: WireConnection) {
-        switch phase {
-        case .sending: produce()
-        case .ready: advance()
-        case .idle, .handshake, .helloWait, .awaitingAccept, .byeSent, .done: break
-        }
+        if current != nil { produce() }
+        advance()
     }
 
     func wirePeerClosed(_ connection: WireConnection) {
-        parse()
-        if case .done = phase { return }
-        finish(
-            SluiceError(
-                .truncatedData, operation: "send", subject: connection.output.name,
-                detail: "the receiver closed the connection"))
+        peerClosed = true
+        pump()
     }
 
     func wireFailed(_ connection: WireConnection, _ error: SluiceError) {
-        finish(error)
+        perform(machine.handle(.connectionFailed(error)))
     }
 
     // MARK: Answers
 
-    private func violation(_ reason: String) {
-        guard let connection else { return }
-        if !connection.isClosed { connection.send(MessageWriter.text(.error, reason)) }
-        finish(SluiceError(.protocolViolation, operation: "send", subject: connection.output.name, detail: reason))
+    private func pump() {
+        if pumping {
+            pumpAgain = true
+            return
+        }
+        pumping = true
+        defer { pumping = false }
+        repeat {
+            pumpAgain = false
+            parse()
+            if !ended { connection?.readIfAllowed() }
+        } while pumpAgain && !ended
     }
 
     private func parse() {
         guard let connection else { return }
-        while !isFinished {
-            let available = connection.inbound.readableBytes
-            if available == 0 { return }
-            if case .handshake(let matched) = phase {
-                guard let seen = Wire.consumeMagic(from: &connection.inbound, matched: matched) else {
-                    violation("wrong magic: not a sluice receiver")
-                    return
+        while !ended {
+            switch decoder.next(connection.inbound.readable) {
+            case .needMore:
+                if peerClosed { perform(machine.handle(.peerClosed)) }
+                return
+            case .violation(let reason):
+                perform(machine.violated(reason))
+                return
+            case .item(let item, let consumed):
+                connection.inbound.consume(consumed)
+                perform(machine.received(item))
+                if options.compress && !warnedNoDeflate && machine.canProceed
+                    && !machine.peerCapabilities.contains(Wire.Capability.deflate)
+                {
+                    warnedNoDeflate = true
+                    warn("the receiver does not accept compressed data: sending uncompressed")
                 }
-                phase = seen == Wire.magic.count ? .helloWait : .handshake(matched: seen)
-                continue
-            }
-            guard available >= Wire.frameHeaderSize else { return }
-            var reader = MessageReader(connection.inbound.readable)
-            let typeByte = reader.u8()!
-            let length = Int(reader.u32()!)
-            guard let type = Wire.MessageType(rawValue: typeByte) else {
-                violation("unknown message type 0x\(String(typeByte, radix: 16))")
-                return
-            }
-            guard length <= type.maxPayload, type != .data else {
-                violation("\(type) message of \(length) bytes is not allowed here")
-                return
-            }
-            guard available >= Wire.frameHeaderSize + length else { return }
-            let payload = Array(
-                connection.inbound.readable[Wire.frameHeaderSize..<Wire.frameHeaderSize + length])
-            connection.inbound.consume(Wire.frameHeaderSize + length)
-            payload.withUnsafeBytes { handle(type, $0) }
-        }
-    }
-
-    private var isFinished: Bool {
-        if case .done = phase { return true }
-        return false
-    }
-
-    private func handle(_ type: Wire.MessageType, _ payload: UnsafeRawBufferPointer) {
-        switch (phase, type) {
-        case (.helloWait, .hello):
-            guard let (version, capabilities) = MessageReader.hello(payload), version >= 1 else {
-                violation("malformed HELLO")
-                return
-            }
-            guard capabilities.contains(Wire.Capability.sha256) else {
-                violation("no common digest (sha256 required)")
-                return
-            }
-            peerCapabilities = capabilities
-            if options.compress && !capabilities.contains(Wire.Capability.deflate) {
-                warn("the receiver does not accept compressed data: sending uncompressed")
-            }
-            phase = .ready
-            advance()
-        case (.awaitingAccept, .accept):
-            guard let file = current, unanswered == [file.index], payload.count == 8 else {
-                violation("unexpected ACCEPT")
-                return
-            }
-            var reader = MessageReader(payload)
-            let offset = reader.u64()!
-            guard offset == 0 || (file.resumable && offset <= (file.size ?? 0)) else {
-                violation("ACCEPT offset \(offset) out of range")
-                return
-            }
-            startData(file, offset: offset)
-        case (_, .stored), (_, .refused), (_, .failed):
-            guard !unanswered.isEmpty else {
-                violation("an answer for no entry")
-                return
-            }
-            let index = unanswered.removeFirst()
-            var reader = MessageReader(payload)
-            let outcome: TransferOutcome
-            switch type {
-            case .stored:
-                if let file = current, file.index == index, case .sending = phase {
-                    violation("STORED before the end of the file")
-                    return
-                }
-                outcome = .stored
-            case .refused:
-                guard let _ = reader.u8() else {
-                    violation("malformed REFUSED")
-                    return
-                }
-                outcome = .refused(reason: Wire.printable(reader.rest()))
-            default:
-                guard let code = reader.u8() else {
-                    violation("malformed FAILED")
-                    return
-                }
-                let reason = Wire.printable(reader.rest())
-                if let local = localFailures[index] {
-                    outcome = .failed(reason: local, kind: .io)
-                } else {
-                    outcome = .failed(reason: reason, kind: code == Wire.FailureCode.data.rawValue ? .data : .io)
-                }
-            }
-            settle(index, outcome)
-            if let file = current, file.index == index {
-                // Refused at the header, or answered early while its data was going out.
-                let wasSending: Bool
-                if case .sending = phase { wasSending = true } else { wasSending = false }
-                closeCurrent()
-                phase = .ready
-                if wasSending { connection?.send(MessageWriter.text(.abort, "answered by the receiver")) }
                 advance()
             }
-        case (.byeSent, .bye):
-            guard unanswered.isEmpty else {
-                violation("goodbye with entries unanswered")
-                return
-            }
-            finish(nil)
-        case (_, .error):
-            let reason = Wire.printable(Array(payload))
-            finish(
-                SluiceError(
-                    .refused, operation: "send", subject: connection?.output.name, detail: "receiver: \(reason)"))
-        default:
-            violation("unexpected \(type) message")
         }
     }
 
-    private func settle(_ index: Int, _ outcome: TransferOutcome) {
-        outcomes[index] = outcome
-        onFileResult?(result(index))
+    /// Announces entries while the machine may and the outbound buffer has room for them.
+    private func advance() {
+        guard let connection else { return }
+        while machine.canProceed, !ended, connection.outbound.freeSpace >= 2 * Wire.maxControlPayload {
+            perform(machine.proceed())
+        }
+    }
+
+    // MARK: Actions
+
+    private func perform(_ actions: [SenderAction]) {
+        for action in actions {
+            switch action {
+            case .send(let frame):
+                connection?.send(frame.encoded)
+            case .openEntry(let index):
+                openEntry(index)
+            case .startData(let index, let offset, let compressed):
+                startData(index, offset: offset, compressed: compressed)
+            case .stopData(let index):
+                if current?.index == index { closeCurrent() }
+            case .settle(let index, let outcome):
+                outcomes[index] = outcome
+                onFileResult?(result(index))
+            case .end(let how):
+                end(how)
+            }
+        }
     }
 
     private func result(_ index: Int) -> TransferFileResult {
@@ -328,106 +242,80 @@ public final class TransferSender: WireConnectionOwner {
 
     // MARK: Entries
 
-    /// Announces entries while between files: directories go out without waiting; a file
-    /// waits for its ACCEPT. After the last entry, says goodbye.
-    private func advance() {
-        guard let connection else { return }
-        while case .ready = phase, !connection.isClosed {
-            guard connection.outbound.freeSpace >= 2 * Wire.maxControlPayload else { return }
-            guard nextEntry < entries.count else {
-                phase = .byeSent
-                connection.send(MessageWriter.message(.bye))
+    /// Opens entry `index` (a file by path, or a stream) and tells the machine what it found.
+    private func openEntry(_ index: Int) {
+        let entry = entries[index]
+        switch entry.kind {
+        case .directory:
+            perform(machine.handle(.entryOpened(index, .failure(LocalFailure("a directory has no data")))))
+        case .file(let path):
+            let opened = Sluice.openFile(path, flags: O_RDONLY | O_NOFOLLOW | O_CLOEXEC, permissions: 0)
+            let fd: Int32
+            switch opened {
+            case .success(let descriptor): fd = descriptor
+            case .failure(let error):
+                perform(machine.handle(.entryOpened(index, .failure(LocalFailure(error.description)))))
                 return
             }
-            let index = nextEntry
-            nextEntry += 1
-            let entry = entries[index]
-            let path = Array(entry.relative.utf8)
-            switch entry.kind {
-            case .directory:
-                let header = EntryHeader(
-                    mode: entry.mode, mtimeSeconds: entry.mtimeSeconds, mtimeNanoseconds: entry.mtimeNanoseconds,
-                    path: path)
-                unanswered.append(index)
-                connection.send(MessageWriter.entry(.directory, header))
-            case .file(let localPath):
-                guard let file = openFile(index, localPath) else { continue }
-                announce(file, path: path)
-            case .stream(let stream):
-                let file = OutgoingFile(
-                    index: index, fd: nil, stream: stream, size: nil, mode: entry.mode,
-                    mtimeSeconds: entry.mtimeSeconds, mtimeNanoseconds: entry.mtimeNanoseconds, resumable: false)
-                stream.delegate = sourceWatcher
-                if let loop { stream.schedule(on: loop) }
-                if stream.streamStatus == .notOpen { stream.open() }
-                announce(file, path: path)
-            }
-        }
-    }
-
-    /// Opens a file to send; on failure the entry fails here and is not announced.
-    private func openFile(_ index: Int, _ path: String) -> OutgoingFile? {
-        let opened = Sluice.openFile(path, flags: O_RDONLY | O_NOFOLLOW | O_CLOEXEC, permissions: 0)
-        let fd: Int32
-        switch opened {
-        case .success(let descriptor): fd = descriptor
-        case .failure(let error):
-            settle(index, .failed(reason: error.description, kind: .io))
-            return nil
-        }
-        var st = stat()
-        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
-            closeDescriptor(fd)
-            settle(index, .failed(reason: "open \(quoted(path)): not a regular file any more", kind: .io))
-            return nil
-        }
-        sizes[index] = UInt64(st.st_size)
-        return OutgoingFile(
-            index: index, fd: fd, stream: nil, size: UInt64(st.st_size), mode: UInt32(st.st_mode & 0o7777),
-            mtimeSeconds: Int64(st.st_mtim.tv_sec), mtimeNanoseconds: UInt32(st.st_mtim.tv_nsec),
-            resumable: options.resume && peerCapabilities.contains(Wire.Capability.resume))
-    }
-
-    private func announce(_ file: OutgoingFile, path: [UInt8]) {
-        var flags: UInt8 = 0
-        if file.size != nil { flags |= Wire.FileFlags.sizeKnown }
-        if options.compress && peerCapabilities.contains(Wire.Capability.deflate) {
-            flags |= Wire.FileFlags.compressed
-            file.compressed = true
-        }
-        if file.resumable { flags |= Wire.FileFlags.resumable }
-        let header = EntryHeader(
-            flags: flags, size: file.size ?? 0, mode: file.mode, mtimeSeconds: file.mtimeSeconds,
-            mtimeNanoseconds: file.mtimeNanoseconds, path: path)
-        current = file
-        unanswered.append(file.index)
-        phase = .awaitingAccept
-        connection?.send(MessageWriter.entry(.file, header))
-    }
-
-    /// ACCEPT arrived: hash the prefix the receiver holds, then send the rest.
-    private func startData(_ file: OutgoingFile, offset: UInt64) {
-        if offset > 0, let fd = file.fd {
-            guard hasher.update(file.digest, readingPrefixOf: fd, length: offset) else {
-                abortCurrent("read \(quoted(localPath(file))): \(Errno.current)")
+            var st = stat()
+            guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
+                closeDescriptor(fd)
+                let failure = LocalFailure("open \(quoted(path)): not a regular file any more")
+                perform(machine.handle(.entryOpened(index, .failure(failure))))
                 return
             }
-            file.position = offset
-            resumed[file.index] = offset
-            resumedBytes += offset
-            bytesDone += offset
+            sizes[index] = UInt64(st.st_size)
+            current = OutgoingFile(index: index, fd: fd, stream: nil, size: UInt64(st.st_size))
+            let info = OpenedEntry(
+                size: UInt64(st.st_size), mode: UInt32(st.st_mode & 0o7777), mtimeSeconds: Int64(st.st_mtim.tv_sec),
+                mtimeNanoseconds: UInt32(st.st_mtim.tv_nsec))
+            perform(machine.handle(.entryOpened(index, .success(info))))
+        case .stream(let stream):
+            current = OutgoingFile(index: index, fd: nil, stream: stream, size: nil)
+            stream.delegate = sourceWatcher
+            if let loop { stream.schedule(on: loop) }
+            if stream.streamStatus == .notOpen { stream.open() }
+            let info = OpenedEntry(
+                size: nil, mode: entry.mode, mtimeSeconds: entry.mtimeSeconds, mtimeNanoseconds: entry.mtimeNanoseconds)
+            perform(machine.handle(.entryOpened(index, .success(info))))
         }
-        if file.compressed {
+    }
+
+    /// ACCEPT arrived: hash the prefix the receiver holds (on a worker), then send the rest.
+    private func startData(_ index: Int, offset: UInt64, compressed: Bool) {
+        guard let file = current, file.index == index, let hasher else { return }
+        file.compressed = compressed
+        if compressed {
             if let deflate {
                 deflate.reset()
             } else {
                 deflate = try? Deflate(format: .deflate, level: options.compressionLevel)
             }
+            guard deflate != nil else {
+                perform(machine.handle(.readFailed("deflate: cannot initialise zlib")))
+                return
+            }
             if rawBuffer == nil { rawBuffer = ByteBuffer(capacity: options.chunkSize.bytes) }
         }
-        phase = .sending
-        connection?.flush()
-        produce()
+        guard offset > 0, let fd = file.fd else {
+            file.ready = true
+            produce()
+            return
+        }
+        file.position = offset
+        resumed[index] = offset
+        resumedBytes += offset
+        bytesDone += offset
+        hasher.hashPrefix(file.digest, of: fd, length: offset) { [weak self] ok in
+            guard let self, self.current === file, !self.ended else { return }
+            guard ok else {
+                self.perform(self.machine.handle(.readFailed("read \(quoted(self.localPath(file))): \(Errno.current)")))
+                self.advance()
+                return
+            }
+            file.ready = true
+            self.produce()
+        }
     }
 
     private func localPath(_ file: OutgoingFile) -> String {
@@ -478,13 +366,17 @@ public final class TransferSender: WireConnectionOwner {
 
     /// Appends DATA frames of the current file until about a chunk waits to be written (so
     /// reads and socket writes alternate chunk by chunk, as in a copy pipeline, rather than in
-    /// bursts that leave the receiver idle); at the end of the file, appends END.
+    /// bursts that leave the receiver idle), while the hasher has room for another chunk; at
+    /// the end of the file, has the digest finished on the worker, then END goes out.
     private func produce() {
-        guard case .sending = phase, let file = current, let connection else { return }
+        guard let file = current, file.ready, !file.sourceEnded || file.compressed, machine.sendingIndex == file.index,
+            let connection, let hasher
+        else { return }
         let chunk = options.chunkSize.bytes
-        while case .sending = phase, current === file, connection.outbound.readableBytes < chunk,
+        while current === file, !file.finalizing, connection.outbound.readableBytes < chunk,
             connection.outbound.reserve(chunk + Wire.frameHeaderSize + 64)
         {
+            guard hasher.hasRoom(for: chunk) else { return }  // `onRoom` calls again
             let frameStart = connection.outbound.writeIndex
             let payload = UnsafeMutableRawBufferPointer(
                 rebasing: connection.outbound.tail[Wire.frameHeaderSize..<Wire.frameHeaderSize + chunk])
@@ -502,7 +394,7 @@ public final class TransferSender: WireConnectionOwner {
                         return
                     case .failed(let reason):
                         rawBuffer = raw
-                        abortCurrent(reason)
+                        readFailed(reason)
                         return
                     }
                 }
@@ -514,7 +406,7 @@ public final class TransferSender: WireConnectionOwner {
                 }
                 guard case .success(let progress) = step else {
                     rawBuffer = raw
-                    abortCurrent("deflate failed")
+                    readFailed("deflate failed")
                     return
                 }
                 raw.consume(progress.consumed)
@@ -531,7 +423,7 @@ public final class TransferSender: WireConnectionOwner {
                 case .wait:
                     return
                 case .failed(let reason):
-                    abortCurrent(reason)
+                    readFailed(reason)
                     return
                 }
             }
@@ -539,40 +431,38 @@ public final class TransferSender: WireConnectionOwner {
                 connection.outbound.setUInt8(Wire.MessageType.data.rawValue, at: frameStart)
                 connection.outbound.setUInt32(UInt32(produced), at: frameStart + 1)
                 connection.outbound.produced(Wire.frameHeaderSize + produced)
+                connection.flush()
             }
             if file.sourceEnded && (!file.compressed || file.compressionFinished) {
-                endCurrent()
+                dataEnded(file)
                 return
             }
         }
     }
 
     private func noteRead(_ file: OutgoingFile, _ bytes: UnsafeRawBufferPointer) {
-        hasher.update(file.digest, bytes)
+        hasher?.update(file.digest, bytes)
         file.position += UInt64(bytes.count)
         bytesDone += UInt64(bytes.count)
         bytesSentOfFiles += UInt64(bytes.count)
     }
 
-    /// The file's bytes are all out: END with the size and SHA-256, then the next entry.
-    private func endCurrent() {
-        guard let file = current, let connection else { return }
-        if file.size == nil { sizes[file.index] = file.position }
-        // The state changes before the send: sending may flush, which asks for more data.
-        closeCurrent()
-        phase = .ready
-        connection.send(MessageWriter.end(size: file.position, digest: hasher.finalize(file.digest)))
+    private func readFailed(_ reason: String) {
+        perform(machine.handle(.readFailed(reason)))
         advance()
     }
 
-    /// The file cannot be read: ABORT it (the receiver answers FAILED) and go on.
-    private func abortCurrent(_ reason: String) {
-        guard let file = current, let connection else { return }
-        localFailures[file.index] = reason
-        closeCurrent()
-        phase = .ready
-        connection.send(MessageWriter.text(.abort, reason))
-        advance()
+    /// The file's bytes are all out: once its digest is final (on the worker), END goes out
+    /// with the size and SHA-256, and the next entry is announced.
+    private func dataEnded(_ file: OutgoingFile) {
+        guard let hasher else { return }
+        file.finalizing = true
+        if file.size == nil { sizes[file.index] = file.position }
+        hasher.finalize(file.digest) { [weak self] digest in
+            guard let self, self.current === file, !self.ended else { return }
+            self.perform(self.machine.handle(.dataEnded(size: file.position, digest: digest)))
+            self.advance()
+        }
     }
 
     private func closeCurrent() {
@@ -588,6 +478,7 @@ public final class TransferSender: WireConnectionOwner {
             raw.consume(raw.readableBytes)
             rawBuffer = raw
         }
+        if !file.finalizing { hasher?.discardFilling() }
     }
 
     /// The stream being sent has bytes (or its end, or an error).
@@ -596,23 +487,44 @@ public final class TransferSender: WireConnectionOwner {
         switch event {
         case .hasBytesAvailable, .endEncountered, .errorOccurred:
             file.streamReadable = true
-            if case .sending = phase {
-                connection?.flush()
-                produce()
-            }
+            connection?.flush()
+            produce()
         default:
-            break
+            break  // openCompleted, hasSpaceAvailable: nothing to read yet
         }
     }
 
     // MARK: Ending
 
-    private func finish(_ error: SluiceError?) {
-        if case .done = phase { return }
-        phase = .done
+    private func end(_ how: SessionEnd) {
+        guard !ended else { return }
+        ended = true
         closeCurrent()
+        let name = connection?.output.name
+        let error: SluiceError?
+        switch how {
+        case .goodbye:
+            error = nil
+        case .violation(let reason):
+            error = SluiceError(.protocolViolation, operation: "send", subject: name, detail: reason)
+        case .peerError(let reason):
+            error = SluiceError(.refused, operation: "send", subject: name, detail: "receiver: \(reason)")
+        case .closedEarly(let detail):
+            error = SluiceError(.truncatedData, operation: "send", subject: name, detail: detail)
+        case .timedOut:
+            error = SluiceError(.timedOut, operation: "send", subject: name)
+        case .connectionFailed(let failure):
+            error = failure
+        case .cancelled:
+            error = SluiceError(.cancelled, operation: "send", subject: name)
+        }
         if let connection {
-            if error == nil && connection.outbound.isEmpty == false {
+            let graceful: Bool
+            switch how {
+            case .goodbye, .violation: graceful = true
+            case .peerError, .closedEarly, .timedOut, .connectionFailed, .cancelled: graceful = false
+            }
+            if graceful && !connection.outbound.isEmpty {
                 connection.closeAfterFlush()
             } else {
                 connection.close()
@@ -641,31 +553,24 @@ final class OutgoingFile {
     let fd: Int32?
     let stream: ReadStream?
     let size: UInt64?
-    let mode: UInt32
-    let mtimeSeconds: Int64
-    let mtimeNanoseconds: UInt32
-    let resumable: Bool
     let digest = SHA256Digest()
     var compressed = false
+    /// ACCEPT arrived and the held prefix is hashed: data may go out.
+    var ready = false
     /// Bytes read from the source (the resumed prefix included).
     var position: UInt64 = 0
     var sourceEnded = false
     var compressionFinished = false
+    /// The digest is being finished: nothing more goes out for this file.
+    var finalizing = false
     /// For a stream: `hasBytesAvailable` came and no read has answered it yet.
     var streamReadable = false
 
-    init(
-        index: Int, fd: Int32?, stream: ReadStream?, size: UInt64?, mode: UInt32, mtimeSeconds: Int64,
-        mtimeNanoseconds: UInt32, resumable: Bool
-    ) {
+    init(index: Int, fd: Int32?, stream: ReadStream?, size: UInt64?) {
         self.index = index
         self.fd = fd
         self.stream = stream
         self.size = size
-        self.mode = mode
-        self.mtimeSeconds = mtimeSeconds
-        self.mtimeNanoseconds = mtimeNanoseconds
-        self.resumable = resumable
     }
 }
 

@@ -25,17 +25,6 @@ enum Wire {
     static let maxCapabilities = 32
     static let maxCapabilityBytes = 32
 
-    /// Takes what is buffered of the magic (`matched` bytes of it were seen already) from
-    /// `inbound`. Returns how many bytes of the magic have now been seen, or nil when a byte
-    /// differs (not a sluice peer).
-    static func consumeMagic(from inbound: inout ByteBuffer, matched: Int) -> Int? {
-        let n = min(inbound.readableBytes, magic.count - matched)
-        let bytes = inbound.readable
-        for i in 0..<n where bytes[i] != magic[matched + i] { return nil }
-        inbound.consume(n)
-        return matched + n
-    }
-
     /// Capabilities announced in HELLO.
     enum Capability {
         static let sha256 = "sha256"
@@ -45,7 +34,7 @@ enum Wire {
 
     /// Message types. Sender → receiver: 0x01, 0x10–0x15, 0x7F. Receiver → sender: 0x01,
     /// 0x15, 0x20–0x23, 0x7F.
-    enum MessageType: UInt8 {
+    enum MessageType: UInt8, Sendable {
         case hello = 0x01
         case file = 0x10
         case directory = 0x11
@@ -58,6 +47,24 @@ enum Wire {
         case refused = 0x22
         case failed = 0x23
         case error = 0x7F
+
+        /// The message's name in `sluice-protocol(7)`: `HELLO`, `FILE`, …
+        var name: String {
+            switch self {
+            case .hello: return "HELLO"
+            case .file: return "FILE"
+            case .directory: return "DIR"
+            case .data: return "DATA"
+            case .end: return "END"
+            case .abort: return "ABORT"
+            case .bye: return "BYE"
+            case .accept: return "ACCEPT"
+            case .stored: return "STORED"
+            case .refused: return "REFUSED"
+            case .failed: return "FAILED"
+            case .error: return "ERROR"
+            }
+        }
 
         /// The largest payload a message of this type may carry.
         var maxPayload: Int {
@@ -83,7 +90,7 @@ enum Wire {
     }
 
     /// REFUSED codes.
-    enum RefusalCode: UInt8 {
+    enum RefusalCode: UInt8, Sendable {
         case exists = 1
         case tooLarge = 2
         case invalidPath = 3
@@ -92,7 +99,7 @@ enum Wire {
     }
 
     /// FAILED codes.
-    enum FailureCode: UInt8 {
+    enum FailureCode: UInt8, Sendable {
         case data = 1
         case io = 2
         case aborted = 3
@@ -100,7 +107,7 @@ enum Wire {
 }
 
 /// A file or directory header as carried by FILE and DIR.
-struct EntryHeader: Equatable {
+struct EntryHeader: Equatable, Sendable {
     var flags: UInt8 = 0
     var size: UInt64 = 0
     var mode: UInt32
@@ -311,88 +318,4 @@ enum PathCheck {
 struct PathRefusal: Error {
     var reason: String
     init(_ reason: String) { self.reason = reason }
-}
-
-/// A fixed-capacity byte buffer with a read and a write index: what has been received and not
-/// yet parsed, or what is to be sent and not yet written.
-struct ByteBuffer {
-    private(set) var storage: UnsafeMutableRawBufferPointer
-    private(set) var readIndex = 0
-    private(set) var writeIndex = 0
-
-    init(capacity: Int) {
-        storage = .allocate(byteCount: capacity, alignment: 16)
-    }
-
-    func deallocate() { storage.deallocate() }
-
-    var capacity: Int { storage.count }
-    var readableBytes: Int { writeIndex - readIndex }
-    var isEmpty: Bool { readIndex == writeIndex }
-    /// Space after the write index.
-    var tailSpace: Int { capacity - writeIndex }
-    /// Space after the write index once compacted.
-    var freeSpace: Int { capacity - readableBytes }
-
-    /// The bytes not yet consumed.
-    var readable: UnsafeRawBufferPointer {
-        UnsafeRawBufferPointer(rebasing: storage[readIndex..<writeIndex])
-    }
-
-    /// The space after the write index.
-    var tail: UnsafeMutableRawBufferPointer {
-        UnsafeMutableRawBufferPointer(rebasing: storage[writeIndex..<capacity])
-    }
-
-    /// Moves the unconsumed bytes to the start.
-    mutating func compact() {
-        if readIndex == 0 { return }
-        let count = readableBytes
-        if count > 0 {
-            storage.baseAddress!.copyMemory(from: storage.baseAddress! + readIndex, byteCount: count)
-        }
-        readIndex = 0
-        writeIndex = count
-    }
-
-    /// Makes at least `count` bytes of tail space, compacting if needed; false if it cannot.
-    mutating func reserve(_ count: Int) -> Bool {
-        if tailSpace >= count { return true }
-        compact()
-        return tailSpace >= count
-    }
-
-    mutating func consume(_ count: Int) {
-        precondition(count <= readableBytes, "ByteBuffer: consumed more than readable")
-        readIndex += count
-        if readIndex == writeIndex {
-            readIndex = 0
-            writeIndex = 0
-        }
-    }
-
-    mutating func produced(_ count: Int) {
-        precondition(count <= tailSpace, "ByteBuffer: produced more than the tail holds")
-        writeIndex += count
-    }
-
-    /// Appends `bytes`; the caller has checked `freeSpace`.
-    mutating func append(_ bytes: [UInt8]) {
-        let ok = reserve(bytes.count)
-        precondition(ok, "ByteBuffer: no room for \(bytes.count) bytes")
-        bytes.withUnsafeBytes { tail.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: bytes.count) }
-        writeIndex += bytes.count
-    }
-
-    /// Writes a big-endian `UInt32` at an absolute position in the storage (a frame header
-    /// filled in after its payload).
-    mutating func setUInt32(_ value: UInt32, at position: Int) {
-        withUnsafeBytes(of: value.bigEndian) {
-            (storage.baseAddress! + position).copyMemory(from: $0.baseAddress!, byteCount: 4)
-        }
-    }
-
-    mutating func setUInt8(_ value: UInt8, at position: Int) {
-        storage[position] = value
-    }
 }

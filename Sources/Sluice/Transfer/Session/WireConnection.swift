@@ -143,10 +143,18 @@ final class WireConnection: ByteStreamDelegate {
 
     // MARK: Writing
 
-    /// Appends a message to the outbound buffer and writes it if the socket has space.
+    /// Appends a message to the outbound buffer and writes it if the socket has space. The
+    /// owner keeps room for what it sends (it stops parsing while the buffer is nearly full);
+    /// should a message still not fit, the connection fails rather than lose it.
     func send(_ bytes: [UInt8]) {
         guard !isClosed else { return }
-        outbound.append(bytes)
+        guard outbound.append(bytes) else {
+            fail(
+                SluiceError(
+                    .limitExceeded, operation: "send", subject: output.name,
+                    detail: "internal: outbound buffer full (\(outbound.capacity) bytes)"))
+            return
+        }
         flush()
     }
 

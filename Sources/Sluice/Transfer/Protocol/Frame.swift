@@ -1,0 +1,228 @@
+/// A control message of the transfer protocol, decoded and checked (every length within its
+/// limit, every field in range). DATA is not a `Frame`: its payload is handed over in pieces
+/// as it arrives (`FrameDecoder.Item.data`), so a 4 MiB frame never needs 4 MiB of buffer.
+enum Frame: Equatable, Sendable {
+    case hello(version: UInt16, capabilities: Set<String>)
+    case file(EntryHeader)
+    case directory(EntryHeader)
+    case end(size: UInt64, digest: [UInt8])
+    case abort(reason: String)
+    case bye
+    case accept(offset: UInt64)
+    case stored
+    case refused(code: Wire.RefusalCode, reason: String)
+    case failed(code: Wire.FailureCode, reason: String)
+    case error(reason: String)
+
+    var type: Wire.MessageType {
+        switch self {
+        case .hello: return .hello
+        case .file: return .file
+        case .directory: return .directory
+        case .end: return .end
+        case .abort: return .abort
+        case .bye: return .bye
+        case .accept: return .accept
+        case .stored: return .stored
+        case .refused: return .refused
+        case .failed: return .failed
+        case .error: return .error
+        }
+    }
+
+    /// The whole message: type, length, payload.
+    var encoded: [UInt8] {
+        switch self {
+        case .hello(_, let capabilities): return MessageWriter.hello(capabilities: capabilities.sorted())
+        case .file(let header): return MessageWriter.entry(.file, header)
+        case .directory(let header): return MessageWriter.entry(.directory, header)
+        case .end(let size, let digest): return MessageWriter.end(size: size, digest: digest)
+        case .abort(let reason): return MessageWriter.text(.abort, reason)
+        case .bye: return MessageWriter.message(.bye)
+        case .accept(let offset): return MessageWriter.accept(offset: offset)
+        case .stored: return MessageWriter.message(.stored)
+        case .refused(let code, let reason): return MessageWriter.answer(.refused, code: code.rawValue, reason: reason)
+        case .failed(let code, let reason): return MessageWriter.answer(.failed, code: code.rawValue, reason: reason)
+        case .error(let reason): return MessageWriter.text(.error, reason)
+        }
+    }
+
+    /// The largest encoded answer a receiver sends for one message (REFUSED/FAILED with the
+    /// longest reason): a connection keeps this much outbound room before it parses a message.
+    static let largestAnswer = Wire.frameHeaderSize + Wire.MessageType.refused.maxPayload
+}
+
+/// Who sent the bytes a decoder reads: each side accepts only the message types its peer may
+/// send.
+enum FrameDirection: Sendable {
+    /// Sender → receiver: HELLO, FILE, DIR, DATA, END, ABORT, BYE, ERROR.
+    case toReceiver
+    /// Receiver → sender: HELLO, ACCEPT, STORED, REFUSED, FAILED, BYE, ERROR.
+    case toSender
+
+    func allows(_ type: Wire.MessageType) -> Bool {
+        switch (self, type) {
+        case (_, .hello), (_, .bye), (_, .error): return true
+        case (.toReceiver, .file), (.toReceiver, .directory), (.toReceiver, .data), (.toReceiver, .end),
+            (.toReceiver, .abort):
+            return true
+        case (.toReceiver, .accept), (.toReceiver, .stored), (.toReceiver, .refused), (.toReceiver, .failed):
+            return false
+        case (.toSender, .accept), (.toSender, .stored), (.toSender, .refused), (.toSender, .failed):
+            return true
+        case (.toSender, .file), (.toSender, .directory), (.toSender, .data), (.toSender, .end),
+            (.toSender, .abort):
+            return false
+        }
+    }
+}
+
+/// The one decoder of the transfer protocol, used by both ends: the magic, then messages, from
+/// whatever pieces the bytes arrive in. Pure: it reads the bytes it is shown and says how many
+/// it used; it never allocates for a length before checking it against its type's limit.
+///
+/// ```swift
+/// var decoder = FrameDecoder(direction: .toReceiver)
+/// while true {
+///     switch decoder.next(buffer.readable) {
+///     case .item(let item, let used): buffer.consume(used); handle(item)
+///     case .needMore: return
+///     case .violation(let reason): fail(reason)
+///     }
+/// }
+/// ```
+struct FrameDecoder: Sendable {
+    enum Item: Equatable {
+        /// The magic was seen in full.
+        case magic
+        case frame(Frame)
+        /// A piece of a DATA payload (never empty); `endsFrame` on its last piece.
+        case data(UnsafeRawBufferPointer, endsFrame: Bool)
+
+        static func == (a: Item, b: Item) -> Bool {
+            switch (a, b) {
+            case (.magic, .magic): return true
+            case (.frame(let x), .frame(let y)): return x == y
+            case (.data(let x, let e1), .data(let y, let e2)): return e1 == e2 && x.elementsEqual(y)
+            case (.magic, _), (.frame, _), (.data, _): return false
+            }
+        }
+    }
+
+    enum Step: Equatable {
+        /// An item, and how many bytes of the input it used.
+        case item(Item, consumed: Int)
+        /// Nothing complete yet (and nothing used): call again with more bytes.
+        case needMore
+        /// The bytes break the protocol: the reason, for the log and an ERROR message.
+        case violation(String)
+    }
+
+    let direction: FrameDirection
+    private var magicSeen = false
+    /// Bytes of the current DATA payload still to come.
+    private(set) var dataRemaining = 0
+    private var failed = false
+
+    init(direction: FrameDirection) {
+        self.direction = direction
+    }
+
+    /// True between the pieces of a DATA payload.
+    var inData: Bool { dataRemaining > 0 }
+
+    /// Decodes the next item from the front of `bytes`.
+    mutating func next(_ bytes: UnsafeRawBufferPointer) -> Step {
+        guard !failed else { return .violation("the stream already broke the protocol") }
+        if !magicSeen {
+            let n = min(bytes.count, Wire.magic.count)
+            for i in 0..<n where bytes[i] != Wire.magic[i] {
+                return fail(
+                    direction == .toReceiver ? "wrong magic: not a sluice sender" : "wrong magic: not a sluice receiver"
+                )
+            }
+            guard n == Wire.magic.count else { return .needMore }
+            magicSeen = true
+            return .item(.magic, consumed: n)
+        }
+        if dataRemaining > 0 {
+            guard !bytes.isEmpty else { return .needMore }
+            let n = min(bytes.count, dataRemaining)
+            dataRemaining -= n
+            return .item(
+                .data(UnsafeRawBufferPointer(rebasing: bytes[0..<n]), endsFrame: dataRemaining == 0), consumed: n)
+        }
+        guard bytes.count >= Wire.frameHeaderSize else { return .needMore }
+        let typeByte = bytes[0]
+        let length = Int(bytes[1]) << 24 | Int(bytes[2]) << 16 | Int(bytes[3]) << 8 | Int(bytes[4])
+        guard let type = Wire.MessageType(rawValue: typeByte) else {
+            return fail("unknown message type 0x\(String(typeByte, radix: 16))")
+        }
+        guard direction.allows(type) else { return fail("\(type.name) is not a message this side accepts") }
+        guard length <= type.maxPayload else {
+            return fail("\(type.name) message of \(length) bytes exceeds its limit of \(type.maxPayload)")
+        }
+        if type == .data {
+            guard length > 0 else { return fail("empty DATA message") }
+            // The header is taken with the first byte of its payload, so every DATA item
+            // carries bytes.
+            let n = min(bytes.count - Wire.frameHeaderSize, length)
+            guard n > 0 else { return .needMore }
+            dataRemaining = length - n
+            let piece = UnsafeRawBufferPointer(rebasing: bytes[Wire.frameHeaderSize..<Wire.frameHeaderSize + n])
+            return .item(.data(piece, endsFrame: dataRemaining == 0), consumed: Wire.frameHeaderSize + n)
+        }
+        guard bytes.count >= Wire.frameHeaderSize + length else { return .needMore }
+        let payload = UnsafeRawBufferPointer(rebasing: bytes[Wire.frameHeaderSize..<Wire.frameHeaderSize + length])
+        guard let frame = Self.decode(type, payload) else { return fail("malformed \(type.name) message") }
+        return .item(.frame(frame), consumed: Wire.frameHeaderSize + length)
+    }
+
+    /// Gives back the last `count` bytes of the DATA piece just returned: the caller could not
+    /// take them yet and will show them again.
+    mutating func unread(_ count: Int) {
+        guard count > 0 else { return }
+        dataRemaining += count
+    }
+
+    private mutating func fail(_ reason: String) -> Step {
+        failed = true
+        return .violation(reason)
+    }
+
+    /// A control message's payload, or nil when malformed.
+    static func decode(_ type: Wire.MessageType, _ payload: UnsafeRawBufferPointer) -> Frame? {
+        var reader = MessageReader(payload)
+        switch type {
+        case .hello:
+            guard let (version, capabilities) = MessageReader.hello(payload) else { return nil }
+            return .hello(version: version, capabilities: capabilities)
+        case .file:
+            return MessageReader.entry(.file, payload).map(Frame.file)
+        case .directory:
+            return MessageReader.entry(.directory, payload).map(Frame.directory)
+        case .end:
+            guard payload.count == Wire.MessageType.end.maxPayload, let size = reader.u64() else { return nil }
+            return .end(size: size, digest: reader.rest())
+        case .abort:
+            return .abort(reason: Wire.printable(reader.rest()))
+        case .bye:
+            return .bye
+        case .accept:
+            guard payload.count == 8, let offset = reader.u64() else { return nil }
+            return .accept(offset: offset)
+        case .stored:
+            return .stored
+        case .refused:
+            guard let byte = reader.u8() else { return nil }
+            return .refused(code: Wire.RefusalCode(rawValue: byte) ?? .other, reason: Wire.printable(reader.rest()))
+        case .failed:
+            guard let byte = reader.u8() else { return nil }
+            return .failed(code: Wire.FailureCode(rawValue: byte) ?? .io, reason: Wire.printable(reader.rest()))
+        case .error:
+            return .error(reason: Wire.printable(reader.rest()))
+        case .data:
+            return nil
+        }
+    }
+}

@@ -1,0 +1,480 @@
+/// Why the receiver does not store an entry: the answer it sends.
+enum EntryRejection: Error, Equatable, Sendable {
+    case refused(Wire.RefusalCode, String)
+    case failed(Wire.FailureCode, String)
+
+    var frame: Frame {
+        switch self {
+        case .refused(let code, let reason): return .refused(code: code, reason: reason)
+        case .failed(let code, let reason): return .failed(code: code, reason: reason)
+        }
+    }
+
+    var outcome: TransferOutcome {
+        switch self {
+        case .refused(_, let reason): return .refused(reason: reason)
+        case .failed(let code, let reason): return .failed(reason: reason, kind: code == .data ? .data : .io)
+        }
+    }
+}
+
+/// An entry the receiver's store is asked to create: its checked path and its header.
+struct EntryRequest: Equatable, Sendable {
+    /// The path's components, each checked by `PathCheck` (no `.`, `..`, empty or over-long one).
+    var components: [String]
+    /// The components joined with `/`.
+    var relative: String
+    var header: EntryHeader
+}
+
+/// How a receiver session ended.
+enum SessionEnd: Equatable, Sendable {
+    /// The sender said goodbye after every entry was answered.
+    case goodbye
+    /// The peer broke the protocol (the reason was sent to it in an ERROR message).
+    case violation(String)
+    /// The peer sent ERROR.
+    case peerError(String)
+    /// The connection closed before the sender said goodbye.
+    case closedEarly(String)
+    case timedOut
+    case connectionFailed(SluiceError)
+    case cancelled
+}
+
+/// What the receiving side does next: the receiver machine's output, performed by its session.
+enum ReceiverAction: Equatable, Sendable {
+    /// Queue this message for the sender.
+    case send(Frame)
+    /// Create the directory (and missing parents); answer with `.directoryMade`.
+    case makeDirectory(EntryRequest)
+    /// Open the file's temporary file, finding how much a partial holds; answer `.fileOpened`.
+    case openFile(EntryRequest)
+    /// Pass the DATA bytes just decoded into the file's data path: decompress if compressed,
+    /// ask `decoded(_:)` before writing each piece, write it, hash it.
+    case deliverData
+    /// The file's data ended: flush the decompressor; answer `.dataFinished` or `.dataFailed`.
+    case finishData
+    /// Check the SHA-256 against `digest`, set mode and mtime, flush, rename into place;
+    /// answer `.committed`.
+    case commitFile(digest: [UInt8])
+    /// Forget the file being received: its partial data stays for a resume when `keep`.
+    case dropFile(keep: Bool)
+    /// An entry was answered.
+    case report(TransferFileResult)
+    /// Set the attributes of the directories created by this session; answer
+    /// `.directoriesSettled`.
+    case settleDirectories
+    /// The session is over: close the connection (after what is queued, unless it failed).
+    case end(SessionEnd)
+}
+
+/// The outcome of an action the session performed for the machine.
+enum ReceiverOutcome: Equatable, Sendable {
+    /// Created or already there (nil), or why not.
+    case directoryMade(EntryRejection?)
+    /// The offset to resume from (0 for a new file), or why the file cannot be received.
+    case fileOpened(Result<UInt64, EntryRejection>)
+    /// Decompressing or writing failed: the file fails with this answer.
+    case dataFailed(EntryRejection)
+    case dataFinished
+    /// Verified and moved into place (nil), or why not.
+    case committed(EntryRejection?)
+    case directoriesSettled
+    case timedOut
+    /// The peer closed its sending direction.
+    case peerClosed
+    case connectionFailed(SluiceError)
+    case cancelled
+}
+
+/// The receiving side of the transfer protocol as a pure state machine: decoded messages and
+/// the outcomes of its own actions in, actions out. No sockets, files or clocks: its session
+/// performs the actions (on the loop, or on a worker for disk work) and feeds back outcomes.
+///
+/// While an action it waits for is in progress (`acceptsMessages` false) the session stops
+/// handing it messages, and so stops reading the socket: a sender that runs ahead is held by
+/// TCP, not by memory. Every (state, message) pair is decided below; a message that does not
+/// belong where it arrives is a protocol violation that ends this session alone.
+struct ReceiverMachine: Sendable {
+    struct Settings: Equatable, Sendable {
+        var overwrite = false
+        var maxSize: UInt64?
+        var resume = true
+    }
+
+    /// The file being received.
+    struct IncomingFile: Equatable, Sendable {
+        var request: EntryRequest
+        /// Bytes the receiver held from an interrupted transfer (not sent again).
+        var offset: UInt64
+        /// Decoded bytes received in this session.
+        var received: UInt64 = 0
+        /// From END: the size and digest the sender computed.
+        var endSize: UInt64 = 0
+        var endDigest: [UInt8] = []
+
+        var total: UInt64 { offset + received }
+        var header: EntryHeader { request.header }
+    }
+
+    enum Pending: Equatable, Sendable {
+        case directory(EntryRequest)
+        case file(EntryRequest)
+    }
+
+    enum State: Equatable, Sendable {
+        case awaitingMagic
+        case awaitingHello
+        /// Between entries.
+        case idle
+        /// A DIR or FILE is with the store.
+        case storing(Pending)
+        case receiving(IncomingFile)
+        /// END arrived: the decompressor is being flushed.
+        case finishing(IncomingFile)
+        /// The digest is being checked and the file moved into place.
+        case committing(IncomingFile)
+        /// The file was answered before its end: its DATA is skipped up to END or ABORT.
+        case discarding
+        /// BYE arrived: directory attributes are being set.
+        case settling
+        case ended(SessionEnd)
+    }
+
+    let settings: Settings
+    private(set) var state = State.awaitingMagic
+    /// Entries announced by the sender, and answers sent.
+    private(set) var entriesAnnounced = 0
+    private(set) var entriesAnswered = 0
+
+    init(settings: Settings) {
+        self.settings = settings
+    }
+
+    /// The capabilities this receiver announces.
+    var capabilities: Set<String> {
+        var set: Set<String> = [Wire.Capability.sha256, Wire.Capability.deflate]
+        if settings.resume { set.insert(Wire.Capability.resume) }
+        return set
+    }
+
+    /// False while the machine waits for the outcome of an action: hand it no messages then.
+    var acceptsMessages: Bool {
+        switch state {
+        case .awaitingMagic, .awaitingHello, .idle, .receiving, .discarding: return true
+        case .storing, .finishing, .committing, .settling, .ended: return false
+        }
+    }
+
+    var hasEnded: Bool {
+        if case .ended = state { return true }
+        return false
+    }
+
+    /// True while a file's data may arrive (its buffers are worth growing).
+    var isReceivingFile: Bool {
+        if case .receiving = state { return true }
+        return false
+    }
+
+    /// The magic and HELLO to send first.
+    func start() -> [ReceiverAction] {
+        [.send(.hello(version: Wire.version, capabilities: capabilities))]
+    }
+
+    // MARK: Messages
+
+    /// One decoded item from the sender.
+    mutating func received(_ item: FrameDecoder.Item) -> [ReceiverAction] {
+        switch item {
+        case .magic:
+            guard case .awaitingMagic = state else { return violation("a second magic") }
+            state = .awaitingHello
+            return []
+        case .data:
+            return receivedData()
+        case .frame(let frame):
+            return received(frame)
+        }
+    }
+
+    private mutating func receivedData() -> [ReceiverAction] {
+        switch state {
+        case .receiving: return [.deliverData]
+        case .discarding: return []
+        case .awaitingMagic, .awaitingHello, .idle: return violation("DATA outside a file")
+        case .storing, .finishing, .committing, .settling, .ended: return unexpectedInput("DATA")
+        }
+    }
+
+    private mutating func received(_ frame: Frame) -> [ReceiverAction] {
+        switch (state, frame) {
+        case (.ended, _), (.storing, _), (.finishing, _), (.committing, _), (.settling, _):
+            return unexpectedInput(frame.type.name)
+        case (.awaitingMagic, _):
+            return violation("\(frame.type.name) before the magic")
+
+        case (.awaitingHello, .hello(let version, let capabilities)):
+            guard version >= 1 else { return violation("unsupported protocol version \(version)") }
+            guard capabilities.contains(Wire.Capability.sha256) else {
+                return violation("no common digest (sha256 required)")
+            }
+            state = .idle
+            return []
+        case (.awaitingHello, .file), (.awaitingHello, .directory), (.awaitingHello, .end),
+            (.awaitingHello, .abort), (.awaitingHello, .bye):
+            return violation("\(frame.type.name) before HELLO")
+
+        case (.idle, .file(let header)):
+            entriesAnnounced += 1
+            return startFile(header)
+        case (.idle, .directory(let header)):
+            entriesAnnounced += 1
+            switch PathCheck.components(header.path) {
+            case .failure(let refusal):
+                return answer(
+                    .refused(.invalidPath, "invalid path: \(refusal.reason)"), path: Wire.printable(header.path),
+                    isDirectory: true, size: nil)
+            case .success(let components):
+                let request = EntryRequest(
+                    components: components, relative: components.joined(separator: "/"), header: header)
+                state = .storing(.directory(request))
+                return [.makeDirectory(request)]
+            }
+        case (.idle, .bye):
+            state = .settling
+            return [.settleDirectories]
+        case (.idle, .hello), (.idle, .end), (.idle, .abort):
+            return violation("\(frame.type.name) between entries")
+
+        case (.receiving(var file), .end(let size, let digest)):
+            file.endSize = size
+            file.endDigest = digest
+            state = .finishing(file)
+            return [.finishData]
+        case (.receiving(let file), .abort(let reason)):
+            state = .idle
+            return [.dropFile(keep: false)]
+                + answer(
+                    .failed(.aborted, "aborted by the sender: \(reason)"), path: file.request.relative,
+                    isDirectory: false, size: file.header.sizeKnown ? file.header.size : file.total,
+                    resumed: file.offset)
+        case (.receiving, .hello), (.receiving, .file), (.receiving, .directory), (.receiving, .bye):
+            return violation("\(frame.type.name) in the middle of a file")
+
+        case (.discarding, .end), (.discarding, .abort):
+            state = .idle
+            return []
+        case (.discarding, .hello), (.discarding, .file), (.discarding, .directory), (.discarding, .bye):
+            return violation("\(frame.type.name) in the middle of a file")
+
+        case (_, .error(let reason)):
+            return end(.peerError(reason))
+        case (_, .accept), (_, .stored), (_, .refused), (_, .failed):
+            // The decoder lets none of these through from a sender; kept explicit all the same.
+            return violation("\(frame.type.name) is not a message a sender sends")
+        }
+    }
+
+    private mutating func startFile(_ header: EntryHeader) -> [ReceiverAction] {
+        let size = header.sizeKnown ? header.size : nil
+        switch PathCheck.components(header.path) {
+        case .failure(let refusal):
+            return answer(
+                .refused(.invalidPath, "invalid path: \(refusal.reason)"), path: Wire.printable(header.path),
+                isDirectory: false, size: size)
+        case .success(let components):
+            let relative = components.joined(separator: "/")
+            if let maxSize = settings.maxSize, header.sizeKnown, header.size > maxSize {
+                return answer(
+                    .refused(.tooLarge, "too large: \(header.size) bytes, the limit is \(maxSize)"), path: relative,
+                    isDirectory: false, size: size)
+            }
+            let request = EntryRequest(components: components, relative: relative, header: header)
+            state = .storing(.file(request))
+            return [.openFile(request)]
+        }
+    }
+
+    // MARK: Data
+
+    /// The file's data path decoded `count` more bytes: may they be written? When not, the
+    /// file has been answered (too large, more than announced) and the actions say so.
+    mutating func decoded(_ count: Int) -> (write: Bool, actions: [ReceiverAction]) {
+        let file: IncomingFile
+        let finishing: Bool
+        switch state {
+        case .receiving(let f):
+            file = f
+            finishing = false
+        case .finishing(let f):
+            file = f
+            finishing = true
+        case .awaitingMagic, .awaitingHello, .idle, .storing, .committing, .discarding, .settling, .ended:
+            return (false, [])
+        }
+        let newTotal = file.total + UInt64(count)
+        let size = file.header.sizeKnown ? file.header.size : nil
+        if let size, newTotal > size {
+            state = finishing ? .idle : .discarding
+            return (
+                false,
+                [.dropFile(keep: false)]
+                    + answer(
+                        .failed(.data, "more data than announced (\(size) bytes)"), path: file.request.relative,
+                        isDirectory: false, size: size, resumed: file.offset)
+            )
+        }
+        if let maxSize = settings.maxSize, newTotal > maxSize {
+            state = finishing ? .idle : .discarding
+            return (
+                false,
+                [.dropFile(keep: false)]
+                    + answer(
+                        .refused(.tooLarge, "too large: more than \(maxSize) bytes"), path: file.request.relative,
+                        isDirectory: false, size: size, resumed: file.offset)
+            )
+        }
+        var updated = file
+        updated.received = file.received + UInt64(count)
+        state = finishing ? .finishing(updated) : .receiving(updated)
+        return (true, [])
+    }
+
+    // MARK: Outcomes
+
+    /// The outcome of an action, or an event of the connection.
+    mutating func handle(_ outcome: ReceiverOutcome) -> [ReceiverAction] {
+        switch (state, outcome) {
+        case (.ended, _):
+            return []
+        case (_, .timedOut):
+            return end(.timedOut)
+        case (_, .connectionFailed(let error)):
+            return end(.connectionFailed(error))
+        case (_, .cancelled):
+            return end(.cancelled)
+        case (_, .peerClosed):
+            let detail: String
+            switch state {
+            case .awaitingMagic, .awaitingHello: detail = "connection closed before the handshake"
+            case .idle, .storing, .settling: detail = "connection closed without goodbye"
+            case .receiving, .finishing, .committing, .discarding: detail = "connection closed in the middle of a file"
+            case .ended: detail = "connection closed"
+            }
+            return end(.closedEarly(detail))
+
+        case (.storing(.directory(let request)), .directoryMade(let rejection)):
+            state = .idle
+            return answer(rejection, path: request.relative, isDirectory: true, size: nil)
+        case (.storing(.file(let request)), .fileOpened(let result)):
+            switch result {
+            case .success(let offset):
+                let header = request.header
+                guard offset == 0 || (header.sizeKnown && offset <= header.size) else {
+                    state = .idle
+                    return [.dropFile(keep: false)]
+                        + answer(
+                            .failed(.io, "held partial data is larger than the file"), path: request.relative,
+                            isDirectory: false, size: header.size)
+                }
+                state = .receiving(IncomingFile(request: request, offset: offset))
+                return [.send(.accept(offset: offset))]
+            case .failure(let rejection):
+                state = .idle
+                return answer(
+                    rejection, path: request.relative, isDirectory: false,
+                    size: request.header.sizeKnown ? request.header.size : nil)
+            }
+
+        case (.receiving(let file), .dataFailed(let rejection)):
+            state = .discarding
+            return [.dropFile(keep: false)] + answerFile(file, rejection)
+        case (.finishing(let file), .dataFailed(let rejection)):
+            state = .idle
+            return [.dropFile(keep: false)] + answerFile(file, rejection)
+        case (.finishing(let file), .dataFinished):
+            if file.header.sizeKnown && file.total != file.header.size {
+                state = .idle
+                return [.dropFile(keep: false)]
+                    + answerFile(
+                        file,
+                        .failed(.data, "size mismatch: announced \(file.header.size) bytes, received \(file.total)"))
+            }
+            if file.endSize != file.total {
+                state = .idle
+                return [.dropFile(keep: false)]
+                    + answerFile(
+                        file, .failed(.data, "size mismatch: sender says \(file.endSize) bytes, received \(file.total)")
+                    )
+            }
+            state = .committing(file)
+            return [.commitFile(digest: file.endDigest)]
+        case (.committing(let file), .committed(let rejection)):
+            state = .idle
+            return answerFile(file, rejection)
+        case (.settling, .directoriesSettled):
+            return [.send(.bye)] + end(.goodbye)
+
+        case (.awaitingMagic, _), (.awaitingHello, _), (.idle, _), (.storing, _), (.receiving, _), (.finishing, _),
+            (.committing, _), (.discarding, _), (.settling, _):
+            // An outcome nobody asked for: a bug in the session, not the peer's doing. It ends
+            // this session only.
+            assertionFailure("receiver machine: outcome \(outcome) in state \(state)")
+            return end(
+                .connectionFailed(
+                    SluiceError(.invalidArgument, operation: "receive", detail: "internal: unexpected \(outcome)")))
+        }
+    }
+
+    // MARK: Answers and ending
+
+    /// Answers an entry: STORED when `rejection` is nil, else REFUSED or FAILED.
+    private mutating func answer(
+        _ rejection: EntryRejection?, path: String, isDirectory: Bool, size: UInt64?, resumed: UInt64 = 0
+    ) -> [ReceiverAction] {
+        entriesAnswered += 1
+        let result = TransferFileResult(
+            path: path, isDirectory: isDirectory, size: size, resumedBytes: resumed,
+            outcome: rejection?.outcome ?? .stored)
+        return [.send(rejection?.frame ?? .stored), .report(result)]
+    }
+
+    private mutating func answerFile(_ file: IncomingFile, _ rejection: EntryRejection?) -> [ReceiverAction] {
+        let size: UInt64 = rejection == nil || !file.header.sizeKnown ? file.total : file.header.size
+        return answer(rejection, path: file.request.relative, isDirectory: false, size: size, resumed: file.offset)
+    }
+
+    /// The decoder found the bytes break the protocol.
+    mutating func violated(_ reason: String) -> [ReceiverAction] {
+        if case .ended = state { return [] }
+        return violation(reason)
+    }
+
+    private mutating func violation(_ reason: String) -> [ReceiverAction] {
+        [.send(.error(reason: reason))] + end(.violation(reason))
+    }
+
+    /// Input arrived while the session was told to hold it: the session's bug, not the peer's.
+    private mutating func unexpectedInput(_ what: String) -> [ReceiverAction] {
+        if case .ended = state { return [] }
+        assertionFailure("receiver machine: \(what) handed over in state \(state)")
+        return violation("\(what) out of turn")
+    }
+
+    private mutating func end(_ how: SessionEnd) -> [ReceiverAction] {
+        var actions: [ReceiverAction] = []
+        switch state {
+        case .receiving, .finishing, .committing, .storing(.file):
+            // An interrupted file keeps its partial data for a resume (the store decides
+            // whether it may be kept).
+            actions.append(.dropFile(keep: true))
+        case .awaitingMagic, .awaitingHello, .idle, .storing(.directory), .discarding, .settling, .ended:
+            break
+        }
+        state = .ended(how)
+        actions.append(.end(how))
+        return actions
+    }
+}

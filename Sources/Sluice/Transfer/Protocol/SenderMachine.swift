@@ -1,0 +1,350 @@
+/// What the sender knows of a file once it is open: what FILE announces.
+struct OpenedEntry: Equatable, Sendable {
+    var size: UInt64?
+    var mode: UInt32
+    var mtimeSeconds: Int64
+    var mtimeNanoseconds: UInt32
+}
+
+/// What the sending side does next: the sender machine's output, performed by its session.
+enum SenderAction: Equatable, Sendable {
+    /// Queue this message for the receiver.
+    case send(Frame)
+    /// Open entry `index` (a file or stream) to learn its size, mode and mtime; answer with
+    /// `.entryOpened`.
+    case openEntry(Int)
+    /// Send entry `index`'s data from `offset` (hashing the held prefix first), compressed or
+    /// not; answer with `.dataEnded` or `.readFailed`.
+    case startData(index: Int, offset: UInt64, compressed: Bool)
+    /// Stop sending entry `index`'s data and close it (answered before its end, or aborted).
+    case stopData(Int)
+    /// Entry `index` has its outcome.
+    case settle(Int, TransferOutcome)
+    /// The transfer is over: every entry answered (`.goodbye`), or why not.
+    case end(SessionEnd)
+}
+
+/// The outcome of an action the session performed for the sender machine.
+enum SenderOutcome: Equatable, Sendable {
+    case entryOpened(Int, Result<OpenedEntry, LocalFailure>)
+    /// All of the current file's bytes went out, with their size and SHA-256 (whole file).
+    case dataEnded(size: UInt64, digest: [UInt8])
+    /// The current file could not be read further.
+    case readFailed(String)
+    case peerClosed
+    case connectionFailed(SluiceError)
+    case cancelled
+}
+
+/// A local failure's text (`open "x": Permission denied (errno 13)`).
+struct LocalFailure: Error, Equatable, Sendable {
+    var reason: String
+    init(_ reason: String) { self.reason = reason }
+}
+
+/// The sending side of the transfer protocol as a pure state machine: decoded messages and the
+/// outcomes of its own actions in, actions out — no sockets, files or clocks.
+///
+/// Directories are announced without waiting; a file waits for ACCEPT (with the offset the
+/// receiver holds), its data follows, then END, and the next entry is announced at once while
+/// the receiver verifies. Answers come in the order entries were announced. `proceed()`
+/// announces one entry at a time, so that its session can stop while its outbound buffer is
+/// full whatever the number of entries.
+struct SenderMachine: Sendable {
+    struct Settings: Equatable, Sendable {
+        var compress = false
+        var resume = true
+    }
+
+    /// One entry as the machine knows it before it is opened.
+    struct Entry: Equatable, Sendable {
+        var relative: String
+        var isDirectory: Bool
+        /// A file that may be resumed (a regular file by path, not a stream).
+        var seekable: Bool
+        var mode: UInt32
+        var mtimeSeconds: Int64
+        var mtimeNanoseconds: UInt32
+    }
+
+    struct CurrentFile: Equatable, Sendable {
+        var index: Int
+        var size: UInt64?
+        var resumable: Bool
+        var compressed: Bool
+    }
+
+    enum State: Equatable, Sendable {
+        case awaitingMagic
+        case awaitingHello
+        /// Between files: the next entry may be announced.
+        case ready
+        /// Entry `index` is being opened.
+        case opening(Int)
+        /// FILE was sent: waiting for ACCEPT (or an answer).
+        case awaitingAccept(CurrentFile)
+        case sending(CurrentFile)
+        /// BYE was sent: waiting for the remaining answers and the receiver's BYE.
+        case byeSent
+        case ended(SessionEnd)
+    }
+
+    let settings: Settings
+    let entries: [Entry]
+    private(set) var state = State.awaitingMagic
+    private(set) var peerCapabilities: Set<String> = []
+    private(set) var next = 0
+    /// Announced entries without an answer yet, oldest first.
+    private(set) var unanswered: [Int] = []
+    /// Entries whose data could not be read here: their FAILED answer reports this reason.
+    private var localFailures: [Int: String] = [:]
+    private(set) var settled: [Bool]
+
+    init(entries: [Entry], settings: Settings) {
+        self.entries = entries
+        self.settings = settings
+        settled = Array(repeating: false, count: entries.count)
+    }
+
+    var capabilities: Set<String> {
+        var set: Set<String> = [Wire.Capability.sha256, Wire.Capability.deflate]
+        if settings.resume { set.insert(Wire.Capability.resume) }
+        return set
+    }
+
+    /// The HELLO to send after the magic.
+    func start() -> [SenderAction] {
+        [.send(.hello(version: Wire.version, capabilities: capabilities))]
+    }
+
+    /// True when `proceed()` would announce an entry (or say goodbye).
+    var canProceed: Bool {
+        if case .ready = state { return true }
+        return false
+    }
+
+    var hasEnded: Bool {
+        if case .ended = state { return true }
+        return false
+    }
+
+    /// The file whose data is going out, if any.
+    var sendingIndex: Int? {
+        if case .sending(let file) = state { return file.index }
+        return nil
+    }
+
+    /// Announces the next entry, or says goodbye after the last.
+    mutating func proceed() -> [SenderAction] {
+        guard case .ready = state else { return [] }
+        guard next < entries.count else {
+            state = .byeSent
+            return [.send(.bye)]
+        }
+        let index = next
+        next += 1
+        let entry = entries[index]
+        if entry.isDirectory {
+            unanswered.append(index)
+            return [
+                .send(
+                    .directory(
+                        EntryHeader(
+                            mode: entry.mode, mtimeSeconds: entry.mtimeSeconds,
+                            mtimeNanoseconds: entry.mtimeNanoseconds, path: Array(entry.relative.utf8))))
+            ]
+        }
+        state = .opening(index)
+        return [.openEntry(index)]
+    }
+
+    // MARK: Messages
+
+    mutating func received(_ item: FrameDecoder.Item) -> [SenderAction] {
+        switch item {
+        case .magic:
+            guard case .awaitingMagic = state else { return violation("a second magic") }
+            state = .awaitingHello
+            return []
+        case .data:
+            // The decoder lets no DATA through from a receiver; kept explicit all the same.
+            return violation("DATA is not a message a receiver sends")
+        case .frame(let frame):
+            return received(frame)
+        }
+    }
+
+    private mutating func received(_ frame: Frame) -> [SenderAction] {
+        switch (state, frame) {
+        case (.ended, _):
+            return []
+        case (.awaitingMagic, _):
+            return violation("\(frame.type.name) before the magic")
+        case (_, .error(let reason)):
+            return end(.peerError(reason))
+
+        case (.awaitingHello, .hello(let version, let capabilities)):
+            guard version >= 1 else { return violation("unsupported protocol version \(version)") }
+            guard capabilities.contains(Wire.Capability.sha256) else {
+                return violation("no common digest (sha256 required)")
+            }
+            peerCapabilities = capabilities
+            state = .ready
+            return []
+        case (.awaitingHello, _):
+            return violation("\(frame.type.name) before HELLO")
+        case (_, .hello):
+            return violation("a second HELLO")
+
+        case (.awaitingAccept(let file), .accept(let offset)):
+            guard unanswered.last == file.index else { return violation("unexpected ACCEPT") }
+            guard offset == 0 || (file.resumable && offset <= (file.size ?? 0)) else {
+                return violation("ACCEPT offset \(offset) out of range")
+            }
+            state = .sending(file)
+            return [.startData(index: file.index, offset: offset, compressed: file.compressed)]
+        case (_, .accept):
+            return violation("unexpected ACCEPT")
+
+        case (_, .stored), (_, .refused), (_, .failed):
+            return answered(frame)
+
+        case (.byeSent, .bye):
+            guard unanswered.isEmpty else { return violation("goodbye with entries unanswered") }
+            return end(.goodbye)
+        case (_, .bye):
+            return violation("goodbye before the sender's")
+
+        case (_, .file), (_, .directory), (_, .end), (_, .abort):
+            return violation("\(frame.type.name) is not a message a receiver sends")
+        }
+    }
+
+    /// STORED, REFUSED or FAILED: the answer to the oldest unanswered entry.
+    private mutating func answered(_ frame: Frame) -> [SenderAction] {
+        guard let index = unanswered.first else { return violation("an answer for no entry") }
+        let outcome: TransferOutcome
+        switch frame {
+        case .stored:
+            if case .sending(let file) = state, file.index == index {
+                return violation("STORED before the end of the file")
+            }
+            if case .awaitingAccept(let file) = state, file.index == index {
+                return violation("STORED before the file's data")
+            }
+            outcome = .stored
+        case .refused(_, let reason):
+            outcome = .refused(reason: reason)
+        case .failed(let code, let reason):
+            if let local = localFailures[index] {
+                outcome = .failed(reason: local, kind: .io)
+            } else {
+                outcome = .failed(reason: reason, kind: code == .data ? .data : .io)
+            }
+        case .hello, .file, .directory, .end, .abort, .bye, .accept, .error:
+            return violation("\(frame.type.name) is not an answer")
+        }
+        unanswered.removeFirst()
+        var actions: [SenderAction] = [.settle(index, outcome)]
+        settled[index] = true
+        switch state {
+        case .awaitingAccept(let file) where file.index == index:
+            // Refused at the header.
+            state = .ready
+        case .sending(let file) where file.index == index:
+            // Answered while its data was going out (refused as too large, a write failed):
+            // stop, and tell the receiver the data ends here.
+            actions += [.stopData(index), .send(.abort(reason: "answered by the receiver"))]
+            state = .ready
+        case .byeSent where unanswered.isEmpty:
+            break
+        case .awaitingMagic, .awaitingHello, .ready, .opening, .awaitingAccept, .sending, .byeSent, .ended:
+            break
+        }
+        return actions
+    }
+
+    // MARK: Outcomes
+
+    mutating func handle(_ outcome: SenderOutcome) -> [SenderAction] {
+        switch (state, outcome) {
+        case (.ended, _):
+            return []
+        case (_, .connectionFailed(let error)):
+            return end(.connectionFailed(error))
+        case (_, .cancelled):
+            return end(.cancelled)
+        case (_, .peerClosed):
+            return end(.closedEarly("the receiver closed the connection"))
+
+        case (.opening(let index), .entryOpened(let opened, let result)) where opened == index:
+            switch result {
+            case .failure(let failure):
+                state = .ready
+                settled[index] = true
+                return [.settle(index, .failed(reason: failure.reason, kind: .io))]
+            case .success(let info):
+                let entry = entries[index]
+                let resumable =
+                    settings.resume && entry.seekable && info.size != nil
+                    && peerCapabilities.contains(Wire.Capability.resume)
+                let compressed = settings.compress && peerCapabilities.contains(Wire.Capability.deflate)
+                var flags: UInt8 = 0
+                if info.size != nil { flags |= Wire.FileFlags.sizeKnown }
+                if compressed { flags |= Wire.FileFlags.compressed }
+                if resumable { flags |= Wire.FileFlags.resumable }
+                let header = EntryHeader(
+                    flags: flags, size: info.size ?? 0, mode: info.mode, mtimeSeconds: info.mtimeSeconds,
+                    mtimeNanoseconds: info.mtimeNanoseconds, path: Array(entry.relative.utf8))
+                unanswered.append(index)
+                state = .awaitingAccept(
+                    CurrentFile(index: index, size: info.size, resumable: resumable, compressed: compressed))
+                return [.send(.file(header))]
+            }
+        case (.sending(let file), .dataEnded(let size, let digest)):
+            if let announced = file.size, announced != size {
+                // The file changed size while being sent: END says what was sent; the receiver
+                // refuses the mismatch.
+                localFailures[file.index] = "the file changed size while being sent"
+            }
+            state = .ready
+            return [.stopData(file.index), .send(.end(size: size, digest: digest))]
+        case (.sending(let file), .readFailed(let reason)):
+            localFailures[file.index] = reason
+            state = .ready
+            return [.stopData(file.index), .send(.abort(reason: reason))]
+
+        case (.awaitingMagic, _), (.awaitingHello, _), (.ready, _), (.opening, _), (.awaitingAccept, _), (.sending, _),
+            (.byeSent, _):
+            assertionFailure("sender machine: outcome \(outcome) in state \(state)")
+            return end(
+                .connectionFailed(
+                    SluiceError(.invalidArgument, operation: "send", detail: "internal: unexpected \(outcome)")))
+        }
+    }
+
+    // MARK: Ending
+
+    /// The decoder found the bytes break the protocol.
+    mutating func violated(_ reason: String) -> [SenderAction] {
+        if case .ended = state { return [] }
+        return violation(reason)
+    }
+
+    private mutating func violation(_ reason: String) -> [SenderAction] {
+        [.send(.error(reason: reason))] + end(.violation(reason))
+    }
+
+    private mutating func end(_ how: SessionEnd) -> [SenderAction] {
+        var actions: [SenderAction] = []
+        switch state {
+        case .sending(let file), .awaitingAccept(let file):
+            actions.append(.stopData(file.index))
+        case .awaitingMagic, .awaitingHello, .ready, .opening, .byeSent, .ended:
+            break
+        }
+        state = .ended(how)
+        actions.append(.end(how))
+        return actions
+    }
+}

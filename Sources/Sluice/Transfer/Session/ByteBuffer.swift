@@ -1,0 +1,100 @@
+/// A fixed-capacity byte buffer with a read and a write index: what has been received and not
+/// yet parsed, or what is to be sent and not yet written.
+struct ByteBuffer {
+    private(set) var storage: UnsafeMutableRawBufferPointer
+    private(set) var readIndex = 0
+    private(set) var writeIndex = 0
+
+    init(capacity: Int) {
+        storage = .allocate(byteCount: capacity, alignment: 16)
+    }
+
+    func deallocate() { storage.deallocate() }
+
+    /// Moves the unconsumed bytes into a new storage of `capacity` bytes (never smaller than
+    /// what they need). No pointer into the old storage may be held across it.
+    mutating func grow(to capacity: Int) {
+        guard capacity > self.capacity else { return }
+        let count = readableBytes
+        let bigger = UnsafeMutableRawBufferPointer.allocate(byteCount: capacity, alignment: 16)
+        if count > 0 {
+            bigger.baseAddress!.copyMemory(from: storage.baseAddress! + readIndex, byteCount: count)
+        }
+        storage.deallocate()
+        storage = bigger
+        readIndex = 0
+        writeIndex = count
+    }
+
+    var capacity: Int { storage.count }
+    var readableBytes: Int { writeIndex - readIndex }
+    var isEmpty: Bool { readIndex == writeIndex }
+    /// Space after the write index.
+    var tailSpace: Int { capacity - writeIndex }
+    /// Space after the write index once compacted.
+    var freeSpace: Int { capacity - readableBytes }
+
+    /// The bytes not yet consumed.
+    var readable: UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(rebasing: storage[readIndex..<writeIndex])
+    }
+
+    /// The space after the write index.
+    var tail: UnsafeMutableRawBufferPointer {
+        UnsafeMutableRawBufferPointer(rebasing: storage[writeIndex..<capacity])
+    }
+
+    /// Moves the unconsumed bytes to the start.
+    mutating func compact() {
+        if readIndex == 0 { return }
+        let count = readableBytes
+        if count > 0 {
+            storage.baseAddress!.copyMemory(from: storage.baseAddress! + readIndex, byteCount: count)
+        }
+        readIndex = 0
+        writeIndex = count
+    }
+
+    /// Makes at least `count` bytes of tail space, compacting if needed; false if it cannot.
+    mutating func reserve(_ count: Int) -> Bool {
+        if tailSpace >= count { return true }
+        compact()
+        return tailSpace >= count
+    }
+
+    mutating func consume(_ count: Int) {
+        precondition(count <= readableBytes, "ByteBuffer: consumed more than readable")
+        readIndex += count
+        if readIndex == writeIndex {
+            readIndex = 0
+            writeIndex = 0
+        }
+    }
+
+    mutating func produced(_ count: Int) {
+        precondition(count <= tailSpace, "ByteBuffer: produced more than the tail holds")
+        writeIndex += count
+    }
+
+    /// Appends `bytes` if they fit (compacting if needed); false, with nothing appended, if not.
+    @discardableResult
+    mutating func append(_ bytes: [UInt8]) -> Bool {
+        guard !bytes.isEmpty else { return true }
+        guard reserve(bytes.count) else { return false }
+        bytes.withUnsafeBytes { tail.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: bytes.count) }
+        writeIndex += bytes.count
+        return true
+    }
+
+    /// Writes a big-endian `UInt32` at an absolute position in the storage (a frame header
+    /// filled in after its payload).
+    mutating func setUInt32(_ value: UInt32, at position: Int) {
+        withUnsafeBytes(of: value.bigEndian) {
+            (storage.baseAddress! + position).copyMemory(from: $0.baseAddress!, byteCount: 4)
+        }
+    }
+
+    mutating func setUInt8(_ value: UInt8, at position: Int) {
+        storage[position] = value
+    }
+}

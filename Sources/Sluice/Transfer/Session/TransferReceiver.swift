@@ -1,0 +1,637 @@
+import CSluiceLinux
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Receives files and directories sent by `TransferSender`s into one directory, serving any
+/// number of connections at once on one `EventLoop`, one session per connection.
+///
+/// ```swift
+/// let receiver = try TransferReceiver(directory: "/srv/in", options: TransferReceiveOptions())
+/// receiver.onSessionEnd = { report in print(report.peer, report.files, report.error as Any) }
+/// let listener = try Socket.listen(port: 9000)
+/// try receiver.accept(from: listener, on: loop)
+/// loop.run()
+/// ```
+///
+/// Each file is written under a temporary name next to its final name (`.NAME.sluice-part`),
+/// its SHA-256 checked against the sender's, flushed (`fsync`), given the sender's mode and
+/// mtime (`fchmod`, `futimens`), and renamed into place atomically — never replacing an
+/// existing file unless `overwrite` is set (`renameat2(RENAME_NOREPLACE)`). Paths are walked
+/// from a descriptor of the directory one component at a time without following links, so
+/// nothing is ever written outside it. A connection that breaks the protocol, sends garbage
+/// or goes silent ends alone; the others go on.
+///
+/// The loop's thread never waits: hashing runs on `WorkerPool.shared`, and directory creation,
+/// opening, flushing and renaming on a pool of disk workers; while one of those is in progress
+/// for a session, that session stops reading its socket (its sender is held by TCP), and the
+/// other sessions and their timers go on.
+///
+/// An interrupted file keeps its data under the temporary name, marked with the file's size
+/// and mtime in the extended attribute `user.sluice.resume`; when the same file is sent
+/// again, the receiver answers with the length held and the sender sends the rest. The
+/// SHA-256 covers the whole file, held prefix included, so altered partial data is detected.
+public final class TransferReceiver {
+    /// The directory files are stored in, as given.
+    public let directory: String
+    public let options: TransferReceiveOptions
+    /// Called when a connection ends, with what it did.
+    public var onSessionEnd: ((TransferSessionReport) -> Void)?
+    /// Called as sessions start, entries are answered, and on warnings.
+    public var onEvent: ((TransferReceiverEvent) -> Void)?
+
+    let store: ReceiverStore
+    private var sessions: [Int: ReceiverSession] = [:]
+    private var nextID = 1
+    /// Connections turned away because `maxSessions` were being served.
+    public private(set) var connectionsRefused = 0
+
+    /// A receiver storing into `directory`, which must exist. Throws when it cannot be opened
+    /// (`open "/srv/in": No such file or directory (errno 2)`).
+    public init(directory: String, options: TransferReceiveOptions = TransferReceiveOptions()) throws(SluiceError) {
+        self.directory = directory
+        self.options = options
+        store = ReceiverStore(destination: try Destination(path: directory))
+    }
+
+    /// Sessions in progress.
+    public var activeSessions: Int { sessions.values.filter { !$0.isEnded }.count }
+
+    /// Serves every connection `listener` accepts on `loop`.
+    public func accept(from listener: SocketListener, on loop: EventLoop) throws(SluiceError) {
+        try listener.accept(on: loop) { [weak self] input, output, peer in
+            self?.serve(input: input, output: output, peer: peer.description, on: loop)
+        }
+    }
+
+    /// Serves one connection given as its two streams (opened here if not yet open). Returns
+    /// the session's id, or nil when `maxSessions` are being served: the peer is then told
+    /// `busy` in an ERROR message and the connection closed.
+    @discardableResult
+    public func serve(input: ReadStream, output: WriteStream, peer: String, on loop: EventLoop) -> Int? {
+        guard activeSessions < options.maxSessions else {
+            connectionsRefused += 1
+            Self.turnAway(input, output, limit: options.maxSessions)
+            return nil
+        }
+        let id = nextID
+        nextID += 1
+        let session = ReceiverSession(id: id, peer: peer, receiver: self, input: input, output: output, loop: loop)
+        sessions[id] = session
+        onEvent?(.sessionStarted(id: id, peer: peer))
+        session.start()
+        return id
+    }
+
+    /// Tells a connection beyond the limit that the receiver is busy: the magic and an ERROR
+    /// message (a few bytes that an empty socket buffer takes at once), then what the peer
+    /// already sent is drained so that closing does not reset the connection under its answer.
+    private static func turnAway(_ input: ReadStream, _ output: WriteStream, limit: Int) {
+        if output.streamStatus == .notOpen { output.open() }
+        if input.streamStatus == .notOpen { input.open() }
+        let message =
+            Wire.magic
+            + Frame.error(reason: "busy: this receiver serves \(limit) sessions at once; try again later").encoded
+        if output.streamStatus == .open {
+            _ = message.withUnsafeBufferPointer { output.write($0.baseAddress!, maxLength: $0.count) }
+        }
+        output.close()
+        var sink = [UInt8](repeating: 0, count: 4096)
+        var drained = 0
+        while drained < 65536, input.streamStatus == .open, input.hasBytesAvailable {
+            let n = sink.withUnsafeMutableBufferPointer { input.read($0.baseAddress!, maxLength: $0.count) }
+            if n <= 0 { break }
+            drained += n
+        }
+        input.close()
+    }
+
+    /// Ends every session (interrupted files keep their partial data for a later resume).
+    public func closeAllSessions() {
+        for session in Array(sessions.values) { session.cancel() }
+    }
+
+    func sessionEnded(_ session: ReceiverSession, report: TransferSessionReport) {
+        onSessionEnd?(report)
+    }
+
+    /// The session's connection closed: the session can go.
+    func sessionClosed(_ id: Int) {
+        sessions[id] = nil
+    }
+
+    func emit(_ event: TransferReceiverEvent) { onEvent?(event) }
+}
+
+/// The receiver's state of the file being received: its temporary file, digest, decoder.
+final class ActiveFile {
+    let opened: OpenedFile
+    let request: EntryRequest
+    let digest = SHA256Digest()
+    let inflate: Inflate?
+    /// Bytes written to the temporary file (after the held prefix).
+    var written: UInt64 = 0
+    /// Where the last `sync_file_range` writeback request ended.
+    var writebackStarted: UInt64 = 0
+
+    init(opened: OpenedFile, request: EntryRequest, inflate: Inflate?) {
+        self.opened = opened
+        self.request = request
+        self.inflate = inflate
+    }
+
+    var position: UInt64 { opened.offset + written }
+}
+
+/// One connection to a `TransferReceiver`: runs a `ReceiverMachine` on the loop, feeding it
+/// what the `FrameDecoder` makes of the socket's bytes and performing its actions.
+final class ReceiverSession: WireConnectionOwner {
+    /// With fsync on, writeback of a file is started each time this much more has arrived.
+    static let writebackWindow: UInt64 = 8 << 20
+    /// Buffers of a connection that has only said hello: room for the largest control message.
+    static let initialInbound = 16 << 10
+    static let initialOutbound = 8 << 10
+    /// The inbound buffer once a file starts: large reads for throughput.
+    static let fileInbound = 1 << 20
+    /// Where decompressed bytes go before they are written.
+    static let scratchSize = 1 << 18
+
+    let id: Int
+    let peer: String
+    private weak var receiver: TransferReceiver?
+    private let connection: WireConnection
+    private let loop: EventLoop
+    private let store: ReceiverStore
+    private let options: TransferReceiveOptions
+    private var machine: ReceiverMachine
+    private var decoder = FrameDecoder(direction: .toReceiver)
+    private let hasher: DigestWorker
+    private var file: ActiveFile?
+    private var results: [TransferFileResult] = []
+    private var createdDirectories: [(path: String, mode: UInt32, mtime: timespec)] = []
+    private var bytesStored: UInt64 = 0
+    private let started = monotonicNanoseconds()
+    private var idleTimer: LoopTimer?
+    private var pumping = false
+    private var pumpAgain = false
+    private var peerClosed = false
+    /// The data path waits for the hasher to free a slot.
+    private var dataBlocked = false
+    /// `finishData` waits for the hasher to free a slot.
+    private var finishBlocked = false
+    private var ended = false
+    private var scratchStorage: UnsafeMutableRawBufferPointer?
+
+    var isEnded: Bool { ended }
+
+    init(id: Int, peer: String, receiver: TransferReceiver, input: ReadStream, output: WriteStream, loop: EventLoop) {
+        self.id = id
+        self.peer = peer
+        self.receiver = receiver
+        self.loop = loop
+        store = receiver.store
+        options = receiver.options
+        machine = ReceiverMachine(
+            settings: .init(overwrite: options.overwrite, maxSize: options.maxSize, resume: options.resume))
+        hasher = DigestWorker(loop: loop)
+        connection = WireConnection(
+            input: input, output: output, inboundCapacity: Self.initialInbound,
+            outboundCapacity: Self.initialOutbound)
+        connection.pauseReadingAbove = Self.initialOutbound - 2 * Frame.largestAnswer
+        connection.owner = self
+        connection.onClose = { [weak receiver] in receiver?.sessionClosed(id) }
+        hasher.onRoom = { [weak self] in self?.roomForHashing() }
+    }
+
+    deinit {
+        scratchStorage?.deallocate()
+    }
+
+    private var scratch: UnsafeMutableRawBufferPointer {
+        if let scratchStorage { return scratchStorage }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.scratchSize, alignment: 16)
+        scratchStorage = buffer
+        return buffer
+    }
+
+    func start() {
+        connection.start(on: loop)
+        guard !ended, !connection.isClosed else { return }
+        connection.send(Wire.magic)
+        perform(machine.start())
+        scheduleIdleCheck()
+    }
+
+    func cancel() {
+        perform(machine.handle(.cancelled))
+    }
+
+    private func scheduleIdleCheck() {
+        guard let timeout = options.idleTimeout, !ended else { return }
+        let limit = timeout.nanoseconds
+        let idle = monotonicNanoseconds() - connection.lastActivity
+        let wait = idle >= limit ? 0 : limit - idle
+        idleTimer = loop.schedule(after: .nanoseconds(Int64(clamping: wait))) { [weak self] in
+            guard let self, !self.ended else { return }
+            if monotonicNanoseconds() - self.connection.lastActivity >= limit {
+                self.perform(self.machine.handle(.timedOut))
+            } else {
+                self.scheduleIdleCheck()
+            }
+        }
+    }
+
+    // MARK: WireConnectionOwner
+
+    func wireReceived(_ connection: WireConnection) { pump() }
+
+    func wireCanSend(_ connection: WireConnection) { pump() }
+
+    func wirePeerClosed(_ connection: WireConnection) {
+        peerClosed = true
+        pump()
+    }
+
+    func wireFailed(_ connection: WireConnection, _ error: SluiceError) {
+        perform(machine.handle(.connectionFailed(error)))
+    }
+
+    // MARK: Parsing
+
+    /// Hands the machine what the decoder finds, while it accepts messages, the outbound
+    /// buffer has room for its answers, and the hasher has room for data; then lets the
+    /// connection read again.
+    private func pump() {
+        if pumping {
+            pumpAgain = true
+            return
+        }
+        pumping = true
+        defer { pumping = false }
+        repeat {
+            pumpAgain = false
+            parse()
+            if !ended { connection.readIfAllowed() }
+        } while pumpAgain && !ended
+    }
+
+    private func parse() {
+        while !ended, machine.acceptsMessages, !dataBlocked {
+            guard connection.outbound.freeSpace >= 2 * Frame.largestAnswer else { return }
+            switch decoder.next(connection.inbound.readable) {
+            case .needMore:
+                if peerClosed { perform(machine.handle(.peerClosed)) }
+                return
+            case .violation(let reason):
+                perform(machine.violated(reason))
+                return
+            case .item(let item, let consumed):
+                let actions = machine.received(item)
+                guard case .data(let piece, _) = item, actions == [.deliverData] else {
+                    connection.inbound.consume(consumed)
+                    perform(actions)
+                    continue
+                }
+                let used = deliver(piece)
+                let unused = piece.count - used
+                decoder.unread(unused)
+                connection.inbound.consume(consumed - unused)
+            }
+        }
+    }
+
+    // MARK: Data
+
+    /// Passes DATA bytes through the file's data path: decompress, check with the machine,
+    /// write, hash. Returns how many it took: fewer when the hasher is full (the rest waits in
+    /// the inbound buffer, and reading stops, until `onRoom`).
+    private func deliver(_ piece: UnsafeRawBufferPointer) -> Int {
+        guard let file else { return piece.count }
+        guard let inflate = file.inflate else {
+            guard hasher.hasRoom(for: 1) else {
+                dataBlocked = true
+                return 0
+            }
+            let n = min(piece.count, hasher.room)
+            store(UnsafeRawBufferPointer(rebasing: piece[0..<n]), to: file)
+            return n
+        }
+        var input = piece
+        while !input.isEmpty, self.file === file {
+            guard hasher.hasRoom(for: Self.scratchSize) else {
+                dataBlocked = true
+                return piece.count - input.count
+            }
+            let step = Result { () throws(SluiceError) in try inflate.process(input, into: scratch) }
+            switch step {
+            case .failure(let error):
+                perform(machine.handle(.dataFailed(Self.rejection(inflating: error))))
+                return piece.count
+            case .success(let progress):
+                if progress.produced > 0 {
+                    store(UnsafeRawBufferPointer(rebasing: scratch[0..<progress.produced]), to: file)
+                }
+                input = UnsafeRawBufferPointer(rebasing: input[progress.consumed...])
+                if progress.consumed == 0 && progress.produced == 0 && self.file === file {
+                    let reason = progress.finished ? "bytes after the end" : "no progress"
+                    perform(machine.handle(.dataFailed(.failed(.data, "compressed data: \(reason)"))))
+                    return piece.count
+                }
+            }
+        }
+        return piece.count
+    }
+
+    private static func rejection(inflating error: SluiceError) -> EntryRejection {
+        error.code == .limitExceeded
+            ? .failed(.data, "more data than announced") : .failed(.data, "compressed data: \(error.reason)")
+    }
+
+    /// Decoded bytes: if the machine allows them, written at the file's end and hashed.
+    private func store(_ bytes: UnsafeRawBufferPointer, to file: ActiveFile) {
+        let (allowed, actions) = machine.decoded(bytes.count)
+        guard allowed else {
+            perform(actions)
+            return
+        }
+        var done = 0
+        while done < bytes.count {
+            let position = off_t(file.position + UInt64(done))
+            let fd = file.opened.fd
+            let result = Result { () throws(SluiceError) in
+                try syscallValue("write", file.opened.display) {
+                    pwrite(fd, bytes.baseAddress! + done, bytes.count - done, position)
+                }
+            }
+            switch result {
+            case .success(let n):
+                done += n
+            case .failure(let error):
+                perform(machine.handle(.dataFailed(.failed(.io, error.description))))
+                return
+            }
+        }
+        hasher.update(file.digest, bytes)
+        file.written += UInt64(bytes.count)
+        bytesStored += UInt64(bytes.count)
+        if options.fsync && file.position - file.writebackStarted >= Self.writebackWindow {
+            // Start writing to disk what has arrived (without waiting), so the fsync at the
+            // end of the file finds little left to write rather than the whole file.
+            _ = sync_file_range(
+                file.opened.fd, off_t(file.writebackStarted), off_t(file.position - file.writebackStarted),
+                UInt32(SYNC_FILE_RANGE_WRITE))
+            file.writebackStarted = file.position
+        }
+    }
+
+    /// END arrived: flush the decompressor (when there is one) into the file.
+    private func finishData() {
+        guard let file else { return }
+        guard let inflate = file.inflate else {
+            perform(machine.handle(.dataFinished))
+            return
+        }
+        while self.file === file {
+            guard hasher.hasRoom(for: Self.scratchSize) else {
+                finishBlocked = true
+                return
+            }
+            let step = Result { () throws(SluiceError) in try inflate.finish(into: scratch) }
+            switch step {
+            case .failure(let error):
+                perform(machine.handle(.dataFailed(Self.rejection(inflating: error))))
+                return
+            case .success(let progress):
+                if progress.produced > 0 {
+                    store(UnsafeRawBufferPointer(rebasing: scratch[0..<progress.produced]), to: file)
+                }
+                guard self.file === file else { return }
+                if progress.finished {
+                    perform(machine.handle(.dataFinished))
+                    return
+                }
+                if progress.produced == 0 {
+                    perform(machine.handle(.dataFailed(.failed(.data, "compressed data: truncated"))))
+                    return
+                }
+            }
+        }
+    }
+
+    private func roomForHashing() {
+        guard !ended else { return }
+        if finishBlocked {
+            finishBlocked = false
+            finishData()
+        }
+        dataBlocked = false
+        pump()
+    }
+
+    // MARK: Actions
+
+    private func perform(_ actions: [ReceiverAction]) {
+        for action in actions {
+            switch action {
+            case .send(let frame):
+                connection.send(frame.encoded)
+            case .makeDirectory(let request):
+                makeDirectory(request)
+            case .openFile(let request):
+                openFile(request)
+            case .deliverData:
+                break  // done by `parse`, which holds the bytes
+            case .finishData:
+                finishData()
+            case .commitFile(let digest):
+                commitFile(expecting: digest)
+            case .dropFile(let keep):
+                dropFile(keep: keep)
+            case .report(let result):
+                results.append(result)
+                receiver?.emit(.entry(sessionID: id, result))
+            case .settleDirectories:
+                settleDirectories()
+            case .end(let how):
+                end(how)
+            }
+        }
+    }
+
+    private func makeDirectory(_ request: EntryRequest) {
+        let store = self.store
+        store.pool.submit({ store.makeDirectory(request) }, completingOn: loop) { [self] result in
+            guard !ended else { return }
+            switch result {
+            case .success(let created):
+                if created.last == request.relative {
+                    let header = request.header
+                    let mtime = timespec(tv_sec: Int(header.mtimeSeconds), tv_nsec: Int(header.mtimeNanoseconds))
+                    createdDirectories.append((request.relative, header.mode & 0o7777, mtime))
+                }
+                perform(machine.handle(.directoryMade(nil)))
+            case .failure(let rejection):
+                perform(machine.handle(.directoryMade(rejection)))
+            }
+            pump()
+        }
+    }
+
+    private func openFile(_ request: EntryRequest) {
+        let store = self.store
+        let (overwrite, resume) = (options.overwrite, options.resume)
+        store.pool.submit({ store.openFile(request, overwrite: overwrite, resume: resume) }, completingOn: loop) {
+            [self] result in
+            switch result {
+            case .failure(let rejection):
+                perform(machine.handle(.fileOpened(.failure(rejection))))
+            case .success(let opened):
+                guard !ended else {
+                    store.pool.submit { store.abandon(opened, keep: true) }
+                    return
+                }
+                didOpen(opened, request)
+            }
+            pump()
+        }
+    }
+
+    private func didOpen(_ opened: OpenedFile, _ request: EntryRequest) {
+        var inflate: Inflate?
+        let header = request.header
+        if header.compressed {
+            var maxOutput: UInt64? = header.sizeKnown ? header.size - min(opened.offset, header.size) : nil
+            if let maxSize = options.maxSize { maxOutput = min(maxOutput ?? maxSize, maxSize) }
+            inflate = try? Inflate(
+                format: .deflate, limit: InflateLimit(maxOutputBytes: maxOutput.map { Int(clamping: $0) }))
+            guard inflate != nil else {
+                store.pool.submit { [store] in store.abandon(opened, keep: true) }
+                perform(machine.handle(.fileOpened(.failure(.failed(.io, "inflate: cannot initialise zlib")))))
+                return
+            }
+        }
+        let file = ActiveFile(opened: opened, request: request, inflate: inflate)
+        self.file = file
+        connection.inbound.grow(to: Self.fileInbound)
+        guard opened.offset > 0 else {
+            perform(machine.handle(.fileOpened(.success(0))))
+            return
+        }
+        hasher.hashPrefix(file.digest, of: opened.fd, length: opened.offset) { [self] ok in
+            guard !ended, self.file === file else { return }
+            if ok {
+                perform(machine.handle(.fileOpened(.success(opened.offset))))
+            } else {
+                self.file = nil
+                store.pool.submit { [store] in store.abandon(opened, keep: false) }
+                perform(
+                    machine.handle(
+                        .fileOpened(
+                            .failure(.failed(.io, "read \(quoted(opened.display)): cannot read the held partial")))))
+            }
+            pump()
+        }
+    }
+
+    private func commitFile(expecting digest: [UInt8]) {
+        guard let file else { return }
+        hasher.finalize(file.digest) { [self] computed in
+            guard !ended, self.file === file else { return }
+            guard computed == digest else {
+                self.file = nil
+                let abandoned = file.opened
+                store.pool.submit { [store] in store.abandon(abandoned, keep: false) }
+                let what =
+                    file.opened.offset > 0
+                    ? " (held partial data or data in transit altered)" : " (data altered in transit)"
+                perform(machine.handle(.committed(.failed(.data, "SHA-256 mismatch\(what)"))))
+                pump()
+                return
+            }
+            let store = self.store
+            let (overwrite, fsync) = (options.overwrite, options.fsync)
+            let (request, opened) = (file.request, file.opened)
+            store.pool.submit(
+                {
+                    store.commit(
+                        opened, header: request.header, relative: request.relative, overwrite: overwrite,
+                        fsync: fsync)
+                }, completingOn: loop
+            ) { [self] rejection in
+                if self.file === file { self.file = nil }
+                perform(machine.handle(.committed(rejection)))
+                pump()
+            }
+        }
+    }
+
+    private func dropFile(keep: Bool) {
+        guard let file else { return }
+        self.file = nil
+        hasher.discardFilling()
+        let store = self.store
+        let abandoned = file.opened
+        store.pool.submit { store.abandon(abandoned, keep: keep) }
+    }
+
+    private func settleDirectories() {
+        let store = self.store
+        let directories = createdDirectories
+        createdDirectories.removeAll()
+        let box = UncheckedBox(directories)
+        store.pool.submit({ store.settleDirectories(box.value) }, completingOn: loop) { [self] warnings in
+            for warning in warnings { receiver?.emit(.warning(sessionID: id, warning)) }
+            perform(machine.handle(.directoriesSettled))
+        }
+    }
+
+    // MARK: Ending
+
+    private func end(_ how: SessionEnd) {
+        guard !ended else { return }
+        ended = true
+        idleTimer?.cancel()
+        idleTimer = nil
+        let error: SluiceError?
+        var graceful = true
+        switch how {
+        case .goodbye:
+            error = nil
+        case .violation(let reason):
+            error = SluiceError(.protocolViolation, operation: "receive", subject: peer, detail: reason)
+        case .peerError(let reason):
+            error = SluiceError(.refused, operation: "receive", subject: peer, detail: "sender: \(reason)")
+        case .closedEarly(let detail):
+            error = SluiceError(.truncatedData, operation: "receive", subject: peer, detail: detail)
+            graceful = false
+        case .timedOut:
+            error = SluiceError(.timedOut, operation: "receive", subject: peer, detail: "idle")
+            graceful = false
+        case .connectionFailed(let failure):
+            error = failure
+            graceful = false
+        case .cancelled:
+            error = SluiceError(.cancelled, operation: "receive", subject: peer)
+            graceful = false
+        }
+        if graceful && !connection.isClosed {
+            connection.closeAfterFlush()
+            if !connection.isClosed {
+                // A peer that does not read gets 5 seconds, then the connection is cut.
+                let timer = loop.schedule(after: .seconds(5)) { [connection] in connection.close() }
+                let previous = connection.onClose
+                connection.onClose = {
+                    timer.cancel()
+                    previous?()
+                }
+            }
+        } else {
+            connection.close()
+        }
+        let report = TransferSessionReport(
+            id: id, peer: peer, results: results, bytes: bytesStored,
+            seconds: Double(monotonicNanoseconds() - started) / 1e9, error: error)
+        receiver?.sessionEnded(self, report: report)
+    }
+}

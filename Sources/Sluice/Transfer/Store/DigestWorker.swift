@@ -1,0 +1,213 @@
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Hashes a session's bytes on the worker pool, so that its event loop moves bytes while
+/// another core computes their SHA-256, and never waits for it.
+///
+/// `update` copies bytes into the slot being filled; a full slot becomes a job. Jobs of one
+/// worker run one after another, in order, on `WorkerPool.shared`. Memory is `slotCount ×
+/// slotSize`: `room` says how many bytes `update` takes now, and a session with more to hash
+/// than that stops reading (its socket's window closes) until `onRoom` is called back on its
+/// loop. `finalize` and `hashPrefix` complete through the loop too.
+final class DigestWorker: @unchecked Sendable {
+    private let loop: EventLoop
+    private let pool: WorkerPool
+    private let slotSize: Int
+    private let slotCount: Int
+
+    /// A slot's memory, handed between the loop and the jobs under the lock.
+    private struct Slot: @unchecked Sendable {
+        let buffer: UnsafeMutableRawBufferPointer
+    }
+
+    /// Shared with the jobs.
+    private struct Shared {
+        var freeSlots: [Slot] = []
+        var allocated = 0
+        var chain: [@Sendable () -> Void] = []
+        var running = false
+        var wantsRoom = false
+        var closed = false
+    }
+    private let shared = Mutex(Shared())
+
+    /// Loop thread only: the slot being filled, how much it holds and for which digest.
+    private var filling: UnsafeMutableRawBufferPointer?
+    private var filled = 0
+    private var fillingDigest: SHA256Digest?
+
+    /// Called on the loop's thread when room came back after `room` was found short.
+    var onRoom: (() -> Void)?
+
+    init(loop: EventLoop, pool: WorkerPool = .shared, slotSize: Int = 1 << 20, slotCount: Int = 4) {
+        precondition(slotSize > 0 && slotCount > 0, "DigestWorker: slots must be non-empty")
+        self.loop = loop
+        self.pool = pool
+        self.slotSize = slotSize
+        self.slotCount = slotCount
+    }
+
+    deinit {
+        // Jobs still queued hold a reference to this worker, so none is left: every slot is
+        // free or being filled.
+        if let filling { filling.deallocate() }
+        shared.withLock { state in
+            for slot in state.freeSlots { slot.buffer.deallocate() }
+            state.freeSlots.removeAll()
+        }
+    }
+
+    /// Bytes `update` accepts now without waiting for a job to finish.
+    var room: Int {
+        let free = shared.withLock { state in (state.freeSlots.count + slotCount - state.allocated) * slotSize }
+        return free + (filling == nil ? 0 : slotSize - filled)
+    }
+
+    /// True when `update` takes `count` bytes now; when not, `onRoom` is called once a job
+    /// frees a slot (checked and asked for under one lock, so no wake-up is lost).
+    func hasRoom(for count: Int) -> Bool {
+        let inFilling = filling == nil ? 0 : slotSize - filled
+        return shared.withLock { state in
+            let room = (state.freeSlots.count + slotCount - state.allocated) * slotSize + inFilling
+            if room >= count { return true }
+            state.wantsRoom = true
+            return false
+        }
+    }
+
+    /// The most bytes `hasRoom` can ever grant at once.
+    var capacity: Int { slotSize * slotCount }
+
+    /// Queues `bytes` (copied) for `digest`. The caller has checked `room` (an internal
+    /// invariant: a session never hands more).
+    func update(_ digest: SHA256Digest, _ bytes: UnsafeRawBufferPointer) {
+        if fillingDigest !== digest { submitFilling() }
+        var rest = bytes
+        while !rest.isEmpty {
+            guard let slot = filling ?? takeSlot() else {
+                preconditionFailure("DigestWorker: update beyond room (an internal invariant)")
+            }
+            filling = slot
+            fillingDigest = digest
+            let n = min(slot.count - filled, rest.count)
+            (slot.baseAddress! + filled).copyMemory(from: rest.baseAddress!, byteCount: n)
+            filled += n
+            rest = UnsafeRawBufferPointer(rebasing: rest[n...])
+            if filled == slot.count { submitFilling() }
+        }
+    }
+
+    /// Reads `length` bytes of `fd` from offset 0 and adds them to `digest` (a resumed file's
+    /// prefix), on the worker, in order with the other jobs; `completion` on the loop says
+    /// whether they could all be read.
+    func hashPrefix(_ digest: SHA256Digest, of fd: Int32, length: UInt64, _ completion: @escaping (Bool) -> Void) {
+        submitFilling()
+        let size = slotSize
+        let box = UncheckedBox(completion)
+        enqueue { [loop] in
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 64)
+            defer { buffer.deallocate() }
+            var position: UInt64 = 0
+            var ok = true
+            while position < length {
+                let want = Int(min(UInt64(size), length - position))
+                var n = -1
+                repeat { n = pread(fd, buffer.baseAddress, want, off_t(position)) } while n < 0 && errno == EINTR
+                if n <= 0 {
+                    ok = false
+                    break
+                }
+                digest.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+                position += UInt64(n)
+            }
+            let succeeded = ok
+            loop.execute { box.value(succeeded) }
+        }
+    }
+
+    /// The digest of everything queued for it, on the loop once its jobs have run.
+    func finalize(_ digest: SHA256Digest, _ completion: @escaping ([UInt8]) -> Void) {
+        if fillingDigest === digest { submitFilling() }
+        let box = UncheckedBox(completion)
+        loop.retainSource()
+        enqueue { [loop] in
+            let value = digest.finalize()
+            loop.execute {
+                loop.releaseSource()
+                box.value(value)
+            }
+        }
+    }
+
+    /// Drops what is being filled (the file was abandoned).
+    func discardFilling() {
+        guard let slot = filling else { return }
+        filling = nil
+        fillingDigest = nil
+        filled = 0
+        let free = Slot(buffer: slot)
+        shared.withLock { $0.freeSlots.append(free) }
+    }
+
+    private func takeSlot() -> UnsafeMutableRawBufferPointer? {
+        let size = slotSize
+        let count = slotCount
+        let taken = shared.withLock { state -> Slot? in
+            if let slot = state.freeSlots.popLast() { return slot }
+            guard state.allocated < count else { return nil }
+            state.allocated += 1
+            return Slot(buffer: .allocate(byteCount: size, alignment: 64))
+        }
+        return taken?.buffer
+    }
+
+    private func submitFilling() {
+        guard let slot = filling, let digest = fillingDigest else { return }
+        let count = filled
+        filling = nil
+        fillingDigest = nil
+        filled = 0
+        let free = Slot(buffer: slot)
+        guard count > 0 else {
+            shared.withLock { $0.freeSlots.append(free) }
+            return
+        }
+        enqueue { [self] in
+            digest.update(UnsafeRawBufferPointer(rebasing: free.buffer[0..<count]))
+            let wake = shared.withLock { state -> Bool in
+                state.freeSlots.append(free)
+                defer { state.wantsRoom = false }
+                return state.wantsRoom
+            }
+            if wake { loop.execute { [self] in onRoom?() } }
+        }
+    }
+
+    /// Runs `job` after every job queued before it.
+    private func enqueue(_ job: @escaping @Sendable () -> Void) {
+        let start = shared.withLock { state -> Bool in
+            state.chain.append(job)
+            if state.running { return false }
+            state.running = true
+            return true
+        }
+        if start { pool.submit { [self] in drain() } }
+    }
+
+    private func drain() {
+        while true {
+            let next = shared.withLock { state -> (@Sendable () -> Void)? in
+                if state.chain.isEmpty {
+                    state.running = false
+                    return nil
+                }
+                return state.chain.removeFirst()
+            }
+            guard let next else { return }
+            next()
+        }
+    }
+}

@@ -1,0 +1,126 @@
+import CSluiceLinux
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A temporary file opened for an incoming file: descriptors and names, all relative to its
+/// parent directory's descriptor.
+struct OpenedFile: Sendable {
+    var parent: Int32
+    var name: String
+    var temporary: String
+    var fd: Int32
+    /// Bytes held from an interrupted transfer of the same file.
+    var offset: UInt64
+    var resumable: Bool
+    /// The final path, for messages.
+    var display: String
+}
+
+/// The receiving side's file-system work, run on a worker pool so that a slow disk holds up
+/// only the session waiting for it: creating directories, opening temporary files (with the
+/// resume check), settling and renaming finished files, removing abandoned ones. Each call
+/// runs on a worker and completes on the session's loop.
+final class ReceiverStore: @unchecked Sendable {
+    let destination: Destination
+    let pool: WorkerPool
+    /// Called on the worker before a file is flushed, with its relative path: lets a test
+    /// play a slow disk.
+    var beforeFsync: (@Sendable (String) -> Void)?
+
+    /// Worker threads for disk work: enough that one stalled flush leaves others to go on.
+    static let diskThreads = 4
+
+    init(destination: Destination, pool: WorkerPool = WorkerPool(threads: ReceiverStore.diskThreads)) {
+        self.destination = destination
+        self.pool = pool
+    }
+
+    /// Creates a DIR entry's directory; returns the rejection, or the relative paths created.
+    func makeDirectory(_ request: EntryRequest) -> Result<[String], EntryRejection> {
+        destination.makeDirectory(request.components, relative: request.relative)
+    }
+
+    /// Opens (creating it) the temporary file for `request`, after checking what is at its
+    /// final name. The offset is what a resumable partial holds.
+    func openFile(_ request: EntryRequest, overwrite: Bool, resume: Bool) -> Result<OpenedFile, EntryRejection> {
+        let parent: Int32
+        switch destination.openParent(of: request.components, relative: request.relative) {
+        case .failure(let rejection): return .failure(rejection)
+        case .success(let (fd, _)): parent = fd
+        }
+        guard let name = request.components.last else {
+            closeDescriptor(parent)
+            return .failure(.refused(.invalidPath, "invalid path: empty path"))
+        }
+        if let kind = Destination.existing(parent, name), kind == S_IFDIR || !overwrite {
+            closeDescriptor(parent)
+            return .failure(.refused(.exists, kind == S_IFDIR ? "exists (a directory)" : "exists"))
+        }
+        let temporary = Destination.temporaryName(for: name)
+        let opened = Destination.openTemporary(
+            parent, temporary, header: request.header, resume: resume,
+            display: destination.display(temporary))
+        switch opened {
+        case .failure(let rejection):
+            closeDescriptor(parent)
+            return .failure(rejection)
+        case .success(let (fd, offset, resumable)):
+            return .success(
+                OpenedFile(
+                    parent: parent, name: name, temporary: temporary, fd: fd, offset: offset, resumable: resumable,
+                    display: destination.display(request.relative)))
+        }
+    }
+
+    /// Gives the finished file its mode and mtime, flushes it when `fsync`, and moves it to its
+    /// final name (never over an existing file unless `overwrite`). Closes its descriptors.
+    func commit(_ file: OpenedFile, header: EntryHeader, relative: String, overwrite: Bool, fsync: Bool)
+        -> EntryRejection?
+    {
+        defer {
+            closeDescriptor(file.fd)
+            closeDescriptor(file.parent)
+        }
+        let fd = file.fd
+        let mtime = timespec(tv_sec: Int(header.mtimeSeconds), tv_nsec: Int(header.mtimeNanoseconds))
+        let times = [timespec(tv_sec: 0, tv_nsec: utimeNow), mtime]
+        fremovexattr(fd, Destination.resumeAttribute)
+        let settled = Result { () throws(SluiceError) in
+            try syscallValue("fchmod", file.display) { fchmod(fd, mode_t(header.mode & 0o777)) }
+            try syscallValue("futimens", file.display) { futimens(fd, times) }
+            if fsync {
+                beforeFsync?(relative)
+                try syscallValue("fsync", file.display) { Glibc.fsync(fd) }
+            }
+        }
+        if case .failure(let error) = settled {
+            unlinkat(file.parent, file.temporary, 0)
+            return .failed(.io, error.description)
+        }
+        let committed = Destination.commit(
+            file.parent, file.temporary, file.name, overwrite: overwrite, display: file.display)
+        switch committed {
+        case .success:
+            if fsync { _ = Glibc.fsync(file.parent) }
+            return nil
+        case .failure(let rejection):
+            return rejection
+        }
+    }
+
+    /// Closes an unfinished file, keeping its data for a resume when `keep` and it may be.
+    func abandon(_ file: OpenedFile, keep: Bool) {
+        if !(keep && file.resumable) { unlinkat(file.parent, file.temporary, 0) }
+        closeDescriptor(file.fd)
+        closeDescriptor(file.parent)
+    }
+
+    /// Sets mode and mtime of directories created by a session, deepest first; returns warnings.
+    func settleDirectories(_ directories: [(path: String, mode: UInt32, mtime: timespec)]) -> [String] {
+        directories.reversed().compactMap {
+            destination.applyDirectoryAttributes($0.path, mode: $0.mode, mtime: $0.mtime)
+        }
+    }
+}
