@@ -145,21 +145,37 @@ final class ReceiveSession: Interruptible {
         output.close()
     }
 
+    /// Refusals and failures logged per session before the rest are only counted: one peer
+    /// cannot flood the log.
+    static let problemLinesPerSession = 5
+    /// Per session: problem lines shown, and those left out.
+    private var problems: [Int: (shown: Int, omitted: Int)] = [:]
+
     private func event(_ event: TransferReceiverEvent) {
         guard !options.quiet else { return }
         switch event {
         case .sessionStarted:
             break
-        case .entry(_, let result):
+        case .entry(let session, let result):
             let path = TransferText.printable(result.path)
+            let line: String
             switch result.outcome {
             case .stored:
                 if !result.isDirectory { Terminal.report("stored \(path) (\(TransferText.size(result)))") }
+                return
             case .refused(let reason):
-                Terminal.report("refused \(path): \(TransferText.printable(reason))")
+                line = "refused \(path): \(TransferText.printable(reason))"
             case .failed(let reason, _):
-                Terminal.report("failed \(path): \(TransferText.printable(reason))")
+                line = "failed \(path): \(TransferText.printable(reason))"
             }
+            var count = problems[session] ?? (0, 0)
+            if count.shown < Self.problemLinesPerSession {
+                count.shown += 1
+                Terminal.report(line)
+            } else {
+                count.omitted += 1
+            }
+            problems[session] = count
         case .warning(_, let text):
             Terminal.report("warning: \(TransferText.printable(text))")
         }
@@ -167,6 +183,10 @@ final class ReceiveSession: Interruptible {
 
     private func sessionEnded(_ report: TransferSessionReport) {
         stats.add(report)
+        if let count = problems.removeValue(forKey: report.id), count.omitted > 0, !options.quiet {
+            let peer = TransferText.printable(report.peer)
+            Terminal.report("… and \(count.omitted) more refused or failed from \(peer)")
+        }
         guard signal == nil else { return }
         if let error = report.error {
             Terminal.report(TransferText.printable(error.description))

@@ -217,6 +217,7 @@ struct ReceiveOptions: Sendable {
     var resume = true
     var fsync = true
     var idleSeconds = defaultIdleSeconds
+    var maxSessions = TransferReceiveOptions().maxSessions
     var stats: StatsFormat?
     var quiet = false
 
@@ -231,6 +232,11 @@ struct ReceiveOptions: Sendable {
         OptionSpec("once", help: "serve one sender, then exit with its status"),
         OptionSpec("overwrite", help: "replace existing files"),
         OptionSpec("max-size", value: .required("SIZE"), help: "refuse files larger than SIZE, like 100M, 4G"),
+        OptionSpec(
+            "max-sessions", value: .required("N"),
+            help:
+                "serve at most N senders at once; one more is told\n'busy' and disconnected (default \(TransferReceiveOptions().maxSessions))"
+        ),
         OptionSpec("no-resume", help: "never continue interrupted files: start over"),
         OptionSpec("no-fsync", help: "do not flush each file to disk before\nanswering"),
         OptionSpec(
@@ -260,6 +266,13 @@ struct ReceiveOptions: Sendable {
             }
             maxSize = UInt64(size)
         }
+        if let option = parsed.last("max-sessions") {
+            let text = option.value ?? ""
+            guard let n = Int(text), (1...100_000).contains(n) else {
+                throw UsageError("\(option.spelling) '\(text)': must be a number of sessions from 1 to 100000")
+            }
+            maxSessions = n
+        }
         resume = !parsed.has("no-resume")
         fsync = !parsed.has("no-fsync")
         if let seconds = try CommonOptions.timeoutSeconds(parsed) { idleSeconds = seconds }
@@ -270,6 +283,6 @@ struct ReceiveOptions: Sendable {
     var libraryOptions: TransferReceiveOptions {
         TransferReceiveOptions(
             overwrite: overwrite, maxSize: maxSize, resume: resume, fsync: fsync,
-            idleTimeout: .nanoseconds(Int64(idleSeconds * 1e9)))
+            idleTimeout: .nanoseconds(Int64(idleSeconds * 1e9)), maxSessions: maxSessions)
     }
 }

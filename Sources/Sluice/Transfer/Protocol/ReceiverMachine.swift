@@ -187,6 +187,7 @@ struct ReceiverMachine: Sendable {
 
     /// One decoded item from the sender.
     mutating func received(_ item: FrameDecoder.Item) -> [ReceiverAction] {
+        if case .ended = state { return [] }
         switch item {
         case .magic:
             guard case .awaitingMagic = state else { return violation("a second magic") }

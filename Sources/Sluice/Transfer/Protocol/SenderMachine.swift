@@ -161,6 +161,7 @@ struct SenderMachine: Sendable {
     // MARK: Messages
 
     mutating func received(_ item: FrameDecoder.Item) -> [SenderAction] {
+        if case .ended = state { return [] }
         switch item {
         case .magic:
             guard case .awaitingMagic = state else { return violation("a second magic") }

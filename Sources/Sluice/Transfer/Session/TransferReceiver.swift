@@ -134,6 +134,11 @@ final class ActiveFile {
     var written: UInt64 = 0
     /// Where the last `sync_file_range` writeback request ended.
     var writebackStarted: UInt64 = 0
+    /// A worker holds the file's descriptors (reading back its prefix, or committing it): it
+    /// must not be closed under that work.
+    var busy = false
+    /// Dropped while busy: abandon it (keeping the partial when true) once the work is done.
+    var abandonWhenIdle: Bool?
 
     init(opened: OpenedFile, request: EntryRequest, inflate: Inflate?) {
         self.opened = opened
@@ -234,7 +239,9 @@ final class ReceiverSession: WireConnectionOwner {
         let wait = idle >= limit ? 0 : limit - idle
         idleTimer = loop.schedule(after: .nanoseconds(Int64(clamping: wait))) { [weak self] in
             guard let self, !self.ended else { return }
-            if monotonicNanoseconds() - self.connection.lastActivity >= limit {
+            // Waiting for its own disk or hasher is not the peer's silence.
+            let waitingHere = !self.machine.acceptsMessages || self.dataBlocked || self.finishBlocked
+            if !waitingHere && monotonicNanoseconds() - self.connection.lastActivity >= limit {
                 self.perform(self.machine.handle(.timedOut))
             } else {
                 self.scheduleIdleCheck()
@@ -518,7 +525,14 @@ final class ReceiverSession: WireConnectionOwner {
             perform(machine.handle(.fileOpened(.success(0))))
             return
         }
+        file.busy = true
         hasher.hashPrefix(file.digest, of: opened.fd, length: opened.offset) { [self] ok in
+            file.busy = false
+            if let keep = file.abandonWhenIdle {
+                let abandoned = file.opened
+                store.pool.submit { [store] in store.abandon(abandoned, keep: keep) }
+                return
+            }
             guard !ended, self.file === file else { return }
             if ok {
                 perform(machine.handle(.fileOpened(.success(opened.offset))))
@@ -552,6 +566,9 @@ final class ReceiverSession: WireConnectionOwner {
             let store = self.store
             let (overwrite, fsync) = (options.overwrite, options.fsync)
             let (request, opened) = (file.request, file.opened)
+            // The commit closes the descriptors, whatever becomes of the session meanwhile.
+            file.busy = true
+            file.abandonWhenIdle = nil
             store.pool.submit(
                 {
                     store.commit(
@@ -570,6 +587,12 @@ final class ReceiverSession: WireConnectionOwner {
         guard let file else { return }
         self.file = nil
         hasher.discardFilling()
+        guard !file.busy else {
+            // A worker has the descriptors: it abandons the file when done (a commit in
+            // progress finishes and closes them itself).
+            file.abandonWhenIdle = keep
+            return
+        }
         let store = self.store
         let abandoned = file.opened
         store.pool.submit { store.abandon(abandoned, keep: keep) }

@@ -1,0 +1,178 @@
+import Foundation
+import Synchronization
+import Testing
+
+@testable import Sluice
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A raw TCP client on a non-blocking descriptor that writes `chunk` again and again, on the
+/// loop's timers, and never reads: how far it gets shows whether the receiver stops reading.
+final class NeverReadingClient {
+    let fd: Int32
+    private(set) var written = 0
+    private(set) var blockedSince: ContinuousClock.Instant?
+    private var timer: LoopTimer?
+
+    init(port: UInt16, first: [UInt8], chunk: [UInt8], loop: EventLoop) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let rc = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        try #require(rc == 0)
+        _ = fcntl(fd, F_SETFL, O_NONBLOCK)
+        var pending = first
+        timer = loop.schedule(after: .milliseconds(1), repeating: .milliseconds(1)) { [unowned self] in
+            while true {
+                if pending.isEmpty { pending = chunk }
+                let n = pending.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                if n > 0 {
+                    written += n
+                    pending.removeFirst(n)
+                    blockedSince = nil
+                } else {
+                    if blockedSince == nil { blockedSince = .now }
+                    return
+                }
+            }
+        }
+    }
+
+    func stop() {
+        timer?.cancel()
+        close(fd)
+    }
+}
+
+@Suite("Transfer under load: peers that never read, many sessions, a slow disk")
+struct TransferLoadTests {
+    @Test("A peer that floods refused headers and never reads is held by TCP; another sender goes on")
+    func neverReadingPeer() throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            let harness = try TransferHarness(directory: dst)
+            let flood = (0..<1000).flatMap { _ in RawWire.file(bytes: Array("../x".utf8), size: 5) }
+            let client = try NeverReadingClient(
+                port: harness.port, first: RawWire.hello(), chunk: flood, loop: harness.loop)
+            defer { client.stop() }
+            // The flood is blocked for good: the receiver stopped reading once its answers could
+            // not be queued, so the kernel's buffers filled.
+            #expect(
+                runLoop(harness.loop, for: .seconds(30)) {
+                    client.blockedSince.map { $0.duration(to: .now) > .milliseconds(300) } ?? false
+                })
+            #expect(client.written < 64 << 20, "wrote \(client.written) bytes: the receiver kept reading")
+            let source = root + "/good"
+            try writeFile(source, randomBytes(3 << 20))
+            let summary = try harness.send(paths: [source])
+            #expect(summary.succeeded, "\(summary.results)")
+            #expect(readFile(dst + "/good") == readFile(source))
+            #expect(harness.receiver.activeSessions == 1, "the flooding session is still held, not crashed")
+            #expect(treePaths(dst) == ["good"])
+        }
+    }
+
+    @Test("256 senders at once on one loop: every file stored")
+    func manySessions() throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            let src = root + "/src"
+            for path in [dst, src] {
+                try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            }
+            let harness = try TransferHarness(
+                directory: dst,
+                options: TransferReceiveOptions(fsync: false, idleTimeout: .seconds(60), maxSessions: 256))
+            var boxes: [SummaryBox] = []
+            var senders: [TransferSender] = []
+            for i in 0..<256 {
+                let path = src + "/f\(i)"
+                try writeFile(path, randomBytes(1000 + i * 37, seed: UInt64(i)))
+                let (sender, box) = try harness.startSender([.path(path)])
+                senders.append(sender)
+                boxes.append(box)
+            }
+            #expect(runLoop(harness.loop, for: .seconds(120)) { boxes.allSatisfy { $0.summary != nil } })
+            #expect(boxes.allSatisfy { $0.summary?.succeeded == true })
+            for i in 0..<256 { #expect(readFile(dst + "/f\(i)") == readFile(src + "/f\(i)")) }
+            _ = senders
+        }
+    }
+
+    @Test("A slow disk holds up only its own session: another completes, an idle one is timed out")
+    func slowDisk() throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            let src = root + "/src"
+            for path in [dst, src] {
+                try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            }
+            let harness = try TransferHarness(
+                directory: dst, options: TransferReceiveOptions(fsync: true, idleTimeout: .milliseconds(500)))
+            let release = DispatchSemaphore(value: 0)
+            let stalled = Atomic<Bool>(false)
+            harness.receiver.store.beforeFsync = { relative in
+                guard relative == "slow" else { return }
+                stalled.store(true, ordering: .sequentiallyConsistent)
+                // The slow disk: this flush takes until the test has seen what it wants (10 s at
+                // most), so the test does not depend on how fast a loaded machine is.
+                _ = release.wait(timeout: .now() + .seconds(10))
+            }
+            try writeFile(src + "/slow", randomBytes(100_000))
+            try writeFile(src + "/fast", randomBytes(200_000, seed: 7))
+            let (slowSender, slow) = try harness.startSender([.path(src + "/slow")])
+            #expect(runLoop(harness.loop, for: .seconds(20)) { stalled.load(ordering: .sequentiallyConsistent) })
+            // While the slow session's flush is stuck: a silent connection is dropped by its idle
+            // timer, and another sender's file is stored.
+            let idle = try NeverReadingClient(port: harness.port, first: [], chunk: [], loop: harness.loop)
+            defer { idle.stop() }
+            let (fastSender, fast) = try harness.startSender([.path(src + "/fast")])
+            #expect(
+                runLoop(harness.loop, for: .seconds(20)) {
+                    fast.summary != nil && harness.reports.contains { $0.error?.code == .timedOut }
+                })
+            #expect(fast.summary?.succeeded == true)
+            #expect(slow.summary == nil, "the slow session is still waiting for its disk")
+            release.signal()
+            #expect(runLoop(harness.loop, for: .seconds(20)) { slow.summary != nil })
+            #expect(slow.summary?.succeeded == true)
+            #expect(readFile(dst + "/slow") == readFile(src + "/slow"))
+            _ = (slowSender, fastSender)
+        }
+    }
+
+    @Test("Beyond --max-sessions a sender is told busy; it is served once a session ends")
+    func maxSessions() throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            let harness = try TransferHarness(
+                directory: dst, options: TransferReceiveOptions(idleTimeout: .seconds(20), maxSessions: 1))
+            let source = root + "/f"
+            try writeFile(source, randomBytes(10_000))
+            let holder = try NeverReadingClient(
+                port: harness.port, first: RawWire.hello(), chunk: [], loop: harness.loop)
+            #expect(runLoop(harness.loop, for: .seconds(10)) { harness.receiver.activeSessions == 1 })
+            let (busySender, busy) = try harness.startSender([.path(source)])
+            defer { _ = busySender }
+            #expect(runLoop(harness.loop, for: .seconds(10)) { busy.summary != nil })
+            let error = try #require(busy.summary?.error)
+            #expect(error.code == .refused && error.description.contains("busy"), "\(error)")
+            #expect(harness.receiver.connectionsRefused == 1)
+            #expect(treePaths(dst).isEmpty)
+            holder.stop()
+            #expect(runLoop(harness.loop, for: .seconds(10)) { harness.receiver.activeSessions == 0 })
+            let summary = try harness.send(paths: [source])
+            #expect(summary.succeeded)
+        }
+    }
+}

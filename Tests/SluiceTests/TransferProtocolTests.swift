@@ -1,0 +1,518 @@
+import Testing
+
+@testable import Sluice
+
+/// A deterministic generator for the property tests (SplitMix64).
+struct SeededRandom: RandomNumberGenerator {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+/// What a decoder made of some bytes: control frames, DATA payloads joined per frame, or
+/// the violation that stopped it.
+enum Decoded: Equatable {
+    case magic
+    case frame(Frame)
+    case data([UInt8])
+    case violation(String)
+}
+
+/// Decodes `bytes` handed over in pieces cut at `cuts`, as a session does: each piece appended
+/// to what is left of the previous ones.
+func decode(_ bytes: [UInt8], cuts: [Int], direction: FrameDirection = .toReceiver) -> [Decoded] {
+    var decoder = FrameDecoder(direction: direction)
+    var out: [Decoded] = []
+    var pending: [UInt8] = []
+    var dataFrame: [UInt8] = []
+    var start = 0
+    for end in cuts + [bytes.count] where end >= start {
+        pending += bytes[start..<end]
+        start = end
+        var stop = false
+        while !stop {
+            let step = pending.withUnsafeBytes { decoder.next($0) }
+            switch step {
+            case .needMore:
+                stop = true
+            case .violation(let reason):
+                out.append(.violation(reason))
+                return out
+            case .item(let item, let consumed):
+                switch item {
+                case .magic: out.append(.magic)
+                case .frame(let frame): out.append(.frame(frame))
+                case .data(let piece, let ends):
+                    dataFrame += piece
+                    if ends {
+                        out.append(.data(dataFrame))
+                        dataFrame = []
+                    }
+                }
+                pending.removeFirst(consumed)
+            }
+        }
+    }
+    return out
+}
+
+func dataFrame(_ payload: [UInt8]) -> [UInt8] {
+    var out: [UInt8] = [Wire.MessageType.data.rawValue]
+    withUnsafeBytes(of: UInt32(payload.count).bigEndian) { out += $0 }
+    return out + payload
+}
+
+func fileHeader(_ path: String, size: UInt64, flags: UInt8 = Wire.FileFlags.sizeKnown) -> EntryHeader {
+    EntryHeader(
+        flags: flags, size: size, mode: 0o644, mtimeSeconds: 1_700_000_000, mtimeNanoseconds: 5, path: Array(path.utf8))
+}
+
+func dirHeader(_ path: String) -> EntryHeader {
+    EntryHeader(mode: 0o755, mtimeSeconds: 1_700_000_000, mtimeNanoseconds: 0, path: Array(path.utf8))
+}
+
+/// A sample session from a sender: every message type it may send.
+let sampleSession: (bytes: [UInt8], items: [Decoded]) = {
+    let hello = Frame.hello(version: 1, capabilities: ["sha256", "deflate", "resume"])
+    let payload = randomBytes(3000)
+    let frames: [Decoded] = [
+        .magic, .frame(hello), .frame(.directory(dirHeader("d"))), .frame(.file(fileHeader("d/a", size: 3001))),
+        .data(payload), .data([7]), .frame(.end(size: 3001, digest: Array(repeating: 9, count: 32))),
+        .frame(.file(fileHeader("b", size: 0, flags: 0))), .frame(.abort(reason: "gone")), .frame(.bye),
+        .frame(.error(reason: "bye now")),
+    ]
+    var bytes: [UInt8] = []
+    for item in frames {
+        switch item {
+        case .magic: bytes += Wire.magic
+        case .frame(let frame): bytes += frame.encoded
+        case .data(let payload): bytes += dataFrame(payload)
+        case .violation: break
+        }
+    }
+    return (bytes, frames)
+}()
+
+@Suite("Transfer protocol: the frame decoder")
+struct FrameDecoderTests {
+    @Test("A session split at every byte boundary decodes to the same messages")
+    func everySplit() {
+        let (bytes, expected) = sampleSession
+        #expect(decode(bytes, cuts: []) == expected)
+        for cut in 0...bytes.count {
+            #expect(decode(bytes, cuts: [cut]) == expected, "cut at \(cut)")
+        }
+        #expect(decode(bytes, cuts: Array(0...bytes.count)) == expected, "byte at a time")
+    }
+
+    @Test("Every message type round-trips through encode and decode, in its direction only")
+    func roundTrips() {
+        let toReceiver: [Frame] = [
+            .hello(version: 1, capabilities: ["sha256"]), .file(fileHeader("x/y", size: 10)),
+            .directory(dirHeader("x")), .end(size: 1, digest: Array(repeating: 1, count: 32)),
+            .abort(reason: "r"), .bye, .error(reason: "e"),
+        ]
+        let toSender: [Frame] = [
+            .hello(version: 1, capabilities: ["sha256", "resume"]), .accept(offset: 77), .stored,
+            .refused(code: .exists, reason: "exists"), .failed(code: .data, reason: "SHA-256 mismatch"), .bye,
+            .error(reason: "e"),
+        ]
+        for frame in toReceiver {
+            #expect(decode(Wire.magic + frame.encoded, cuts: []) == [.magic, .frame(frame)])
+        }
+        for frame in toSender {
+            #expect(decode(Wire.magic + frame.encoded, cuts: [], direction: .toSender) == [.magic, .frame(frame)])
+        }
+        for frame in [Frame.accept(offset: 1), .stored, .refused(code: .busy, reason: "b")] {
+            let decoded = decode(Wire.magic + frame.encoded, cuts: [])
+            #expect(decoded.count == 2)
+            #expect(decoded.last.map { if case .violation = $0 { true } else { false } } == true, "\(frame)")
+        }
+        let data = decode(Wire.magic + dataFrame([1, 2]), cuts: [], direction: .toSender)
+        #expect(data.last.map { if case .violation = $0 { true } else { false } } == true)
+    }
+
+    @Test("Lengths are checked before anything is held: an oversized header is refused at once")
+    func limits() {
+        // A FILE claiming 4 GiB: refused from its 5 header bytes, nothing waits for the rest.
+        let huge: [UInt8] = Wire.magic + [Wire.MessageType.file.rawValue, 0xFF, 0xFF, 0xFF, 0xFF]
+        #expect(decode(huge, cuts: []).last == .violation("FILE message of 4294967295 bytes exceeds its limit of 8192"))
+        let bigData: [UInt8] = Wire.magic + [Wire.MessageType.data.rawValue, 0x00, 0x40, 0x00, 0x01]
+        #expect(decode(bigData, cuts: []).last.map { if case .violation = $0 { true } else { false } } == true)
+        #expect(decode(Wire.magic + [0x42, 0, 0, 0, 0], cuts: []).last == .violation("unknown message type 0x42"))
+        #expect(decode(Wire.magic + dataFrame([]), cuts: []).last == .violation("empty DATA message"))
+        #expect(decode(Array("HTTP/1.1 200 OK\r\n".utf8), cuts: []) == [.violation("wrong magic: not a sluice sender")])
+        // Malformed payloads: a FILE whose path length runs past its payload.
+        var file = Frame.file(fileHeader("abc", size: 1)).encoded
+        file[file.count - 4] = 0xFF
+        #expect(decode(Wire.magic + file, cuts: []).last == .violation("malformed FILE message"))
+    }
+
+    @Test("Random bytes never crash the decoder and it never reports more than it was shown")
+    func randomBytesDecode() {
+        var random = SeededRandom(state: 42)
+        for _ in 0..<2000 {
+            let count = Int.random(in: 0..<200, using: &random)
+            var bytes = Wire.magic + (0..<count).map { _ in UInt8.random(in: 0...255, using: &random) }
+            if count > 0, Bool.random(using: &random) { bytes[8] = UInt8.random(in: 0x10...0x15, using: &random) }
+            let cuts = (0..<3).map { _ in Int.random(in: 0...bytes.count, using: &random) }.sorted()
+            _ = decode(bytes, cuts: cuts)
+        }
+    }
+}
+
+/// Drives a `ReceiverMachine` as its session does, with a store that lives in memory: it
+/// records every path the machine asks to create, and answers each action at once.
+struct MachineDriver {
+    var machine = ReceiverMachine(settings: .init(overwrite: false, maxSize: 1 << 20, resume: true))
+    var random = SeededRandom(state: 1)
+    /// Paths the store was asked to create, as components.
+    var created: [[String]] = []
+    var answersSent = 0
+    var reports = 0
+    var ended: SessionEnd?
+    /// Makes the store's outcomes random (failures included) rather than always successful.
+    var chaotic = false
+
+    mutating func feed(_ item: Decoded) {
+        switch item {
+        case .magic: run(machine.received(.magic))
+        case .frame(let frame): run(machine.received(.frame(frame)))
+        case .data(let bytes):
+            bytes.withUnsafeBytes { piece in
+                let actions = machine.received(.data(piece, endsFrame: true))
+                if actions == [.deliverData] {
+                    let (write, more) = machine.decoded(piece.count)
+                    _ = write
+                    run(more)
+                } else {
+                    run(actions)
+                }
+            }
+        case .violation(let reason): run(machine.violated(reason))
+        }
+    }
+
+    mutating func run(_ actions: [ReceiverAction]) {
+        var queue = actions
+        while !queue.isEmpty {
+            let action = queue.removeFirst()
+            switch action {
+            case .send(let frame):
+                switch frame {
+                case .stored, .refused, .failed: answersSent += 1
+                case .hello, .file, .directory, .end, .abort, .bye, .accept, .error: break
+                }
+            case .makeDirectory(let request):
+                check(request)
+                queue += machine.handle(.directoryMade(chaotic && coin() ? .failed(.io, "disk") : nil))
+            case .openFile(let request):
+                check(request)
+                let header = request.header
+                let offset: UInt64 = chaotic && header.sizeKnown && coin() ? header.size / 2 : 0
+                queue += machine.handle(
+                    .fileOpened(chaotic && coin() ? .failure(.refused(.exists, "exists")) : .success(offset)))
+            case .deliverData:
+                break
+            case .finishData:
+                queue += machine.handle(chaotic && coin() ? .dataFailed(.failed(.data, "corrupt")) : .dataFinished)
+            case .commitFile:
+                queue += machine.handle(.committed(chaotic && coin() ? .failed(.data, "SHA-256 mismatch") : nil))
+            case .dropFile:
+                break
+            case .report:
+                reports += 1
+            case .settleDirectories:
+                queue += machine.handle(.directoriesSettled)
+            case .end(let how):
+                #expect(ended == nil, "the session ended twice")
+                ended = how
+            }
+        }
+    }
+
+    mutating func coin() -> Bool { Bool.random(using: &random) }
+
+    /// Nothing the store is asked for may lead outside its directory.
+    mutating func check(_ request: EntryRequest) {
+        created.append(request.components)
+        #expect(!request.components.isEmpty)
+        for part in request.components {
+            #expect(!part.isEmpty && part != "." && part != ".." && !part.contains("/") && !part.contains("\0"))
+        }
+    }
+}
+
+@Suite("Transfer protocol: the receiver machine")
+struct ReceiverMachineTests {
+    /// Scripts that bring a fresh machine into each of its states.
+    static let states: [(String, [Decoded], [ReceiverOutcome])] = [
+        ("awaitingMagic", [], []),
+        ("awaitingHello", [.magic], []),
+        ("idle", [.magic, .frame(.hello(version: 1, capabilities: ["sha256"]))], []),
+        (
+            "receiving",
+            [.magic, .frame(.hello(version: 1, capabilities: ["sha256"])), .frame(.file(fileHeader("f", size: 4)))], []
+        ),
+        (
+            "discarding",
+            [
+                .magic, .frame(.hello(version: 1, capabilities: ["sha256"])), .frame(.file(fileHeader("f", size: 1))),
+                .data([1, 2]),
+            ], []
+        ),
+        ("ended", [.magic, .frame(.error(reason: "x"))], []),
+    ]
+
+    static let messages: [Decoded] = [
+        .magic, .data([1]), .frame(.hello(version: 1, capabilities: ["sha256"])),
+        .frame(.file(fileHeader("g", size: 1))),
+        .frame(.directory(dirHeader("d"))), .frame(.end(size: 0, digest: Array(repeating: 0, count: 32))),
+        .frame(.abort(reason: "a")), .frame(.bye), .frame(.error(reason: "e")), .frame(.accept(offset: 0)),
+        .frame(.stored),
+        .frame(.refused(code: .exists, reason: "r")), .frame(.failed(code: .io, reason: "f")),
+    ]
+
+    @Test("Every message in every state: a transition or a violation that ends the session, never a crash")
+    func everyMessageInEveryState() {
+        for (name, script, _) in Self.states {
+            for message in Self.messages {
+                var driver = MachineDriver()
+                for item in script { driver.feed(item) }
+                let before = driver.machine.state
+                #expect(driver.machine.acceptsMessages || driver.machine.hasEnded, "\(name)")
+                driver.feed(message)
+                #expect(driver.answersSent == driver.reports, "\(name) + \(message): an answer without a report")
+                #expect(driver.machine.entriesAnswered <= driver.machine.entriesAnnounced)
+                if case .ended = before {
+                    #expect(driver.machine.state == before, "an ended session stays ended")
+                }
+                if case .ended(.violation) = driver.machine.state {
+                    #expect(driver.ended != nil)
+                }
+            }
+        }
+    }
+
+    @Test("The legal path: a directory, a file in pieces, goodbye — each entry answered once")
+    func legalSession() {
+        var driver = MachineDriver()
+        let items: [Decoded] = [
+            .magic, .frame(.hello(version: 1, capabilities: ["sha256", "resume"])), .frame(.directory(dirHeader("d"))),
+            .frame(.file(fileHeader("d/f", size: 3))), .data([1]), .data([2, 3]),
+            .frame(.end(size: 3, digest: Array(repeating: 0, count: 32))), .frame(.bye),
+        ]
+        for item in items { driver.feed(item) }
+        #expect(driver.ended == .goodbye)
+        #expect(driver.machine.entriesAnnounced == 2 && driver.machine.entriesAnswered == 2)
+        #expect(driver.created == [["d"], ["d", "f"]])
+    }
+
+    @Test("Sizes are enforced as bytes arrive: past the announced size or the limit, the file fails at once")
+    func sizesEnforced() {
+        var fresh = MachineDriver()
+        for item: Decoded in [
+            .magic, .frame(.hello(version: 1, capabilities: ["sha256"])), .frame(.file(fileHeader("f", size: 2))),
+        ] {
+            fresh.feed(item)
+        }
+        let (write, actions) = fresh.machine.decoded(3)
+        #expect(!write)
+        #expect(actions.contains(.send(.failed(code: .data, reason: "more data than announced (2 bytes)"))))
+        #expect(fresh.machine.state == .discarding)
+        // An unknown size is held to the receiver's limit.
+        var unknown = MachineDriver()
+        for item: Decoded in [
+            .magic, .frame(.hello(version: 1, capabilities: ["sha256"])),
+            .frame(.file(fileHeader("s", size: 0, flags: 0))),
+        ] {
+            unknown.feed(item)
+        }
+        #expect(unknown.machine.decoded(1 << 20).write)
+        let (over, refusal) = unknown.machine.decoded(1)
+        #expect(!over)
+        #expect(refusal.contains(.send(.refused(code: .tooLarge, reason: "too large: more than 1048576 bytes"))))
+    }
+
+    @Test("A seeded random session of 100,000 frames: no crash, nothing outside, every entry answered once")
+    func randomSessions() {
+        var random = SeededRandom(state: 0x5EED)
+        let paths = [
+            "a", "d/b", "d/e/f", "..", "../x", "a/../b", "/etc/passwd", "", "a//b", "./a", "a/.",
+            String(repeating: "n", count: 300),
+            "\u{0}x", "ok/é", "d",
+        ]
+        var frames = 0
+        var sessions = 0
+        while frames < 100_000 {
+            sessions += 1
+            var driver = MachineDriver()
+            driver.chaotic = true
+            driver.random = SeededRandom(state: UInt64(sessions))
+            var items: [Decoded] = [.magic, .frame(.hello(version: 1, capabilities: ["sha256", "resume"]))]
+            for _ in 0..<Int.random(in: 1...60, using: &random) {
+                let path = Array(paths[Int.random(in: 0..<paths.count, using: &random)].utf8)
+                switch Int.random(in: 0..<12, using: &random) {
+                case 0:
+                    items.append(
+                        .frame(.directory(EntryHeader(mode: 0o755, mtimeSeconds: 0, mtimeNanoseconds: 0, path: path))))
+                case 1...4:
+                    let size = UInt64.random(in: 0...40, using: &random)
+                    items.append(
+                        .frame(
+                            .file(
+                                EntryHeader(
+                                    flags: Wire.FileFlags.sizeKnown | Wire.FileFlags.resumable, size: size, mode: 0o644,
+                                    mtimeSeconds: 0, mtimeNanoseconds: 0, path: path))))
+                    var sent: UInt64 = 0
+                    while sent < size, Int.random(in: 0..<10, using: &random) > 0 {
+                        let n = UInt64.random(in: 1...max(1, size - sent + 2), using: &random)
+                        items.append(.data(randomBytes(Int(n), seed: UInt64(frames))))
+                        sent += n
+                    }
+                    items.append(
+                        .frame(
+                            Bool.random(using: &random)
+                                ? .end(size: sent, digest: Array(repeating: 1, count: 32)) : .abort(reason: "x")))
+                case 5: items.append(.data(randomBytes(5)))
+                case 6: items.append(.frame(.end(size: 3, digest: Array(repeating: 1, count: 32))))
+                case 7: items.append(.frame(.abort(reason: "no")))
+                case 8: items.append(.frame(.hello(version: 2, capabilities: ["sha256"])))
+                case 9: items.append(.frame(.error(reason: "peer error")))
+                default:
+                    items.append(
+                        .frame(
+                            .file(
+                                EntryHeader(
+                                    flags: 0, size: 0, mode: 0, mtimeSeconds: 0, mtimeNanoseconds: 0, path: path))))
+                }
+            }
+            if Bool.random(using: &random) { items.append(.frame(.bye)) }
+            for item in items {
+                guard !driver.machine.hasEnded else { break }
+                #expect(driver.machine.acceptsMessages, "the fake store answers at once: the machine waits for nothing")
+                driver.feed(item)
+                frames += 1
+                #expect(driver.answersSent == driver.reports)
+                #expect(driver.machine.entriesAnswered <= driver.machine.entriesAnnounced)
+            }
+            if !driver.machine.hasEnded { driver.run(driver.machine.handle(.peerClosed)) }
+            #expect(driver.ended != nil, "every session ends")
+            if driver.ended == .goodbye {
+                #expect(driver.machine.entriesAnswered == driver.machine.entriesAnnounced, "every entry answered once")
+            }
+        }
+        #expect(sessions > 100)
+    }
+}
+
+@Suite("Transfer protocol: the sender machine and waiting states")
+struct SenderMachineTests {
+    @Test("While an action is in progress the receiver takes no messages (its session stops reading)")
+    func waitingStatesHoldInput() {
+        var machine = ReceiverMachine(settings: .init())
+        _ = machine.received(.magic)
+        _ = machine.received(.frame(.hello(version: 1, capabilities: ["sha256"])))
+        #expect(
+            machine.received(.frame(.directory(dirHeader("d")))).first.map {
+                if case .makeDirectory = $0 { true } else { false }
+            } == true)
+        #expect(!machine.acceptsMessages)
+        _ = machine.handle(.directoryMade(nil))
+        #expect(machine.acceptsMessages)
+        _ = machine.received(.frame(.file(fileHeader("f", size: 0))))
+        #expect(!machine.acceptsMessages)
+        _ = machine.handle(.fileOpened(.success(0)))
+        #expect(machine.received(.frame(.end(size: 0, digest: Array(repeating: 0, count: 32)))) == [.finishData])
+        #expect(!machine.acceptsMessages)
+        #expect(machine.handle(.dataFinished) == [.commitFile(digest: Array(repeating: 0, count: 32))])
+        #expect(!machine.acceptsMessages)
+        let stored = machine.handle(.committed(nil))
+        #expect(stored.first == .send(.stored))
+        #expect(machine.received(.frame(.bye)) == [.settleDirectories])
+        #expect(!machine.acceptsMessages)
+        #expect(machine.handle(.directoriesSettled) == [.send(.bye), .end(.goodbye)])
+    }
+
+    static let entries = [
+        SenderMachine.Entry(
+            relative: "d", isDirectory: true, seekable: false, mode: 0o755, mtimeSeconds: 0, mtimeNanoseconds: 0),
+        SenderMachine.Entry(
+            relative: "d/f", isDirectory: false, seekable: true, mode: 0o644, mtimeSeconds: 0, mtimeNanoseconds: 0),
+    ]
+
+    @Test("A whole send: directory, file with a resumed offset, goodbye")
+    func legalSend() {
+        var machine = SenderMachine(entries: Self.entries, settings: .init(compress: false, resume: true))
+        #expect(machine.start() == [.send(.hello(version: 1, capabilities: ["sha256", "deflate", "resume"]))])
+        #expect(machine.received(.magic).isEmpty)
+        #expect(machine.received(.frame(.hello(version: 1, capabilities: ["sha256", "resume"]))).isEmpty)
+        #expect(machine.proceed().first.map { if case .send(.directory) = $0 { true } else { false } } == true)
+        #expect(machine.proceed() == [.openEntry(1)])
+        let info = OpenedEntry(size: 10, mode: 0o644, mtimeSeconds: 0, mtimeNanoseconds: 0)
+        let announced = machine.handle(.entryOpened(1, .success(info)))
+        guard case .send(.file(let header)) = announced.first else {
+            Issue.record("no FILE: \(announced)")
+            return
+        }
+        #expect(header.resumable && header.sizeKnown && header.size == 10)
+        #expect(machine.received(.frame(.accept(offset: 11))).last == .end(.violation("ACCEPT offset 11 out of range")))
+        var again = SenderMachine(entries: Self.entries, settings: .init(compress: false, resume: true))
+        _ = again.received(.magic)
+        _ = again.received(.frame(.hello(version: 1, capabilities: ["sha256", "resume"])))
+        _ = again.proceed()
+        _ = again.proceed()
+        _ = again.handle(.entryOpened(1, .success(info)))
+        #expect(again.received(.frame(.accept(offset: 4))) == [.startData(index: 1, offset: 4, compressed: false)])
+        #expect(again.received(.frame(.stored)) == [.settle(0, .stored)])
+        #expect(again.received(.frame(.stored)).last == .end(.violation("STORED before the end of the file")))
+    }
+
+    @Test("Every receiver message in every sender state: a transition or a violation, never a crash")
+    func everyMessage() {
+        let messages: [FrameDecoder.Item] = [
+            .magic, .frame(.hello(version: 1, capabilities: ["sha256"])), .frame(.accept(offset: 0)), .frame(.stored),
+            .frame(.refused(code: .exists, reason: "x")), .frame(.failed(code: .data, reason: "y")), .frame(.bye),
+            .frame(.error(reason: "z")), .frame(.file(fileHeader("f", size: 1))), .frame(.end(size: 0, digest: [])),
+        ]
+        let info = OpenedEntry(size: 1, mode: 0o644, mtimeSeconds: 0, mtimeNanoseconds: 0)
+        let scripts: [(inout SenderMachine) -> Void] = [
+            { _ in },
+            { _ = $0.received(.magic) },
+            { m in
+                _ = m.received(.magic); _ = m.received(.frame(.hello(version: 1, capabilities: ["sha256"])))
+            },
+            { m in
+                _ = m.received(.magic); _ = m.received(.frame(.hello(version: 1, capabilities: ["sha256"])))
+                _ = m.proceed(); _ = m.proceed(); _ = m.handle(.entryOpened(1, .success(info)))
+            },
+            { m in
+                _ = m.received(.magic); _ = m.received(.frame(.hello(version: 1, capabilities: ["sha256"])))
+                _ = m.proceed(); _ = m.proceed(); _ = m.handle(.entryOpened(1, .success(info)))
+                _ = m.received(.frame(.accept(offset: 0)))
+            },
+            { m in
+                _ = m.received(.magic); _ = m.received(.frame(.hello(version: 1, capabilities: ["sha256"])))
+                _ = m.proceed(); _ = m.proceed(); _ = m.handle(.entryOpened(1, .failure(LocalFailure("gone"))));
+                _ = m.proceed()
+            },
+        ]
+        for script in scripts {
+            for message in messages {
+                var machine = SenderMachine(entries: Self.entries, settings: .init())
+                script(&machine)
+                let actions = machine.received(message)
+                let settles = actions.filter { if case .settle = $0 { true } else { false } }.count
+                #expect(settles <= 1)
+                if case .ended(.violation) = machine.state {
+                    #expect(actions.contains { if case .send(.error) = $0 { true } else { false } })
+                }
+            }
+        }
+    }
+}
