@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# The transfer layer's three figures (issue 11), each against its reference in the same run:
+#
+#   1. 1 GiB `sluice send` → `sluice receive` against `nc -N` → `nc -l > file`, alternating
+#      runs (ROUNDS of each), median and range of the time ratio;
+#   2. 16 senders of 64 MiB at once into one receiver: aggregate rate against one 1 GiB
+#      transfer, alternating;
+#   3. the receiver's resident memory with 1,000 connections that only said hello.
+#
+#   Benchmarks/transfer.sh               # ROUNDS=5
+#   ROUNDS=3 SIZE_MB=512 Benchmarks/transfer.sh
+#
+# Prints a Markdown section on stdout (paste it into RESULTS.md with the machine's line).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+ROUNDS=${ROUNDS:-5}
+SIZE_MB=${SIZE_MB:-1024}
+DATA=${SLUICE_BENCH_DATA:-/tmp/sluice-bench-data}
+command -v nc >/dev/null || { apt-get update -qq && apt-get install -y -qq netcat-openbsd >/dev/null; }
+swift build -c release >/dev/null
+SLUICE=$ROOT/.build/release/sluice
+mkdir -p "$DATA"
+SRC=$DATA/random-${SIZE_MB}M.bin
+[ -s "$SRC" ] || head -c "$((SIZE_MB << 20))" /dev/urandom >"$SRC"
+SMALL=$DATA/small
+mkdir -p "$SMALL"
+for i in $(seq 1 16); do
+    [ -s "$SMALL/f$i" ] || head -c $((64 << 20)) /dev/urandom >"$SMALL/f$i"
+done
+RECV=$DATA/recv
+DST=$DATA/dst
+cat "$SRC" "$SMALL"/* >/dev/null
+# Plaintext on loopback: once send/receive authenticate by default, this takes --insecure.
+INSECURE=()
+if "$SLUICE" send --help 2>&1 | grep -q -- --insecure; then INSECURE=(--insecure); fi
+
+now() { date +%s.%N; }
+elapsed() { echo "$2 - $1" | bc -l; }
+
+# Waits (bounded) until something listens on 127.0.0.1:$1.
+wait_port() {
+    for _ in $(seq 200); do
+        ss -ltn "sport = :$1" 2>/dev/null | grep -q LISTEN && return 0
+        sleep 0.02
+    done
+    return 1
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+sluice_one() {
+    rm -rf "$RECV"
+    mkdir -p "$RECV"
+    sync
+    local port
+    port=$(free_port)
+    "$SLUICE" receive -q "${INSECURE[@]}" --listen "127.0.0.1:$port" --dir "$RECV" --once 2>/dev/null &
+    local pid=$!
+    wait_port "$port"
+    local t0 t1
+    t0=$(now)
+    "$SLUICE" send -q "${INSECURE[@]}" "$SRC" "127.0.0.1:$port" 2>/dev/null
+    wait "$pid"
+    t1=$(now)
+    elapsed "$t0" "$t1"
+}
+
+nc_one() {
+    rm -f "$DST"
+    sync
+    local port
+    port=$(free_port)
+    nc -l 127.0.0.1 "$port" >"$DST" &
+    local pid=$!
+    wait_port "$port"
+    local t0 t1
+    t0=$(now)
+    nc -N 127.0.0.1 "$port" <"$SRC"
+    wait "$pid"
+    t1=$(now)
+    elapsed "$t0" "$t1"
+}
+
+sixteen() {
+    rm -rf "$RECV"
+    mkdir -p "$RECV"
+    sync
+    local port
+    port=$(free_port)
+    "$SLUICE" receive -q "${INSECURE[@]}" --listen "127.0.0.1:$port" --dir "$RECV" 2>/dev/null &
+    local pid=$!
+    wait_port "$port"
+    local t0 t1
+    t0=$(now)
+    local senders=()
+    for i in $(seq 1 16); do
+        "$SLUICE" send -q "${INSECURE[@]}" "$SMALL/f$i" "127.0.0.1:$port" 2>/dev/null &
+        senders+=($!)
+    done
+    wait "${senders[@]}"
+    t1=$(now)
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+    elapsed "$t0" "$t1"
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+ratios=()
+aggregate=()
+s_times=()
+n_times=()
+for r in $(seq "$ROUNDS"); do
+    s=$(sluice_one)
+    n=$(nc_one)
+    s_times+=("$s")
+    n_times+=("$n")
+    ratios+=("$(echo "$s / $n" | bc -l)")
+    m=$(sixteen)
+    one=$(sluice_one)
+    # aggregate rate of 16 × 64 MiB against the rate of one SIZE_MB transfer
+    aggregate+=("$(echo "(1024 / $m) / ($SIZE_MB / $one)" | bc -l)")
+    echo "round $r: send/receive ${s}s nc ${n}s; 16 senders ${m}s, one ${one}s" >&2
+done
+
+# 3. 1,000 connections that only said hello.
+rm -rf "$RECV"
+mkdir -p "$RECV"
+port=$(free_port)
+"$SLUICE" receive -q "${INSECURE[@]}" --listen "127.0.0.1:$port" --dir "$RECV" --max-sessions 1000 2>/dev/null &
+rpid=$!
+wait_port "$port"
+base_rss=$(awk '/VmRSS/ {print $2}' "/proc/$rpid/status")
+rss=$(python3 - "$port" "$rpid" <<'EOF'
+import socket, struct, sys, time
+port, pid = int(sys.argv[1]), sys.argv[2]
+hello_payload = struct.pack(">HB", 1, 1) + bytes([6]) + b"sha256"
+hello = b"SLUICE\r\n" + bytes([1]) + struct.pack(">I", len(hello_payload)) + hello_payload
+conns = []
+for _ in range(1000):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(hello)
+    conns.append(s)
+# every connection answered (the receiver's magic and HELLO) before measuring
+for s in conns:
+    got = b""
+    while len(got) < 8:
+        got += s.recv(64)
+time.sleep(0.5)
+with open(f"/proc/{pid}/status") as f:
+    print(next(l.split()[1] for l in f if l.startswith("VmRSS")))
+EOF
+)
+kill "$rpid"
+wait "$rpid" 2>/dev/null || true
+
+stats() { printf '%s\n' "$@" | median; }
+range() { printf '%s\n' "$@" | sort -g | awk 'NR==1{lo=$1} {hi=$1} END {printf "%.2f–%.2f", lo, hi}'; }
+cat <<EOF
+### Transfer layer (issue 11) — $(date -u +%Y-%m-%d), $ROUNDS alternating rounds
+
+| measure | median | range | target |
+|---|---|---|---|
+| 1 GiB send → receive / nc -N → nc -l (time) | $(printf '%.2f' "$(stats "${ratios[@]}")") | $(range "${ratios[@]}") | ≤ 1.1 (goal ≤ 1.0) |
+| 16 × 64 MiB senders at once / one 1 GiB transfer (aggregate rate) | $(printf '%.2f' "$(stats "${aggregate[@]}")") | $(range "${aggregate[@]}") | ≥ 0.8 |
+| receiver RSS, 1,000 connections that said hello | $((rss / 1024)) MiB (idle: $((base_rss / 1024)) MiB) | | ≤ 100 MiB |
+
+send/receive times: ${s_times[*]} s; nc: ${n_times[*]} s.
+EOF
