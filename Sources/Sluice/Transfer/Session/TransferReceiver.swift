@@ -178,8 +178,6 @@ final class ReceiverSession: WireConnectionOwner {
     private var bytesStored: UInt64 = 0
     private let started = monotonicNanoseconds()
     private var idleTimer: LoopTimer?
-    private var pumping = false
-    private var pumpAgain = false
     private var peerClosed = false
     /// The data path waits for the hasher to free a slot.
     private var dataBlocked = false
@@ -251,7 +249,7 @@ final class ReceiverSession: WireConnectionOwner {
 
     // MARK: WireConnectionOwner
 
-    func wireReceived(_ connection: WireConnection) { pump() }
+    func wireReceived(_ connection: WireConnection) { parse() }
 
     func wireCanSend(_ connection: WireConnection) { pump() }
 
@@ -269,18 +267,9 @@ final class ReceiverSession: WireConnectionOwner {
     /// Hands the machine what the decoder finds, while it accepts messages, the outbound
     /// buffer has room for its answers, and the hasher has room for data; then lets the
     /// connection read again.
+    /// Parses what is buffered and reads more, as far as both can go.
     private func pump() {
-        if pumping {
-            pumpAgain = true
-            return
-        }
-        pumping = true
-        defer { pumping = false }
-        repeat {
-            pumpAgain = false
-            parse()
-            if !ended { connection.readIfAllowed() }
-        } while pumpAgain && !ended
+        connection.deliver()
     }
 
     private func parse() {

@@ -47,8 +47,6 @@ public final class TransferSender: WireConnectionOwner {
     private var hasher: DigestWorker?
     private var completion: ((TransferSummary) -> Void)?
     private var started: UInt64 = 0
-    private var pumping = false
-    private var pumpAgain = false
     private var peerClosed = false
     private var ended = false
     private var warnedNoDeflate = false
@@ -143,7 +141,7 @@ public final class TransferSender: WireConnectionOwner {
 
     // MARK: WireConnectionOwner
 
-    func wireReceived(_ connection: WireConnection) { pump() }
+    func wireReceived(_ connection: WireConnection) { parse() }
 
     func wireCanSend(_ connection: WireConnection) {
         if current != nil { produce() }
@@ -161,18 +159,9 @@ public final class TransferSender: WireConnectionOwner {
 
     // MARK: Answers
 
+    /// Parses what is buffered and reads more, as far as both can go.
     private func pump() {
-        if pumping {
-            pumpAgain = true
-            return
-        }
-        pumping = true
-        defer { pumping = false }
-        repeat {
-            pumpAgain = false
-            parse()
-            if !ended { connection?.readIfAllowed() }
-        } while pumpAgain && !ended
+        connection?.deliver()
     }
 
     private func parse() {

@@ -1,6 +1,7 @@
 /// What a `WireConnection` tells the session that owns it.
 protocol WireConnectionOwner: AnyObject {
-    /// Bytes arrived in `connection.inbound`: parse and consume what is complete.
+    /// Parse and consume what is complete in `connection.inbound` (called by `deliver`, never
+    /// re-entrantly).
     func wireReceived(_ connection: WireConnection)
     /// `connection.outbound` has room and the socket has space: append more if there is any.
     func wireCanSend(_ connection: WireConnection)
@@ -49,6 +50,7 @@ final class WireConnection: ByteStreamDelegate {
     private var closeWhenFlushed = false
     private var flushing = false
     private var delivering = false
+    private var deliverAgain = false
     private var loop: EventLoop?
 
     private let rateLimit: Int?
@@ -110,22 +112,41 @@ final class WireConnection: ByteStreamDelegate {
 
     // MARK: Reading
 
-    /// Reads once if an offer is waiting and there is room; then lets the owner parse.
+    /// Reads if an offer is waiting and there is room, and lets the owner parse.
     func readIfAllowed() {
-        // Not while the owner parses: a read could move the bytes it is looking at.
-        guard !delivering, readOffered, !isClosed, !peerClosed, outbound.readableBytes <= pauseReadingAbove else {
+        deliver()
+    }
+
+    /// Lets the owner parse what is buffered (`wireReceived`), then reads more while allowed,
+    /// until neither moves. A call made while one runs (from inside the owner's parsing, or an
+    /// event it causes) folds into the running one, so the owner never parses re-entrantly and
+    /// no read moves the bytes it is looking at.
+    func deliver() {
+        if delivering {
+            deliverAgain = true
             return
         }
-        guard inbound.reserve(1) else { return }  // the owner has not consumed: it will call again
+        delivering = true
+        defer { delivering = false }
+        repeat {
+            deliverAgain = false
+            owner?.wireReceived(self)
+            if isClosed { return }
+            if readOnce() { deliverAgain = true }
+        } while deliverAgain && !isClosed
+    }
+
+    /// One read if an offer is waiting and there is room; true when bytes arrived.
+    private func readOnce() -> Bool {
+        guard readOffered, !isClosed, !peerClosed, outbound.readableBytes <= pauseReadingAbove else { return false }
+        guard inbound.reserve(1) else { return false }  // the owner has not consumed: it will call again
         readOffered = false
         switch input.tryReadFilling(into: inbound.tail) {
         case .processed(let n) where n > 0:
             inbound.produced(n)
             bytesRead += UInt64(n)
             lastActivity = monotonicNanoseconds()
-            delivering = true
-            owner?.wireReceived(self)
-            delivering = false
+            return true
         case .processed(0):
             notePeerClosed()
         case .processed:
@@ -133,6 +154,7 @@ final class WireConnection: ByteStreamDelegate {
         case .wouldBlock:
             break
         }
+        return false
     }
 
     private func notePeerClosed() {
