@@ -48,7 +48,7 @@ func jsonObject(_ text: some StringProtocol) throws -> [String: Any] {
 
     @Test func clientAndServerAgreeOnTheByteCount() throws {
         let (server, port) = try benchServer(["--json"])
-        let client = try sluiceUntilAccepted(["bench", "tcp:127.0.0.1:\(port)", "--seconds", "1", "--json"])
+        let client = try sluiceWhenListening(on: port, ["bench", "tcp:127.0.0.1:\(port)", "--seconds", "1", "--json"])
         #expect(client.status == 0, "\(client.stderrText)")
         let served = server.wait()
         #expect(served.status == 0)
@@ -64,10 +64,12 @@ func jsonObject(_ text: some StringProtocol) throws -> [String: Any] {
 
     @Test func reverseCompressedWithJSONStream() throws {
         let (server, port) = try benchServer(["--json"])
-        let client = try sluiceUntilAccepted([
-            "bench", "tcp:127.0.0.1:\(port)", "--seconds", "1", "--interval", "0.25", "--reverse", "-z",
-            "--json-stream",
-        ])
+        let client = try sluiceWhenListening(
+            on: port,
+            [
+                "bench", "tcp:127.0.0.1:\(port)", "--seconds", "1", "--interval", "0.25", "--reverse", "-z",
+                "--json-stream",
+            ])
         #expect(client.status == 0, "\(client.stderrText)")
         let served = server.wait()
         let lines = client.stdoutText.split(separator: "\n")

@@ -239,13 +239,8 @@ import Testing
         try withTemporaryDirectory { dir in
             try write(randomBytes(3 * 1_048_576), to: "\(dir)/in")
             let running = try Running(sluiceBinary, ["copy", "--rate-limit", "100K", "\(dir)/in", "\(dir)/out"])
-            usleep(300_000)
-            // On a loaded machine the copy may not have started yet: wait for its temporary file.
-            var waited = 0
-            while !directoryEntries(dir).contains(where: { $0.hasPrefix(".out.sluice-") }) && waited < 100 {
-                usleep(50_000)
-                waited += 1
-            }
+            // The copy has started once its temporary file exists.
+            waitUntil { directoryEntries(dir).contains { $0.hasPrefix(".out.sluice-") } }
             let during = directoryEntries(dir)
             #expect(during.count == 2)
             #expect(during.contains { $0.hasPrefix(".out.sluice-") }, "\(during)")
@@ -258,16 +253,26 @@ import Testing
         }
     }
 
+    /// SIGINT reaches the loop through `execute` from the signal thread while the loop sleeps in
+    /// `epoll_wait` (stdin open and silent): it must wake up and end the copy, every time.
+    @Test func anInterruptReachesASleepingLoop() throws {
+        try withTemporaryDirectory { dir in
+            for round in 0..<5 {
+                let running = try Running(sluiceBinary, ["copy", "-", "\(dir)/out\(round)"])
+                #expect(waitUntil { directoryEntries(dir).contains { $0.hasPrefix(".out\(round).sluice-") } })
+                running.signal(SIGINT)
+                let outcome = running.wait(closingInput: false, within: .seconds(30))
+                #expect(outcome.status == 130, "round \(round): \(outcome.stderrText)")
+            }
+            #expect(directoryEntries(dir).isEmpty)
+        }
+    }
+
     @Test func terminateRemovesTheUnfinishedDestinationToo() throws {
         try withTemporaryDirectory { dir in
             try write(randomBytes(2 * 1_048_576), to: "\(dir)/in")
             let running = try Running(sluiceBinary, ["copy", "--rate-limit", "100K", "\(dir)/in", "\(dir)/out"])
-            usleep(300_000)
-            var waited = 0
-            while !directoryEntries(dir).contains(where: { $0.hasPrefix(".out.sluice-") }) && waited < 100 {
-                usleep(50_000)
-                waited += 1
-            }
+            #expect(waitUntil { directoryEntries(dir).contains { $0.hasPrefix(".out.sluice-") } })
             running.signal(SIGTERM)
             let outcome = running.wait()
             #expect(outcome.status == 143)

@@ -24,25 +24,16 @@ func freePort() throws -> UInt16 {
     return UInt16(bigEndian: address.sin_port)
 }
 
-/// Runs `sluice` until it is not refused (the listener may not be up yet), for at most ~5 s.
-func sluiceUntilAccepted(_ arguments: [String]) throws -> Outcome {
-    var outcome = try sluice(arguments)
-    var tries = 0
-    while outcome.status == 69 && outcome.stderrText.contains("refused") && tries < 100 {
-        usleep(50_000)
-        outcome = try sluice(arguments)
-        tries += 1
-    }
-    return outcome
+/// Runs `sluice` once something listens on 127.0.0.1:`port` (a listener started just before
+/// may not be up yet); if nothing does within 10 s, runs it anyway, to fail with its status.
+func sluiceWhenListening(on port: UInt16, _ arguments: [String]) throws -> Outcome {
+    waitUntil { isListening(port: port) }
+    return try sluice(arguments)
 }
 
-/// Waits until `path` exists (a Unix listener's socket file), for at most ~5 s.
+/// Waits until `path` exists (a Unix listener's socket file), for at most 10 s.
 func waitForFile(_ path: String) {
-    var waited = 0
-    while !FileManager.default.fileExists(atPath: path) && waited < 100 {
-        usleep(50_000)
-        waited += 1
-    }
+    waitUntil { FileManager.default.fileExists(atPath: path) }
 }
 
 /// `sluice copy` over sockets and with compression, against itself and against real peers.
@@ -90,7 +81,7 @@ func waitForFile(_ path: String) {
             try write(data, to: "\(dir)/in")
             let port = try freePort()
             let receiver = try Running(sluiceBinary, ["copy", "tcp-listen:127.0.0.1:\(port)", "\(dir)/out"])
-            let sender = try sluiceUntilAccepted(["copy", "\(dir)/in", "tcp:127.0.0.1:\(port)"])
+            let sender = try sluiceWhenListening(on: port, ["copy", "\(dir)/in", "tcp:127.0.0.1:\(port)"])
             #expect(sender.status == 0)
             #expect(receiver.wait().status == 0)
             #expect(contents("\(dir)/out") == data)
@@ -125,7 +116,8 @@ func waitForFile(_ path: String) {
             try write(data, to: "\(dir)/in")
             let port = try freePort()
             let receiver = try Running(sluiceBinary, ["copy", "-d", "tcp-listen:127.0.0.1:\(port)", "\(dir)/out"])
-            let sender = try sluiceUntilAccepted(["copy", "-z", "--stats=json", "\(dir)/in", "tcp:127.0.0.1:\(port)"])
+            let sender = try sluiceWhenListening(
+                on: port, ["copy", "-z", "--stats=json", "\(dir)/in", "tcp:127.0.0.1:\(port)"])
             #expect(sender.status == 0)
             #expect(receiver.wait().status == 0)
             #expect(contents("\(dir)/out") == data)
@@ -169,7 +161,7 @@ func waitForFile(_ path: String) {
             try write(data, to: "\(dir)/in")
             let port = try freePort()
             let nc = try Running(URL(fileURLWithPath: "/bin/nc.openbsd"), ["-l", "127.0.0.1", "\(port)"])
-            let sender = try sluiceUntilAccepted(["copy", "\(dir)/in", "tcp:127.0.0.1:\(port)"])
+            let sender = try sluiceWhenListening(on: port, ["copy", "\(dir)/in", "tcp:127.0.0.1:\(port)"])
             #expect(sender.status == 0)
             // nc -l exits once sluice shuts down its sending side.
             let received = nc.wait(closingInput: false)
@@ -183,15 +175,10 @@ func waitForFile(_ path: String) {
             try write(data, to: "\(dir)/in")
             let port = try freePort()
             let receiver = try Running(sluiceBinary, ["copy", "tcp-listen:127.0.0.1:\(port)", "\(dir)/out"])
-            var status: Int32 = 1
-            for _ in 0..<100 {
-                let nc = try Running(URL(fileURLWithPath: "/bin/nc.openbsd"), ["-N", "127.0.0.1", "\(port)"])
-                nc.write(data)
-                status = nc.wait().status
-                if status == 0 { break }
-                usleep(50_000)
-            }
-            #expect(status == 0)
+            #expect(waitUntil { isListening(port: port) })
+            let nc = try Running(URL(fileURLWithPath: "/bin/nc.openbsd"), ["-N", "127.0.0.1", "\(port)"])
+            nc.write(data)
+            #expect(nc.wait().status == 0)
             #expect(receiver.wait().status == 0)
             #expect(contents("\(dir)/out") == data)
         }
@@ -203,15 +190,10 @@ func waitForFile(_ path: String) {
             try write(data, to: "\(dir)/in")
             let port = try freePort()
             let receiver = try Running(sluiceBinary, ["copy", "tcp-listen:127.0.0.1:\(port)", "\(dir)/out"])
-            var status: Int32 = 1
-            for _ in 0..<100 {
-                let socat = try Running(
-                    URL(fileURLWithPath: "/usr/bin/socat"), ["-u", "FILE:\(dir)/in", "TCP:127.0.0.1:\(port)"])
-                status = socat.wait().status
-                if status == 0 { break }
-                usleep(50_000)
-            }
-            #expect(status == 0)
+            #expect(waitUntil { isListening(port: port) })
+            let socat = try Running(
+                URL(fileURLWithPath: "/usr/bin/socat"), ["-u", "FILE:\(dir)/in", "TCP:127.0.0.1:\(port)"])
+            #expect(socat.wait().status == 0)
             #expect(receiver.wait().status == 0)
             #expect(contents("\(dir)/out") == data)
         }

@@ -83,6 +83,14 @@ final class Running: @unchecked Sendable {
         kill(pid, number)
     }
 
+    /// Waits for the end (closing stdin first unless told not to) for at most `limit`, then
+    /// kills the program: a test fails rather than hangs when an exit it waits for never comes.
+    func wait(closingInput: Bool = true, within limit: Duration) -> Outcome {
+        if closingInput { closeInput() }
+        if !waitUntil(limit, { !process.isRunning }) { kill(pid, SIGKILL) }
+        return wait(closingInput: closingInput)
+    }
+
     /// Waits for the end (closing stdin first unless told not to).
     func wait(closingInput: Bool = true) -> Outcome {
         if closingInput { closeInput() }
@@ -144,4 +152,33 @@ func write(_ data: Data, to path: String) throws {
 
 func contents(_ path: String) -> Data? {
     FileManager.default.contents(atPath: path)
+}
+
+/// Waits until `condition` holds or `limit` passes; returns whether it holds. For what another
+/// process brings about (a file appears, a port listens, a line is printed): the deadline only
+/// bounds a failure, and the short pause between checks only spares the CPU.
+@discardableResult
+func waitUntil(_ limit: Duration = .seconds(10), _ condition: () -> Bool) -> Bool {
+    let deadline = ContinuousClock.now.advanced(by: limit)
+    while !condition() {
+        if ContinuousClock.now >= deadline { return condition() }
+        usleep(2_000)
+    }
+    return true
+}
+
+/// Whether a socket listens on TCP 127.0.0.1:`port` (a LISTEN line in /proc/net/tcp).
+func isListening(port: UInt16) -> Bool {
+    guard let table = try? String(contentsOfFile: "/proc/net/tcp", encoding: .utf8) else { return false }
+    let local = String(format: "0100007F:%04X", port)
+    return table.split(separator: "\n").contains { line in
+        let fields = line.split(separator: " ")
+        return fields.count > 3 && fields[1] == local && fields[3] == "0A"
+    }
+}
+
+/// The size of the file at `path`, or nil if there is none.
+func fileSize(_ path: String) -> Int? {
+    var st = stat()
+    return lstat(path, &st) == 0 ? Int(st.st_size) : nil
 }

@@ -194,15 +194,12 @@ import Testing
             let receiver = try ReceiverProcess(["--dir", inbox])
             let address = try receiver.address()
             let first = try Running(sluiceBinary, ["send", "--rate-limit", "1M", "\(dir)/big", address])
-            usleep(1_500_000)
+            // Killed once part of the file is on the receiver's disk.
+            #expect(waitUntil(.seconds(30)) { fileSize("\(inbox)/.big.sluice-part") ?? 0 >= 512 * 1024 })
             first.signal(SIGKILL)
             #expect(first.wait().status == SIGKILL)  // Process reports the signal
             // The receiver notices the end of the connection and keeps the partial file.
-            var waited = 0
-            while !receiver.stderrText.contains("in the middle of a file") && waited < 500 {
-                usleep(10_000)
-                waited += 1
-            }
+            waitUntil { receiver.stderrText.contains("in the middle of a file") }
             #expect(!FileManager.default.fileExists(atPath: "\(inbox)/big"))
             #expect(directoryEntries(inbox) == [".big.sluice-part"])
 
@@ -229,14 +226,10 @@ import Testing
             let receiver = try ReceiverProcess(["--dir", inbox])
             let address = try receiver.address()
             let first = try Running(sluiceBinary, ["send", "--rate-limit", "2M", "\(dir)/big", address])
-            usleep(700_000)
+            #expect(waitUntil(.seconds(30)) { fileSize("\(inbox)/.big.sluice-part") ?? 0 >= 256 * 1024 })
             first.signal(SIGKILL)
             _ = first.wait()
-            var waited = 0
-            while !receiver.stderrText.contains("in the middle of a file") && waited < 500 {
-                usleep(10_000)
-                waited += 1
-            }
+            waitUntil { receiver.stderrText.contains("in the middle of a file") }
             // Flip the first byte of the partial file in place (its resume marker stays).
             let partial = "\(inbox)/.big.sluice-part"
             let fd = open(partial, O_RDWR)
@@ -262,9 +255,10 @@ import Testing
             try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: false)
             try write(randomBytes(2_000_000), to: "\(dir)/big")
             let receiver = try ReceiverProcess(["--dir", inbox, "--once"])
+            // Slow enough that the file cannot be finished before the signal arrives.
             let sender = try Running(
-                sluiceBinary, ["send", "--rate-limit", "1M", "\(dir)/big", try receiver.address()])
-            usleep(500_000)
+                sluiceBinary, ["send", "--rate-limit", "256K", "\(dir)/big", try receiver.address()])
+            #expect(waitUntil(.seconds(30)) { fileSize("\(inbox)/.big.sluice-part") ?? 0 > 0 })
             sender.signal(SIGTERM)
             let outcome = sender.wait()
             #expect(outcome.status == 143)

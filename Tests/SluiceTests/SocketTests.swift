@@ -634,16 +634,16 @@ func withUnixSocketDirectory<T>(_ body: (String) throws -> T) throws -> T {
             defer { if nc.isRunning { nc.terminate() } }
             // nc needs a moment to listen: retry the connect while it is refused.
             var pair: (ReadStream, WriteStream)?
-            let deadline = ContinuousClock.now.advanced(by: .seconds(3))
-            while ContinuousClock.now < deadline && nc.isRunning {
+            waitUntil(.seconds(5)) {
+                guard nc.isRunning else { return true }
                 let attempt = Socket.connect(host: "127.0.0.1", port: port)
                 attempt.1.open()
                 if attempt.1.streamStatus == .open {
                     pair = attempt
-                    break
+                    return true
                 }
                 lastError = "\(attempt.1.streamError.map { "\($0)" } ?? "?")"
-                Thread.sleep(forTimeInterval: 0.02)
+                return false
             }
             guard let (_, output) = pair else { continue }  // port taken meanwhile: try another
             // Read nc's stdout concurrently so a full pipe cannot stall it.
@@ -655,8 +655,7 @@ func withUnixSocketDirectory<T>(_ body: (String) throws -> T) throws -> T {
             #expect(output.write(all: payload))
             output.close()
             nc.waitUntilExit()
-            let deadline2 = ContinuousClock.now.advanced(by: .seconds(5))
-            while received.value == nil && ContinuousClock.now < deadline2 { Thread.sleep(forTimeInterval: 0.01) }
+            waitUntil { received.value != nil }
             #expect(received.value == Data(payload))
             return
         }

@@ -53,7 +53,8 @@ import Testing
             writer.schedule(on: loop)
             reader.open()
             writer.open()
-            loop.run(for: .milliseconds(200))
+            #expect(runLoop(loop) { readEvents.events.contains(.endEncountered) && !writeEvents.events.isEmpty })
+            loop.run(for: .milliseconds(50))  // and then nothing more
             #expect(readEvents.events == [.openCompleted, .hasBytesAvailable, .hasBytesAvailable, .endEncountered])
             // The writer never wrote, so it was offered space exactly once.
             #expect(writeEvents.events == [.openCompleted, .hasSpaceAvailable])
@@ -75,13 +76,13 @@ import Testing
         }
         stream.schedule(on: loop)
         stream.open()
-        loop.run(for: .milliseconds(100))
+        #expect(runLoop(loop) { offers == 1 })
+        loop.run(for: .milliseconds(50))  // and no second offer while nothing was written
         #expect(offers == 1)
         // Data arrives: the flag says write at once, which re-arms the event.
         #expect(pendingWrite)
         #expect(stream.write([1, 2, 3], maxLength: 3) == 3)
-        loop.run(for: .milliseconds(50))
-        #expect(offers == 2)
+        #expect(runLoop(loop) { offers == 2 })
         stream.close()
         stream.remove(from: loop)
     }
@@ -96,12 +97,12 @@ import Testing
         reader.schedule(on: loop)
         reader.open()
         _ = write(fds[1], "xyz", 3)
-        loop.run(for: .milliseconds(100))
+        #expect(runLoop(loop) { offers == 1 })
+        loop.run(for: .milliseconds(50))
         #expect(offers == 1)  // level-triggered data still there, but not read: no second event
         var buf = [UInt8](repeating: 0, count: 1)
         #expect(buf.withUnsafeMutableBytes { reader.read(into: $0) } == 1)
-        loop.run(for: .milliseconds(100))
-        #expect(offers == 2)
+        #expect(runLoop(loop) { offers == 2 })
         reader.close()
         close(fds[1])
     }
@@ -240,7 +241,8 @@ import Testing
         stream.delegate = recorder
         stream.schedule(on: loop)
         stream.open()
-        loop.run(for: .milliseconds(100))
+        #expect(runLoop(loop) { !recorder.events.isEmpty })
+        loop.run(for: .milliseconds(50))  // once, then silence
         #expect(recorder.events == [.errorOccurred])
         #expect(stream.streamStatus == .error)
         let error = try #require(stream.streamError)

@@ -183,3 +183,16 @@ func runProcess(
     process.waitUntilExit()
     return (process.terminationStatus, stdoutData, stderrData)
 }
+
+/// Waits until `condition` holds or `limit` passes; returns whether it holds. For conditions
+/// another thread or process brings about (a file appears, a thread finishes): the deadline
+/// only bounds a failure, and the short pause between checks only spares the CPU.
+@discardableResult
+func waitUntil(_ limit: Duration = .seconds(10), _ condition: () -> Bool) -> Bool {
+    let deadline = ContinuousClock.now.advanced(by: limit)
+    while !condition() {
+        if ContinuousClock.now >= deadline { return condition() }
+        usleep(2_000)
+    }
+    return true
+}

@@ -53,6 +53,8 @@ public final class EventLoop: @unchecked Sendable {
     private let selector: any Selector
     private var handlers: [FDHandler?] = []
     private var interests: [Interest] = []
+    /// Per descriptor number, the generation of its latest registration (0: none yet).
+    private var generations: [UInt32] = []
     private var watchedCount = 0
 
     /// The ready queue and the batch being served, at a stable address (no dynamic
@@ -85,7 +87,12 @@ public final class EventLoop: @unchecked Sendable {
         ProcessSetup.ensure()
         selector = try EpollSelector()
         wakeFD = try syscallValue("eventfd") { eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC)) }
-        try selector.register(fd: wakeFD, interest: .read)
+        try selector.register(fd: wakeFD, interest: .read, token: Self.token(fd: wakeFD, generation: 0))
+    }
+
+    /// What the selector reports back for a registration: its descriptor and generation.
+    private static func token(fd: Int32, generation: UInt32) -> UInt64 {
+        UInt64(generation) << 32 | UInt64(UInt32(bitPattern: fd))
     }
 
     deinit {
@@ -118,16 +125,24 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     /// Asks `run` to return after the current turn. Any thread.
+    ///
+    /// Each call ends exactly one `run`: the one in progress, or, when none is running, the
+    /// next one, which then returns at once. The request is spent when that `run` returns,
+    /// whatever made it return, so a later `run` is not affected.
     public func stop() {
-        stopRequested.store(true, ordering: .releasing)
+        stopRequested.store(true, ordering: .sequentiallyConsistent)
         wake()
     }
 
     /// Runs `body` on the loop's thread at its next turn. Any thread.
     public func execute(_ body: @escaping @Sendable () -> Void) {
         tasks.withLock { $0.append(body) }
-        hasTasks.store(true, ordering: .releasing)
-        if sleeping.load(ordering: .acquiring) { wake() }
+        // The loop publishes `sleeping` and then reads `hasTasks`; this publishes `hasTasks` and
+        // then reads `sleeping`. Only sequentially consistent ordering on both sides keeps the
+        // two loads from both seeing the old values (a store-load reordering), which would
+        // leave the loop in `epoll_wait` with this task queued and nobody waking it.
+        hasTasks.store(true, ordering: .sequentiallyConsistent)
+        if sleeping.load(ordering: .sequentiallyConsistent) { wake() }
     }
 
     private func wake() {
@@ -137,8 +152,10 @@ public final class EventLoop: @unchecked Sendable {
 
     @discardableResult
     private func runLoop(deadline: UInt64?) -> Bool {
-        stopRequested.store(false, ordering: .relaxed)
-        while !stopRequested.load(ordering: .acquiring) {
+        // A `stop()` made before this `run` is honoured (not cleared here); the one that ends a
+        // run is spent as it returns.
+        defer { stopRequested.store(false, ordering: .sequentiallyConsistent) }
+        while !stopRequested.load(ordering: .sequentiallyConsistent) {
             if hasTasks.load(ordering: .acquiring) { runTasks() }
             // The clock is read only when something depends on it.
             var now: UInt64 = 0
@@ -168,26 +185,34 @@ public final class EventLoop: @unchecked Sendable {
                 let left = deadline > now ? deadline - now : 0
                 timeout = min(timeout ?? left, left)
             }
+            // The other half of `execute`'s handshake: publish `sleeping`, then look for tasks.
             sleeping.store(true, ordering: .sequentiallyConsistent)
-            if hasTasks.load(ordering: .sequentiallyConsistent) || stopRequested.load(ordering: .acquiring) {
+            if hasTasks.load(ordering: .sequentiallyConsistent)
+                || stopRequested.load(ordering: .sequentiallyConsistent)
+            {
                 timeout = 0
             }
             poll(timeout: timeout)
-            sleeping.store(false, ordering: .relaxed)
+            sleeping.store(false, ordering: .sequentiallyConsistent)
         }
         return false
     }
 
     private func poll(timeout: UInt64?) {
         do {
-            try selector.wait(timeoutNanoseconds: timeout) { fd, readiness in
+            try selector.wait(timeoutNanoseconds: timeout) { token, readiness in
+                let fd = Int32(bitPattern: UInt32(truncatingIfNeeded: token))
                 if fd == wakeFD {
                     var value: UInt64 = 0
                     _ = Glibc.read(wakeFD, &value, 8)
                     return
                 }
+                // A handler earlier in this batch may have ended the registration this report
+                // belongs to and registered the same number again: the generation tells.
                 let index = Int(fd)
-                if index < handlers.count, let handler = handlers[index] {
+                if index < handlers.count, generations[index] == UInt32(truncatingIfNeeded: token >> 32),
+                    let handler = handlers[index]
+                {
                     handler.fdReady(readiness)
                 }
             }
@@ -206,7 +231,8 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     private func runTasks() {
-        hasTasks.store(false, ordering: .releasing)
+        // Cleared before the queue is taken: a task queued after the take sets it again.
+        hasTasks.store(false, ordering: .sequentiallyConsistent)
         let batch = tasks.withLock { pending -> [@Sendable () -> Void] in
             let taken = pending
             pending.removeAll()
@@ -240,9 +266,13 @@ public final class EventLoop: @unchecked Sendable {
             let n = max(index + 1, handlers.count * 2, 64)
             handlers.append(contentsOf: repeatElement(nil, count: n - handlers.count))
             interests.append(contentsOf: repeatElement([], count: n - interests.count))
+            generations.append(contentsOf: repeatElement(0, count: n - generations.count))
         }
-        precondition(handlers[index] == nil, "fd \(fd) is already watched")
-        try selector.register(fd: fd, interest: interest)
+        precondition(handlers[index] == nil, "fd \(fd) is already watched (internal invariant: one owner per fd)")
+        // Generation 0 is never used, so a fresh slot cannot match a report.
+        let generation = generations[index] == UInt32.max ? 1 : generations[index] + 1
+        try selector.register(fd: fd, interest: interest, token: Self.token(fd: fd, generation: generation))
+        generations[index] = generation
         handlers[index] = handler
         interests[index] = interest
         watchedCount += 1
@@ -253,7 +283,8 @@ public final class EventLoop: @unchecked Sendable {
         let index = Int(fd)
         guard index < handlers.count, handlers[index] != nil, interests[index] != interest else { return }
         do {
-            try selector.reregister(fd: fd, interest: interest)
+            try selector.reregister(
+                fd: fd, interest: interest, token: Self.token(fd: fd, generation: generations[index]))
             interests[index] = interest
         } catch {
             preconditionFailure("epoll_ctl MOD fd \(fd): \(error)")

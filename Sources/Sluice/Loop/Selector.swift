@@ -28,14 +28,20 @@ public struct Readiness: OptionSet, Hashable, Sendable {
 
 /// The readiness-notification backend of an `EventLoop`: epoll on Linux. A kqueue or poll
 /// backend implements the same four calls.
+///
+/// Each registration carries a `token` that the backend hands back with every readiness it
+/// reports for it (epoll keeps it in `epoll_data`). The loop puts the descriptor and the
+/// registration's generation in it, so a report that was already in a batch when its
+/// registration ended never reaches a newer registration of the same descriptor number.
 protocol Selector {
     /// Starts watching `fd`. Throws EPERM for descriptors the backend cannot watch (regular
     /// files under epoll); the loop then serves them from its ready queue.
-    func register(fd: Int32, interest: Interest) throws(SluiceError)
-    func reregister(fd: Int32, interest: Interest) throws(SluiceError)
+    func register(fd: Int32, interest: Interest, token: UInt64) throws(SluiceError)
+    func reregister(fd: Int32, interest: Interest, token: UInt64) throws(SluiceError)
     func deregister(fd: Int32)
-    /// Waits up to `timeoutNanoseconds` (nil: forever; 0: do not wait) and calls `body` per ready fd.
-    func wait(timeoutNanoseconds: UInt64?, _ body: (Int32, Readiness) -> Void) throws(SluiceError)
+    /// Waits up to `timeoutNanoseconds` (nil: forever; 0: do not wait) and calls `body` with
+    /// the token of each ready registration.
+    func wait(timeoutNanoseconds: UInt64?, _ body: (UInt64, Readiness) -> Void) throws(SluiceError)
     func close()
 }
 
@@ -58,13 +64,13 @@ final class EpollSelector: Selector {
         return m
     }
 
-    func register(fd: Int32, interest: Interest) throws(SluiceError) {
-        var ev = epoll_event(events: Self.mask(interest), data: epoll_data_t(fd: fd))
+    func register(fd: Int32, interest: Interest, token: UInt64) throws(SluiceError) {
+        var ev = epoll_event(events: Self.mask(interest), data: epoll_data_t(u64: token))
         try syscallValue("epoll_ctl", "fd \(fd)") { epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) }
     }
 
-    func reregister(fd: Int32, interest: Interest) throws(SluiceError) {
-        var ev = epoll_event(events: Self.mask(interest), data: epoll_data_t(fd: fd))
+    func reregister(fd: Int32, interest: Interest, token: UInt64) throws(SluiceError) {
+        var ev = epoll_event(events: Self.mask(interest), data: epoll_data_t(u64: token))
         try syscallValue("epoll_ctl", "fd \(fd)") { epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev) }
     }
 
@@ -73,7 +79,7 @@ final class EpollSelector: Selector {
         _ = epoll_ctl(epfd, EPOLL_CTL_DEL, fd, &ev)
     }
 
-    func wait(timeoutNanoseconds: UInt64?, _ body: (Int32, Readiness) -> Void) throws(SluiceError) {
+    func wait(timeoutNanoseconds: UInt64?, _ body: (UInt64, Readiness) -> Void) throws(SluiceError) {
         let timeout: Int32
         if let ns = timeoutNanoseconds {
             // Round up so a timer is never fired early.
@@ -94,7 +100,7 @@ final class EpollSelector: Selector {
             if bits & EPOLLOUT.rawValue != 0 { r.insert(.writable) }
             if bits & (EPOLLHUP.rawValue | EPOLLRDHUP.rawValue) != 0 { r.insert(.hangup) }
             if bits & EPOLLERR.rawValue != 0 { r.insert(.error) }
-            body(ev.data.fd, r)
+            body(ev.data.u64, r)
         }
     }
 

@@ -346,10 +346,10 @@ final class SocketCore: FDHandler {
         if case .connected(let channel) = state { channel.detach(stream) }
     }
 
-    func streamClosed(_ stream: ByteStream) {
+    func streamClosed(_ stream: ByteStream, side: DescriptorChannel.Side) {
         switch state {
         case .connected(let channel):
-            channel.streamClosed(stream)
+            channel.streamClosed(side)
         case .connecting:
             if !streams.contains(where: { $0.streamStatus == .opening }) {
                 abort(SluiceError(.closed, operation: "connect", subject: stream.name))
@@ -452,7 +452,7 @@ final class SocketReadStream: ReadStream {
         return (try? pollDescriptor(fd, events: Int16(POLLIN), timeoutMilliseconds: 0)) ?? 0 != 0
     }
 
-    override func closePrimitive() { core.streamClosed(self) }
+    override func closePrimitive() { core.streamClosed(self, side: .reader) }
     override func attach(to loop: EventLoop) {
         core.attach(self, to: loop)
         signal()
@@ -492,7 +492,7 @@ final class SocketWriteStream: WriteStream {
         return (try? pollDescriptor(fd, events: Int16(POLLOUT), timeoutMilliseconds: 0)) ?? 0 != 0
     }
 
-    override func closePrimitive() { core.streamClosed(self) }
+    override func closePrimitive() { core.streamClosed(self, side: .writer) }
     override func attach(to loop: EventLoop) {
         core.attach(self, to: loop)
         signal()

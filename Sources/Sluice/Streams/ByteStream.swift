@@ -132,7 +132,13 @@ public class ByteStream: ReadyClient {
         self.name = name
     }
 
+    /// A stream dropped without `close()` is closed here, as NSStream closes on dealloc: its
+    /// descriptor is closed (or its direction shut down), it stops being watched, and it no
+    /// longer keeps its loop's `run()` going. No event is delivered. Like every other use, the
+    /// last reference goes on the stream's own thread (its loop's). (The kinds' stored
+    /// properties are still alive here: Swift destroys them after every `deinit` body has run.)
     deinit {
+        if streamStatus != .closed { close() }
         machine.deinitialize(count: 1)
         machine.deallocate()
     }

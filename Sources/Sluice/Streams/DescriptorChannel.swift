@@ -132,10 +132,17 @@ final class DescriptorChannel: FDHandler {
         updateInterest()
     }
 
+    /// Which of the channel's streams is speaking.
+    enum Side { case reader, writer }
+
     /// A stream using the fd closed: shut down its direction, and close the fd after the last.
-    func streamClosed(_ stream: ByteStream) {
-        if stream === reader { readerOpen = false }
-        if stream === writer {
+    /// The stream names its side rather than passing itself: a stream closing in its `deinit`
+    /// can no longer be found through the channel's weak references.
+    func streamClosed(_ side: Side) {
+        switch side {
+        case .reader:
+            readerOpen = false
+        case .writer:
             if writerOpen && readerOpen { halfCloseWrite?(fd) }
             writerOpen = false
         }

@@ -89,7 +89,7 @@ final class DescriptorReadStream: ReadStream {
         return (try? pollDescriptor(channel.fd, events: Int16(POLLIN), timeoutMilliseconds: 0)) ?? 0 != 0
     }
 
-    override func closePrimitive() { channel?.streamClosed(self) }
+    override func closePrimitive() { channel?.streamClosed(.reader) }
     override func attach(to loop: EventLoop) {
         channel?.attach(self, to: loop)
         signal()
@@ -214,7 +214,7 @@ final class DescriptorWriteStream: WriteStream {
         return (try? pollDescriptor(channel.fd, events: Int16(POLLOUT), timeoutMilliseconds: 0)) ?? 0 != 0
     }
 
-    override func closePrimitive() { channel?.streamClosed(self) }
+    override func closePrimitive() { channel?.streamClosed(.writer) }
     override func attach(to loop: EventLoop) {
         channel?.attach(self, to: loop)
         signal()
