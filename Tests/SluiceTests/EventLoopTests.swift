@@ -91,6 +91,6 @@ import Testing
         #expect(!loop.run(for: .milliseconds(50)))
         #expect(recorder.events.isEmpty)
         // Still usable by polling.
-        #expect(stream.readToEnd() == Data([1, 2, 3]))
+        #expect(try stream.readToEnd() == Data([1, 2, 3]))
     }
 }

@@ -128,7 +128,6 @@ public class ByteStream: ReadyClient {
     public let name: String
 
     init(name: String) {
-        ProcessSetup.ensure()
         self.name = name
     }
 
