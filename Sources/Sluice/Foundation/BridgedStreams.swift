@@ -23,10 +23,13 @@ public final class BridgedInputStream: InputStream {
         super.init(data: Data())
     }
 
+    /// Opens the sluice stream (in polling mode); a failure shows in `streamStatus`.
     public override func open() { failure = bridgeOpen(stream, as: "InputStream") }
 
+    /// Closes the sluice stream (a socket's write side: a half-close).
     public override func close() { stream.close() }
 
+    /// Reads up to `len` bytes: the count, 0 only at the end, -1 on failure (see `streamError`).
     public override func read(_ buffer: UnsafeMutablePointer<UInt8>, maxLength len: Int) -> Int {
         if let refusal = bridgeRefusal(stream, failure, "read") {
             failure = refusal
@@ -51,10 +54,12 @@ public final class BridgedInputStream: InputStream {
         }
     }
 
+    /// The sluice stream's status in Foundation's terms (`.error` after a bridge failure).
     public override var streamStatus: Stream.Status {
         failure != nil ? .error : Stream.Status(stream.streamStatus)
     }
 
+    /// The failure, as a `SluiceError`.
     public override var streamError: (any Error)? { failure ?? stream.streamError }
 
     /// `fileCurrentOffsetKey`, as an `NSNumber`.
@@ -89,10 +94,14 @@ public final class BridgedOutputStream: OutputStream {
         self.init(WriteStream.toMemory())
     }
 
+    /// Opens the sluice stream (in polling mode); a failure shows in `streamStatus`.
     public override func open() { failure = bridgeOpen(stream, as: "OutputStream") }
 
+    /// Closes the sluice stream (a socket's write side: a half-close).
     public override func close() { stream.close() }
 
+    /// Writes up to `len` bytes: the count accepted, 0 when a fixed-capacity stream is full,
+    /// -1 on failure (see `streamError`).
     public override func write(_ buffer: UnsafePointer<UInt8>, maxLength len: Int) -> Int {
         if let refusal = bridgeRefusal(stream, failure, "write") {
             failure = refusal
@@ -105,10 +114,12 @@ public final class BridgedOutputStream: OutputStream {
     /// True while a write would accept bytes without blocking.
     public override var hasSpaceAvailable: Bool { failure == nil && stream.hasSpaceAvailable }
 
+    /// The sluice stream's status in Foundation's terms (`.error` after a bridge failure).
     public override var streamStatus: Stream.Status {
         failure != nil ? .error : Stream.Status(stream.streamStatus)
     }
 
+    /// The failure, as a `SluiceError`.
     public override var streamError: (any Error)? { failure ?? stream.streamError }
 
     /// `dataWrittenToMemoryStreamKey` (a memory stream's `Data`) and `fileCurrentOffsetKey`.

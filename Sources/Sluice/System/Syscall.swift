@@ -6,7 +6,9 @@
 
 /// The outcome of a non-blocking operation: it did something, or it would have blocked.
 public enum IOResult<T: Sendable>: Sendable {
+    /// The operation did this much (bytes read or written; 0 at the end).
     case processed(T)
+    /// Nothing could be done without blocking (`EAGAIN`); wait for readiness.
     case wouldBlock
 }
 
