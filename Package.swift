@@ -23,7 +23,16 @@ let package = Package(
         .executableTarget(name: "SluiceCLI", dependencies: ["Sluice"]),
         .executableTarget(name: "WritingToMemory", dependencies: ["Sluice"], path: "Examples/WritingToMemory"),
         .executableTarget(name: "SocketClient", dependencies: ["Sluice"], path: "Examples/SocketClient"),
-        .testTarget(name: "SluiceTests", dependencies: ["Sluice", "WritingToMemory", "SocketClient"]),
+        .executableTarget(
+            name: "AsyncWritingToMemory", dependencies: ["Sluice"], path: "Examples/AsyncWritingToMemory"),
+        .executableTarget(name: "AsyncSocketClient", dependencies: ["Sluice"], path: "Examples/AsyncSocketClient"),
+        .executableTarget(name: "URLSessionUpload", dependencies: ["Sluice"], path: "Examples/URLSessionUpload"),
+        .testTarget(
+            name: "SluiceTests",
+            dependencies: [
+                "Sluice", "WritingToMemory", "SocketClient", "AsyncWritingToMemory", "AsyncSocketClient",
+                "URLSessionUpload",
+            ]),
         .testTarget(name: "SluiceCLITests", dependencies: ["SluiceCLI"]),
     ],
     swiftLanguageModes: [.v6]

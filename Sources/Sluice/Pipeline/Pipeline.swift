@@ -249,28 +249,6 @@ public final class Pipeline: ByteStreamDelegate {
         }
     }
 
-    /// Runs the pipeline on a loop of its own, on a thread of its own, and returns its result.
-    /// The streams must not be scheduled on another loop.
-    public func run() async -> PipelineResult {
-        let box = UncheckedBox(self)
-        return await withCheckedContinuation { (continuation: CheckedContinuation<PipelineResult, Never>) in
-            let thread = Thread {
-                let pipeline = box.value
-                do {
-                    let loop = try EventLoop()
-                    var outcome: PipelineResult?
-                    pipeline.start(on: loop) { outcome = $0 }
-                    while outcome == nil { loop.run() }
-                    continuation.resume(returning: outcome!)
-                } catch {
-                    let e = error as? SluiceError ?? SluiceError(.system(.ioError), operation: "event loop")
-                    continuation.resume(returning: pipeline.failedBeforeStart(e))
-                }
-            }
-            thread.start()
-        }
-    }
-
     /// Stops the pipeline: both ends are closed and the result carries a `.cancelled` error.
     /// Call on the loop's thread (from another thread: `loop.execute { pipeline.cancel() }`).
     public func cancel() {

@@ -30,6 +30,7 @@ public struct SluiceError: Error, Hashable, Sendable, CustomStringConvertible {
         case invalidArgument
     }
 
+    /// Why it failed.
     public var code: Code
     /// The operation attempted, e.g. `open`, `read`, `connect`, `inflate`.
     public var operation: String
@@ -38,6 +39,7 @@ public struct SluiceError: Error, Hashable, Sendable, CustomStringConvertible {
     /// Extra human-readable detail.
     public var detail: String?
 
+    /// An error: `code` for `operation` on `subject`, with optional `detail`.
     public init(_ code: Code, operation: String, subject: String? = nil, detail: String? = nil) {
         self.code = code
         self.operation = operation
@@ -51,6 +53,7 @@ public struct SluiceError: Error, Hashable, Sendable, CustomStringConvertible {
         return nil
     }
 
+    /// Why, as text: the errno's text or the code's, with the detail.
     public var reason: String {
         let base: String
         switch code {
@@ -71,6 +74,7 @@ public struct SluiceError: Error, Hashable, Sendable, CustomStringConvertible {
         return "\(base): \(detail)"
     }
 
+    /// One line: `operation "subject": reason`.
     public var description: String {
         guard let subject else { return "\(operation): \(reason)" }
         return "\(operation) \(subject.quotedIfPath): \(reason)"

@@ -117,7 +117,7 @@ struct LocalBench {
             left -= n
         }
         // Written back before the first cell, so no cell pays for the source's writeback.
-        if let fd = sink.property(forKey: .fileDescriptor) as? Int32 { fsync(fd) }
+        if let fd = sink.fileDescriptor { fsync(fd) }
         sink.close()
         return path
     }
@@ -182,7 +182,7 @@ struct LocalBench {
         pipeline.start(on: loop) { failure = $0.error }
         loop.run()
         if let failure { throw BenchFailure(description: "\(failure)") }
-        return [UInt8](sink.property(forKey: .dataWrittenToMemory) as! Data)
+        return [UInt8](sink.dataWrittenToMemory ?? Data())
     }
 
     private func runLocal(
