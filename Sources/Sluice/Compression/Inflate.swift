@@ -36,6 +36,23 @@ public struct InflateLimit: Hashable, Sendable {
     /// 1000:1): a ratio limit is only useful for untrusted input, and then together with
     /// `maxOutputBytes`, which is the real bound. Set those where the input is untrusted.
     public static let `default` = InflateLimit()
+
+    /// Throws `.limitExceeded` when `totalOut` bytes made from `totalIn` break a limit.
+    func check(totalIn: Int, totalOut: Int, operation: String, subject: String) throws(SluiceError) {
+        if let max = maxOutputBytes, totalOut > max {
+            throw SluiceError(
+                .limitExceeded, operation: operation, subject: subject,
+                detail: "output exceeds \(max) bytes (decompression bomb guard)")
+        }
+        if let ratio = maxRatio, totalOut > ratioFloor {
+            let (bound, overflow) = totalIn.multipliedReportingOverflow(by: ratio)
+            if !overflow && totalOut > bound {
+                throw SluiceError(
+                    .limitExceeded, operation: operation, subject: subject,
+                    detail: "output exceeds \(ratio)x the input (decompression bomb guard)")
+            }
+        }
+    }
 }
 
 /// A pipeline stage that decompresses gzip, zlib or raw deflate, wrapping zlib's `inflate`.
@@ -96,6 +113,10 @@ public final class Inflate: Stage {
     /// Creates a decompressor with `inflateInit2` (32 KiB window; for `auto`, the window bits
     /// are set with `inflateReset2` once the format is known).
     public init(format: DecompressionFormat = .auto, limit: InflateLimit = .default) throws(SluiceError) {
+        guard format != .zstd else {
+            throw SluiceError(
+                .invalidArgument, operation: "inflate", subject: "zstd", detail: "zstd is decoded by Decompressor")
+        }
         let stream = allocateZStream()
         let rc = sluice_inflateInit2(stream, (format.fixed ?? .zlib).windowBits)
         guard rc == Z_OK else {
@@ -327,19 +348,7 @@ public final class Inflate: Stage {
     }
 
     private func checkLimits() throws(SluiceError) {
-        if let max = limit.maxOutputBytes, totalOut > max {
-            throw SluiceError(
-                .limitExceeded, operation: "inflate", subject: subject,
-                detail: "output exceeds \(max) bytes (decompression bomb guard)")
-        }
-        if let ratio = limit.maxRatio, totalOut > limit.ratioFloor {
-            let (bound, overflow) = totalIn.multipliedReportingOverflow(by: ratio)
-            if !overflow && totalOut > bound {
-                throw SluiceError(
-                    .limitExceeded, operation: "inflate", subject: subject,
-                    detail: "output exceeds \(ratio)x the input (decompression bomb guard)")
-            }
-        }
+        try limit.check(totalIn: totalIn, totalOut: totalOut, operation: "inflate", subject: subject)
     }
 
     // MARK: - Detection
