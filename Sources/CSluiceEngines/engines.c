@@ -291,14 +291,15 @@ void *sluice_isal_inflate_create(void) {
 
 void sluice_isal_inflate_free(void *ctx) { free(ctx); }
 
-void sluice_isal_inflate_reset(void *ctx) {
+void sluice_isal_inflate_reset(void *ctx, int container) {
     struct inflate_state *s = ctx;
     isal.isal_inflate_reset(s);
-    s->crc_flag = ISAL_DEFLATE;
+    s->crc_flag = (uint32_t)container;
 }
 
 int sluice_isal_inflate(void *ctx, const uint8_t *in, uint32_t in_len, uint32_t *in_used, uint8_t *out,
-                        uint32_t out_cap, uint32_t *out_used, int *ended) {
+                        uint32_t out_cap, uint32_t *out_used, int *ended, uint32_t *unread,
+                        uint8_t unread_bytes[8]) {
     struct inflate_state *s = ctx;
     s->next_in = (uint8_t *)in;
     s->avail_in = in_len;
@@ -308,9 +309,20 @@ int sluice_isal_inflate(void *ctx, const uint8_t *in, uint32_t in_len, uint32_t 
     *in_used = in_len - s->avail_in;
     *out_used = out_cap - s->avail_out;
     *ended = s->block_state == ISAL_BLOCK_FINISH ? 1 : 0;
+    *unread = 0;
+    if (*ended && s->read_in_length > 0) {
+        /* The bits of the last byte that are left are its padding; whole bytes beyond it were
+           read ahead and belong to what follows the stream. */
+        uint64_t ahead = s->read_in >> (s->read_in_length % 8);
+        uint32_t n = (uint32_t)s->read_in_length / 8;
+        for (uint32_t i = 0; i < n && i < 8; i++) unread_bytes[i] = (uint8_t)(ahead >> (8 * i));
+        *unread = n;
+        s->read_in = 0;
+        s->read_in_length = 0;
+    }
     s->next_in = NULL;
     s->next_out = NULL;
-    return rc < 0 ? rc : 0;
+    return rc;
 }
 
 #else
@@ -328,13 +340,15 @@ long sluice_isal_deflate_block(void *ctx, const uint8_t *dict, uint32_t dict_len
 }
 void *sluice_isal_inflate_create(void) { return NULL; }
 void sluice_isal_inflate_free(void *ctx) { (void)ctx; }
-void sluice_isal_inflate_reset(void *ctx) { (void)ctx; }
+void sluice_isal_inflate_reset(void *ctx, int container) { (void)ctx, (void)container; }
 int sluice_isal_inflate(void *ctx, const uint8_t *in, uint32_t in_len, uint32_t *in_used, uint8_t *out,
-                        uint32_t out_cap, uint32_t *out_used, int *ended) {
-    (void)ctx, (void)in, (void)in_len, (void)out, (void)out_cap;
+                        uint32_t out_cap, uint32_t *out_used, int *ended, uint32_t *unread,
+                        uint8_t unread_bytes[8]) {
+    (void)ctx, (void)in, (void)in_len, (void)out, (void)out_cap, (void)unread_bytes;
     *in_used = 0;
     *out_used = 0;
     *ended = 0;
+    *unread = 0;
     return -1;
 }
 #endif

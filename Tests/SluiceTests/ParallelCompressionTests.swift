@@ -71,23 +71,7 @@ private func mixed(_ count: Int) -> [UInt8] {
     @Test func withoutALoopTheStageWorksInlineWithTheSameOutput() throws {
         let input = mixed(3 * Self.block + 99)
         let (_, viaLoop) = try pipe(input, [try ParallelDeflate(format: .gzip, level: 6, threads: 2)])
-        let stage = try ParallelDeflate(format: .gzip, level: 6, threads: 2)
-        var out: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 5000)
-        var offset = 0
-        var done = false
-        while !done {
-            let progress = try buffer.withUnsafeMutableBytes { space in
-                try input.withUnsafeBytes { bytes in
-                    offset < input.count
-                        ? try stage.process(UnsafeRawBufferPointer(rebasing: bytes[offset...]), into: space)
-                        : try stage.finish(into: space)
-                }
-            }
-            offset += progress.consumed
-            out += buffer[..<progress.produced]
-            done = offset == input.count && progress.finished
-        }
+        let out = try Self.feed(try ParallelDeflate(format: .gzip, level: 6, threads: 2), input, piece: 5000)
         #expect(out == viaLoop)
     }
 
@@ -174,6 +158,57 @@ private func mixed(_ count: Int) -> [UInt8] {
         #expect(r1.error?.underlying.code == .corruptData)
         let (r2, _) = try pipe(Array(gz.prefix(gz.count / 2)), [OffloadedStage(try Decompressor())])
         #expect(r2.error?.underlying.code == .truncatedData)
+    }
+
+    static let inflateEngines = CompressionEngine.allCases.filter { $0 != .zstd && $0.isAvailable }
+
+    /// Feeds `input` to `stage` `piece` bytes at a time with small output buffers.
+    static func feed(_ stage: any Stage, _ input: [UInt8], piece: Int) throws -> [UInt8] {
+        var out: [UInt8] = []
+        var space = [UInt8](repeating: 0, count: 977)
+        var offset = 0
+        var finished = false
+        while !finished {
+            let p = try space.withUnsafeMutableBytes { space in
+                try input.withUnsafeBytes { bytes in
+                    offset < input.count
+                        ? try stage.process(
+                            UnsafeRawBufferPointer(rebasing: bytes[offset..<min(input.count, offset + piece)]),
+                            into: space)
+                        : try stage.finish(into: space)
+                }
+            }
+            offset += p.consumed
+            out += space[..<p.produced]
+            finished = offset == input.count && p.finished
+            if offset < input.count && p.consumed == 0 && p.produced == 0 {
+                throw SluiceError(.invalidArgument, operation: "feed")
+            }
+        }
+        return out
+    }
+
+    @Test(arguments: inflateEngines, [1, 7, 4096])
+    func membersPaddingAndGarbageAreHandledByEachInflateEngine(engine: CompressionEngine, piece: Int) throws {
+        let a = mixed(70_000)
+        let b = mixed(3_001)
+        let gzA = [UInt8](try runProcess("/usr/bin/gzip", ["-c", "-6"], stdin: Data(a)).stdout)
+        let gzB = [UInt8](try runProcess("/usr/bin/gzip", ["-c", "-1"], stdin: Data(b)).stdout)
+        let members = gzA + gzB + gzA + [0, 0, 0, 0]
+        #expect(try Self.feed(try Inflate(format: .gzip, engine: engine), members, piece: piece) == a + b + a)
+        #expect(try Self.feed(try Inflate(engine: engine), members, piece: piece) == a + b + a)
+        #expect(throws: SluiceError.self) {
+            try Self.feed(try Inflate(engine: engine), gzA + [0x1f, 0x8b, 0x08], piece: piece)
+        }
+        #expect(throws: SluiceError.self) { try Self.feed(try Inflate(engine: engine), gzA + [0x41], piece: piece) }
+        let (_, z) = try pipe(a, [try ParallelDeflate(format: .zlib, level: 6, threads: 1)])
+        #expect(try Self.feed(try Inflate(engine: engine), z, piece: piece) == a)
+        #expect(throws: SluiceError.self) { try Self.feed(try Inflate(engine: engine), z + [7], piece: piece) }
+        let (_, raw) = try pipe(a, [try ParallelDeflate(format: .deflate, level: 6, threads: 1)])
+        #expect(try Self.feed(try Inflate(format: .deflate, engine: engine), raw, piece: piece) == a)
+        var corrupt = gzA
+        corrupt[gzA.count - 5] ^= 1
+        #expect(throws: SluiceError.self) { try Self.feed(try Inflate(engine: engine), corrupt, piece: piece) }
     }
 
     // MARK: zstd

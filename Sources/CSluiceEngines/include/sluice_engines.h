@@ -46,13 +46,17 @@ void sluice_isal_deflate_free(void *ctx);
 long sluice_isal_deflate_block(void *ctx, const uint8_t *dict, uint32_t dict_len, const uint8_t *in,
                                uint32_t in_len, int last, uint8_t *out, uint32_t out_cap);
 
-/// ISA-L raw inflate (isal_inflate, crc_flag ISAL_DEFLATE) for one deflate stream.
+/// ISA-L inflate (isal_inflate) of one stream: `container` 0 raw deflate, 1 gzip (header parsed,
+/// CRC-32 and size checked), 3 zlib (Adler-32 checked) — ISA-L's crc_flag values.
 void *sluice_isal_inflate_create(void);
 void sluice_isal_inflate_free(void *ctx);
-void sluice_isal_inflate_reset(void *ctx);
-/// One isal_inflate call. Returns ISA-L's status (0 ok, negative on corrupt data); `*ended`
-/// is set to 1 once the final block was decoded and flushed.
+void sluice_isal_inflate_reset(void *ctx, int container);
+/// One isal_inflate call. Returns ISA-L's status (negative for corrupt data, 6 when a zlib
+/// stream needs a dictionary). Once the stream has ended, `*ended` is 1 and the whole bytes
+/// ISA-L read past its end are given back: `*unread` of them (at most 8), earliest first in
+/// `unread_bytes`.
 int sluice_isal_inflate(void *ctx, const uint8_t *in, uint32_t in_len, uint32_t *in_used, uint8_t *out,
-                        uint32_t out_cap, uint32_t *out_used, int *ended);
+                        uint32_t out_cap, uint32_t *out_used, int *ended, uint32_t *unread,
+                        uint8_t unread_bytes[8]);
 
 #endif
