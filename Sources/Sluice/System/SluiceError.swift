@@ -28,6 +28,8 @@ public struct SluiceError: Error, Hashable, Sendable, CustomStringConvertible {
         case cancelled
         /// A value given by the caller is out of range or malformed.
         case invalidArgument
+        /// What was asked for is not in this build or on this machine (an optional engine).
+        case unavailable
     }
 
     /// Why it failed.
@@ -69,6 +71,7 @@ public struct SluiceError: Error, Hashable, Sendable, CustomStringConvertible {
         case .refused: base = "refused"
         case .cancelled: base = "cancelled"
         case .invalidArgument: base = "invalid argument"
+        case .unavailable: base = "unavailable"
         }
         guard let detail else { return base }
         return "\(base): \(detail)"
