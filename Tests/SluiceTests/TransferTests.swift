@@ -194,4 +194,25 @@ struct TransferTests {
             #expect(treeDifferences(src, dst + "/src", compareDirectoryTimes: false) == [])
         }
     }
+
+    @Test(
+        "Compression on 1 and 4 worker threads sends the same bytes and stores identical files",
+        arguments: [1, 4])
+    func compressedThreads(threads: Int) throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            // Ten blocks and a bit: several jobs in flight, a short last block.
+            let text = Array(String(repeating: "sluice moves bytes, block by block; ", count: 40_000).utf8)
+            let bytes = text + randomBytes(10 * 131_072 + 17 - text.count % 131_072, seed: 11)
+            try writeFile(root + "/big", bytes)
+            let harness = try TransferHarness(directory: dst)
+            let summary = try harness.send(
+                paths: [root + "/big"],
+                options: TransferSendOptions(compress: true, compressionLevel: 1, threads: threads))
+            #expect(summary.succeeded, "\(summary.results)")
+            #expect(readFile(dst + "/big") == bytes)
+            #expect(summary.bytesSent < UInt64(bytes.count))
+        }
+    }
 }

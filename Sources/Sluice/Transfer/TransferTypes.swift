@@ -60,6 +60,9 @@ public struct TransferSendOptions: Sendable {
     public var compress: Bool
     /// The zlib level for `compress`, 0 to 9.
     public var compressionLevel: Int
+    /// Worker threads that compress (pigz-style blocks; the output is the same for any
+    /// count); nil: one per core.
+    public var threads: Int?
     /// The largest DATA frame, and the unit the files are read in. Memory stays within a few
     /// chunks whatever the file sizes.
     public var chunkSize: ChunkSize
@@ -69,13 +72,16 @@ public struct TransferSendOptions: Sendable {
     public var resume: Bool
 
     public init(
-        compress: Bool = false, compressionLevel: Int = 6, chunkSize: ChunkSize = .default, rateLimit: Int? = nil,
+        compress: Bool = false, compressionLevel: Int = 6, threads: Int? = nil, chunkSize: ChunkSize = .default,
+        rateLimit: Int? = nil,
         resume: Bool = true
     ) {
         precondition(Deflate.levels.contains(compressionLevel), "compression level must be 0...9")
         precondition(rateLimit.map { $0 > 0 } ?? true, "rate limit must be positive")
         self.compress = compress
+        precondition(threads.map { WorkerPool.threadCounts.contains($0) } ?? true, "threads must be 1...256")
         self.compressionLevel = compressionLevel
+        self.threads = threads
         self.chunkSize = chunkSize
         self.rateLimit = rateLimit
         self.resume = resume

@@ -139,6 +139,8 @@ struct SendOptions: Sendable {
     var streamName: String?
     var chunkSize: ChunkSize = .default
     var compressionLevel: Int?
+    /// Compression threads (`--threads`); nil: one per core.
+    var threads: Int?
     var progress: ProgressMode = .auto
     var stats: StatsFormat?
     var rateLimit: Int?
@@ -155,7 +157,8 @@ struct SendOptions: Sendable {
         help: "compress each file on the way (raw deflate);\nLEVEL 0 to 9 (default 6); gzip:LEVEL also works")
 
     static let parser = ArgumentParser([
-        CommonOptions.chunkSize, compress, CommonOptions.progress, CommonOptions.noProgress, CommonOptions.stats,
+        CommonOptions.chunkSize, compress, CommonOptions.threads, CommonOptions.progress, CommonOptions.noProgress,
+        CommonOptions.stats,
         CommonOptions.rateLimit,
         OptionSpec(
             "timeout", value: .required("SECONDS"),
@@ -188,6 +191,7 @@ struct SendOptions: Sendable {
         if stdinCount > 1 { throw UsageError("send: '-' may be given once") }
         if let chunkSize = try CommonOptions.chunkSize(parsed) { self.chunkSize = chunkSize }
         if let option = parsed.last("compress") { compressionLevel = try TransferCompression.level(option) }
+        threads = try CommonOptions.threads(parsed)
         quiet = parsed.has("quiet")
         progress = CommonOptions.progressMode(parsed)
         stats = try CommonOptions.statsFormat(parsed)
@@ -199,6 +203,7 @@ struct SendOptions: Sendable {
     var libraryOptions: TransferSendOptions {
         TransferSendOptions(
             compress: compressionLevel != nil, compressionLevel: compressionLevel ?? CompressionSpec.defaultLevel,
+            threads: threads,
             chunkSize: chunkSize, rateLimit: rateLimit, resume: resume)
     }
 }

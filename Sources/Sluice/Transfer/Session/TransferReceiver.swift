@@ -129,7 +129,8 @@ final class ActiveFile {
     let opened: OpenedFile
     let request: EntryRequest
     let digest = SHA256Digest()
-    let inflate: Inflate?
+    /// Decompresses the file's data, when it comes compressed (the stage driver `copy` uses).
+    let inflate: StageDriver?
     /// Bytes written to the temporary file (after the held prefix).
     var written: UInt64 = 0
     /// Where the last `sync_file_range` writeback request ended.
@@ -140,7 +141,7 @@ final class ActiveFile {
     /// Dropped while busy: abandon it (keeping the partial when true) once the work is done.
     var abandonWhenIdle: Bool?
 
-    init(opened: OpenedFile, request: EntryRequest, inflate: Inflate?) {
+    init(opened: OpenedFile, request: EntryRequest, inflate: StageDriver?) {
         self.opened = opened
         self.request = request
         self.inflate = inflate
@@ -319,7 +320,7 @@ final class ReceiverSession: WireConnectionOwner {
                 dataBlocked = true
                 return piece.count - input.count
             }
-            let step = Result { () throws(SluiceError) in try inflate.process(input, into: scratch) }
+            let step = Result { () throws(SluiceError) in try inflate.step(input: input, output: scratch) }
             switch step {
             case .failure(let error):
                 perform(machine.handle(.dataFailed(Self.rejection(inflating: error))))
@@ -393,7 +394,7 @@ final class ReceiverSession: WireConnectionOwner {
                 finishBlocked = true
                 return
             }
-            let step = Result { () throws(SluiceError) in try inflate.finish(into: scratch) }
+            let step = Result { () throws(SluiceError) in try inflate.step(input: nil, output: scratch) }
             switch step {
             case .failure(let error):
                 perform(machine.handle(.dataFailed(Self.rejection(inflating: error))))
@@ -494,13 +495,13 @@ final class ReceiverSession: WireConnectionOwner {
     }
 
     private func didOpen(_ opened: OpenedFile, _ request: EntryRequest) {
-        var inflate: Inflate?
+        var inflate: StageDriver?
         let header = request.header
         if header.compressed {
             var maxOutput: UInt64? = header.sizeKnown ? header.size - min(opened.offset, header.size) : nil
             if let maxSize = options.maxSize { maxOutput = min(maxOutput ?? maxSize, maxSize) }
-            inflate = try? Inflate(
-                format: .deflate, limit: InflateLimit(maxOutputBytes: maxOutput.map { Int(clamping: $0) }))
+            let limit = InflateLimit(maxOutputBytes: maxOutput.map { Int(clamping: $0) })
+            inflate = (try? Inflate(format: .deflate, limit: limit)).map { StageDriver($0) }
             guard inflate != nil else {
                 store.pool.submit { [store] in store.abandon(opened, keep: true) }
                 perform(machine.handle(.fileOpened(.failure(.failed(.io, "inflate: cannot initialise zlib")))))

@@ -50,7 +50,9 @@ public final class TransferSender: WireConnectionOwner {
     private var peerClosed = false
     private var ended = false
     private var warnedNoDeflate = false
-    private var deflate: Deflate?
+    /// Compresses the current file (raw deflate in pigz-style blocks on the worker pool), when
+    /// it is sent compressed.
+    private var deflate: StageDriver?
     private var rawBuffer: ByteBuffer?
     private lazy var sourceWatcher = SourceWatcher(self)
 
@@ -275,13 +277,22 @@ public final class TransferSender: WireConnectionOwner {
         guard let file = current, file.index == index, let hasher else { return }
         file.compressed = compressed
         if compressed {
-            if let deflate {
-                deflate.reset()
-            } else {
-                deflate = try? Deflate(format: .deflate, level: options.compressionLevel)
+            let made = Result { () throws(SluiceError) in
+                try ParallelDeflate(format: .deflate, level: options.compressionLevel, threads: options.threads)
             }
-            guard deflate != nil else {
-                perform(machine.handle(.readFailed("deflate: cannot initialise zlib")))
+            switch made {
+            case .success(let stage):
+                let driver = StageDriver(stage)
+                if let loop {
+                    driver.attach(to: loop) { [weak self, weak file] in
+                        guard let self, let file, self.current === file else { return }
+                        self.produce()
+                    }
+                }
+                deflate = driver
+            case .failure(let error):
+                perform(machine.handle(.readFailed(error.description)))
+                advance()
                 return
             }
             if rawBuffer == nil { rawBuffer = ByteBuffer(capacity: options.chunkSize.bytes) }
@@ -387,21 +398,19 @@ public final class TransferSender: WireConnectionOwner {
                         return
                     }
                 }
-                let step: Result<StageProgress, SluiceError>
-                if !raw.isEmpty {
-                    step = Result { () throws(SluiceError) in try deflate.process(raw.readable, into: payload) }
-                } else {
-                    step = Result { () throws(SluiceError) in try deflate.finish(into: payload) }
-                }
+                let input: UnsafeRawBufferPointer? = raw.isEmpty ? nil : raw.readable
+                let step = Result { () throws(SluiceError) in try deflate.step(input: input, output: payload) }
                 guard case .success(let progress) = step else {
                     rawBuffer = raw
-                    readFailed("deflate failed")
+                    if case .failure(let error) = step { readFailed(error.description) }
                     return
                 }
                 raw.consume(progress.consumed)
                 rawBuffer = raw
                 produced = progress.produced
                 if progress.finished { file.compressionFinished = true }
+                // The blocks are on the workers: the driver's wake handler calls again.
+                if deflate.isWaitingForWorkers { return }
             } else {
                 switch readSource(file, into: payload) {
                 case .bytes(let n):
@@ -467,6 +476,8 @@ public final class TransferSender: WireConnectionOwner {
             raw.consume(raw.readableBytes)
             rawBuffer = raw
         }
+        deflate?.cancel()
+        deflate = nil
         if !file.finalizing { hasher?.discardFilling() }
     }
 
