@@ -124,12 +124,12 @@ public final class Pipeline: ByteStreamDelegate {
         /// Headers of lent chunks (no buffer of their own), reused.
         var lentPool: [Chunk] = []
         var allocatedChunks: Int = 0
-        var pendingWrite: Bool = false
-        var pendingWriteSince: UInt64 = 0
-        var sourceWaiting: Bool = false
-        var sourceWaitingSince: UInt64 = 0
-        var sourceBoundNanoseconds: UInt64 = 0
-        var sinkBoundNanoseconds: UInt64 = 0
+        /// The pending-write flag: the sink was offered space with nothing to write. Its time
+        /// is source-bound time.
+        var pendingWrite = BackpressureFlag()
+        /// The full-queue flag: the source was offered bytes with no room to read them into.
+        /// Its time is sink-bound time.
+        var sourceWaiting = BackpressureFlag()
         var bucket: TokenBucket?
         var pumping: Bool = false
         var pumpAgain: Bool = false
@@ -207,16 +207,16 @@ public final class Pipeline: ByteStreamDelegate {
     }
 
     /// True while the sink has been offered space with nothing to write.
-    public var isWritePending: Bool { hot.pendingWrite }
+    public var isWritePending: Bool { hot.pendingWrite.isSet }
 
     /// Seconds since start; source- and sink-bound time so far (for progress displays).
     public var elapsedSeconds: Double { started == 0 ? 0 : Double(monotonicNanoseconds() - started) / 1e9 }
     public var sourceBoundSeconds: Double {
-        Double(hot.sourceBoundNanoseconds + (hot.pendingWrite ? monotonicNanoseconds() - hot.pendingWriteSince : 0))
+        Double(hot.pendingWrite.elapsedNanoseconds)
             / 1e9
     }
     public var sinkBoundSeconds: Double {
-        Double(hot.sinkBoundNanoseconds + (hot.sourceWaiting ? monotonicNanoseconds() - hot.sourceWaitingSince : 0))
+        Double(hot.sourceWaiting.elapsedNanoseconds)
             / 1e9
     }
     public var stageStatistics: [StageStatistics] { drivers.map(\.statistics) }
@@ -265,9 +265,8 @@ public final class Pipeline: ByteStreamDelegate {
             case .hasBytesAvailable:
                 if hot.queues[0].hasRoom {
                     readSource()
-                } else if !hot.sourceWaiting {
-                    hot.sourceWaiting = true
-                    hot.sourceWaitingSince = monotonicNanoseconds()
+                } else {
+                    hot.sourceWaiting.set()
                 }
                 pump()
             case .endEncountered:
@@ -288,9 +287,8 @@ public final class Pipeline: ByteStreamDelegate {
                 } else if hot.queues[stages.count].hasReady {
                     writeSink()
                     pump()
-                } else if !hot.pendingWrite {
-                    hot.pendingWrite = true
-                    hot.pendingWriteSince = monotonicNanoseconds()
+                } else {
+                    hot.pendingWrite.set()
                 }
             case .errorOccurred:
                 fail(.sink, sink.streamError ?? SluiceError(.system(.ioError), operation: "write", subject: sink.name))
@@ -452,14 +450,12 @@ public final class Pipeline: ByteStreamDelegate {
             for index in stages.indices { runStage(index) }
             guard !hot.isFinished else { return }
             let last = stages.count
-            if hot.pendingWrite && hot.queues[last].hasReady && throttleTimer == nil {
-                hot.pendingWrite = false
-                hot.sourceBoundNanoseconds += monotonicNanoseconds() - hot.pendingWriteSince
+            if hot.pendingWrite.isSet && hot.queues[last].hasReady && throttleTimer == nil {
+                hot.pendingWrite.take()
                 writeSink()
             }
-            if hot.sourceWaiting && hot.queues[0].hasRoom {
-                hot.sourceWaiting = false
-                hot.sinkBoundNanoseconds += monotonicNanoseconds() - hot.sourceWaitingSince
+            if hot.sourceWaiting.isSet && hot.queues[0].hasRoom {
+                hot.sourceWaiting.take()
                 readSource()
             }
             guard !hot.isFinished else { return }
@@ -546,10 +542,8 @@ public final class Pipeline: ByteStreamDelegate {
     private func finish(error: PipelineError?) {
         guard !hot.isFinished else { return }
         let now = monotonicNanoseconds()
-        if hot.pendingWrite { hot.sourceBoundNanoseconds += now - hot.pendingWriteSince }
-        if hot.sourceWaiting { hot.sinkBoundNanoseconds += now - hot.sourceWaitingSince }
-        hot.pendingWrite = false
-        hot.sourceWaiting = false
+        hot.pendingWrite.take()
+        hot.sourceWaiting.take()
         for driver in drivers {
             if error == nil { driver.noteMoving() } else { driver.cancel() }
         }
@@ -561,8 +555,8 @@ public final class Pipeline: ByteStreamDelegate {
         result = PipelineResult(
             bytesRead: hot.bytesRead, bytesWritten: hot.bytesWritten, stages: drivers.map(\.statistics),
             elapsedSeconds: started == 0 ? 0 : Double(now - started) / 1e9,
-            sourceBoundSeconds: Double(hot.sourceBoundNanoseconds) / 1e9,
-            sinkBoundSeconds: Double(hot.sinkBoundNanoseconds) / 1e9,
+            sourceBoundSeconds: Double(hot.pendingWrite.totalNanoseconds) / 1e9,
+            sinkBoundSeconds: Double(hot.sourceWaiting.totalNanoseconds) / 1e9,
             peakInFlightBytes: hot.peakInFlightBytes, inFlightLimit: inFlightLimit, error: error)
         source.delegate = nil
         sink.delegate = nil

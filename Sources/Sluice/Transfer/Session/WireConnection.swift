@@ -45,7 +45,7 @@ final class WireConnection: ByteStreamDelegate {
     /// A `hasBytesAvailable` offer not yet answered with a read.
     private var readOffered = false
     /// The pending-write flag: `hasSpaceAvailable` offered and nothing written since.
-    private var writeOffered = false
+    private var writeOffered = BackpressureFlag()
     private var peerClosed = false
     private var closeWhenFlushed = false
     private var flushing = false
@@ -98,7 +98,7 @@ final class WireConnection: ByteStreamDelegate {
             readOffered = true
             readIfAllowed()
         case .hasSpaceAvailable:
-            writeOffered = true
+            writeOffered.set()
             flush()
         case .endEncountered where stream === input:
             notePeerClosed()
@@ -187,7 +187,7 @@ final class WireConnection: ByteStreamDelegate {
         flushing = true
         defer { flushing = false }
         var writes = 0
-        while writeOffered, !isClosed, writes < 8 {
+        while writeOffered.isSet, !isClosed, writes < 8 {
             if outbound.readableBytes < outbound.capacity / 2 { owner?.wireCanSend(self) }
             guard !isClosed, !outbound.isEmpty else { break }
             var allowed = outbound.readableBytes
@@ -198,26 +198,26 @@ final class WireConnection: ByteStreamDelegate {
             let slice = UnsafeRawBufferPointer(rebasing: outbound.readable[0..<allowed])
             switch output.tryWrite(from: slice) {
             case .processed(let n) where n > 0:
-                writeOffered = false
+                writeOffered.take()
                 outbound.consume(n)
                 bytesWritten += UInt64(n)
                 lastActivity = monotonicNanoseconds()
                 bucket?.spend(n)
                 writes += 1
                 // Accepted in full: the socket very likely takes more now.
-                if n == allowed && rateLimit == nil { writeOffered = true }
+                if n == allowed && rateLimit == nil { writeOffered.set() }
             case .processed(0):
-                writeOffered = false
+                writeOffered.take()
             case .processed:
                 fail(output.streamError ?? SluiceError(.system(.ioError), operation: "send", subject: output.name))
                 return
             case .wouldBlock:
-                writeOffered = false
+                writeOffered.take()
             }
         }
-        if writeOffered && writes > 0 && !outbound.isEmpty {
+        if writeOffered.isSet && writes > 0 && !outbound.isEmpty {
             // Bounded work per event: the stream was re-armed by the last write.
-            writeOffered = false
+            writeOffered.take()
         }
         if outbound.readableBytes <= pauseReadingAbove { readIfAllowed() }
         if closeWhenFlushed && outbound.isEmpty { close() }
