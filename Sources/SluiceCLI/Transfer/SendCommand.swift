@@ -29,9 +29,9 @@ enum SendCommand: Command {
         Exit status:
           0 every file stored; 64 usage error; 65 a file failed its integrity
           check; 66 a PATH is missing or unreadable; 69 cannot connect (refused,
-          unknown host, timed out); 73 the receiver refused a file (it exists,
-          too large, invalid name); 74 connection lost or input/output error;
-          130 interrupted (SIGINT); 143 terminated (SIGTERM)
+          unknown host, timed out, receiver busy); 73 the receiver refused a
+          file (it exists, too large, invalid name); 74 connection lost or
+          input/output error; 130 interrupted (SIGINT); 143 terminated (SIGTERM)
 
         """
     }

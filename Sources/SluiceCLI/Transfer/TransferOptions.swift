@@ -108,6 +108,8 @@ enum TransferStatus {
             return unavailable.contains(errno) ? .unavailable : .ioError
         case .invalidArgument:
             return .usage
+        case .unavailable:
+            return .unavailable
         default:
             return .ioError
         }

@@ -25,6 +25,9 @@ enum Wire {
     static let maxCapabilities = 32
     static let maxCapabilityBytes = 32
 
+    /// How the ERROR of a receiver serving all the sessions it allows begins.
+    static let busyPrefix = "busy:"
+
     /// Capabilities announced in HELLO.
     enum Capability {
         static let sha256 = "sha256"

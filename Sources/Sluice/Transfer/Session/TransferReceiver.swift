@@ -92,7 +92,8 @@ public final class TransferReceiver {
         if input.streamStatus == .notOpen { input.open() }
         let message =
             Wire.magic
-            + Frame.error(reason: "busy: this receiver serves \(limit) sessions at once; try again later").encoded
+            + Frame.error(reason: "\(Wire.busyPrefix) this receiver serves \(limit) sessions at once; try again later")
+            .encoded
         if output.streamStatus == .open {
             _ = message.withUnsafeBufferPointer { output.write($0.baseAddress!, maxLength: $0.count) }
         }

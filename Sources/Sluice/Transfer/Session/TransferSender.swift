@@ -507,6 +507,9 @@ public final class TransferSender: WireConnectionOwner {
             error = nil
         case .violation(let reason):
             error = SluiceError(.protocolViolation, operation: "send", subject: name, detail: reason)
+        case .peerError(let reason) where reason.hasPrefix(Wire.busyPrefix):
+            // Serving all the sessions it allows: nothing was refused, try again later.
+            error = SluiceError(.unavailable, operation: "send", subject: name, detail: "receiver: \(reason)")
         case .peerError(let reason):
             error = SluiceError(.refused, operation: "send", subject: name, detail: "receiver: \(reason)")
         case .closedEarly(let detail):
