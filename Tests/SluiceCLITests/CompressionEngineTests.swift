@@ -113,6 +113,7 @@ private let zstdPresent: Bool = {
                     #expect(outcome.status == 65, "\(format) \(bad): \(outcome.stderrText)")
                     #expect(outcome.stderrLines.count == 1)
                     #expect(outcome.stderrText.hasPrefix("sluice: "))
+                    #expect(outcome.stderrText.contains("offset"), "\(outcome.stderrText)")
                     #expect(!FileManager.default.fileExists(atPath: "\(dir)/out"), "\(format) \(bad)")
                 }
                 try FileManager.default.removeItem(atPath: "\(dir)/c")
