@@ -88,7 +88,7 @@ P1=$(free_port)
 P2=$(free_port)
 measure "-zgzip:1 → loopback → -d" \
     "$SLUICE copy -d tcp-listen:127.0.0.1:$P1 $DST.x & sleep 0.3; $SLUICE copy -zgzip:1 $CORPUS tcp:127.0.0.1:$P1; wait" \
-    "igzip -1 | nc -N → nc -l | igzip -d" \
+    "igzip -1 \\| nc -N → nc -l \\| igzip -d" \
     "nc -l 127.0.0.1 $P2 | igzip -dc > $DST.y & sleep 0.3; igzip -1 -c $CORPUS | nc -N 127.0.0.1 $P2; wait" 1.0
 
 sizes="| output | bytes |

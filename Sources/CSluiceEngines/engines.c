@@ -179,7 +179,6 @@ static struct {
     __typeof__(isal_inflate_init) *isal_inflate_init;
     __typeof__(isal_inflate_reset) *isal_inflate_reset;
     __typeof__(isal_inflate) *isal_inflate;
-    __typeof__(crc32_gzip_refl) *crc32_gzip_refl;
 } isal;
 
 static int isal_loaded;
@@ -193,7 +192,6 @@ static int isal_lookup(void *h) {
     LOOKUP(h, isal, isal_inflate_init);
     LOOKUP(h, isal, isal_inflate_reset);
     LOOKUP(h, isal, isal_inflate);
-    LOOKUP(h, isal, crc32_gzip_refl);
     return 1;
 }
 
@@ -218,10 +216,6 @@ const char *sluice_isal_version(void) {
 #else
     return sluice_isal_load() ? "2" : "";
 #endif
-}
-
-uint32_t sluice_isal_crc32(uint32_t crc, const uint8_t *buf, uint64_t len) {
-    return isal.crc32_gzip_refl(crc, (const unsigned char *)buf, len);
 }
 
 struct sluice_isal_deflater {
@@ -334,10 +328,6 @@ int sluice_isal_inflate(void *ctx, const uint8_t *in, uint32_t in_len, uint32_t 
 #else
 int sluice_isal_load(void) { return 0; }
 const char *sluice_isal_version(void) { return ""; }
-uint32_t sluice_isal_crc32(uint32_t crc, const uint8_t *buf, uint64_t len) {
-    (void)buf, (void)len;
-    return crc;
-}
 void *sluice_isal_deflate_create(int level) {
     (void)level;
     return NULL;

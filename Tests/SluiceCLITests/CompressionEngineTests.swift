@@ -64,6 +64,12 @@ private let zstdPresent: Bool = {
             #expect(outcome.stderrLines.count == 1)
             #expect(outcome.stderrText.hasPrefix("sluice: ") && outcome.stderrText.contains("zstd"))
             #expect(!FileManager.default.fileExists(atPath: "\(dir)/out.zst"))
+            // zstd input detected by -d there: the same answer.
+            try write(Data([0x28, 0xb5, 0x2f, 0xfd, 0, 0, 0, 0]), to: "\(dir)/in.zst")
+            let decode = try sluice(engines: "zlib", "copy", "-d", "\(dir)/in.zst", "\(dir)/out")
+            #expect(decode.status == 69, "\(decode.stderrText)")
+            #expect(decode.stderrText.contains("zstd"))
+            #expect(!FileManager.default.fileExists(atPath: "\(dir)/out"))
             // gzip still works there, with zlib alone.
             #expect(try sluice(engines: "zlib", "copy", "-zgzip:1", "\(dir)/in", "\(dir)/out.gz").status == 0)
             #expect(try sluice("copy", "-d", "\(dir)/out.gz", "\(dir)/back").status == 0)
@@ -107,6 +113,7 @@ private let zstdPresent: Bool = {
                     #expect(outcome.status == 65, "\(format) \(bad): \(outcome.stderrText)")
                     #expect(outcome.stderrLines.count == 1)
                     #expect(outcome.stderrText.hasPrefix("sluice: "))
+                    #expect(outcome.stderrText.contains("offset"), "\(outcome.stderrText)")
                     #expect(!FileManager.default.fileExists(atPath: "\(dir)/out"), "\(format) \(bad)")
                 }
                 try FileManager.default.removeItem(atPath: "\(dir)/c")

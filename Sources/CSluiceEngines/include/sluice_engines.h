@@ -38,10 +38,6 @@ size_t sluice_zstd_decompress(void *dctx, const void *src, size_t src_size, size
 int sluice_zstd_is_error(size_t code);
 const char *sluice_zstd_error_name(size_t code);
 
-/// CRC-32 as gzip's (ISA-L's crc32_gzip_refl, with carry-less multiplication where the CPU has
-/// it), continuing `crc`. Only after a successful sluice_isal_load.
-uint32_t sluice_isal_crc32(uint32_t crc, const uint8_t *buf, uint64_t len);
-
 /// ISA-L raw deflate of one block (isal_deflate with gzip_flag IGZIP_DEFLATE): `dict` primes
 /// the window; the block ends with a sync flush, or final when `last`.
 void *sluice_isal_deflate_create(int level);

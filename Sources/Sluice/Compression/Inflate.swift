@@ -492,12 +492,17 @@ public final class Inflate: Stage {
 
     private var subject: String { detectedFormat?.rawValue ?? format.rawValue }
 
+    /// The error names the compressed offset reached, as `zstd` and `gzip -t` locate damage.
     private func corrupt(_ detail: String) -> SluiceError {
-        SluiceError(.corruptData, operation: "inflate", subject: subject, detail: detail)
+        SluiceError(
+            .corruptData, operation: "inflate", subject: subject,
+            detail: detail.contains("offset") ? detail : "\(detail) (near compressed offset \(totalIn))")
     }
 
     private func truncated(_ detail: String) -> SluiceError {
-        SluiceError(.truncatedData, operation: "inflate", subject: subject, detail: detail)
+        SluiceError(
+            .truncatedData, operation: "inflate", subject: subject,
+            detail: "\(detail) (at compressed offset \(totalIn))")
     }
 
     private func trailingGarbage() -> SluiceError {

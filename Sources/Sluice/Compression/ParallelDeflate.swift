@@ -372,14 +372,7 @@ final class DeflateJob: @unchecked Sendable {
 
     /// On a worker: deflates the block and computes its checksum.
     func run(_ contexts: DeflateContexts, _ kind: Checksum.Kind?) {
-        switch kind {
-        case .crc32? where contexts.fastCRC:
-            check = sluice_isal_crc32(0, data.baseAddress?.assumingMemoryBound(to: UInt8.self), UInt64(dataCount))
-        case let kind?:
-            check = Checksum.compute(kind, over: data)
-        case nil:
-            break
-        }
+        if let kind { check = Checksum.compute(kind, over: data) }
         let context = contexts.take()
         defer { contexts.give(context) }
         switch context {
@@ -423,8 +416,6 @@ final class DeflateContexts: @unchecked Sendable {
 
     private let engine: CompressionEngine
     private let level: Int
-    /// ISA-L's CRC-32 is there (faster than zlib's, same values).
-    let fastCRC = CompressionEngine.isal.isAvailable
     private let lock = NSLock()
     private var free: [Context] = []
 

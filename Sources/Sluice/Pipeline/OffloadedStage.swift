@@ -17,6 +17,7 @@ public final class OffloadedStage: AsynchronousStage {
     private var wake: (() -> Void)?
     private let inbox: UnsafeMutableRawBufferPointer
     private var inboxCount = 0
+    private let outputBytes: Int
     private let job: OffloadJob
     private var running = false
     private var finishing = false
@@ -36,6 +37,7 @@ public final class OffloadedStage: AsynchronousStage {
         self.inner = inner
         self.pool = pool
         inbox = .allocate(byteCount: inputBytes, alignment: 64)
+        self.outputBytes = outputBytes
         job = OffloadJob(inner, inputBytes: 2 * inputBytes)
         free = [OffloadOutput(capacity: outputBytes), OffloadOutput(capacity: outputBytes)]
     }
@@ -53,7 +55,7 @@ public final class OffloadedStage: AsynchronousStage {
         inboxCount + job.pending + ready.reduce(0) { $0 + $1.count - $1.taken }
     }
 
-    public var heldLimit: Int { inbox.count + job.work.count + 2 * (free.first ?? ready.first)!.buffer.count }
+    public var heldLimit: Int { inbox.count + job.work.count + 2 * outputBytes }
 
     public func cancel() {
         cancelled = true

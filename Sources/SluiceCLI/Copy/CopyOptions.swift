@@ -32,7 +32,7 @@ enum CommonOptions {
     static let levels: [OptionSpec] = (1...9).map { digit in
         OptionSpec(
             nil, short: Character(String(digit)), key: "level",
-            help: digit == 1 ? "-1 (fastest) to -9 (smallest): the level of\n--compress, as gzip takes it" : "")
+            help: digit == 1 ? "... -9: the level of --compress as gzip\ntakes it (-1 fastest, -9 smallest)" : "")
     }
     static let threads = OptionSpec(
         "threads", short: "T", value: .required("N"),
