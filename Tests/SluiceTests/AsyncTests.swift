@@ -41,6 +41,20 @@ func eventually(_ deadline: Duration = .seconds(20), _ condition: () -> Bool) as
         #expect(same)
     }
 
+    @Test func noChunkIsLostAtTheEndWhateverTheSizes() async throws {
+        // The consumer is woken per burst of reads, not per chunk: the last chunks of a burst
+        // that meets the end must still come before the end.
+        for (size, chunk) in [(1_000_000, 65536), (3 << 20, 1 << 20), (777_777, 4096), (100, 1)] {
+            for _ in 0..<5 {
+                var total = 0
+                for try await piece in ReadStream.memory(randomBytes(size)).chunks(ofAtMost: chunk) {
+                    total += piece.count
+                }
+                #expect(total == size, "\(size) bytes in \(chunk)-byte chunks")
+            }
+        }
+    }
+
     @Test func theStreamsErrorIsThrown() async throws {
         let stream = ReadStream.file(atPath: "/nonexistent/sluice/\(UUID().uuidString)")
         var error: SluiceError?
