@@ -163,6 +163,29 @@ extension PieceSource {
     var closedFlag: Bool { closedBox.withLock { $0 } }
 }
 
+@Suite struct ChunkFIFOTests {
+    @Test func aTakenChunkIsNoLongerHeld() {
+        var fifo = ChunkFIFO()
+        for i in 0..<40 { fifo.append([UInt8](repeating: UInt8(i), count: 1000)) }
+        #expect(fifo.bytes == 40_000)
+        for i in 0..<39 {
+            guard var chunk = fifo.popFirst() else {
+                Issue.record("the queue ran dry at \(i)")
+                return
+            }
+            let before = chunk.withUnsafeBytes { $0.baseAddress }
+            chunk[0] = 0xFF  // no copy on write: the queue kept no reference to it
+            #expect(chunk.withUnsafeBytes { $0.baseAddress } == before, "chunk \(i)")
+        }
+        #expect(fifo.bytes == 1000)
+        #expect(fifo.first?.first == 39)
+        fifo.consumed(400)
+        #expect(fifo.bytes == 600)
+        fifo.removeAll()
+        #expect(fifo.isEmpty && fifo.bytes == 0 && fifo.popFirst() == nil)
+    }
+}
+
 @Suite struct AsyncWriterTests {
     @Test func writesEverythingThenFinishes() async throws {
         let sink = WriteStream.toMemory()

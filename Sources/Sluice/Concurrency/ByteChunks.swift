@@ -12,7 +12,8 @@ import Synchronization
 /// The stream is read on its loop (the shared loop, `EventLoop.shared`, unless it is scheduled
 /// on one) while fewer than `bufferLimit` bytes wait for the consumer; reading stops — for a
 /// socket, read interest is dropped and the TCP window closes — until the consumer has taken
-/// them down to half. Memory is bounded by `bufferLimit + chunkSize`, whatever the input size.
+/// them down to half. Memory is bounded by `bufferLimit + 3 × chunkSize` (the buffer, the arrays
+/// kept for reuse, the read in progress), whatever the input size.
 ///
 /// - The sequence ends (`nil`) after the last byte, and throws the stream's `SluiceError` if
 ///   it fails. The stream is opened if need be, and closed when the sequence ends, fails, is
