@@ -333,3 +333,77 @@ extension PieceSource {
         writerEnd.close()
     }
 }
+
+@Suite struct IncomingConnectionsTests {
+    @Test func anEchoServerServesSeveralClients() async throws {
+        let incoming = IncomingConnections(try Socket.listen(host: "127.0.0.1", port: 0))
+        let port = try #require(incoming.address.port)
+        let server = Task {
+            for _ in 0..<3 {
+                guard let connection = try await incoming.next() else { return }
+                try await withStreams(connection) { input, output in try await output.write(contentsOf: input) }
+            }
+        }
+        for i in 0..<3 {
+            let message = randomBytes(100_000 + i, seed: UInt64(i + 40))
+            let reply = try await withConnection(host: "127.0.0.1", port: port) { input, output in
+                try await output.write(message)
+                try await output.finish()
+                var reply: [UInt8] = []
+                for try await chunk in input { reply += chunk }
+                return reply
+            }
+            let same = reply == message
+            #expect(same, "client \(i)")
+        }
+        try await server.value
+        incoming.close()
+        #expect(try await incoming.next() == nil)
+    }
+
+    @Test func closeEndsAWaitingNext() async throws {
+        let incoming = IncomingConnections(try Socket.listen(host: "127.0.0.1", port: 0))
+        let waiting = Task { try await incoming.next() == nil }
+        try await Task.sleep(for: .milliseconds(20))
+        incoming.close()
+        #expect(try await waiting.value)
+    }
+
+    @Test func cancellingAWaitingNextThrows() async throws {
+        let incoming = IncomingConnections(try Socket.listen(host: "127.0.0.1", port: 0))
+        let waiting = Task { _ = try await incoming.next() != nil }
+        try await Task.sleep(for: .milliseconds(20))
+        waiting.cancel()
+        await #expect(throws: CancellationError.self) { try await waiting.value }
+        incoming.close()
+    }
+
+    @Test func connectionsBeyondTheQueueAreClosed() async throws {
+        let incoming = IncomingConnections(try Socket.listen(host: "127.0.0.1", port: 0), maximumQueued: 2)
+        let port = try #require(incoming.address.port)
+        let waiter = Task { try await incoming.next() != nil }  // starts accepting; takes the first
+        var clients: [(ReadStream, WriteStream)] = []
+        let first = Socket.connect(host: "127.0.0.1", port: port)
+        first.0.open()
+        first.1.open()
+        clients.append(first)
+        #expect(try await waiter.value)
+        // Four more: two wait in the queue, two find it full and are closed (they read the end).
+        var ended = 0
+        for _ in 0..<4 {
+            let (input, output) = Socket.connect(host: "127.0.0.1", port: port)
+            input.open()
+            output.open()
+            clients.append((input, output))
+            let fd = try #require(input.fileDescriptor)
+            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            if poll(&pfd, 1, 1000) == 1, (try? input.readToEnd()) == Data() { ended += 1 }
+        }
+        for (input, output) in clients {
+            output.close()
+            input.close()
+        }
+        #expect(ended == 2)
+        incoming.close()
+    }
+}
