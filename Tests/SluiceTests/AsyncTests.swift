@@ -14,6 +14,19 @@ func eventually(_ deadline: Duration = .seconds(20), _ condition: () -> Bool) as
     return true
 }
 
+/// A counter shared with a task.
+final class Counter: Sendable {
+    let value = Atomic<Int>(0)
+}
+
+/// A non-blocking one-byte write that fails (the reading end is closed); false while it succeeds
+/// or would block.
+func writeFails(_ writer: WriteStream) -> Bool {
+    let result = [UInt8(1)].withUnsafeBytes { writer.tryWrite(from: $0) }
+    if case .processed(let n) = result { return n < 0 }
+    return false
+}
+
 @Suite struct ChunksTests {
     @Test func chunksDeliverEveryByteInOrderAndEnd() async throws {
         let input = randomBytes(3_000_000, seed: 5)
@@ -136,20 +149,18 @@ func eventually(_ deadline: Duration = .seconds(20), _ condition: () -> Bool) as
     @Test func cancellingTheTaskClosesTheStream() async throws {
         nonisolated(unsafe) let (reader, writer) = boundPair(bufferSize: 1024)
         writer.open()
+        let received = Counter()
         let task = Task {
-            var total = 0
-            for try await chunk in ByteChunks(reader) { total += chunk.count }
-            return total
+            for try await chunk in ByteChunks(reader) { received.value.add(chunk.count, ordering: .relaxed) }
         }
-        // Nothing is ever written: the task waits in next() until cancelled.
-        try await Task.sleep(for: .milliseconds(20))
+        // One byte, taken by the consumer: the stream is open on the loop, and the task then
+        // waits in next() for more, which never comes, until it is cancelled.
+        #expect(writer.write(all: [7]))
+        #expect(await eventually { received.value.load(ordering: .relaxed) == 1 })
         task.cancel()
-        await #expect(throws: CancellationError.self) { _ = try await task.value }
+        await #expect(throws: CancellationError.self) { try await task.value }
         // The reader was closed: the writer sees it (the pair's write side fails).
-        #expect(
-            await eventually {
-                writer.write(all: [1]) == false
-            })
+        #expect(await eventually { writeFails(writer) })
     }
 
     @Test func breakingOutClosesTheStream() async throws {
@@ -273,10 +284,11 @@ extension PieceSource {
         nonisolated(unsafe) let (reader, writer) = boundPair(bufferSize: 1024)
         writer.open()
         let task = Task { try await Pipeline(source: reader, sink: .toMemory()).run() }
-        try await Task.sleep(for: .milliseconds(20))
+        try await Task.sleep(for: .milliseconds(20))  // started or not, cancellation must stop it
         task.cancel()
         await #expect(throws: CancellationError.self) { _ = try await task.value }
-        #expect(await eventually { writer.write(all: [1]) == false })
+        // The pipeline opened its source before it was stopped, so the writer sees the close.
+        #expect(await eventually { writeFails(writer) })
     }
 
     @Test func aCancelledTaskNeverStartsCopying() async throws {
