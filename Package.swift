@@ -31,6 +31,7 @@ let package = Package(
             name: "AsyncWritingToMemory", dependencies: ["Sluice"], path: "Examples/AsyncWritingToMemory"),
         .executableTarget(name: "AsyncSocketClient", dependencies: ["Sluice"], path: "Examples/AsyncSocketClient"),
         .executableTarget(name: "URLSessionUpload", dependencies: ["Sluice"], path: "Examples/URLSessionUpload"),
+        .executableTarget(name: "sluice-async-bench", dependencies: ["Sluice"], path: "Benchmarks/AsyncBench"),
         .testTarget(
             name: "SluiceTests",
             dependencies: [

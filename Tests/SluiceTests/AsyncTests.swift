@@ -14,6 +14,19 @@ func eventually(_ deadline: Duration = .seconds(20), _ condition: () -> Bool) as
     return true
 }
 
+/// A counter shared with a task.
+final class Counter: Sendable {
+    let value = Atomic<Int>(0)
+}
+
+/// A non-blocking one-byte write that fails (the reading end is closed); false while it succeeds
+/// or would block.
+func writeFails(_ writer: WriteStream) -> Bool {
+    let result = [UInt8(1)].withUnsafeBytes { writer.tryWrite(from: $0) }
+    if case .processed(let n) = result { return n < 0 }
+    return false
+}
+
 @Suite struct ChunksTests {
     @Test func chunksDeliverEveryByteInOrderAndEnd() async throws {
         let input = randomBytes(3_000_000, seed: 5)
@@ -39,6 +52,20 @@ func eventually(_ deadline: Duration = .seconds(20), _ condition: () -> Bool) as
         for try await chunk in ReadStream.file(atPath: dir + "/f").chunks(ofAtMost: 1 << 20) { out += chunk }
         let same = out == input
         #expect(same)
+    }
+
+    @Test func noChunkIsLostAtTheEndWhateverTheSizes() async throws {
+        // The consumer is woken per burst of reads, not per chunk: the last chunks of a burst
+        // that meets the end must still come before the end.
+        for (size, chunk) in [(1_000_000, 65536), (3 << 20, 1 << 20), (777_777, 4096), (100, 1)] {
+            for _ in 0..<5 {
+                var total = 0
+                for try await piece in ReadStream.memory(randomBytes(size)).chunks(ofAtMost: chunk) {
+                    total += piece.count
+                }
+                #expect(total == size, "\(size) bytes in \(chunk)-byte chunks")
+            }
+        }
     }
 
     @Test func theStreamsErrorIsThrown() async throws {
@@ -122,20 +149,18 @@ func eventually(_ deadline: Duration = .seconds(20), _ condition: () -> Bool) as
     @Test func cancellingTheTaskClosesTheStream() async throws {
         nonisolated(unsafe) let (reader, writer) = boundPair(bufferSize: 1024)
         writer.open()
+        let received = Counter()
         let task = Task {
-            var total = 0
-            for try await chunk in ByteChunks(reader) { total += chunk.count }
-            return total
+            for try await chunk in ByteChunks(reader) { received.value.add(chunk.count, ordering: .relaxed) }
         }
-        // Nothing is ever written: the task waits in next() until cancelled.
-        try await Task.sleep(for: .milliseconds(20))
+        // One byte, taken by the consumer: the stream is open on the loop, and the task then
+        // waits in next() for more, which never comes, until it is cancelled.
+        #expect(writer.write(all: [7]))
+        #expect(await eventually { received.value.load(ordering: .relaxed) == 1 })
         task.cancel()
-        await #expect(throws: CancellationError.self) { _ = try await task.value }
+        await #expect(throws: CancellationError.self) { try await task.value }
         // The reader was closed: the writer sees it (the pair's write side fails).
-        #expect(
-            await eventually {
-                writer.write(all: [1]) == false
-            })
+        #expect(await eventually { writeFails(writer) })
     }
 
     @Test func breakingOutClosesTheStream() async throws {
@@ -147,6 +172,29 @@ func eventually(_ deadline: Duration = .seconds(20), _ condition: () -> Bool) as
 
 extension PieceSource {
     var closedFlag: Bool { closedBox.withLock { $0 } }
+}
+
+@Suite struct ChunkFIFOTests {
+    @Test func aTakenChunkIsNoLongerHeld() {
+        var fifo = ChunkFIFO()
+        for i in 0..<40 { fifo.append([UInt8](repeating: UInt8(i), count: 1000)) }
+        #expect(fifo.bytes == 40_000)
+        for i in 0..<39 {
+            guard var chunk = fifo.popFirst() else {
+                Issue.record("the queue ran dry at \(i)")
+                return
+            }
+            let before = chunk.withUnsafeBytes { $0.baseAddress }
+            chunk[0] = 0xFF  // no copy on write: the queue kept no reference to it
+            #expect(chunk.withUnsafeBytes { $0.baseAddress } == before, "chunk \(i)")
+        }
+        #expect(fifo.bytes == 1000)
+        #expect(fifo.first?.first == 39)
+        fifo.consumed(400)
+        #expect(fifo.bytes == 600)
+        fifo.removeAll()
+        #expect(fifo.isEmpty && fifo.bytes == 0 && fifo.popFirst() == nil)
+    }
 }
 
 @Suite struct AsyncWriterTests {
@@ -236,10 +284,11 @@ extension PieceSource {
         nonisolated(unsafe) let (reader, writer) = boundPair(bufferSize: 1024)
         writer.open()
         let task = Task { try await Pipeline(source: reader, sink: .toMemory()).run() }
-        try await Task.sleep(for: .milliseconds(20))
+        try await Task.sleep(for: .milliseconds(20))  // started or not, cancellation must stop it
         task.cancel()
         await #expect(throws: CancellationError.self) { _ = try await task.value }
-        #expect(await eventually { writer.write(all: [1]) == false })
+        // The pipeline opened its source before it was stopped, so the writer sees the close.
+        #expect(await eventually { writeFails(writer) })
     }
 
     @Test func aCancelledTaskNeverStartsCopying() async throws {
@@ -294,5 +343,79 @@ extension PieceSource {
         }
         #expect(await eventually { probe.value.streamStatus == .closed })
         writerEnd.close()
+    }
+}
+
+@Suite struct IncomingConnectionsTests {
+    @Test func anEchoServerServesSeveralClients() async throws {
+        let incoming = IncomingConnections(try Socket.listen(host: "127.0.0.1", port: 0))
+        let port = try #require(incoming.address.port)
+        let server = Task {
+            for _ in 0..<3 {
+                guard let connection = try await incoming.next() else { return }
+                try await withStreams(connection) { input, output in try await output.write(contentsOf: input) }
+            }
+        }
+        for i in 0..<3 {
+            let message = randomBytes(100_000 + i, seed: UInt64(i + 40))
+            let reply = try await withConnection(host: "127.0.0.1", port: port) { input, output in
+                try await output.write(message)
+                try await output.finish()
+                var reply: [UInt8] = []
+                for try await chunk in input { reply += chunk }
+                return reply
+            }
+            let same = reply == message
+            #expect(same, "client \(i)")
+        }
+        try await server.value
+        incoming.close()
+        #expect(try await incoming.next() == nil)
+    }
+
+    @Test func closeEndsAWaitingNext() async throws {
+        let incoming = IncomingConnections(try Socket.listen(host: "127.0.0.1", port: 0))
+        let waiting = Task { try await incoming.next() == nil }
+        try await Task.sleep(for: .milliseconds(20))
+        incoming.close()
+        #expect(try await waiting.value)
+    }
+
+    @Test func cancellingAWaitingNextThrows() async throws {
+        let incoming = IncomingConnections(try Socket.listen(host: "127.0.0.1", port: 0))
+        let waiting = Task { _ = try await incoming.next() != nil }
+        try await Task.sleep(for: .milliseconds(20))
+        waiting.cancel()
+        await #expect(throws: CancellationError.self) { try await waiting.value }
+        incoming.close()
+    }
+
+    @Test func connectionsBeyondTheQueueAreClosed() async throws {
+        let incoming = IncomingConnections(try Socket.listen(host: "127.0.0.1", port: 0), maximumQueued: 2)
+        let port = try #require(incoming.address.port)
+        let waiter = Task { try await incoming.next() != nil }  // starts accepting; takes the first
+        var clients: [(ReadStream, WriteStream)] = []
+        let first = Socket.connect(host: "127.0.0.1", port: port)
+        first.0.open()
+        first.1.open()
+        clients.append(first)
+        #expect(try await waiter.value)
+        // Four more: two wait in the queue, two find it full and are closed (they read the end).
+        var ended = 0
+        for _ in 0..<4 {
+            let (input, output) = Socket.connect(host: "127.0.0.1", port: port)
+            input.open()
+            output.open()
+            clients.append((input, output))
+            let fd = try #require(input.fileDescriptor)
+            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            if poll(&pfd, 1, 1000) == 1, (try? input.readToEnd()) == Data() { ended += 1 }
+        }
+        for (input, output) in clients {
+            output.close()
+            input.close()
+        }
+        #expect(ended == 2)
+        incoming.close()
     }
 }

@@ -72,6 +72,19 @@ final class PieceSource: ByteSource, @unchecked Sendable {
         #expect(boundWrite.write(all: payload))
         boundWrite.close()
         kinds.append(("bound pair", boundRead, {}))
+        // A TCP connection whose peer sends the payload and closes.
+        let listener = try Socket.listen(host: "127.0.0.1", port: 0)
+        let box = UncheckedBox(listener)
+        Thread {
+            guard let (input, output, _) = try? box.value.accept(timeout: .seconds(30)) else { return }
+            output.open()
+            output.write(all: payload)
+            output.close()
+            input.close()
+            box.value.close()
+        }.start()
+        let (socketRead, socketWrite) = Socket.connect(host: "127.0.0.1", port: listener.port)
+        kinds.append(("socket", socketRead, { socketWrite.close() }))
         return kinds
     }
 
@@ -139,7 +152,23 @@ final class PieceSource: ByteSource, @unchecked Sendable {
                 return .processed(buffer.count)
             }
         }
+        // A TCP connection whose peer reads everything.
+        var socketWrite: WriteStream?
+        if let listener = try? Socket.listen(host: "127.0.0.1", port: 0) {
+            let box = UncheckedBox(listener)
+            Thread {
+                guard let (input, output, _) = try? box.value.accept(timeout: .seconds(30)) else { return }
+                input.open()
+                _ = try? input.readToEnd()
+                input.close()
+                output.close()
+                box.value.close()
+            }.start()
+            socketWrite = Socket.connect(host: "127.0.0.1", port: listener.port).1
+        }
+        #expect(socketWrite != nil)
         return [
+            ("socket", socketWrite ?? .discard()),
             ("memory", .toMemory()),
             ("buffer", .toBuffer(capacity: 1 << 20)),
             ("file", .file(atPath: dir + "/out")),

@@ -25,11 +25,10 @@ import Synchronization
 /// - After `init` the stream belongs to the writer (it is taken as `sending`).
 public final class AsyncByteWriter: Sendable {
     private struct State {
-        var queue: [[UInt8]] = []
-        var head = 0
-        /// Bytes of `queue[head]` already written.
+        var queue = ChunkFIFO()
+        /// Bytes of `queue.first` already written.
         var offset = 0
-        var queuedBytes = 0
+        var queuedBytes: Int { queue.bytes }
         /// The loop side was offered space with nothing to write (the pending-write flag).
         var sinkIdle = false
         var started = false
@@ -66,7 +65,6 @@ public final class AsyncByteWriter: Sendable {
             }
             guard !bytes.isEmpty else { return nil }
             state.queue.append(bytes)
-            state.queuedBytes += bytes.count
             return Self.takeKick(&state)
         }
         if let kick { kick.value.loop.execute { kick.value.drain() } }
@@ -112,10 +110,14 @@ public final class AsyncByteWriter: Sendable {
         _ list: WritableKeyPath<State, [UInt64: CheckedContinuation<Void, any Error>]>,
         until done: @escaping @Sendable (State) -> Bool
     ) async throws {
-        let id = state.withLock { state in
+        // The fast path: nothing to wait for, so no suspension (and no hop between threads).
+        let id = try state.withLock { state throws -> UInt64? in
+            if let failure = state.failure { throw failure }
+            if done(state) { return nil }
             defer { state.nextWaiter += 1 }
             return state.nextWaiter
         }
+        guard let id else { return }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 let outcome = state.withLock { state -> Result<Void, any Error>? in
@@ -159,28 +161,28 @@ public final class AsyncByteWriter: Sendable {
     /// was called.
     func nextBytes() -> (chunk: [UInt8], offset: Int)? {
         state.withLock { state in
-            guard state.head < state.queue.count else {
+            guard let first = state.queue.first else {
                 state.sinkIdle = true
                 return nil
             }
-            return (state.queue[state.head], state.offset)
+            return (first, state.offset)
         }
     }
 
-    var finishRequested: Bool { state.withLock { $0.finishing && $0.head >= $0.queue.count } }
+    var finishRequested: Bool { state.withLock { $0.finishing && $0.queue.isEmpty } }
 
     /// `n` bytes of the first chunk were written.
     func wrote(_ n: Int) {
         let ready = state.withLock { state -> [CheckedContinuation<Void, any Error>] in
             state.offset += n
-            state.queuedBytes -= n
-            if state.offset == state.queue[state.head].count {
-                state.head += 1
+            if state.offset == state.queue.first?.count {
+                // The whole chunk is written. Its earlier partial writes were already taken off
+                // the count: give them back, since taking the chunk out takes off all of it.
+                state.queue.consumed(-(state.offset - n))
+                _ = state.queue.popFirst()
                 state.offset = 0
-                if state.head == state.queue.count {
-                    state.queue.removeAll(keepingCapacity: true)
-                    state.head = 0
-                }
+            } else {
+                state.queue.consumed(n)
             }
             guard state.queuedBytes < bufferLimit, !state.spaceWaiters.isEmpty else { return [] }
             defer { state.spaceWaiters = [:] }
@@ -218,10 +220,8 @@ public final class AsyncByteWriter: Sendable {
             state -> ([CheckedContinuation<Void, any Error>], UncheckedBox<WritePump>?) in
             guard state.failure == nil, !state.closed else { return ([], nil) }
             state.failure = error
-            state.queue = []
-            state.head = 0
+            state.queue.removeAll()
             state.offset = 0
-            state.queuedBytes = 0
             defer {
                 state.spaceWaiters = [:]
                 state.finishWaiters = [:]

@@ -12,7 +12,8 @@ import Synchronization
 /// The stream is read on its loop (the shared loop, `EventLoop.shared`, unless it is scheduled
 /// on one) while fewer than `bufferLimit` bytes wait for the consumer; reading stops — for a
 /// socket, read interest is dropped and the TCP window closes — until the consumer has taken
-/// them down to half. Memory is bounded by `bufferLimit + chunkSize`, whatever the input size.
+/// them down to half. Memory is bounded by `bufferLimit + 3 × chunkSize` (the buffer, the arrays
+/// kept for reuse, the read in progress), whatever the input size.
 ///
 /// - The sequence ends (`nil`) after the last byte, and throws the stream's `SluiceError` if
 ///   it fails. The stream is opened if need be, and closed when the sequence ends, fails, is
@@ -90,9 +91,8 @@ final class ChunkConsumer: Sendable {
 /// What the loop side and the consumer share, under one lock.
 final class ChunkReaderCore: Sendable {
     private struct State {
-        var chunks: [[UInt8]] = []
-        var head = 0
-        var bufferedBytes = 0
+        var chunks = ChunkFIFO()
+        var bufferedBytes: Int { chunks.bytes }
         /// The end was read (`nil` once the buffer is drained).
         var ended = false
         /// The stream failed, or the consumer cancelled: thrown once the buffer is drained
@@ -150,6 +150,17 @@ final class ChunkReaderCore: Sendable {
 
     func next() async throws -> [UInt8]? {
         try startIfNeeded()
+        if Task.isCancelled {
+            terminate(with: CancellationError())
+            throw CancellationError()
+        }
+        // The fast path: a chunk is waiting, so no suspension (and no hop between threads).
+        let (ready, resume) = state.withLock { state -> ([UInt8]?, UncheckedBox<ChunkPump>?) in
+            guard state.waiter == nil, !state.chunks.isEmpty else { return (nil, nil) }
+            return (Self.take(&state, lowWater: bufferLimit / 2), Self.resumeIfPaused(&state, bufferLimit))
+        }
+        if let resume { resume.value.loop.execute { resume.value.resumeReading() } }
+        if let ready { return ready }
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[UInt8]?, any Error>) in
                 let (result, resume) = state.withLock {
@@ -162,7 +173,7 @@ final class ChunkReaderCore: Sendable {
                                     detail: "next() called from two tasks at once")), nil
                         )
                     }
-                    if state.head < state.chunks.count {
+                    if !state.chunks.isEmpty {
                         return (
                             .success(Self.take(&state, lowWater: bufferLimit / 2)),
                             Self.resumeIfPaused(&state, bufferLimit)
@@ -182,14 +193,7 @@ final class ChunkReaderCore: Sendable {
     }
 
     private static func take(_ state: inout State, lowWater: Int) -> [UInt8] {
-        let chunk = state.chunks[state.head]
-        state.head += 1
-        if state.head == state.chunks.count {
-            state.chunks.removeAll(keepingCapacity: true)
-            state.head = 0
-        }
-        state.bufferedBytes -= chunk.count
-        return chunk
+        state.chunks.popFirst() ?? []
     }
 
     /// If the loop side paused and the buffer is down to half, un-pause it (the caller asks the
@@ -207,32 +211,52 @@ final class ChunkReaderCore: Sendable {
 
     /// A chunk was read. Returns false when the buffer is now full: the pump stops reading.
     func deliver(_ chunk: [UInt8]) -> Bool {
-        let (waiter, more) = state.withLock { state -> (CheckedContinuation<[UInt8]?, any Error>?, Bool) in
-            if let waiter = state.waiter {
-                state.waiter = nil
-                return (waiter, true)
-            }
+        let (waiter, first, more) = state.withLock {
+            state -> (CheckedContinuation<[UInt8]?, any Error>?, [UInt8]?, Bool) in
             state.chunks.append(chunk)
-            state.bufferedBytes += chunk.count
-            if state.bufferedBytes >= bufferLimit {
-                state.paused = true
-                return (nil, false)
-            }
-            return (nil, true)
+            let more = state.bufferedBytes < bufferLimit
+            if !more { state.paused = true }
+            // A waiting consumer is woken once half the buffer is filled (or the burst of reads
+            // ends: `wakeConsumer()`), not for every chunk: each wake is a thread switch.
+            guard state.bufferedBytes >= bufferLimit / 2 || !more else { return (nil, nil, more) }
+            guard let waiter = state.waiter else { return (nil, nil, more) }
+            state.waiter = nil
+            return (waiter, state.chunks.popFirst(), more)
         }
-        waiter?.resume(returning: chunk)
+        if let waiter, let first { waiter.resume(returning: first) }
         return more
     }
 
-    /// The stream ended (error nil) or failed.
+    /// A burst of reads ended (the stream would block, or the buffer is full): hand a waiting
+    /// consumer what has been read.
+    func wakeConsumer() {
+        let (waiter, first) = state.withLock { state -> (CheckedContinuation<[UInt8]?, any Error>?, [UInt8]?) in
+            guard let waiter = state.waiter, let first = state.chunks.popFirst() else { return (nil, nil) }
+            state.waiter = nil
+            return (waiter, first)
+        }
+        if let waiter, let first { waiter.resume(returning: first) }
+    }
+
+    /// The stream ended (error nil) or failed. A waiting consumer gets what is still buffered
+    /// first; the end or the error comes after the last chunk.
     func finish(error: (any Error)?) {
-        let waiter = state.withLock { state -> CheckedContinuation<[UInt8]?, any Error>? in
+        let (waiter, first) = state.withLock {
+            state -> (CheckedContinuation<[UInt8]?, any Error>?, [UInt8]?) in
             if let error { state.failure = state.failure ?? error } else { state.ended = true }
             state.pump = nil
-            defer { state.waiter = nil }
-            return state.waiter
+            guard let waiter = state.waiter else { return (nil, nil) }
+            state.waiter = nil
+            return (waiter, state.chunks.popFirst())
         }
-        if let error { waiter?.resume(throwing: error) } else { waiter?.resume(returning: nil) }
+        guard let waiter else { return }
+        if let first {
+            waiter.resume(returning: first)
+        } else if let error {
+            waiter.resume(throwing: error)
+        } else {
+            waiter.resume(returning: nil)
+        }
     }
 
     /// The consumer is gone or cancelled: stop reading and close the stream.
@@ -242,9 +266,7 @@ final class ChunkReaderCore: Sendable {
             guard !state.terminated else { return (nil, nil) }
             state.terminated = true
             if let error { state.failure = error }
-            state.chunks = []
-            state.head = 0
-            state.bufferedBytes = 0
+            state.chunks.removeAll()
             defer {
                 state.waiter = nil
                 state.pump = nil
@@ -293,21 +315,60 @@ final class ChunkPump: StreamPump {
         readWhileRoom()
     }
 
+    /// Chunk arrays handed out before, oldest first, to read into again once the consumer has
+    /// let go of them: a fresh 1 MiB array per chunk costs page faults that a reused one does
+    /// not. An array the consumer still holds is copied on write (Swift's value semantics), so
+    /// reuse is always safe; once a reuse has had to copy — the consumer keeps its chunks —
+    /// the pool is switched off.
+    private var pool: [[UInt8]] = []
+    private var poolHead = 0
+    private var pooling = true
+    /// Arrays in the pool: those that may sit in the buffer, plus two.
+    private var poolDepth: Int { core.bufferLimit / core.chunkSize + 2 }
+
+    /// An array of `chunkSize` bytes to read into: a pooled one if it is old enough, else new.
+    private func takeBuffer() -> [UInt8] {
+        guard pooling, pool.count - poolHead >= poolDepth else {
+            return [UInt8](unsafeUninitializedCapacity: core.chunkSize) { _, initialized in
+                initialized = core.chunkSize
+            }
+        }
+        var buffer = pool[poolHead]
+        pool[poolHead] = []
+        poolHead += 1
+        if poolHead >= 64 {
+            pool.removeFirst(poolHead)
+            poolHead = 0
+        }
+        let before = buffer.withUnsafeBytes { $0.baseAddress }
+        if buffer.count < core.chunkSize {
+            buffer.append(contentsOf: repeatElement(0, count: core.chunkSize - buffer.count))
+        }
+        // Mutable access copies the array if the consumer still holds it: then stop pooling.
+        if buffer.withUnsafeMutableBytes({ UnsafeRawPointer($0.baseAddress) }) != before { pooling = false }
+        return buffer
+    }
+
     private func readWhileRoom() {
+        defer { core.wakeConsumer() }
+        var spare: [UInt8]?
         // Paused (the buffer is full): no read, so no further event until the consumer resumes us.
         while !done && !core.isPaused {
-            var count = 0
-            var result = IOResult<Int>.wouldBlock
-            var chunk = [UInt8](unsafeUninitializedCapacity: core.chunkSize) { buffer, initialized in
-                result = stream.tryReadFilling(into: UnsafeMutableRawBufferPointer(buffer))
-                if case .processed(let n) = result, n > 0 { count = n }
-                initialized = count
-            }
+            var chunk = spare.take() ?? takeBuffer()
+            let result = chunk.withUnsafeMutableBytes { stream.tryReadFilling(into: $0) }
             switch result {
             case .wouldBlock:
+                if pooling { pool.append(chunk) }
                 return  // re-armed: the next hasBytesAvailable reads on
             case .processed(let n) where n > 0:
-                if count < core.chunkSize / 2 { chunk = Array(chunk[...]) }  // no 1 MiB capacity for a 1 KiB chunk
+                if n < core.chunkSize / 2 {
+                    // A short read: hand out a copy of its size, keep the big array for the next.
+                    spare = chunk
+                    if !core.deliver(Array(chunk[0..<n])) { break }
+                    continue
+                }
+                chunk.removeLast(chunk.count - n)
+                if pooling { pool.append(chunk) }
                 if !core.deliver(chunk) { return }  // full: no read, so no event, until resumed
             case .processed(0):
                 finish(error: nil)
@@ -319,6 +380,7 @@ final class ChunkPump: StreamPump {
                 return
             }
         }
+        if let spare, pooling { pool.append(spare) }
     }
 
     private func finish(error: (any Error)?) {

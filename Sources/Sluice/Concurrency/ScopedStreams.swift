@@ -25,10 +25,12 @@ private func runScoped<Result>(
 ) async throws -> Result {
     let result: Result
     do {
-        // Both open now: the two halves of a socket must both be open before either closes, or
-        // closing the first (a finish() before the first read) would close the whole socket.
-        try chunks.core.startIfNeeded()
+        // Both open now, the writer first: the two halves of a socket must both be open before
+        // either closes, or closing the first (the reader meeting the end, a finish() before
+        // the first read) would close the whole socket. The writer holds its half open until
+        // finish(); the reader may meet the end as soon as it starts.
         try writer.start()
+        try chunks.core.startIfNeeded()
         result = try await body(chunks, writer)
     } catch {
         writer.abort()
@@ -43,6 +45,10 @@ private func runScoped<Result>(
 /// The two streams of one connection (or any read and write stream that belong together),
 /// handed over as one value: the halves of one socket are one region for the compiler, so they
 /// cannot be sent one by one.
+///
+/// A socket is closed when its last *opened* stream closes: give both halves to
+/// `withStreams(_:chunkSize:isolation:_:)`, which opens both before either can close, rather
+/// than to a `ByteChunks` and an `AsyncByteWriter` started at different times.
 public struct StreamPair {
     /// The read half.
     public var input: ReadStream
