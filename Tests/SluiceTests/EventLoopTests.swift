@@ -8,11 +8,6 @@ import Testing
     import Glibc
 #endif
 
-/// A count shared between threads.
-private final class Counter: Sendable {
-    let value = Atomic<Int>(0)
-}
-
 /// An `FDHandler` that counts what it is told and can react.
 private final class ReadinessProbe: FDHandler {
     var calls = 0
