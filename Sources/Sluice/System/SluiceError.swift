@@ -28,6 +28,9 @@ public struct SluiceError: Error, Hashable, Sendable, CustomStringConvertible {
         case cancelled
         /// A value given by the caller is out of range or malformed.
         case invalidArgument
+        /// The peer could not be authenticated, or did not authenticate us: a certificate
+        /// not trusted, a name or pin mismatch, a wrong pre-shared key.
+        case authenticationFailed
     }
 
     public var code: Code
@@ -66,6 +69,7 @@ public struct SluiceError: Error, Hashable, Sendable, CustomStringConvertible {
         case .refused: base = "refused"
         case .cancelled: base = "cancelled"
         case .invalidArgument: base = "invalid argument"
+        case .authenticationFailed: base = "authentication failed"
         }
         guard let detail else { return base }
         return "\(base): \(detail)"

@@ -15,6 +15,8 @@ enum ExitStatus: Int32, Sendable {
     case cannotCreate = 73
     /// EX_IOERR: any other input/output error.
     case ioError = 74
+    /// EX_NOPERM: authentication failed (certificate not trusted, name or pin mismatch, wrong key).
+    case notPermitted = 77
     /// 128 + SIGINT.
     case interrupted = 130
     /// 128 + SIGTERM.
@@ -55,6 +57,7 @@ extension CLIError {
     /// - 66 for a source that does not exist or cannot be read;
     /// - 69 for an unknown host, a refused or unreachable connection, a connect timeout;
     /// - 73 for a destination that exists or cannot be created;
+    /// - 77 for a peer that failed authentication (or failed ours);
     /// - 74 for everything else.
     init(_ error: SluiceError, during phase: FailurePhase) {
         self.init(Self.status(for: error, during: phase), Self.message(for: error))
@@ -71,6 +74,8 @@ extension CLIError {
             return .cannotCreate
         case .cancelled:
             return .interrupted
+        case .authenticationFailed:
+            return .notPermitted
         case .invalidArgument:
             return .usage
         case .timedOut:
