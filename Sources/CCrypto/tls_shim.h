@@ -124,8 +124,13 @@ static inline int sluice_hkdf_sha256(const unsigned char *ikm, size_t ikm_length
 /* SHA-256 of the certificate's SubjectPublicKeyInfo (DER), as `openssl x509 -pubkey | openssl pkey
  * -pubin -outform der | sha256sum` prints it. */
 static inline int sluice_spki_sha256(X509 *cert, unsigned char out[32]) {
-    unsigned int length = 32;
-    return X509_pubkey_digest(cert, EVP_sha256(), out, &length) == 1 && length == 32;
+    unsigned char *der = NULL;
+    int length = i2d_X509_PUBKEY(X509_get_X509_PUBKEY(cert), &der);
+    if (length <= 0) return 0;
+    unsigned int digestLength = 32;
+    int ok = EVP_Digest(der, (size_t)length, out, &digestLength, EVP_sha256(), NULL) == 1 && digestLength == 32;
+    OPENSSL_free(der);
+    return ok;
 }
 
 /* A throwaway EC P-256 key and a self-signed certificate for it (CN=sluice, valid one day). */

@@ -44,6 +44,19 @@ public enum TLS {
     }
 }
 
+extension TLS {
+    /// True while `stream`'s TLS connection, closed, still has ciphertext (its last bytes, the
+    /// close_notify) to send: it sends it as the loop runs. A program about to stop its loop
+    /// runs it on while this is true, or the peer sees a cut connection.
+    public static func isDelivering(_ stream: ByteStream) -> Bool {
+        switch stream {
+        case let reader as TLSReadStream: return reader.connection.isLingering
+        case let writer as TLSWriteStream: return writer.connection.isLingering
+        default: return false
+        }
+    }
+}
+
 extension SocketListener {
     /// As `accept(on:handler:)`, handing out each connection secured with `context` (a server
     /// context): the streams handshake when opened.
@@ -85,6 +98,7 @@ final class TLSConnection {
     private var timer: LoopTimer?
     /// Set while the connection outlives its streams to send its last bytes.
     private var lingering: TLSConnection?
+    var isLingering: Bool { lingering != nil }
 
     init(inner: (ReadStream, WriteStream), context: TLSContext) {
         self.inner = (inner.0, inner.1)
@@ -486,6 +500,8 @@ final class TLSReadStream: ReadStream {
                 return .processed(total)
             }
         }
+        // Reading can make bytes to send (an answer to the peer's KeyUpdate).
+        if engine.outputPending > 0 { connection.flushOutput() }
         return .processed(total)
     }
 
