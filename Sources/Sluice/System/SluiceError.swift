@@ -30,6 +30,9 @@ public struct SluiceError: Error, Hashable, Sendable, CustomStringConvertible {
         case invalidArgument
         /// What was asked for is not in this build or on this machine (an optional engine).
         case unavailable
+        /// The peer could not be authenticated, or did not authenticate us: a certificate
+        /// not trusted, a name or pin mismatch, a wrong pre-shared key.
+        case authenticationFailed
     }
 
     /// Why it failed.
@@ -72,6 +75,7 @@ public struct SluiceError: Error, Hashable, Sendable, CustomStringConvertible {
         case .cancelled: base = "cancelled"
         case .invalidArgument: base = "invalid argument"
         case .unavailable: base = "unavailable"
+        case .authenticationFailed: base = "authentication failed"
         }
         guard let detail else { return base }
         return "\(base): \(detail)"

@@ -15,6 +15,8 @@ enum ExitStatus: Int32, Sendable {
     case cannotCreate = 73
     /// EX_IOERR: any other input/output error.
     case ioError = 74
+    /// EX_NOPERM: authentication failed (certificate not trusted, name or pin mismatch, wrong key).
+    case notPermitted = 77
     /// 128 + SIGINT.
     case interrupted = 130
     /// 128 + SIGTERM.
@@ -56,6 +58,7 @@ extension CLIError {
     /// - 69 for an unknown host, a refused or unreachable connection, a connect timeout, an
     ///   engine this build lacks;
     /// - 73 for a destination that exists or cannot be created;
+    /// - 77 for a peer that failed authentication (or failed ours);
     /// - 74 for everything else.
     init(_ error: SluiceError, during phase: FailurePhase) {
         self.init(Self.status(for: error, during: phase), Self.message(for: error))
@@ -72,6 +75,8 @@ extension CLIError {
             return .cannotCreate
         case .cancelled:
             return .interrupted
+        case .authenticationFailed:
+            return .notPermitted
         case .invalidArgument:
             return .usage
         case .timedOut:

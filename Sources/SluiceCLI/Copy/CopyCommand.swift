@@ -17,6 +17,28 @@ final class CopySession: Interruptible {
     private var stages: [any Stage] = []
     private var source: ReadStream?
     private var sink: WriteStream?
+
+    /// A TLS end that closed may still be sending its last bytes and close_notify: the loop
+    /// runs on until they are out (bounded), or the peer would see a cut connection.
+    func finishDelivering() {
+        let deadline = ContinuousClock.now.advanced(by: .seconds(30))
+        for stream in [source as ByteStream?, sink] {
+            guard let stream else { continue }
+            while TLS.isDelivering(stream) && ContinuousClock.now < deadline { loop.run(for: .milliseconds(20)) }
+        }
+    }
+
+    /// The TLS protocol and cipher of whichever end is a TLS connection, for `--stats`.
+    var negotiatedTLS: (protocol: String, cipher: String)? {
+        for stream in [source as ByteStream?, sink] {
+            if let stream, let version = stream.property(forKey: .tlsProtocol) as? String,
+                let cipher = stream.property(forKey: .tlsCipher) as? String
+            {
+                return (version, cipher)
+            }
+        }
+        return nil
+    }
     private var destinationFile: DestinationFile?
     private var pipeline: Pipeline?
     private var progress: ProgressDisplay?
@@ -245,6 +267,7 @@ final class CopySession: Interruptible {
         session.start()
         // Only `end` stops the loop, and it sets the outcome first.
         if session.outcome == nil { loop.run() }
+        session.finishDelivering()
         SignalWatcher.shared.setHandler(nil)
         guard let outcome = session.outcome else {
             Terminal.report("copy: the event loop ran out of work before the copy ended (a bug)")
@@ -255,7 +278,8 @@ final class CopySession: Interruptible {
             return outcome.status
         }
         if let format = options.stats, let result = session.result {
-            let report = StatsReport(result: result, options: options, stageName: session.stages.first?.name)
+            var report = StatsReport(result: result, options: options, stageName: session.stages.first?.name)
+            report.tls = session.negotiatedTLS
             Terminal.write(format == .json ? report.json + "\n" : report.text, to: 2)
         }
         return .ok

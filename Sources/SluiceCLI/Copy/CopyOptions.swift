@@ -225,7 +225,7 @@ struct CopyOptions: Hashable, Sendable {
         if append {
             switch destination {
             case .file, .standardIO: break
-            case .tcpConnect, .tcpListen, .unixConnect, .unixListen:
+            case .tcpConnect, .tcpListen, .unixConnect, .unixListen, .tlsConnect, .tlsListen:
                 throw UsageError("--append needs a file destination, not \(destination)")
             }
         }

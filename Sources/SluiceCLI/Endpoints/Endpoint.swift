@@ -8,6 +8,8 @@
 /// | `tcp-listen:[HOST:]PORT` | `.tcpListen`, accepts one connection       |
 /// | `unix:PATH`              | `.unixConnect`                             |
 /// | `unix-listen:PATH`       | `.unixListen`, accepts one connection      |
+/// | `tls:HOST:PORT[,OPT=VAL…]` | `.tlsConnect`: TLS 1.3 client            |
+/// | `tls-listen:[HOST:]PORT[,OPT=VAL…]` | `.tlsListen`: TLS 1.3 server, one connection |
 enum Endpoint: Hashable, Sendable, CustomStringConvertible {
     case file(String)
     case standardIO
@@ -15,12 +17,14 @@ enum Endpoint: Hashable, Sendable, CustomStringConvertible {
     case tcpListen(host: String?, port: UInt16)
     case unixConnect(String)
     case unixListen(String)
+    case tlsConnect(host: String, port: UInt16, TLSEndpointOptions)
+    case tlsListen(host: String?, port: UInt16, TLSEndpointOptions)
 
     /// The longest path a Unix-domain socket address holds (`sun_path` is 108 bytes with the NUL).
     static let maximumUnixPathBytes = 107
 
     /// The endpoint types written as `TYPE:`.
-    static let schemes = ["file", "tcp", "tcp-listen", "unix", "unix-listen"]
+    static let schemes = ["file", "tcp", "tcp-listen", "unix", "unix-listen", "tls", "tls-listen"]
 
     /// Parses one endpoint operand. Throws a usage error that names the operand and what is wrong.
     init(parsing text: String) throws(UsageError) {
@@ -45,6 +49,16 @@ enum Endpoint: Hashable, Sendable, CustomStringConvertible {
         case "tcp-listen":
             let (host, port) = try Self.hostAndPort(rest, in: text, hostRequired: false)
             self = .tcpListen(host: host, port: port)
+        case "tls", "tls-listen":
+            let address = rest.prefix { $0 != "," }
+            let options =
+                address.endIndex == rest.endIndex
+                ? TLSEndpointOptions()
+                : try TLSEndpointOptions(parsing: rest[rest.index(after: address.endIndex)...], in: text)
+            let (host, port) = try Self.hostAndPort(String(address), in: text, hostRequired: scheme == "tls")
+            self =
+                scheme == "tls"
+                ? .tlsConnect(host: host!, port: port, options) : .tlsListen(host: host, port: port, options)
         case "unix", "unix-listen":
             guard !rest.isEmpty else { throw UsageError("\(text): missing socket path after '\(scheme):'") }
             guard rest.utf8.count <= Self.maximumUnixPathBytes else {
@@ -125,6 +139,10 @@ enum Endpoint: Hashable, Sendable, CustomStringConvertible {
         case .tcpListen(nil, let port): return "tcp-listen:\(port)"
         case .unixConnect(let path): return "unix:\(path)"
         case .unixListen(let path): return "unix-listen:\(path)"
+        case .tlsConnect(let host, let port, let options): return "tls:\(Self.bracketed(host)):\(port)\(options.suffix)"
+        case .tlsListen(let host?, let port, let options):
+            return "tls-listen:\(Self.bracketed(host)):\(port)\(options.suffix)"
+        case .tlsListen(nil, let port, let options): return "tls-listen:\(port)\(options.suffix)"
         }
     }
 
@@ -133,7 +151,7 @@ enum Endpoint: Hashable, Sendable, CustomStringConvertible {
     /// True for the socket endpoints.
     var isSocket: Bool {
         switch self {
-        case .tcpConnect, .tcpListen, .unixConnect, .unixListen: return true
+        case .tcpConnect, .tcpListen, .unixConnect, .unixListen, .tlsConnect, .tlsListen: return true
         case .file, .standardIO: return false
         }
     }

@@ -76,6 +76,35 @@ extension Endpoint {
         case (.unixConnect(let path), _):
             let pair = Socket.connect(unixPath: path, timeout: options.timeout)
             completion(.success(Self.half(of: pair, as: role)))
+        case (.tlsConnect(let host, let port, let tls), _):
+            do {
+                let context = try tls.makeContext(role: .client, host: host, operand: description)
+                let pair = TLS.secure(
+                    Socket.connect(host: host, port: port, timeout: options.timeout), context: context)
+                completion(.success(Self.half(of: pair, as: role)))
+            } catch {
+                completion(.failure(error))
+            }
+        case (.tlsListen(let host, let port, let tls), _):
+            do {
+                let context = try tls.makeContext(role: .server, host: nil, operand: description)
+                let listener = try Socket.listen(host: host, port: port)
+                if let pin = context.localPin {
+                    // Listening now. With a throwaway certificate the client needs this to pin it.
+                    Terminal.write("pin \(pin)\n", to: 2)
+                }
+                try listener.accept(on: loop, context: context) { input, output, _ in
+                    listener.close()
+                    completion(.success(Self.half(of: (input, output), as: role)))
+                }
+                return { listener.close() }
+            } catch let error as CLIError {
+                completion(.failure(error))
+            } catch let error as SluiceError {
+                completion(.failure(CLIError(error, during: role == .source ? .openingSource : .creatingDestination)))
+            } catch {
+                completion(.failure(CLIError(.ioError, "\(description): \(error)")))
+            }
         case (.tcpListen, _), (.unixListen, _):
             // A refused connect or an unknown host surfaces later, as the pipeline's error at that
             // end before any byte moved; CopySession.phase(of:result:) then reports 69.

@@ -14,6 +14,8 @@ struct StatsReport: Sendable {
     var stage: (name: String, settings: String, sourceIsRaw: Bool)?
     var rateLimit: Int?
     var peakInFlightBytes: Int
+    /// The TLS protocol and cipher negotiated by a `tls:`/`tls-listen:` endpoint.
+    var tls: (protocol: String, cipher: String)?
 
     init(result: PipelineResult, options: CopyOptions, stageName: String?) {
         source = options.source.displayName(as: .source)
@@ -73,6 +75,10 @@ struct StatsReport: Sendable {
             ("peak_in_flight_bytes", "\(peakInFlightBytes)"),
         ]
         if let rateLimit { fields.append(("rate_limit", "\(rateLimit)")) }
+        if let tls {
+            fields.append(("tls_protocol", Format.jsonString(tls.protocol)))
+            fields.append(("tls_cipher", Format.jsonString(tls.cipher)))
+        }
         return "{" + fields.map { "\(Format.jsonString($0.0)):\($0.1)" }.joined(separator: ",") + "}"
     }
 
@@ -98,6 +104,7 @@ struct StatsReport: Sendable {
             ("bottleneck", bottleneck?.label ?? "none"),
         ]
         if let rateLimit { rows.append(("rate limit", Format.rate(Double(rateLimit)))) }
+        if let tls { rows.append(("tls", "\(tls.protocol) \(tls.cipher)")) }
         let width = rows.map(\.0.count).max()! + 2
         return rows.map { $0.0 + String(repeating: " ", count: width - $0.0.count) + $0.1 + "\n" }.joined()
     }

@@ -1,0 +1,112 @@
+import CCrypto
+
+/// The shared, immutable part of TLS connections made with one set of `TLSSettings`
+/// (OpenSSL's `SSL_CTX`): protocol limits, our certificate and key, the trust store, the
+/// pre-shared key. A listener makes one and uses it for every connection.
+///
+/// Throws `.invalidArgument` for a certificate, key or CA file that cannot be loaded.
+public final class TLSContext: @unchecked Sendable {
+    public let settings: TLSSettings
+    /// The pin of our own certificate (for a throwaway certificate: what to tell the peer).
+    public private(set) var localPin: TLSPin?
+
+    let context: OpaquePointer
+    private var psk: UnsafeMutablePointer<sluice_psk>?
+
+    public init(_ settings: TLSSettings) throws(SluiceError) {
+        self.settings = settings
+        let method = settings.role == .client ? TLS_client_method() : TLS_server_method()
+        guard let context = SSL_CTX_new(method) else {
+            throw TLSContext.failure("SSL_CTX_new", subject: nil)
+        }
+        self.context = context
+        guard sluice_ctx_tls13_only(context) == 1 else { throw TLSContext.failure("TLS 1.3 only", subject: nil) }
+        try loadIdentity()
+        if let key = settings.preSharedKey {
+            let psk = UnsafeMutablePointer<sluice_psk>.allocate(capacity: 1)
+            psk.initialize(to: sluice_psk())
+            withUnsafeMutableBytes(of: &psk.pointee.key) { $0.copyBytes(from: key.key) }
+            let identity = Array(key.identity.utf8)
+            withUnsafeMutableBytes(of: &psk.pointee.identity) { $0.copyBytes(from: identity) }
+            psk.pointee.identity_length = identity.count
+            self.psk = psk
+            sluice_ctx_set_psk(context, psk)
+        }
+        if settings.usesChainVerification {
+            if let caFile = settings.caFile {
+                guard SSL_CTX_load_verify_locations(context, caFile, nil) == 1 else {
+                    throw TLSContext.failure("load CA file", subject: caFile)
+                }
+            } else if SSL_CTX_set_default_verify_paths(context) != 1 {
+                throw TLSContext.failure("load the system CA store", subject: nil)
+            }
+        }
+    }
+
+    deinit {
+        SSL_CTX_free(context)
+        if let psk {
+            // The key must not linger in freed memory.
+            withUnsafeMutableBytes(of: &psk.pointee) { OPENSSL_cleanse($0.baseAddress, $0.count) }
+            psk.deallocate()
+        }
+    }
+
+    private func loadIdentity() throws(SluiceError) {
+        if let file = settings.certificateFile {
+            guard SSL_CTX_use_certificate_chain_file(context, file) == 1 else {
+                throw TLSContext.failure("load certificate", subject: file)
+            }
+            let keyFile = settings.keyFile ?? file
+            guard SSL_CTX_use_PrivateKey_file(context, keyFile, SSL_FILETYPE_PEM) == 1 else {
+                throw TLSContext.failure("load private key", subject: keyFile)
+            }
+            guard SSL_CTX_check_private_key(context) == 1 else {
+                throw TLSContext.failure("match private key", subject: keyFile)
+            }
+        } else if settings.role == .server && settings.preSharedKey == nil && settings.generatesThrowawayCertificate {
+            var key: OpaquePointer?
+            var certificate: OpaquePointer?
+            guard sluice_make_self_signed(&key, &certificate) == 1, let key, let certificate else {
+                throw TLSContext.failure("make a throwaway certificate", subject: nil)
+            }
+            defer {
+                EVP_PKEY_free(key)
+                X509_free(certificate)
+            }
+            guard SSL_CTX_use_certificate(context, certificate) == 1, SSL_CTX_use_PrivateKey(context, key) == 1 else {
+                throw TLSContext.failure("use the throwaway certificate", subject: nil)
+            }
+        }
+        if let certificate = SSL_CTX_get0_certificate(context) {
+            localPin = TLSContext.pin(of: certificate)
+        }
+    }
+
+    /// The pin of a certificate (an `X509 *`).
+    static func pin(of certificate: OpaquePointer) -> TLSPin? {
+        var digest = [UInt8](repeating: 0, count: 32)
+        guard sluice_spki_sha256(certificate, &digest) == 1 else { return nil }
+        return TLSPin(digest: digest)
+    }
+
+    /// An error for a failed OpenSSL call, with OpenSSL's reason.
+    static func failure(_ operation: String, subject: String?) -> SluiceError {
+        SluiceError(.invalidArgument, operation: operation, subject: subject, detail: openSSLReason())
+    }
+
+    /// The reason text of the first error on OpenSSL's queue (which is cleared).
+    static func openSSLReason(_ code: UInt = 0) -> String {
+        let error = code != 0 ? code : sluice_first_error()
+        guard error != 0, let text = ERR_reason_error_string(error) else { return "OpenSSL error" }
+        return String(cString: text)
+    }
+}
+
+extension TLSSettings {
+    /// Whether certificates are checked against CAs (rather than a pin, a PSK, or not at all).
+    var usesChainVerification: Bool {
+        guard verifiesPeer, pin == nil, preSharedKey == nil else { return false }
+        return role == .client || caFile != nil
+    }
+}

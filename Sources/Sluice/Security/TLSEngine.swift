@@ -1,0 +1,277 @@
+import CCrypto
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// One TLS connection's state machine (an OpenSSL `SSL` on a BIO pair), with no I/O of its
+/// own: ciphertext from the network goes in through `inputSpace`/`commitInput`, ciphertext
+/// for the network comes out through `output`/`consumeOutput`, and the calls return what
+/// they need next. The socket driver (`TLSConnection`) and the tests move the bytes.
+final class TLSEngine {
+    /// What a call did, or what it needs before it can go on.
+    enum Step: Equatable {
+        /// Done: for reads and writes, the count of plaintext bytes.
+        case done(Int)
+        /// Needs ciphertext from the peer.
+        case wantInput
+        /// Needs the ciphertext it made to be sent first (the output buffer is full).
+        case wantOutput
+        /// The peer sent close_notify: the clean end of its data.
+        case closed
+        case failed(SluiceError)
+    }
+
+    /// The size of each direction's ciphertext buffer (the BIO pair's).
+    static let bufferSize = 256 * 1024
+
+    let context: TLSContext
+    private let ssl: OpaquePointer
+    /// Our end of the BIO pair: the network side.
+    private let network: OpaquePointer
+    private(set) var handshakeDone = false
+    private(set) var inputEnded = false
+    /// What the peer was called, for messages.
+    let name: String
+
+    init(context: TLSContext, name: String) throws(SluiceError) {
+        self.context = context
+        self.name = name
+        guard let ssl = SSL_new(context.context) else { throw TLSContext.failure("SSL_new", subject: name) }
+        var inside: OpaquePointer?
+        var outside: OpaquePointer?
+        guard BIO_new_bio_pair(&inside, Self.bufferSize, &outside, Self.bufferSize) == 1, let inside, let outside
+        else {
+            SSL_free(ssl)
+            throw TLSContext.failure("BIO_new_bio_pair", subject: name)
+        }
+        SSL_set_bio(ssl, inside, inside)
+        self.ssl = ssl
+        network = outside
+        let settings = context.settings
+        if settings.role == .client {
+            SSL_set_connect_state(ssl)
+        } else {
+            SSL_set_accept_state(ssl)
+        }
+        try configureVerification(settings)
+    }
+
+    deinit {
+        SSL_free(ssl)
+        BIO_free(network)
+    }
+
+    private func configureVerification(_ settings: TLSSettings) throws(SluiceError) {
+        if settings.preSharedKey != nil { return }
+        if settings.role == .client, let peerName = settings.peerName, !Self.isIPAddress(peerName) {
+            _ = sluice_set_sni(ssl, peerName)
+        }
+        if settings.usesChainVerification {
+            let flags = SSL_VERIFY_PEER | (settings.role == .server ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0)
+            SSL_set_verify(ssl, flags, nil)
+            if let peerName = settings.peerName {
+                let ok: Int32
+                if Self.isIPAddress(peerName) {
+                    ok = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), peerName)
+                } else {
+                    ok = SSL_set1_host(ssl, peerName)
+                }
+                guard ok == 1 else {
+                    throw SluiceError(.invalidArgument, operation: "TLS peer name", subject: peerName)
+                }
+            }
+        } else if settings.pin != nil {
+            sluice_ssl_verify_for_pin(ssl, 1)
+        } else {
+            SSL_set_verify(ssl, SSL_VERIFY_NONE, nil)
+        }
+    }
+
+    static func isIPAddress(_ text: String) -> Bool {
+        var storage = in6_addr()
+        return inet_pton(AF_INET, text, &storage) == 1 || inet_pton(AF_INET6, text, &storage) == 1
+    }
+
+    // MARK: Ciphertext in and out
+
+    /// Where ciphertext from the network can be written (empty when the buffer is full).
+    func inputSpace() -> UnsafeMutableRawBufferPointer {
+        var pointer: UnsafeMutablePointer<CChar>?
+        let n = BIO_nwrite0(network, &pointer)
+        guard n > 0, let pointer else { return UnsafeMutableRawBufferPointer(start: nil, count: 0) }
+        return UnsafeMutableRawBufferPointer(start: pointer, count: Int(n))
+    }
+
+    /// Records that `count` bytes were written into `inputSpace()`.
+    func commitInput(_ count: Int) {
+        var pointer: UnsafeMutablePointer<CChar>?
+        let n = BIO_nwrite(network, &pointer, Int32(count))
+        precondition(Int(n) == count, "TLS input commit of \(count) bytes, BIO took \(n) (internal invariant)")
+    }
+
+    /// Copies `bytes` in as ciphertext from the network; returns how many fitted.
+    func feed(_ bytes: UnsafeRawBufferPointer) -> Int {
+        var offset = 0
+        while offset < bytes.count {
+            let space = inputSpace()
+            if space.isEmpty { break }
+            let n = min(space.count, bytes.count - offset)
+            space.baseAddress!.copyMemory(from: bytes.baseAddress! + offset, byteCount: n)
+            commitInput(n)
+            offset += n
+        }
+        return offset
+    }
+
+    /// The network's end: once the buffered input is read, the peer's data has ended.
+    func endInput() {
+        guard !inputEnded else { return }
+        inputEnded = true
+        sluice_bio_shutdown_wr(network)
+    }
+
+    /// Ciphertext ready for the network (a contiguous part of it; empty when none).
+    func output() -> UnsafeRawBufferPointer {
+        var pointer: UnsafeMutablePointer<CChar>?
+        let n = BIO_nread0(network, &pointer)
+        guard n > 0, let pointer else { return UnsafeRawBufferPointer(start: nil, count: 0) }
+        return UnsafeRawBufferPointer(start: pointer, count: Int(n))
+    }
+
+    /// Records that `count` bytes of `output()` were sent.
+    func consumeOutput(_ count: Int) {
+        var pointer: UnsafeMutablePointer<CChar>?
+        let n = BIO_nread(network, &pointer, Int32(count))
+        precondition(Int(n) == count, "TLS output consume of \(count) bytes, BIO gave \(n) (internal invariant)")
+    }
+
+    /// Bytes of ciphertext waiting to be sent.
+    var outputPending: Int { Int(BIO_ctrl_pending(network)) }
+
+    // MARK: TLS operations
+
+    /// Advances the handshake.
+    func handshake() -> Step {
+        if handshakeDone { return .done(0) }
+        ERR_clear_error()
+        let rc = SSL_do_handshake(ssl)
+        if rc == 1 {
+            if let failure = checkPin() { return .failed(failure) }
+            handshakeDone = true
+            return .done(0)
+        }
+        return step(after: rc, handshaking: true)
+    }
+
+    /// Decrypts into `buffer`.
+    func read(into buffer: UnsafeMutableRawBufferPointer) -> Step {
+        guard buffer.count > 0 else { return .done(0) }
+        ERR_clear_error()
+        var n = 0
+        let rc = SSL_read_ex(ssl, buffer.baseAddress, buffer.count, &n)
+        if rc == 1 { return .done(n) }
+        return step(after: rc, handshaking: false)
+    }
+
+    /// Encrypts from `buffer` (a part of it when the output buffer fills).
+    func write(from buffer: UnsafeRawBufferPointer) -> Step {
+        guard buffer.count > 0 else { return .done(0) }
+        ERR_clear_error()
+        var n = 0
+        let rc = SSL_write_ex(ssl, buffer.baseAddress, buffer.count, &n)
+        if rc == 1 { return .done(n) }
+        return step(after: rc, handshaking: false)
+    }
+
+    /// Queues close_notify: the end of our data (the peer can still send).
+    func shutdown() {
+        ERR_clear_error()
+        _ = SSL_shutdown(ssl)
+        ERR_clear_error()
+    }
+
+    /// Plaintext already decrypted and waiting in OpenSSL.
+    var plaintextPending: Bool { SSL_pending(ssl) > 0 }
+
+    /// The protocol version negotiated (`TLSv1.3`), once the handshake is done.
+    var protocolName: String? {
+        guard handshakeDone, let text = SSL_get_version(ssl) else { return nil }
+        return String(cString: text)
+    }
+
+    /// The cipher suite negotiated (`TLS_AES_256_GCM_SHA384`), once the handshake is done.
+    var cipherName: String? {
+        guard handshakeDone, let cipher = SSL_get_current_cipher(ssl), let text = SSL_CIPHER_get_name(cipher) else {
+            return nil
+        }
+        return String(cString: text)
+    }
+
+    /// The pin of the peer's certificate, if it sent one.
+    var peerPin: TLSPin? {
+        guard let certificate = SSL_get0_peer_certificate(ssl) else { return nil }
+        return TLSContext.pin(of: certificate)
+    }
+
+    private func checkPin() -> SluiceError? {
+        guard let pin = context.settings.pin, context.settings.preSharedKey == nil else { return nil }
+        guard let actual = peerPin else {
+            return SluiceError(
+                .authenticationFailed, operation: "TLS handshake", subject: name, detail: "no certificate")
+        }
+        let same = actual.digest.withUnsafeBytes { a in
+            pin.digest.withUnsafeBytes { b in CRYPTO_memcmp(a.baseAddress, b.baseAddress, 32) == 0 }
+        }
+        guard same else {
+            return SluiceError(
+                .authenticationFailed, operation: "TLS handshake", subject: name,
+                detail: "public key pin mismatch (the peer's is \(actual))")
+        }
+        return nil
+    }
+
+    /// Maps `SSL_get_error` onto a step, with a reason a person can read for failures.
+    private func step(after rc: Int32, handshaking: Bool) -> Step {
+        let code = SSL_get_error(ssl, rc)
+        switch code {
+        case SSL_ERROR_WANT_READ: return .wantInput
+        case SSL_ERROR_WANT_WRITE: return .wantOutput
+        case SSL_ERROR_ZERO_RETURN: return .closed
+        default: return .failed(failure(handshaking: handshaking))
+        }
+    }
+
+    private func failure(handshaking: Bool) -> SluiceError {
+        let error = sluice_first_error()
+        let reason = sluice_error_reason(error)
+        let operation = handshaking ? "TLS handshake" : "TLS"
+        let verify = SSL_get_verify_result(ssl)
+        if handshaking && verify != X509_V_OK, let text = X509_verify_cert_error_string(verify) {
+            return SluiceError(
+                .authenticationFailed, operation: operation, subject: name,
+                detail: "certificate not trusted: \(String(cString: text))")
+        }
+        if Self.authenticationReasons.contains(reason) {
+            return SluiceError(
+                .authenticationFailed, operation: operation, subject: name, detail: TLSContext.openSSLReason(error))
+        }
+        if reason == SSL_R_UNEXPECTED_EOF_WHILE_READING || (error == 0 && inputEnded) {
+            let detail =
+                handshaking
+                ? "the peer closed the connection during the handshake"
+                : "connection cut without close_notify (the data may be truncated)"
+            return SluiceError(.protocolViolation, operation: operation, subject: name, detail: detail)
+        }
+        let detail = error == 0 ? "OpenSSL error" : TLSContext.openSSLReason(error)
+        return SluiceError(.protocolViolation, operation: operation, subject: name, detail: detail)
+    }
+
+    /// The reasons that mean one side could not authenticate the other.
+    private static let authenticationReasons: Set<Int32> = [
+        SSL_R_CERTIFICATE_VERIFY_FAILED, SSL_R_TLSV1_ALERT_UNKNOWN_CA, SSL_R_SSLV3_ALERT_BAD_CERTIFICATE,
+        SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN, SSL_R_TLSV1_ALERT_DECRYPT_ERROR, SSL_R_BINDER_DOES_NOT_VERIFY,
+        SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED, SSL_R_TLSV1_ALERT_ACCESS_DENIED,
+        SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE, SSL_R_TLSV1_ALERT_UNKNOWN_PSK_IDENTITY,
+    ]
+}
