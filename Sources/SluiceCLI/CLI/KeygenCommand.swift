@@ -25,14 +25,18 @@ enum KeygenCommand: Command {
             Terminal.report("keygen takes one operand, the key file to create (usage: sluice keygen FILE)")
             return .usage
         }
-        do {
-            try KeyFile.generate(atPath: path)
-            return .ok
-        } catch {
-            let status: ExitStatus =
-                error.errno == .fileExists ? .cannotCreate : CLIError.status(for: error, during: .creatingDestination)
-            Terminal.report(error.description + (error.errno == .fileExists ? " (keygen never replaces a key)" : ""))
-            return status
+        switch Result(catching: { () throws(SluiceError) in try KeyFile.generate(atPath: path) }) {
+        case .success: return .ok
+        case .failure(let error): return failed(error)
         }
+    }
+
+    /// Kept out of `run`: a typed catch there crashes the Swift 6.3.1 optimizer (CopyPropagation
+    /// ownership error) in release builds.
+    @inline(never)
+    private static func failed(_ error: SluiceError) -> ExitStatus {
+        let exists = error.errno == .fileExists
+        Terminal.report(error.description + (exists ? " (keygen never replaces a key)" : ""))
+        return exists ? .cannotCreate : CLIError.status(for: error, during: .creatingDestination)
     }
 }
