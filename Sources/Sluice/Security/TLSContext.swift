@@ -31,6 +31,11 @@ public final class TLSContext: @unchecked Sendable {
             psk.pointee.identity_length = identity.count
             self.psk = psk
             sluice_ctx_set_psk(context, psk)
+            // The PSK is bound to SHA-256: offer only the suites that use it, or a server
+            // preferring TLS_AES_256_GCM_SHA384 would skip the PSK and look for a certificate.
+            guard SSL_CTX_set_ciphersuites(context, "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256") == 1 else {
+                throw TLSContext.failure("TLS cipher suites", subject: nil)
+            }
         }
         if settings.usesChainVerification {
             if let caFile = settings.caFile {

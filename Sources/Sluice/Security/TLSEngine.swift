@@ -252,7 +252,12 @@ final class TLSEngine {
                 .authenticationFailed, operation: operation, subject: name,
                 detail: "certificate not trusted: \(String(cString: text))")
         }
-        if Self.authenticationReasons.contains(reason) {
+        // A server refusing our PSK's binder answers illegal_parameter (OpenSSL) or
+        // handshake_failure: with a PSK, that is the key being wrong.
+        let pskRefused =
+            handshaking && context.settings.preSharedKey != nil
+            && [SSL_R_SSLV3_ALERT_ILLEGAL_PARAMETER, SSL_R_SSLV3_ALERT_HANDSHAKE_FAILURE].contains(reason)
+        if Self.authenticationReasons.contains(reason) || pskRefused {
             return SluiceError(
                 .authenticationFailed, operation: operation, subject: name, detail: TLSContext.openSSLReason(error))
         }

@@ -18,7 +18,7 @@ enum SluiceCommand {
 
     /// The commands, in the order `--help` lists them. Add new commands here.
     static let commands: [any Command.Type] = [
-        CopyCommand.self, SendCommand.self, ReceiveCommand.self, BenchCommand.self,
+        CopyCommand.self, SendCommand.self, ReceiveCommand.self, BenchCommand.self, KeygenCommand.self,
     ]
 
     static let endpointsHelp = """
@@ -30,14 +30,21 @@ enum SluiceCommand {
           unix:PATH                connect to a Unix-domain socket
           unix-listen:PATH         listen on a Unix-domain socket, accept one
                                    connection
+          tls:HOST:PORT[,OPT=VAL...]
+                                   connect with TLS 1.3; OPT: cert=, key=, cafile=,
+                                   verify=0|1, name=, pin=sha256:HEX
+          tls-listen:[HOST:]PORT[,OPT=VAL...]
+                                   listen with TLS 1.3, accept one connection; prints
+                                   its certificate's pin (a throwaway one without cert=)
         """
 
     static let exitStatusHelp = """
         Exit status:
           0 success; 64 usage error; 65 corrupt or truncated data; 66 missing source;
           69 unavailable (connection refused, unknown host); 73 destination exists or
-          cannot be created; 74 input/output error; 130 interrupted (SIGINT);
-          143 terminated (SIGTERM)
+          cannot be created; 74 input/output error (a TLS connection cut without
+          close_notify); 77 authentication failed (pin, certificate, name, key);
+          130 interrupted (SIGINT); 143 terminated (SIGTERM)
         """
 
     static var help: String {
@@ -51,6 +58,7 @@ enum SluiceCommand {
               sluice send [options] PATH... [HOST:]PORT
               sluice receive [options]
               sluice bench [options] [tcp:HOST:PORT | --listen [HOST:]PORT]
+              sluice keygen FILE
               sluice help [COMMAND]
               sluice --help | --version | COMMAND --help
 
