@@ -8,6 +8,32 @@ import Foundation
 let sluiceBinary = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
     .appendingPathComponent("sluice")
 
+/// A key file for the tests' transfers, made once by `sluice keygen`: `send` and `receive`
+/// authenticate by default, so the tests run them as users do (TLS 1.3 with a PSK), unless a
+/// test says otherwise (`--insecure`, `--key-file`, `--code-file`).
+let testKeyFile: String = {
+    // Written here, as `sluice keygen` writes it, rather than by running it: this runs inside
+    // a global's initializer, where starting a process could deadlock with tests starting theirs.
+    let directory = NSTemporaryDirectory() + "sluice-test-key-\(getpid())"
+    mkdir(directory, 0o700)
+    let path = directory + "/key"
+    var random = SystemRandomNumberGenerator()
+    let hex = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &random)) }.joined()
+    let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+    let line = Array("sluice-key-v1 \(hex)\n".utf8)
+    _ = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+    close(fd)
+    return path
+}()
+
+/// `arguments` of `sluice send` or `receive` with the tests' key file, unless they choose how to
+/// authenticate themselves.
+func withTestKey(_ arguments: [String]) -> [String] {
+    guard let command = arguments.first, command == "send" || command == "receive" else { return arguments }
+    let chosen = arguments.contains { $0 == "--insecure" || $0.hasPrefix("--key-file") || $0.hasPrefix("--code-file") }
+    return chosen ? arguments : [command, "--key-file", testKeyFile] + arguments.dropFirst()
+}
+
 /// The package's root directory, from this file's place in it.
 let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
     .deletingLastPathComponent()
@@ -45,7 +71,7 @@ final class Running: @unchecked Sendable {
     init(_ executable: URL = sluiceBinary, _ arguments: [String]) throws {
         precondition(brokenPipesIgnored)
         process.executableURL = executable
-        process.arguments = arguments
+        process.arguments = executable == sluiceBinary ? withTestKey(arguments) : arguments
         process.standardInput = input
         process.standardOutput = output
         process.standardError = errors

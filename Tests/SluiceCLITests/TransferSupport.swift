@@ -14,12 +14,14 @@ final class ReceiverProcess: @unchecked Sendable {
     private let done = DispatchGroup()
 
     /// Starts `sluice receive ARGUMENTS --listen 127.0.0.1:0` (unless `--listen` is given).
-    init(_ arguments: [String]) throws {
+    /// With `pairingCode`, the receiver makes a one-time code (printed on stderr) instead of
+    /// using the tests' key file.
+    init(_ arguments: [String], pairingCode: Bool = false) throws {
         precondition(brokenPipesIgnored)
         process.executableURL = sluiceBinary
         var arguments = ["receive"] + arguments
         if !arguments.contains("--listen") { arguments += ["--listen", "127.0.0.1:0"] }
-        process.arguments = arguments
+        process.arguments = pairingCode ? arguments : withTestKey(arguments)
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = FileHandle.nullDevice
         process.standardError = errors

@@ -99,7 +99,15 @@ final class ReceiveSession: Interruptible {
         }
         self.listener = listener
         listener.errorHandler = { error in Terminal.report("warning: \(error.description)") }
+        let key: (PreSharedKey, PairingCode?)?
+        switch TransferSecurity.receiverKey(options.auth) {
+        case .success(let found): key = found
+        case .failure(let error):
+            listener.close()
+            return error
+        }
         let accepted = Result { () throws(SluiceError) in
+            if let (psk, _) = key { try receiver.useTLS(preSharedKey: psk) }
             try listener.accept(on: loop) { [weak self] input, output, peer in
                 self?.accepted(input, output, peer)
             }
@@ -117,6 +125,9 @@ final class ReceiveSession: Interruptible {
         if !options.quiet {
             Terminal.report("receiving into \(options.directory) on \(address)")
         }
+        if key == nil { TransferSecurity.warnInsecure("receive") }
+        // The code is shown even with --quiet: without it no sender can connect.
+        if let code = key?.1 { Terminal.report("code: \(code)") }
         return nil
     }
 
@@ -132,8 +143,7 @@ final class ReceiveSession: Interruptible {
             }
             listener?.close()
         }
-        let name = peer.path != nil ? options.listen.description : peer.description
-        let id = receiver.serve(input: input, output: output, peer: name, on: loop)
+        let id = receiver.serve(input: input, output: output, from: peer, on: loop)
         if options.once { onlySession = id }
     }
 
@@ -192,8 +202,9 @@ final class ReceiveSession: Interruptible {
             Terminal.report(TransferText.printable(error.description))
         }
         guard options.once, report.id == onlySession else { return }
-        status = TransferStatus.status(
-            results: report.results, connectionError: report.error == nil ? nil : .ioError)
+        let connectionError: ExitStatus? =
+            report.error.map { $0.code == .authenticationFailed ? .notPermitted : .ioError }
+        status = TransferStatus.status(results: report.results, connectionError: connectionError)
         loop.stop()
     }
 

@@ -97,12 +97,28 @@ final class SendSession: Interruptible {
         }
         sender.onFileResult = { [weak self] result in self?.answered(result) }
 
+        let key: PreSharedKey?
+        switch TransferSecurity.senderKey(options.auth) {
+        case .success(let found): key = found
+        case .failure(let error): return error
+        }
         let timeout = options.timeoutSeconds.map { Duration.nanoseconds(Int64($0 * 1e9)) }
-        let (input, output): (ReadStream, WriteStream)
+        var (input, output): (ReadStream, WriteStream)
         switch options.destination {
         case .tcp(let host, let port):
             (input, output) = Socket.connect(host: host ?? "localhost", port: port, timeout: timeout)
         case .unix(let path): (input, output) = Socket.connect(unixPath: path, timeout: timeout)
+        }
+        if let key {
+            var settings = TLSSettings(role: .client)
+            settings.preSharedKey = key
+            if let timeout { settings.handshakeTimeout = timeout }
+            switch Result(catching: { () throws(SluiceError) in try TLSContext(settings) }) {
+            case .success(let context): (input, output) = TLS.secure((input, output), context: context)
+            case .failure(let error): return CLIError(.ioError, "send: TLS: \(error.reason)")
+            }
+        } else {
+            TransferSecurity.warnInsecure("send")
         }
         startWatchdog()
         if CopySession.showsProgress(options.progress, stderrIsTerminal: Terminal.isTerminal(2)) {

@@ -110,6 +110,8 @@ enum TransferStatus {
             return .usage
         case .unavailable:
             return .unavailable
+        case .authenticationFailed:
+            return .notPermitted
         default:
             return .ioError
         }
@@ -131,6 +133,38 @@ enum TransferCompression {
     }
 }
 
+/// How a transfer's connection is secured, as the command line says.
+enum TransferAuth: Sendable, Equatable {
+    /// TLS 1.3 with a key derived from a one-time pairing code (the receiver makes it; the
+    /// sender reads it from `SLUICE_CODE`, `--code-file` or the terminal).
+    case code(file: String?)
+    /// TLS 1.3 with a key derived from a key file made by `sluice keygen`.
+    case keyFile(String)
+    /// Plaintext (`--insecure`): trusted links and benchmarks only.
+    case insecure
+
+    static let keyFileOption = OptionSpec(
+        "key-file", value: .required("FILE"),
+        help: "authenticate with the key in FILE (made by\n'sluice keygen') instead of a pairing code")
+    static let insecureOption = OptionSpec(
+        "insecure", help: "no encryption, no authentication: plaintext, for\ntrusted links only (both sides)")
+
+    init(_ parsed: ParsedArguments, codeFile: String? = nil) throws(UsageError) {
+        let key = parsed.last("key-file")
+        if parsed.has("insecure") {
+            if let key { throw UsageError("\(key.spelling) and --insecure: choose one") }
+            if codeFile != nil { throw UsageError("--code-file and --insecure: choose one") }
+            self = .insecure
+        } else if let key {
+            guard let path = key.value, !path.isEmpty else { throw UsageError("\(key.spelling): empty path") }
+            if codeFile != nil { throw UsageError("--code-file and \(key.spelling): choose one") }
+            self = .keyFile(path)
+        } else {
+            self = .code(file: codeFile)
+        }
+    }
+}
+
 /// `sluice send [options] PATH... [HOST:]PORT`, validated.
 struct SendOptions: Sendable {
     static let usage = "usage: sluice send [options] PATH... [HOST:]PORT"
@@ -149,6 +183,7 @@ struct SendOptions: Sendable {
     var timeoutSeconds: Double?
     var resume = true
     var quiet = false
+    var auth = TransferAuth.code(file: nil)
 
     static let name = OptionSpec(
         "name", value: .required("NAME"), help: "the name to store standard input under\n(with the path -)")
@@ -165,10 +200,28 @@ struct SendOptions: Sendable {
         OptionSpec(
             "timeout", value: .required("SECONDS"),
             help: "give up when nothing moves for SECONDS\n(also when connecting)"),
-        noResume, name, CommonOptions.quiet, CommonOptions.help, CommonOptions.version,
+        noResume, name,
+        OptionSpec(
+            "code-file", value: .required("FILE"),
+            help: "read the receiver's pairing code from FILE\n(default: $SLUICE_CODE, else ask on the terminal)"),
+        TransferAuth.keyFileOption, TransferAuth.insecureOption,
+        // Never a secret on the command line: other users can read it. Parsed only to say so.
+        OptionSpec("code", value: .optional("[=CODE]"), help: ""),
+        CommonOptions.quiet, CommonOptions.help, CommonOptions.version,
     ])
 
     init(_ parsed: ParsedArguments) throws(UsageError) {
+        if let option = parsed.last("code") {
+            throw UsageError(
+                "\(option.spelling): a code on the command line can be read by other users; "
+                    + "set SLUICE_CODE or give --code-file FILE")
+        }
+        var codeFile: String?
+        if let option = parsed.last("code-file") {
+            guard let path = option.value, !path.isEmpty else { throw UsageError("\(option.spelling): empty path") }
+            codeFile = path
+        }
+        auth = try TransferAuth(parsed, codeFile: codeFile)
         let operands = parsed.operands
         guard let last = operands.last else {
             throw UsageError("send: missing PATH and destination (\(Self.usage))")
@@ -227,12 +280,13 @@ struct ReceiveOptions: Sendable {
     var maxSessions = TransferReceiveOptions().maxSessions
     var stats: StatsFormat?
     var quiet = false
+    var auth = TransferAuth.code(file: nil)
 
     static let parser = ArgumentParser([
         OptionSpec(
             "listen", short: "l", value: .required("ADDRESS"),
             help:
-                "listen on [HOST:]PORT, [V6]:PORT or unix:PATH\n(default: port \(TransferAddress.defaultPort), every interface; port 0\npicks a free port)"
+                "listen on [HOST:]PORT, [V6]:PORT or unix:PATH\n(default: port \(TransferAddress.defaultPort), every interface, or\nloopback only with --insecure; port 0 picks a\nfree port)"
         ),
         OptionSpec(
             "dir", short: "C", value: .required("DIR"), help: "store into DIR, which must exist\n(default: .)"),
@@ -249,7 +303,7 @@ struct ReceiveOptions: Sendable {
         OptionSpec(
             "timeout", value: .required("SECONDS"),
             help: "drop a sender silent for SECONDS\n(default \(Int(defaultIdleSeconds)))"),
-        CommonOptions.stats,
+        TransferAuth.keyFileOption, TransferAuth.insecureOption, CommonOptions.stats,
         OptionSpec(
             "quiet", short: "q", help: "print neither the address nor a line per file;\nonly errors (and --stats)"),
         CommonOptions.help, CommonOptions.version,
@@ -259,7 +313,10 @@ struct ReceiveOptions: Sendable {
         if let operand = parsed.operands.first {
             throw UsageError("receive: unexpected operand '\(operand)' (\(Self.usage))")
         }
+        auth = try TransferAuth(parsed)
         if let text = parsed.value("listen") { listen = try TransferAddress(parsing: text, listening: true) }
+        // Plaintext is for trusted links: without a host it listens on loopback only.
+        if auth == .insecure, case .tcp(nil, let port) = listen { listen = .tcp(host: "127.0.0.1", port: port) }
         if let option = parsed.last("dir") {
             guard let text = option.value, !text.isEmpty else { throw UsageError("\(option.spelling): empty path") }
             directory = text

@@ -58,11 +58,60 @@ public final class TransferReceiver {
     /// Sessions in progress.
     public var activeSessions: Int { sessions.values.filter { !$0.isEnded }.count }
 
-    /// Serves every connection `listener` accepts on `loop`.
+    /// Serves every connection `listener` accepts on `loop`, in plaintext.
     public func accept(from listener: SocketListener, on loop: EventLoop) throws(SluiceError) {
         try listener.accept(on: loop) { [weak self] input, output, peer in
             self?.serve(input: input, output: output, peer: peer.description, on: loop)
         }
+    }
+
+    /// Failed authentications per address (see `accept(from:on:preSharedKey:)`).
+    public var throttle = HandshakeLimiter()
+    /// Connections closed unanswered because their address failed to authenticate too often.
+    public private(set) var connectionsThrottled = 0
+    private var tlsContext: TLSContext?
+
+    /// Serves every connection `listener` accepts on `loop` over TLS 1.3 with the external
+    /// pre-shared key `key` (see `useTLS(preSharedKey:)`).
+    public func accept(from listener: SocketListener, on loop: EventLoop, preSharedKey key: PreSharedKey)
+        throws(SluiceError)
+    {
+        try useTLS(preSharedKey: key)
+        try listener.accept(on: loop) { [weak self] input, output, peer in
+            self?.serve(input: input, output: output, from: peer, on: loop)
+        }
+    }
+
+    /// From now on, `serve(input:output:from:on:)` secures each connection with TLS 1.3 and the
+    /// external pre-shared key `key` (`psk_dhe_ke`: an ephemeral key exchange too, for forward
+    /// secrecy), this receiver being the TLS server. A peer without the key fails the
+    /// handshake: no message of the transfer protocol is read from it or sent to it. An address
+    /// whose handshakes fail `throttle.maximumFailures` times within `throttle.window` has its
+    /// connections closed at once until the window passes.
+    public func useTLS(preSharedKey key: PreSharedKey) throws(SluiceError) {
+        var settings = TLSSettings(role: .server)
+        settings.preSharedKey = key
+        tlsContext = try TLSContext(settings)
+    }
+
+    /// Serves one accepted connection from `peer`: over TLS after `useTLS(preSharedKey:)`,
+    /// else in plaintext. Returns the session's id, or nil when the connection was turned away
+    /// (`maxSessions` reached; over TLS also an address that failed to authenticate too often,
+    /// and then it is closed without a word, since no key has been checked).
+    @discardableResult
+    public func serve(input: ReadStream, output: WriteStream, from peer: SocketAddress, on loop: EventLoop) -> Int? {
+        let address = peer.host ?? peer.path ?? peer.description
+        guard let context = tlsContext else {
+            return serve(input: input, output: output, peer: peer.description, on: loop, address: address)
+        }
+        guard throttle.allows(address), activeSessions < options.maxSessions else {
+            if activeSessions >= options.maxSessions { connectionsRefused += 1 } else { connectionsThrottled += 1 }
+            input.close()
+            output.close()
+            return nil
+        }
+        let (reader, writer) = TLS.secure((input, output), context: context)
+        return serve(input: reader, output: writer, peer: peer.description, on: loop, address: address)
     }
 
     /// Serves one connection given as its two streams (opened here if not yet open). Returns
@@ -70,6 +119,14 @@ public final class TransferReceiver {
     /// `busy` in an ERROR message and the connection closed.
     @discardableResult
     public func serve(input: ReadStream, output: WriteStream, peer: String, on loop: EventLoop) -> Int? {
+        serve(input: input, output: output, peer: peer, on: loop, address: nil)
+    }
+
+    private var addresses: [Int: String] = [:]
+
+    private func serve(input: ReadStream, output: WriteStream, peer: String, on loop: EventLoop, address: String?)
+        -> Int?
+    {
         guard activeSessions < options.maxSessions else {
             connectionsRefused += 1
             Self.turnAway(input, output, limit: options.maxSessions)
@@ -79,6 +136,7 @@ public final class TransferReceiver {
         nextID += 1
         let session = ReceiverSession(id: id, peer: peer, receiver: self, input: input, output: output, loop: loop)
         sessions[id] = session
+        if let address { addresses[id] = address }
         onEvent?(.sessionStarted(id: id, peer: peer))
         session.start()
         return id
@@ -114,6 +172,9 @@ public final class TransferReceiver {
     }
 
     func sessionEnded(_ session: ReceiverSession, report: TransferSessionReport) {
+        if let address = addresses.removeValue(forKey: report.id), report.error?.code == .authenticationFailed {
+            throttle.recordFailure(address)
+        }
         onSessionEnd?(report)
     }
 

@@ -1,0 +1,104 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+extension ReceiverProcess {
+    /// The pairing code from `sluice: code: CODE`, waiting up to 10 s.
+    func code() throws -> String {
+        guard waitUntil(.seconds(10), { self.stderrText.contains("code: ") }),
+            let match = stderrText.firstMatch(of: /code: ([0-9A-Za-z-]+)\n/)
+        else { throw ReceiverError(message: "no code printed: \(stderrText)") }
+        return String(match.output.1)
+    }
+}
+
+@Suite struct TransferAuthTests {
+    @Test func aPairingCodeAuthenticatesAndAWrongOneIsRefusedWith77() throws {
+        try withTemporaryDirectory { dir in
+            let inbox = "\(dir)/in"
+            mkdir(inbox, 0o755)
+            let data = randomBytes(300_000)
+            try write(data, to: "\(dir)/a.bin")
+            let receiver = try ReceiverProcess(["--dir", inbox], pairingCode: true)
+            let code = try receiver.code()
+            let address = try receiver.address()
+            // A wrong code: the handshake fails, exit 77, nothing arrives, the receiver goes on.
+            try write(Data("0000-0000-0000-0000-0000-0000-0000".utf8), to: "\(dir)/typo")
+            let typo = try sluice("send", "--code-file", "\(dir)/typo", "\(dir)/a.bin", address)
+            #expect(typo.status == 64, "\(typo.stderrText)")
+            let other = try ReceiverProcess(["--dir", inbox, "--once"], pairingCode: true)
+            let wrongCode = try other.code()
+            other.signal(SIGTERM)
+            _ = other.wait()
+            try write(Data((wrongCode + "\n").utf8), to: "\(dir)/wrong")
+            let wrong = try sluice("send", "--code-file", "\(dir)/wrong", "\(dir)/a.bin", address)
+            #expect(wrong.status == 77, "\(wrong.stderrText)")
+            #expect(wrong.stderrLines.count == 1)
+            #expect(directoryEntries(inbox).isEmpty)
+            // The right code, typed in lower case: stored.
+            try write(Data(code.lowercased().utf8), to: "\(dir)/right")
+            let right = try sluice("send", "--code-file", "\(dir)/right", "\(dir)/a.bin", address)
+            #expect(right.status == 0, "\(right.stderrText)")
+            #expect(contents("\(inbox)/a.bin") == data)
+            receiver.signal(SIGINT)
+            let ended = receiver.wait()
+            #expect(ended.stderr.contains("authentication failed"), "\(ended.stderr)")
+        }
+    }
+
+    @Test func aKeyFileOnBothSidesWorksAndACodeOnTheCommandLineIsAUsageError() throws {
+        try withTemporaryDirectory { dir in
+            let inbox = "\(dir)/in"
+            mkdir(inbox, 0o755)
+            #expect(try sluice("keygen", "\(dir)/key").status == 0)
+            #expect(try sluice("keygen", "\(dir)/key").status == 73)
+            let data = randomBytes(100_000, seed: 4)
+            try write(data, to: "\(dir)/b.bin")
+            let receiver = try ReceiverProcess(["--key-file", "\(dir)/key", "--dir", inbox, "--once"])
+            #expect(!receiver.stderrText.contains("code:"))
+            let address = try receiver.address()
+            let onArgv = try sluice("send", "--code=ABCD", "\(dir)/b.bin", address)
+            #expect(onArgv.status == 64)
+            #expect(onArgv.stderrText.contains("other users"))
+            let sent = try sluice("send", "--key-file", "\(dir)/key", "\(dir)/b.bin", address)
+            #expect(sent.status == 0, "\(sent.stderrText)")
+            #expect(receiver.wait().status == 0)
+            #expect(contents("\(inbox)/b.bin") == data)
+        }
+    }
+
+    @Test func aPlaintextPeerGetsNothingAndInsecureNeedsBothSides() throws {
+        try withTemporaryDirectory { dir in
+            let inbox = "\(dir)/in"
+            mkdir(inbox, 0o755)
+            let data = randomBytes(50_000, seed: 9)
+            try write(data, to: "\(dir)/c.bin")
+            let receiver = try ReceiverProcess(["--dir", inbox], pairingCode: true)
+            let port = try receiver.port()
+            // nc speaks plaintext sluice (the magic and a HELLO) to a TLS receiver: nothing is
+            // written, no answer in clear.
+            let nc = try Running(URL(fileURLWithPath: "/usr/bin/env"), ["nc", "-N", "127.0.0.1", "\(port)"])
+            nc.write(Data("SLUICE\r\n".utf8) + Data([1, 0, 0, 0, 10, 0, 1, 1, 6]) + Data("sha256".utf8))
+            let ncOut = nc.wait(within: .seconds(20))
+            #expect(!String(decoding: ncOut.stdout, as: UTF8.self).contains("SLUICE"))
+            // --insecure on the sender alone: the TLS receiver refuses it.
+            let half = try sluice("send", "--insecure", "--timeout", "5", "\(dir)/c.bin", "127.0.0.1:\(port)")
+            #expect(half.status != 0)
+            #expect(directoryEntries(inbox).isEmpty)
+            receiver.signal(SIGINT)
+            _ = receiver.wait()
+            // --insecure on both: plaintext on loopback, with a warning on each side.
+            let plain = try ReceiverProcess(["--insecure", "--dir", inbox, "--once"])
+            let sent = try sluice("send", "--insecure", "\(dir)/c.bin", try plain.address())
+            #expect(sent.status == 0)
+            #expect(sent.stderrText.contains("--insecure"))
+            let ended = plain.wait()
+            #expect(ended.status == 0)
+            #expect(ended.stderr.contains("--insecure"))
+            #expect(contents("\(inbox)/c.bin") == data)
+        }
+    }
+}
