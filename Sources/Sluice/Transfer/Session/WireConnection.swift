@@ -248,6 +248,9 @@ final class WireConnection: ByteStreamDelegate {
 
     private func fail(_ error: SluiceError) {
         guard !isClosed else { return }
+        // Held across `close()`: its `onClose` may drop the last other reference to the owner
+        // (a receiver forgets a closed session), and the owner must still hear why.
+        let owner = self.owner
         close()
         owner?.wireFailed(self, error)
     }
