@@ -77,7 +77,10 @@ final class Session {
 
     // MARK: The machine's input
 
-    func received(_ item: FrameDecoder.Item) {
+    /// Hands `item` to the machine and performs what it asks. Returns how many bytes of a DATA
+    /// piece were not taken: now and then only a part is, as when the session's hasher is full
+    /// (the decoder shows the rest again).
+    func received(_ item: FrameDecoder.Item) -> Int {
         expect(machine.acceptsMessages, "a message while the machine waits for an outcome")
         let announcedBefore = machine.entriesAnnounced
         let actions = machine.received(item)
@@ -86,13 +89,16 @@ final class Session {
             expect(!outstanding, "a new entry before the last was answered")
             outstanding = true
         }
+        var unused = 0
         if case .data(let piece, _) = item, actions == [.deliverData] {
-            deliver(piece)
+            if piece.count > 1 && choices.below(8) == 0 { unused = 1 + choices.below(piece.count - 1) }
+            deliver(UnsafeRawBufferPointer(rebasing: piece[0..<piece.count - unused]))
         } else {
             expect(!actions.contains(.deliverData), "deliverData for \(item)")
             perform(actions)
         }
         settle()
+        return unused
     }
 
     func handle(_ outcome: ReceiverOutcome) {
@@ -349,7 +355,7 @@ let trace = getenv("SLUICE_FUZZ_TRACE") != nil
 /// Runs one session over `bytes`, split as `choices` says.
 func run(_ bytes: UnsafeRawBufferPointer, _ choices: Choices, _ settings: ReceiverMachine.Settings) {
     var choices = choices
-    let session = Session(settings: settings, choices: choices)
+    let session = Session(settings: settings, choices: choices.fork())
     session.perform(session.machine.start())
     var decoder = FrameDecoder(direction: .toReceiver)
     var buffer: [UInt8] = []
@@ -369,8 +375,9 @@ func run(_ bytes: UnsafeRawBufferPointer, _ choices: Choices, _ settings: Receiv
                 case .violation(let reason):
                     return (0, reason)
                 case .item(let item, let consumed):
-                    session.received(item)
-                    return (consumed, nil)
+                    let unused = session.received(item)
+                    if unused > 0 { decoder.unread(unused) }
+                    return (consumed - unused, nil)
                 }
             }
             if let reason = step.violation {
@@ -384,8 +391,13 @@ func run(_ bytes: UnsafeRawBufferPointer, _ choices: Choices, _ settings: Receiv
             }
         }
         if offset == bytes.count && !session.ended {
-            session.handle(.peerClosed)
-            expect(session.ended, "the peer closed and the session goes on")
+            // The connection ends one way or another.
+            let outcomes: [ReceiverOutcome] = [
+                .peerClosed, .peerClosed, .timedOut, .cancelled,
+                .connectionFailed(SluiceError(.system(Errno(rawValue: ECONNRESET)), operation: "read")),
+            ]
+            session.handle(outcomes[choices.below(outcomes.count)])
+            expect(session.ended, "the connection ended and the session goes on")
         }
     }
     session.settle()

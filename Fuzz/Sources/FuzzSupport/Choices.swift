@@ -26,6 +26,13 @@ public struct Choices {
         return z ^ (z >> 31)
     }
 
+    /// Choices of their own, for a second party (a store beside the stream's splits).
+    public mutating func fork() -> Choices {
+        var other = self
+        other.state = next()
+        return other
+    }
+
     /// A number in `0..<bound`.
     public mutating func below(_ bound: Int) -> Int {
         precondition(bound > 0, "Choices.below: the harness asked for an empty range")
