@@ -20,10 +20,11 @@ let package = Package(
         // libFuzzer's driver: only in the fuzz targets, which are linked with -sanitize=fuzzer.
         .target(name: "FuzzDriver", dependencies: ["CLibFuzzer"]),
         // What the targets and the seed generator share.
-        .target(name: "FuzzSupport"),
+        .target(name: "FuzzSupport", dependencies: [sluice]),
         fuzzTarget("FuzzInflate"),
         fuzzTarget("FuzzFrames"),
         fuzzTarget("FuzzReceiver"),
+        fuzzTarget("FuzzSender"),
         fuzzTarget("FuzzParsers"),
         // Writes the seed corpora (make-seeds.sh); built without sanitizers.
         .executableTarget(name: "MakeSeeds", dependencies: ["FuzzSupport", sluice]),

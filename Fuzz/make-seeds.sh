@@ -4,8 +4,9 @@
 #              (named and unnamed members, concatenated members, zero padding, stored blocks,
 #              pigz's independent blocks), each behind the seed byte that picks auto-detection;
 #   parsers/   chunk sizes and rates as a user types them;
-#   frames/, receiver/
-#              valid transfer sessions encoded with the protocol's own encoder (MakeSeeds).
+#   frames/, receiver/, sender/
+#              valid transfer sessions, both ways, encoded with the protocol's own encoder
+#              (MakeSeeds).
 set -euo pipefail
 cd "$(dirname "$0")"
 fuzz=$PWD

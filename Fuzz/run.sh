@@ -2,11 +2,11 @@
 # Fuzz/run.sh [TARGET] [SECONDS]
 #
 # Builds the libFuzzer targets (this package, with -sanitize=fuzzer,address) and runs each for
-# SECONDS (default 30): TARGET is inflate, frames, receiver or parsers (default: all four). First every
-# input in Regressions/TARGET is replayed, then libFuzzer starts from a scratch copy of
-# Corpus/TARGET (the repository's corpus is never modified). Exits 1 on any finding and says
-# where the input that caused it was saved; to keep it, copy it to Regressions/TARGET and add
-# a regression test in Tests/SluiceTests.
+# SECONDS (default 30): TARGET is inflate, frames, receiver, sender or parsers (default: all
+# five). First every input in Regressions/TARGET is replayed, then libFuzzer starts from a
+# scratch copy of Corpus/TARGET (the repository's corpus is never modified). Exits 1 on any
+# finding and says where the input that caused it was saved; to keep it, copy it to
+# Regressions/TARGET and add a regression test in Tests/SluiceTests.
 #
 # Environment: FUZZ_FINDINGS (default Fuzz/.build/findings) where findings are saved;
 # FUZZ_RSS_MB (default 2048) libFuzzer's memory limit. One process per target, one target at
@@ -16,15 +16,15 @@ cd "$(dirname "$0")"
 fuzz=$PWD
 
 usage() {
-    echo "usage: Fuzz/run.sh [inflate|frames|receiver|parsers|all] [SECONDS]" >&2
+    echo "usage: Fuzz/run.sh [inflate|frames|receiver|sender|parsers|all] [SECONDS]" >&2
     exit 64
 }
 target=${1:-all}
 seconds=${2:-30}
 [[ $seconds =~ ^[1-9][0-9]*$ ]] || usage
 case $target in
-    all) targets=(inflate frames receiver parsers) ;;
-    inflate | frames | receiver | parsers) targets=("$target") ;;
+    all) targets=(inflate frames receiver sender parsers) ;;
+    inflate | frames | receiver | sender | parsers) targets=("$target") ;;
     *) usage ;;
 esac
 product() {
@@ -32,6 +32,7 @@ product() {
         inflate) echo FuzzInflate ;;
         frames) echo FuzzFrames ;;
         receiver) echo FuzzReceiver ;;
+        sender) echo FuzzSender ;;
         parsers) echo FuzzParsers ;;
     esac
 }

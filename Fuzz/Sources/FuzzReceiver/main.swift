@@ -8,8 +8,8 @@
 // machine never waits for an outcome nobody was asked for; a file never holds more than it
 // announced or the size limit allows; everything sent back decodes as the receiver's side.
 import FuzzDriver
-import FuzzSupport
 
+@testable import FuzzSupport
 @testable import Sluice
 
 #if canImport(Glibc)
@@ -61,13 +61,12 @@ final class Session {
     var answersSent = 0
     var reports = 0
     /// The answers decoded as the sender would.
-    var answers = FrameDecoder(direction: .toSender)
+    var answers = peerDecoder(.toSender)
     let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 << 10, alignment: 1)
 
     init(settings: ReceiverMachine.Settings, choices: Choices) {
         machine = ReceiverMachine(settings: settings)
         self.choices = choices
-        _ = Wire.magic.withUnsafeBytes { answers.next($0) }
     }
 
     deinit { scratch.deallocate() }
@@ -186,18 +185,11 @@ final class Session {
     }
 
     func send(_ frame: Frame) {
-        expect(FrameDirection.toSender.allows(frame.type), "the receiver sends \(frame.type.name)")
         switch frame {
         case .stored, .refused, .failed: answersSent += 1
         case .hello, .file, .directory, .end, .abort, .bye, .accept, .error: break
         }
-        let bytes = frame.encoded
-        let step = bytes.withUnsafeBytes { answers.next($0) }
-        guard case .item(.frame(let decoded), let consumed) = step, consumed == bytes.count else {
-            expect(false, "the receiver's \(frame.type.name) does not decode: \(step)")
-            return
-        }
-        expect(decoded.type == frame.type, "\(frame.type.name) decodes as \(decoded.type.name)")
+        expectDecodes(frame, by: &answers, side: "receiver")
     }
 
     func openFile(_ request: EntryRequest) {
@@ -357,49 +349,17 @@ func run(_ bytes: UnsafeRawBufferPointer, _ choices: Choices, _ settings: Receiv
     var choices = choices
     let session = Session(settings: settings, choices: choices.fork())
     session.perform(session.machine.start())
-    var decoder = FrameDecoder(direction: .toReceiver)
-    var buffer: [UInt8] = []
-    var offset = 0
-    while !session.ended {
-        if offset < bytes.count {
-            let length = choices.pieceLength(max: bytes.count - offset)
-            buffer.append(contentsOf: bytes[offset..<offset + length])
-            offset += length
-        }
-        var stalled = false
-        while !stalled && !session.ended {
-            let step = buffer.withUnsafeBytes { view -> (consumed: Int, violation: String?) in
-                switch decoder.next(view) {
-                case .needMore:
-                    return (0, nil)
-                case .violation(let reason):
-                    return (0, reason)
-                case .item(let item, let consumed):
-                    let unused = session.received(item)
-                    if unused > 0 { decoder.unread(unused) }
-                    return (consumed - unused, nil)
-                }
-            }
-            if let reason = step.violation {
-                session.perform(session.machine.violated(reason))
-                expect(session.ended, "a protocol violation did not end the session")
-            }
-            if step.consumed == 0 {
-                stalled = true
-            } else {
-                buffer.removeFirst(step.consumed)
-            }
-        }
-        if offset == bytes.count && !session.ended {
+    feed(
+        bytes, as: .toReceiver, &choices, ended: { session.ended }, item: session.received,
+        violated: { session.perform(session.machine.violated($0)) },
+        closed: { choices in
             // The connection ends one way or another.
             let outcomes: [ReceiverOutcome] = [
                 .peerClosed, .peerClosed, .timedOut, .cancelled,
                 .connectionFailed(SluiceError(.system(Errno(rawValue: ECONNRESET)), operation: "read")),
             ]
             session.handle(outcomes[choices.below(outcomes.count)])
-            expect(session.ended, "the connection ended and the session goes on")
-        }
-    }
+        })
     session.settle()
 }
 

@@ -1,8 +1,8 @@
 // Writes the fuzz targets' seed corpora: valid sessions of the transfer protocol, encoded with
-// the protocol's own encoder, for FuzzFrames and FuzzReceiver; and the compressed files that
+// the protocol's own encoder, for FuzzFrames, FuzzReceiver and FuzzSender; and the compressed files that
 // `Fuzz/make-seeds.sh` made with gzip and pigz, each behind a seed byte, for FuzzInflate.
 //
-//     MakeSeeds sessions CORPUS_DIR          (writes CORPUS_DIR/frames, CORPUS_DIR/receiver)
+//     MakeSeeds sessions CORPUS_DIR          (writes CORPUS_DIR/frames, receiver, sender)
 //     MakeSeeds inflate OUT_DIR FILE...
 import Foundation
 import FuzzSupport
@@ -181,6 +181,46 @@ func receiverStream() -> [UInt8] {
     return bytes
 }
 
+/// Receivers' answers to FuzzSender's five entries (a directory, a file, a stream, a
+/// directory, a file), by name.
+func answerSessions() -> [(String, [UInt8])] {
+    let hello = Frame.hello(version: Wire.version, capabilities: ["sha256", "deflate", "resume"])
+    let sessions: [(String, [Frame])] = [
+        (
+            "all-stored",
+            [
+                hello, .stored, .accept(offset: 0), .stored, .accept(offset: 0), .stored, .stored,
+                .accept(offset: 0), .stored, .bye,
+            ]
+        ),
+        (
+            "resumed",
+            [
+                hello, .stored, .accept(offset: 10), .stored, .accept(offset: 0), .stored, .stored,
+                .accept(offset: 1), .stored, .bye,
+            ]
+        ),
+        (
+            "refused",
+            [
+                hello, .refused(code: .invalidPath, reason: "invalid path"), .refused(code: .exists, reason: "exists"),
+                .accept(offset: 0), .failed(code: .data, reason: "SHA-256 mismatch"), .stored, .accept(offset: 0),
+                .refused(code: .tooLarge, reason: "too large"), .bye,
+            ]
+        ),
+        (
+            "no-resume",
+            [
+                .hello(version: Wire.version, capabilities: ["sha256"]), .stored, .accept(offset: 0), .stored,
+                .accept(offset: 0), .failed(code: .io, reason: "No space left on device"), .stored, .accept(offset: 0),
+                .stored, .bye,
+            ]
+        ),
+        ("error", [hello, .stored, .accept(offset: 0), .error(reason: "busy")]),
+    ]
+    return sessions.map { name, frames in (name, frames.reduce(Wire.magic) { $0 + $1.encoded }) }
+}
+
 func write(_ bytes: [UInt8], to path: String) {
     guard FileManager.default.createFile(atPath: path, contents: Data(bytes)) else {
         fatalError("MakeSeeds: cannot write \(path)")
@@ -212,6 +252,15 @@ case "sessions":
             return c.below(4) >= 2
         }
         write([receiver] + bytes, to: "\(root)/receiver/\(name)")
+    }
+    makeDirectory(root + "/sender")
+    for (name, bytes) in answerSessions() {
+        // All five entries, resume allowed.
+        let byte = FuzzInput.seedByte(count: bytes.count + 1) { c in
+            _ = c.below(2)
+            return c.below(4) != 0 && c.below(6) == 5
+        }
+        write([byte] + bytes, to: "\(root)/sender/\(name)")
     }
     let answers = receiverStream()
     write([FuzzInput.seedByte(count: answers.count + 1) { $0.below(4) == 0 }] + answers, to: "\(root)/frames/answers")
