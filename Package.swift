@@ -19,11 +19,24 @@ let package = Package(
             path: "Sources/CCrypto",
             providers: [.apt(["libssl-dev"])]
         ),
-        .target(name: "Sluice", dependencies: ["CZlib", "CSluiceLinux", "CCrypto"]),
+        // The optional engines (zstd, ISA-L): compiled in where their headers are found, the
+        // libraries loaded with dlopen at run time, so one plain `swift build` serves machines
+        // with and without them.
+        .target(name: "CSluiceEngines", path: "Sources/CSluiceEngines", linkerSettings: [.linkedLibrary("dl")]),
+        .target(name: "Sluice", dependencies: ["CZlib", "CSluiceLinux", "CCrypto", "CSluiceEngines"]),
         .executableTarget(name: "SluiceCLI", dependencies: ["Sluice"]),
         .executableTarget(name: "WritingToMemory", dependencies: ["Sluice"], path: "Examples/WritingToMemory"),
         .executableTarget(name: "SocketClient", dependencies: ["Sluice"], path: "Examples/SocketClient"),
-        .testTarget(name: "SluiceTests", dependencies: ["Sluice", "WritingToMemory", "SocketClient"]),
+        .executableTarget(
+            name: "AsyncWritingToMemory", dependencies: ["Sluice"], path: "Examples/AsyncWritingToMemory"),
+        .executableTarget(name: "AsyncSocketClient", dependencies: ["Sluice"], path: "Examples/AsyncSocketClient"),
+        .executableTarget(name: "URLSessionUpload", dependencies: ["Sluice"], path: "Examples/URLSessionUpload"),
+        .testTarget(
+            name: "SluiceTests",
+            dependencies: [
+                "Sluice", "WritingToMemory", "SocketClient", "AsyncWritingToMemory", "AsyncSocketClient",
+                "URLSessionUpload",
+            ]),
         .testTarget(name: "SluiceCLITests", dependencies: ["SluiceCLI"]),
     ],
     swiftLanguageModes: [.v6]

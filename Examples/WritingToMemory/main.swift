@@ -45,7 +45,7 @@ final class MemoryWriter: ByteStreamDelegate {
 
     // Listing 3: take the data written to memory, close, and remove the stream from the loop.
     private func finish(_ stream: ByteStream) {
-        if let newData = stream.property(forKey: .dataWrittenToMemory) as? Data {
+        if let newData = (stream as? WriteStream)?.dataWrittenToMemory {
             result = newData
         } else {
             print("No data written to memory!")

@@ -23,7 +23,9 @@ func jsonObject(_ text: some StringProtocol) throws -> [String: Any] {
         let report = try jsonObject(outcome.stdoutText)
         let results = try #require(report["results"] as? [[String: Any]])
         let paths = Set(results.compactMap { $0["path"] as? String })
-        #expect(paths == ["memory", "file", "file-bare", "tcp", "tcp-gzip1", "gunzip"])
+        let zstd = try sluice("--version").stdoutText.contains("zstd 1.")
+        #expect(
+            paths == Set(["memory", "file", "file-bare", "tcp", "tcp-gzip1", "gunzip"] + (zstd ? ["tcp-zstd3"] : [])))
         for path in paths {
             let sizes = results.filter { $0["path"] as? String == path }.compactMap { $0["chunk_size"] as? Int }
             #expect(sizes == [512, 4096, 65536, 1 << 20, 4 << 20])
@@ -34,7 +36,16 @@ func jsonObject(_ text: some StringProtocol) throws -> [String: Any] {
             #expect((cell["seconds"] as? Double ?? 0) > 0)
         }
         #expect((report["peak_rss_bytes"] as? Int ?? 0) > 0)
-        #expect((report["best"] as? [String: Int])?.count == 6)
+        #expect((report["best"] as? [String: Int])?.count == paths.count)
+        #expect((report["threads"] as? Int ?? 0) >= 1)
+        #expect(report["gzip_engine"] as? String != nil)
+    }
+
+    @Test func compressionRowsNameTheirEngineAndThreads() throws {
+        let outcome = try sluice("bench", "--size", "1M", "-b", "1M", "--threads", "1", "--no-progress")
+        #expect(outcome.status == 0, "\(outcome.stderrText)")
+        #expect(outcome.stdoutText.contains("tcp, gzip:1 ("))
+        #expect(outcome.stdoutText.contains(", 1T) → gunzip"))
     }
 
     @Test func localMatrixTableWithOneChunkSize() throws {

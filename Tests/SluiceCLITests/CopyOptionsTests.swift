@@ -50,10 +50,22 @@ import Testing
         #expect(try options("-d", "a", "b").transform == .decompress(DecompressionSpec(format: .auto)))
         #expect(try options("--decompress=gzip", "a", "b").transform == .decompress(DecompressionSpec(format: .gzip)))
         #expect(try options("-dzlib", "a", "b").transform == .decompress(DecompressionSpec(format: .zlib)))
-        // A separate word after -z is an operand.
-        let o = try options("-z", "gzip", "b")
-        #expect(o.source == .file("gzip"))
-        #expect(o.transform == .compress(CompressionSpec()))
+        // gzip's level options, which an explicit :LEVEL overrides.
+        #expect(try options("-z", "-1", "a", "b").transform == .compress(CompressionSpec(format: .gzip, level: 1)))
+        #expect(try options("-9", "-zzlib", "a", "b").transform == .compress(CompressionSpec(format: .zlib, level: 9)))
+        #expect(try options("-1", "-zgzip:7", "a", "b").transform == .compress(CompressionSpec(level: 7)))
+        #expect(try options("-zzstd", "a", "b").transform == .compress(CompressionSpec(format: .zstd, level: 3)))
+        #expect(try options("-zzstd:19", "a", "b").transform == .compress(CompressionSpec(format: .zstd, level: 19)))
+        #expect(try options("-dzstd", "a", "b").transform == .decompress(DecompressionSpec(format: .zstd)))
+        #expect(try options("-T", "3", "-z", "a", "b").threads == 3)
+        #expect(try options("-z", "a", "b").threads == nil)
+        // A separate word after -z would be an operand: a value-like word is reported.
+        #expect(
+            usageMessage("-z", "gzip:1", "a", "b")
+                == "-z gzip:1: the value of -z must be attached, or 'gzip:1' is read as a file; write -zgzip:1 or --compress=gzip:1"
+        )
+        #expect(usageMessage("-d", "zstd", "a", "b")?.contains("write -dzstd or --decompress=zstd") == true)
+        #expect(try options("-z", "file:gzip", "b").source == .file("gzip"))
     }
 
     @Test func badValuesNameWhatIsWrong() {
@@ -61,7 +73,10 @@ import Testing
         #expect(usageMessage("-b", "4194305", "a", "b")?.contains("must be 512 to 4M") == true)
         #expect(usageMessage("-b", "12Q", "a", "b")?.contains("chunk size '12Q'") == true)
         #expect(usageMessage("--compress=lz4", "a", "b")?.contains("unknown format 'lz4'") == true)
-        #expect(usageMessage("-zgzip:10", "a", "b") == "-z: level '10' is not a number from 0 to 9")
+        #expect(usageMessage("-zgzip:10", "a", "b") == "-z: level '10' is not a number from 0 to 9 for gzip")
+        #expect(usageMessage("-zzstd:20", "a", "b") == "-z: level '20' is not a number from 1 to 19 for zstd")
+        #expect(usageMessage("-3", "a", "b")?.contains("use it with -z") == true)
+        #expect(usageMessage("--threads", "0", "-z", "a", "b")?.contains("from 1 to 256") == true)
         #expect(usageMessage("--compress=gzip:", "a", "b")?.contains("level ''") == true)
         #expect(usageMessage("--decompress=brotli", "a", "b")?.contains("unknown format 'brotli'") == true)
         #expect(usageMessage("-z", "-d", "a", "b") == "-z and -d cannot be used together")

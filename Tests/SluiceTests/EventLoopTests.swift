@@ -123,7 +123,7 @@ private func descriptorTarget(_ fd: Int32) -> String? {
         #expect(!loop.run(for: .milliseconds(50)))
         #expect(recorder.events.isEmpty)
         // Still usable by polling.
-        #expect(stream.readToEnd() == Data([1, 2, 3]))
+        #expect(try stream.readToEnd() == Data([1, 2, 3]))
     }
 
     /// The execute/sleep handshake: producers hand over a million tasks in small batches and

@@ -244,7 +244,7 @@ func runPipeline(_ pipeline: Pipeline, timeout: Duration = .seconds(30)) throws 
         let sink = WriteStream.toMemory()
         let meter = Meter()
         let pipeline = Pipeline(source: .memory(input), sink: sink, sinkTaps: [meter])
-        let result = await pipeline.run()
+        let result = try await pipeline.run()
         #expect(result.succeeded)
         #expect(meter.bytes == 2_000_000)
         #expect((sink.property(forKey: .dataWrittenToMemory) as? Data) == Data(input))

@@ -341,11 +341,11 @@ func withUnixSocketDirectory<T>(_ body: (String) throws -> T) throws -> T {
         serverOutput.open()
         #expect(output.write(all: Array("ping".utf8)))
         output.close()
-        #expect(serverInput.readToEnd() == Data("ping".utf8))
+        #expect(try serverInput.readToEnd() == Data("ping".utf8))
         #expect(serverOutput.write(all: Array("pong".utf8)))
         serverOutput.close()
         serverInput.close()
-        #expect(input.readToEnd() == Data("pong".utf8))
+        #expect(try input.readToEnd() == Data("pong".utf8))
         input.close()
         #expect(throws: SluiceError.self) { _ = try listener.accept(timeout: .milliseconds(20)) }
     }

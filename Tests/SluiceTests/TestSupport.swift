@@ -167,11 +167,16 @@ func runProcess(
     let input = Pipe()
     process.standardInput = input
     try process.run()
-    if let stdin { try input.fileHandleForWriting.write(contentsOf: stdin) }
-    try input.fileHandleForWriting.close()
     var stdoutData = Data()
     var stderrData = Data()
     let group = DispatchGroup()
+    // Written while stdout is read: a child that writes as it reads would otherwise fill its
+    // output pipe and wait for us while we wait for it to take more input.
+    let writer = UncheckedBox(input.fileHandleForWriting)
+    DispatchQueue.global().async(group: group) {
+        if let stdin { try? writer.value.write(contentsOf: stdin) }
+        try? writer.value.close()
+    }
     let errBox = UncheckedBox(err)
     let stderrBuffer = UncheckedBox(NSMutableData())
     DispatchQueue.global().async(group: group) {

@@ -27,8 +27,9 @@ public enum CompressionFormat: String, Sendable, CaseIterable {
 ///
 /// Parse one from the command line with `DecompressionFormat(rawValue:)`.
 public enum DecompressionFormat: String, Sendable, CaseIterable {
-    /// Detect the container from the first bytes: gzip (`1f 8b`), zlib (a valid RFC 1950
-    /// header), otherwise raw deflate.
+    /// Detect the container from the first bytes: zstd (a frame's or a skippable frame's magic
+    /// number, with `Decompressor`), gzip (`1f 8b`), zlib (a valid RFC 1950 header), otherwise
+    /// raw deflate.
     case auto
     /// RFC 1952 gzip, one member or several concatenated ones (`cat a.gz b.gz`).
     case gzip
@@ -36,6 +37,8 @@ public enum DecompressionFormat: String, Sendable, CaseIterable {
     case zlib
     /// RFC 1951 raw deflate.
     case deflate
+    /// RFC 8878 zstd frames (optional engine: `CompressionEngine.zstd`).
+    case zstd
 
     /// The format that decodes what a `Deflate` stage of `format` writes.
     public init(_ format: CompressionFormat) {
@@ -46,13 +49,14 @@ public enum DecompressionFormat: String, Sendable, CaseIterable {
         }
     }
 
-    /// The fixed container, or nil for `auto`.
+    /// The fixed deflate container, or nil for `auto` (and `zstd`, which `Inflate` refuses).
     var fixed: CompressionFormat? {
         switch self {
         case .auto: return nil
         case .gzip: return .gzip
         case .zlib: return .zlib
         case .deflate: return .deflate
+        case .zstd: return nil
         }
     }
 }

@@ -110,6 +110,8 @@ public final class Pipeline: ByteStreamDelegate {
     public let options: PipelineOptions
     private let sourceTaps: [any Tap]
     private let sinkTaps: [any Tap]
+    /// One driver per stage: runs it (inline, or on workers), counts its bytes and waits.
+    private let drivers: [StageDriver]
 
     // The backpressure state.
 
@@ -122,10 +124,6 @@ public final class Pipeline: ByteStreamDelegate {
         /// Headers of lent chunks (no buffer of their own), reused.
         var lentPool: [Chunk] = []
         var allocatedChunks: Int = 0
-        var stageDone: [Bool]
-        var stageStats: [StageStatistics]
-        var stageInputWaitSince: [UInt64?]
-        var stageOutputWaitSince: [UInt64?]
         var pendingWrite: Bool = false
         var pendingWriteSince: UInt64 = 0
         var sourceWaiting: Bool = false
@@ -186,13 +184,8 @@ public final class Pipeline: ByteStreamDelegate {
                     let buffer = UnsafeMutableBufferPointer<ChunkQueue>.allocate(capacity: stages.count + 1)
                     buffer.initialize(repeating: ChunkQueue(depth: options.depth))
                     return buffer
-                }(),
-                stageDone: Array(repeating: false, count: stages.count + 1),
-                stageStats: stages.map {
-                    StageStatistics(name: $0.name, bytesIn: 0, bytesOut: 0, inputWaitSeconds: 0, outputWaitSeconds: 0)
-                },
-                stageInputWaitSince: Array(repeating: nil, count: stages.count + 1),
-                stageOutputWaitSince: Array(repeating: nil, count: stages.count + 1)))
+                }()))
+        drivers = stages.map { StageDriver($0) }
     }
 
     deinit {
@@ -202,11 +195,16 @@ public final class Pipeline: ByteStreamDelegate {
         state.deallocate()
     }
 
-    /// `(stages + 1) × depth × chunkSize`.
-    public var inFlightLimit: Int { (stages.count + 1) * options.depth * options.chunkSize.bytes }
+    /// `(stages + 1) × depth × chunkSize`, plus what stages running on workers hold at most
+    /// (`AsynchronousStage.heldLimit`: their blocks and jobs).
+    public var inFlightLimit: Int {
+        (stages.count + 1) * options.depth * options.chunkSize.bytes + drivers.reduce(0) { $0 + $1.heldLimit }
+    }
 
-    /// Bytes held in the queues now.
-    public var inFlightBytes: Int { hot.queues.reduce(0) { $0 + $1.bytes } }
+    /// Bytes held in the queues and in the stages' jobs now.
+    public var inFlightBytes: Int {
+        hot.queues.reduce(0) { $0 + $1.bytes } + drivers.reduce(0) { $0 + $1.heldBytes }
+    }
 
     /// True while the sink has been offered space with nothing to write.
     public var isWritePending: Bool { hot.pendingWrite }
@@ -221,7 +219,7 @@ public final class Pipeline: ByteStreamDelegate {
         Double(hot.sinkBoundNanoseconds + (hot.sourceWaiting ? monotonicNanoseconds() - hot.sourceWaitingSince : 0))
             / 1e9
     }
-    public var stageStatistics: [StageStatistics] { hot.stageStats }
+    public var stageStatistics: [StageStatistics] { drivers.map(\.statistics) }
 
     /// Starts the pipeline on `loop` (call on the loop's thread, before or inside `run`):
     /// schedules and opens both streams if they are not open yet. `completion` runs once.
@@ -232,6 +230,9 @@ public final class Pipeline: ByteStreamDelegate {
         retainedWhileRunning = self
         started = monotonicNanoseconds()
         hot.bucket = options.rateLimit.map { TokenBucket(bytesPerSecond: $0, now: started) }
+        for driver in drivers {
+            driver.attach(to: loop) { [weak self] in self?.pump() }
+        }
         source.delegate = self
         sink.delegate = self
         source.schedule(on: loop)
@@ -246,28 +247,6 @@ public final class Pipeline: ByteStreamDelegate {
         where stream.streamStatus == .error {
             fail(location, stream.streamError!)
             return
-        }
-    }
-
-    /// Runs the pipeline on a loop of its own, on a thread of its own, and returns its result.
-    /// The streams must not be scheduled on another loop.
-    public func run() async -> PipelineResult {
-        let box = UncheckedBox(self)
-        return await withCheckedContinuation { (continuation: CheckedContinuation<PipelineResult, Never>) in
-            let thread = Thread {
-                let pipeline = box.value
-                do {
-                    let loop = try EventLoop()
-                    var outcome: PipelineResult?
-                    pipeline.start(on: loop) { outcome = $0 }
-                    while outcome == nil { loop.run() }
-                    continuation.resume(returning: outcome!)
-                } catch {
-                    let e = error as? SluiceError ?? SluiceError(.system(.ioError), operation: "event loop")
-                    continuation.resume(returning: pipeline.failedBeforeStart(e))
-                }
-            }
-            thread.start()
         }
     }
 
@@ -491,10 +470,10 @@ public final class Pipeline: ByteStreamDelegate {
         } while hot.pumpAgain
     }
 
-    /// Runs stage `index` while it has input and output room.
+    /// Runs stage `index` (through its driver) while it has input and output room.
     private func runStage(_ index: Int) {
-        guard !hot.stageDone[index] else { return }
-        let stage = stages[index]
+        let driver = drivers[index]
+        guard !driver.isFinished else { return }
         let inputIndex = index
         let outputIndex = index + 1
         while !hot.isFinished {
@@ -503,33 +482,25 @@ public final class Pipeline: ByteStreamDelegate {
             guard haveInput || atEnd else {
                 // Starved: hand on what is held so nothing waits behind an empty input.
                 hot.queues[outputIndex].sealTail(recycle: recycle)
-                markWait(&hot.stageInputWaitSince[index], on: true)
+                driver.noteStarved()
                 return
             }
-            markWait(&hot.stageInputWaitSince[index], on: false, stat: \.inputWaitSeconds, index)
             guard hot.queues[outputIndex].hasRoom else {
-                markWait(&hot.stageOutputWaitSince[index], on: true)
+                driver.noteBlocked()
                 return
             }
-            markWait(&hot.stageOutputWaitSince[index], on: false, stat: \.outputWaitSeconds, index)
             let out = hot.queues[outputIndex].openTail(takeChunk)
             let progress: StageProgress
             do {
-                if haveInput {
-                    let input = hot.queues[inputIndex].front
-                    progress = try stage.process(input.bytes, into: out.free)
-                } else {
-                    progress = try stage.finish(into: out.free)
-                }
+                progress = try driver.step(
+                    input: haveInput ? hot.queues[inputIndex].front.bytes : nil, output: out.free)
             } catch {
-                fail(.stage(index: index, name: stage.name), error)
+                fail(.stage(index: index, name: driver.stage.name), error)
                 return
             }
             out.end += progress.produced
             hot.queues[outputIndex].produced(progress.produced)
-            hot.stageStats[index].bytesOut += UInt64(progress.produced)
             if progress.consumed > 0 {
-                hot.stageStats[index].bytesIn += UInt64(progress.consumed)
                 hot.queues[inputIndex].consumed(progress.consumed)
                 if hot.queues[inputIndex].front.count == 0 {
                     recycle(hot.queues[inputIndex].popFront())
@@ -537,31 +508,19 @@ public final class Pipeline: ByteStreamDelegate {
                 }
             }
             notePeak()
-            if !haveInput && progress.finished {
+            if driver.isFinished {
                 hot.queues[outputIndex].sealTail(recycle: recycle)
                 hot.queues[outputIndex].producerDone = true
-                hot.stageDone[index] = true
                 hot.pumpAgain = true
                 return
             }
-            if progress.consumed == 0 && progress.produced == 0 {
-                fail(
-                    .stage(index: index, name: stage.name),
-                    SluiceError(.invalidArgument, operation: stage.name, detail: "stage made no progress"))
+            if driver.isWaitingForWorkers {
+                // The stage's workers hold what it can take: hand on what is ready, and run
+                // again when its wake-up comes.
+                hot.queues[outputIndex].sealTail(recycle: recycle)
                 return
             }
             if out.freeSpace == 0 { hot.pumpAgain = true }
-        }
-    }
-
-    private func markWait(
-        _ since: inout UInt64?, on: Bool, stat: WritableKeyPath<StageStatistics, Double>? = nil, _ index: Int = 0
-    ) {
-        if on {
-            if since == nil { since = monotonicNanoseconds() }
-        } else if let start = since, let stat {
-            hot.stageStats[index][keyPath: stat] += Double(monotonicNanoseconds() - start) / 1e9
-            since = nil
         }
     }
 
@@ -591,9 +550,8 @@ public final class Pipeline: ByteStreamDelegate {
         if hot.sourceWaiting { hot.sinkBoundNanoseconds += now - hot.sourceWaitingSince }
         hot.pendingWrite = false
         hot.sourceWaiting = false
-        for index in stages.indices {
-            markWait(&hot.stageInputWaitSince[index], on: false, stat: \.inputWaitSeconds, index)
-            markWait(&hot.stageOutputWaitSince[index], on: false, stat: \.outputWaitSeconds, index)
+        for driver in drivers {
+            if error == nil { driver.noteMoving() } else { driver.cancel() }
         }
         throttleTimer?.cancel()
         throttleTimer = nil
@@ -601,7 +559,7 @@ public final class Pipeline: ByteStreamDelegate {
         for tap in sinkTaps { tap.finish() }
         hot.isFinished = true
         result = PipelineResult(
-            bytesRead: hot.bytesRead, bytesWritten: hot.bytesWritten, stages: hot.stageStats,
+            bytesRead: hot.bytesRead, bytesWritten: hot.bytesWritten, stages: drivers.map(\.statistics),
             elapsedSeconds: started == 0 ? 0 : Double(now - started) / 1e9,
             sourceBoundSeconds: Double(hot.sourceBoundNanoseconds) / 1e9,
             sinkBoundSeconds: Double(hot.sinkBoundNanoseconds) / 1e9,

@@ -41,3 +41,26 @@ public protocol Tap: AnyObject {
     /// The stream ended; values are final.
     func finish()
 }
+
+/// A stage whose work runs on worker threads (`WorkerPool`), so the loop's thread only moves
+/// bytes. Its calls still come from one thread (the loop's), and it keeps the shape of `Stage`,
+/// with one difference: a call may make no progress while the stage's workers are busy (its
+/// bounded number of jobs is out, or the output next in order is not done). It then calls the
+/// `wake` handler given to `attach(to:wake:)` on the loop's thread once it can move again.
+///
+/// Not attached to a loop (polling use, or a caller on a plain thread), it does its work inline
+/// on the calling thread, with the same output.
+public protocol AsynchronousStage: Stage {
+    /// Hands the stage the loop its work completes on, and what to call there when it can make
+    /// progress after a call that made none. Call once, before the first byte.
+    func attach(to loop: EventLoop, wake: @escaping () -> Void)
+    /// Bytes the stage holds now (input waiting for its block to fill, jobs out, finished
+    /// output not yet taken): part of a pipeline's bytes in flight.
+    var heldBytes: Int { get }
+    /// The most bytes the stage ever holds: fixed by its block size and job count, never by
+    /// the input's size.
+    var heldLimit: Int { get }
+    /// Drops every job's result (the pipeline failed or was cancelled): jobs already running
+    /// finish on their workers, and their results are freed there.
+    func cancel()
+}

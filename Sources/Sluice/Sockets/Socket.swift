@@ -31,8 +31,11 @@ public enum Socket {
     ///
     /// - Important: name resolution blocks the calling thread (getaddrinfo has no
     ///   non-blocking form). Pass a numeric address to avoid it.
-    /// - Parameter timeout: the limit for the whole connect, all addresses included; nil
-    ///   leaves it to the kernel (about two minutes for TCP).
+    /// - Parameters:
+    ///   - host: a name to resolve, or a numeric IPv4 or IPv6 address.
+    ///   - port: the TCP port.
+    ///   - timeout: the limit for the whole connect, all addresses included; nil leaves it to
+    ///     the kernel (about two minutes for TCP).
     /// - Returns: the read and the write stream of the connection. Closing the write stream
     ///   shuts down the sending direction only (`shutdown(SHUT_WR)`): the peer reads the end
     ///   while this side keeps reading. The socket is closed when both streams are (a stream

@@ -1,6 +1,8 @@
 /// Events a stream reports to its delegate, as NSStream's `NSStreamEvent`.
 public struct StreamEvent: OptionSet, Hashable, Sendable, CustomStringConvertible {
+    /// The events as bits.
     public let rawValue: UInt8
+    /// The events whose bits are set in `rawValue`.
     public init(rawValue: UInt8) { self.rawValue = rawValue }
 
     /// The stream is open (a socket: connected).
@@ -14,6 +16,7 @@ public struct StreamEvent: OptionSet, Hashable, Sendable, CustomStringConvertibl
     /// The last byte has been read (a fixed-capacity memory writer: it is full).
     public static let endEncountered = StreamEvent(rawValue: 1 << 4)
 
+    /// The events' names joined with `|`, e.g. `openCompleted|hasBytesAvailable`.
     public var description: String {
         var names: [String] = []
         if contains(.openCompleted) { names.append("openCompleted") }
@@ -27,17 +30,35 @@ public struct StreamEvent: OptionSet, Hashable, Sendable, CustomStringConvertibl
 
 /// Where a stream is in its life, as NSStream's `NSStreamStatus`.
 public enum StreamStatus: Hashable, Sendable {
-    case notOpen, opening, open, reading, writing, atEnd, closed, error
+    /// Created, not opened yet.
+    case notOpen
+    /// `open()` was called and completes later (a socket connecting).
+    case opening
+    /// Open: reads or writes may be made.
+    case open
+    /// Inside a read (seen only by code the read calls).
+    case reading
+    /// Inside a write (seen only by code the write calls).
+    case writing
+    /// The end was read, or a fixed-capacity stream is full.
+    case atEnd
+    /// Closed by `close()`.
+    case closed
+    /// Failed; `streamError` says why.
+    case error
 }
 
 /// Receives a stream's events, as NSStream's `NSStreamDelegate`.
 public protocol ByteStreamDelegate: AnyObject {
+    /// `event` happened on `stream`; called on the thread of the loop the stream is scheduled on.
     func stream(_ stream: ByteStream, handle event: StreamEvent)
 }
 
 /// Keys for `property(forKey:)`, as NSStream's property keys.
 public struct StreamPropertyKey: RawRepresentable, Hashable, Sendable {
+    /// The key's name.
     public let rawValue: String
+    /// A key named `rawValue`.
     public init(rawValue: String) { self.rawValue = rawValue }
 
     /// A memory write stream's contents, as `Data`.
@@ -66,6 +87,7 @@ public class ByteStream: ReadyClient {
         set { machine.pointee.eventHandler = newValue }
     }
 
+    /// Where the stream is in its life, as NSStream's `streamStatus`.
     public internal(set) var streamStatus: StreamStatus {
         get { machine.pointee.status }
         set { machine.pointee.status = newValue }
@@ -128,7 +150,6 @@ public class ByteStream: ReadyClient {
     public let name: String
 
     init(name: String) {
-        ProcessSetup.ensure()
         self.name = name
     }
 

@@ -200,8 +200,13 @@ final class DescriptorWriteStream: WriteStream {
     }
 
     override func writePrimitive(_ buffer: UnsafeRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
-        let fd = channel!.fd
-        return try syscall("write", name) { Glibc.write(fd, buffer.baseAddress, buffer.count) }
+        let channel = channel!
+        let fd = channel.fd
+        if channel.isRegularFile {
+            return try syscall("write", name) { Glibc.write(fd, buffer.baseAddress, buffer.count) }
+        }
+        // A pipe, FIFO, tty or socket: its reader may be gone, and that must be EPIPE, not death.
+        return try syscall("write", name) { writeSuppressingSIGPIPE(fd, buffer) }
     }
 
     override func waitUntilWritable() throws(SluiceError) {

@@ -97,13 +97,19 @@ public class ReadStream: ByteStream {
         }
     }
 
-    /// Reads everything to the end (polling mode). Returns nil on error.
-    public func readToEnd(chunkSize: Int = 65536) -> Data? {
+    /// Reads everything to the end (polling mode: the stream must not be scheduled on a loop,
+    /// or the call must be made on that loop's thread). Opens the stream if it is not open yet.
+    /// Throws the stream's error (a closed stream: `.closed`). Memory grows with what is read:
+    /// for input of unknown size, read in chunks or use `chunks()`.
+    public func readToEnd(chunkSize: Int = 65536) throws(SluiceError) -> Data {
+        if streamStatus == .notOpen { open() }
         var out = Data()
-        var buffer = [UInt8](repeating: 0, count: chunkSize)
+        var buffer = [UInt8](repeating: 0, count: max(1, chunkSize))
         while true {
             let n = buffer.withUnsafeMutableBytes { read(into: $0) }
-            if n < 0 { return nil }
+            if n < 0 {
+                throw streamError ?? SluiceError(.system(.ioError), operation: "read", subject: name)
+            }
             if n == 0 { return out }
             out.append(contentsOf: buffer[0..<n])
         }

@@ -28,8 +28,11 @@ public struct SluiceError: Error, Hashable, Sendable, CustomStringConvertible {
         case cancelled
         /// A value given by the caller is out of range or malformed.
         case invalidArgument
+        /// What was asked for is not in this build or on this machine (an optional engine).
+        case unavailable
     }
 
+    /// Why it failed.
     public var code: Code
     /// The operation attempted, e.g. `open`, `read`, `connect`, `inflate`.
     public var operation: String
@@ -38,6 +41,7 @@ public struct SluiceError: Error, Hashable, Sendable, CustomStringConvertible {
     /// Extra human-readable detail.
     public var detail: String?
 
+    /// An error: `code` for `operation` on `subject`, with optional `detail`.
     public init(_ code: Code, operation: String, subject: String? = nil, detail: String? = nil) {
         self.code = code
         self.operation = operation
@@ -51,6 +55,7 @@ public struct SluiceError: Error, Hashable, Sendable, CustomStringConvertible {
         return nil
     }
 
+    /// Why, as text: the errno's text or the code's, with the detail.
     public var reason: String {
         let base: String
         switch code {
@@ -66,11 +71,13 @@ public struct SluiceError: Error, Hashable, Sendable, CustomStringConvertible {
         case .refused: base = "refused"
         case .cancelled: base = "cancelled"
         case .invalidArgument: base = "invalid argument"
+        case .unavailable: base = "unavailable"
         }
         guard let detail else { return base }
         return "\(base): \(detail)"
     }
 
+    /// One line: `operation "subject": reason`.
     public var description: String {
         guard let subject else { return "\(operation): \(reason)" }
         return "\(operation) \(subject.quotedIfPath): \(reason)"

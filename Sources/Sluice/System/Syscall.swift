@@ -6,7 +6,9 @@
 
 /// The outcome of a non-blocking operation: it did something, or it would have blocked.
 public enum IOResult<T: Sendable>: Sendable {
+    /// The operation did this much (bytes read or written; 0 at the end).
     case processed(T)
+    /// Nothing could be done without blocking (`EAGAIN`); wait for readiness.
     case wouldBlock
 }
 
@@ -87,15 +89,38 @@ func closeDescriptor(_ fd: Int32) {
     }
 }
 
-/// The process-wide settings sluice needs: SIGPIPE ignored, so a write to a closed pipe or
-/// socket fails with EPIPE instead of killing the program.
+/// sluice changes no process-wide setting: in particular it leaves `SIGPIPE` alone (a program
+/// that wants it ignored says so itself, as the `sluice` command does). Sockets are written with
+/// `send(MSG_NOSIGNAL)`, other descriptors with `writeSuppressingSIGPIPE`, so a write to a
+/// closed pipe or socket is an `EPIPE` error, never a signal. `ensure()` is a no-op kept for the
+/// event loop's initialiser, which still calls it.
 enum ProcessSetup {
-    static let done: Bool = {
-        signal(SIGPIPE, SIG_IGN)
-        return true
-    }()
+    @inline(__always) static func ensure() {}
+}
 
-    @inline(__always) static func ensure() { _ = done }
+/// `write(2)` to a descriptor that may be a pipe, FIFO or socket whose reader has gone, without
+/// a `SIGPIPE` reaching the process: the signal is blocked on this thread for the call, and a
+/// `SIGPIPE` the write raised is taken off the thread's pending set before the mask is
+/// restored (the technique libcurl and OpenSSL's documentation describe). Returns what `write`
+/// returned, with `errno` preserved.
+func writeSuppressingSIGPIPE(_ fd: Int32, _ buffer: UnsafeRawBufferPointer) -> Int {
+    var pipeSet = sigset_t()
+    sigemptyset(&pipeSet)
+    sigaddset(&pipeSet, SIGPIPE)
+    var previous = sigset_t()
+    pthread_sigmask(SIG_BLOCK, &pipeSet, &previous)
+    var pending = sigset_t()
+    sigpending(&pending)
+    let alreadyPending = sigismember(&pending, SIGPIPE) == 1
+    let n = Glibc.write(fd, buffer.baseAddress, buffer.count)
+    let saved = errno
+    if n < 0 && saved == EPIPE && !alreadyPending {
+        var zero = timespec(tv_sec: 0, tv_nsec: 0)
+        while sigtimedwait(&pipeSet, nil, &zero) == -1 && errno == EINTR {}
+    }
+    pthread_sigmask(SIG_SETMASK, &previous, nil)
+    errno = saved
+    return n
 }
 
 /// Sets or clears `O_NONBLOCK`, returning the previous flags.

@@ -22,6 +22,25 @@ public final class WorkerPool: @unchecked Sendable {
     /// The number of worker threads.
     public let threadCount: Int
 
+    /// The thread counts a caller may ask for (`--threads`).
+    public static let threadCounts = 1...256
+
+    nonisolated(unsafe) private static var pools: [Int: WorkerPool] = [:]
+    private static let poolsLock = NSLock()
+
+    /// A pool of `threads` workers kept for the life of the process: `shared` when the count
+    /// is the number of cores, otherwise one pool per count asked for. For stages that must use
+    /// exactly `threads` threads (`--threads N`).
+    public static func pool(threads: Int) -> WorkerPool {
+        if threads == shared.threadCount { return shared }
+        poolsLock.lock()
+        defer { poolsLock.unlock() }
+        if let pool = pools[threads] { return pool }
+        let pool = WorkerPool(threads: threads)
+        pools[threads] = pool
+        return pool
+    }
+
     private let condition = NSCondition()
     /// Guarded by `condition`.
     private var jobs: [@Sendable () -> Void] = []

@@ -191,9 +191,10 @@ struct ArgumentParser: Sendable {
         }
     }
 
-    /// Help lines for the options: synopsis padded to a column, then the help text.
+    /// Help lines for the options: synopsis padded to a column, then the help text. Options
+    /// with no help text (the aliases `-2` … `-9`) are not listed.
     func helpLines(indent: Int = 2, column: Int = 28) -> [String] {
-        specs.map { spec in
+        specs.filter { !$0.help.isEmpty }.map { spec in
             var line = String(repeating: " ", count: indent) + spec.synopsis
             if line.count + 2 > column {
                 line += "\n" + String(repeating: " ", count: column)

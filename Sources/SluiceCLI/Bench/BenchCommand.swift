@@ -74,6 +74,7 @@ enum BenchCommand: Command {
         let total = BenchPath.allCases.count * options.chunkSizes.count
         var done = 0
         var bench = LocalBench(chunkSizes: options.chunkSizes, size: options.size)
+        if let threads = options.threads { bench.threads = threads }
         if showProgress {
             bench.progress = { cell in
                 done += 1
@@ -109,10 +110,11 @@ enum BenchCommand: Command {
         out += pad("MB/s", width, left: true)
         for chunk in options.chunkSizes { out += pad(chunk.description, 9) }
         out += pad("best", 7) + "   waits at best (source/sink)\n"
+        let threads = options.threads ?? WorkerPool.shared.threadCount
         for path in BenchPath.allCases {
             let row = cells.filter { $0.path == path }
             guard let best = row.max(by: { $0.bytesPerSecond < $1.bytesPerSecond }) else { continue }
-            out += pad(path.title, width, left: true)
+            out += pad(path.title(threads: threads), width, left: true)
             for cell in row { out += pad(Format.fixed(cell.bytesPerSecond / 1e6, 0), 9) }
             out += pad(best.chunkSize.description, 7)
             let waited = best.seconds > 0 ? 100 / best.seconds : 0
@@ -136,7 +138,10 @@ enum BenchCommand: Command {
             else { return nil }
             return "\(Format.jsonString(path.rawValue)): \(top.chunkSize.bytes)"
         }
-        return "{\"size\": \(options.size), \"results\": [" + results.joined(separator: ", ") + "], \"best\": {"
+        let threads = options.threads ?? WorkerPool.shared.threadCount
+        let engine = ParallelDeflate.defaultEngine(level: 1).rawValue
+        return "{\"size\": \(options.size), \"threads\": \(threads), \"gzip_engine\": \"\(engine)\", \"results\": ["
+            + results.joined(separator: ", ") + "], \"best\": {"
             + best.joined(separator: ", ") + "}, \"peak_rss_bytes\": \(peakRSS), \"machine\": "
             + Format.jsonString(machineDescription()) + "}"
     }

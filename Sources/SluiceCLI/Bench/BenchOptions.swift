@@ -16,6 +16,8 @@ struct BenchOptions: Hashable, Sendable {
     var seconds = 5.0
     var interval = 1.0
     var compress = false
+    /// Compression threads of the compression rows (`--threads`); nil: one per core.
+    var threads: Int?
     var reverse = false
     var once = false
     var quiet = false
@@ -39,6 +41,7 @@ struct BenchOptions: Hashable, Sendable {
 
     static let parser = ArgumentParser([
         CommonOptions.chunkSize, size, json, jsonStream, listen, once, seconds, interval, reverse, compress,
+        CommonOptions.threads,
         CommonOptions.progress, CommonOptions.noProgress, CommonOptions.timeout, CommonOptions.quiet,
         CommonOptions.help, CommonOptions.version,
     ])
@@ -86,6 +89,7 @@ struct BenchOptions: Hashable, Sendable {
         json = parsed.has("json")
         jsonStream = parsed.has("json-stream")
         compress = parsed.has("compress")
+        threads = try CommonOptions.threads(parsed)
         reverse = parsed.has("reverse")
         once = parsed.has("once")
         quiet = parsed.has("quiet")

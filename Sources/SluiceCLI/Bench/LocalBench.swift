@@ -8,16 +8,44 @@ enum BenchPath: String, CaseIterable, Sendable {
     case fileBare = "file-bare"
     case tcp = "tcp"
     case tcpGzip = "tcp-gzip1"
+    case tcpZstd = "tcp-zstd3"
     case gunzip = "gunzip"
 
-    var title: String {
+    /// The paths this build and machine can measure: zstd's only where it is present.
+    static var available: [BenchPath] {
+        allCases.filter { $0 != .tcpZstd || CompressionEngine.zstd.isAvailable }
+    }
+
+    /// The row's title; compression rows name their engine and thread count.
+    func title(threads: Int) -> String {
         switch self {
         case .memory: return "memory → memory"
         case .file: return "file → file"
         case .fileBare: return "file → file, bare loop"
         case .tcp: return "memory → tcp → discard"
-        case .tcpGzip: return "tcp, gzip -1 → gunzip"
+        case .tcpGzip:
+            return "tcp, gzip:1 (\(ParallelDeflate.defaultEngine(level: 1)), \(threads)T) → gunzip"
+        case .tcpZstd: return "tcp, zstd:3 (\(threads)T) → unzstd"
         case .gunzip: return "gzip -d (memory)"
+        }
+    }
+
+    /// The compression stage of a loopback row, on `threads` workers.
+    func compressor(threads: Int) throws -> [any Stage] {
+        switch self {
+        case .tcpGzip: return [try ParallelDeflate(format: .gzip, level: 1, threads: threads)]
+        case .tcpZstd: return [OffloadedStage(try ZstdCompress(level: 3, threads: threads))]
+        default: return []
+        }
+    }
+
+    /// The decompression stage of a row's receiving end.
+    var decompressor: [any Stage] {
+        get throws {
+            switch self {
+            case .tcpGzip, .tcpZstd, .gunzip: return [OffloadedStage(try Decompressor())]
+            default: return []
+            }
         }
     }
 }
@@ -40,9 +68,11 @@ struct BenchFailure: Error, CustomStringConvertible {
 
 /// Runs the local matrix: every path at every chunk size, `size` bytes each.
 struct LocalBench {
-    var paths: [BenchPath] = BenchPath.allCases
+    var paths: [BenchPath] = BenchPath.available
     var chunkSizes: [ChunkSize]
     var size: Int
+    /// Compression threads of the compression rows.
+    var threads = WorkerPool.shared.threadCount
     var progress: ((String) -> Void)?
 
     static let defaultChunkSizes: [ChunkSize] = [512, 4096, 65536, 1 << 20, 4 << 20].map {
@@ -61,7 +91,7 @@ struct LocalBench {
         var gzipped: [UInt8]?
         for path in paths {
             for chunk in chunkSizes {
-                progress?("\(path.title) at \(chunk)")
+                progress?("\(path.title(threads: threads)) at \(chunk)")
                 let cell: BenchCell
                 switch path {
                 case .memory:
@@ -87,9 +117,9 @@ struct LocalBench {
                     }
                     cell = best!
                 case .tcp:
-                    cell = try runLoopback(path, chunk, pattern: random, compress: false)
-                case .tcpGzip:
-                    cell = try runLoopback(path, chunk, pattern: text, compress: true)
+                    cell = try runLoopback(path, chunk, pattern: random)
+                case .tcpGzip, .tcpZstd:
+                    cell = try runLoopback(path, chunk, pattern: text)
                 case .gunzip:
                     // One gzip member of the text, repeated: concatenated members are one gzip
                     // stream, so any size decompresses from bounded memory.
@@ -97,7 +127,7 @@ struct LocalBench {
                     let members = UInt64(max(1, size / text.count))
                     cell = try runLocal(
                         path, chunk, source: .repeating(gzipped!, count: UInt64(gzipped!.count) * members),
-                        stages: [try Inflate(format: .gzip)], sink: .discard(), countWritten: true)
+                        stages: try path.decompressor, sink: .discard(), countWritten: true)
                 }
                 cells.append(cell)
             }
@@ -117,7 +147,7 @@ struct LocalBench {
             left -= n
         }
         // Written back before the first cell, so no cell pays for the source's writeback.
-        if let fd = sink.property(forKey: .fileDescriptor) as? Int32 { fsync(fd) }
+        if let fd = sink.fileDescriptor { fsync(fd) }
         sink.close()
         return path
     }
@@ -182,7 +212,7 @@ struct LocalBench {
         pipeline.start(on: loop) { failure = $0.error }
         loop.run()
         if let failure { throw BenchFailure(description: "\(failure)") }
-        return [UInt8](sink.property(forKey: .dataWrittenToMemory) as! Data)
+        return [UInt8](sink.dataWrittenToMemory ?? Data())
     }
 
     private func runLocal(
@@ -203,18 +233,17 @@ struct LocalBench {
             sinkBoundSeconds: result.sinkBoundSeconds)
     }
 
-    /// Memory → (gzip -1) → TCP on 127.0.0.1 → (gunzip) → discard, the receiving side on a
-    /// thread and loop of its own, as a separate receiver would be.
-    private func runLoopback(_ path: BenchPath, _ chunk: ChunkSize, pattern: [UInt8], compress: Bool) throws
-        -> BenchCell
-    {
+    /// Memory → (gzip -1 or zstd -3) → TCP on 127.0.0.1 → (decompression) → discard, the
+    /// receiving side on a thread and loop of its own, as a separate receiver would be.
+    private func runLoopback(_ path: BenchPath, _ chunk: ChunkSize, pattern: [UInt8]) throws -> BenchCell {
+        let compress = path != .tcp
         let listener = try Socket.listen(host: "127.0.0.1", port: 0)
         let port = listener.port
-        let server = BenchServerThread(listener: listener, chunk: chunk, decompress: compress)
+        let server = BenchServerThread(listener: listener, chunk: chunk, stages: try path.decompressor)
         server.start()
         let loop = try EventLoop()
         let (_, writer) = Socket.connect(host: "127.0.0.1", port: port)
-        let stages: [any Stage] = compress ? [try Deflate(format: .gzip, level: 1)] : []
+        let stages = try path.compressor(threads: threads)
         let pipeline = Pipeline(
             source: .repeating(pattern, count: UInt64(size)), stages: stages, sink: writer,
             options: PipelineOptions(chunkSize: chunk))
@@ -238,18 +267,18 @@ struct LocalBench {
 }
 
 /// The receiving end of a loopback cell: accepts one connection on its own thread and loop,
-/// and pipes it (through gunzip if asked) into a discard sink.
+/// and pipes it (through a decompressor if asked) into a discard sink.
 final class BenchServerThread: @unchecked Sendable {
     private let listener: SocketListener
     private let chunk: ChunkSize
-    private let decompress: Bool
+    private let stages: [any Stage]
     private let done = DispatchSemaphore(value: 0)
     private var result: PipelineResult?
 
-    init(listener: SocketListener, chunk: ChunkSize, decompress: Bool) {
+    init(listener: SocketListener, chunk: ChunkSize, stages: [any Stage]) {
         self.listener = listener
         self.chunk = chunk
-        self.decompress = decompress
+        self.stages = stages
     }
 
     func start() {
@@ -260,7 +289,6 @@ final class BenchServerThread: @unchecked Sendable {
                 try listener.accept(on: loop) { [self] reader, writer, _ in
                     listener.close()
                     writer.close()
-                    let stages: [any Stage] = decompress ? [try! Inflate(format: .gzip)] : []
                     let pipeline = Pipeline(
                         source: reader, stages: stages, sink: .discard(), options: PipelineOptions(chunkSize: chunk))
                     pipeline.start(on: loop) { self.result = $0 }

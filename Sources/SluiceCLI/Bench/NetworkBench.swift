@@ -126,7 +126,7 @@ struct NetworkBenchClient {
         _ = AllWriter(writer, bytes: hello.bytes) { ok in
             guard ok else { return fail(writer.streamError.map { "\($0)" } ?? "connect \(host):\(port) failed") }
             if reverse {
-                let stages: [any Stage] = compress ? [try! Inflate(format: .gzip)] : []
+                let stages: [any Stage] = compress ? [OffloadedStage(try! Inflate(format: .gzip))] : []
                 let pipeline = Pipeline(source: reader, stages: stages, sink: .discard(), options: options)
                 sampler.start(on: loop, every: interval, count: { pipeline.bytesWritten }, report: onInterval)
                 pipeline.start(on: loop) { result in
@@ -141,7 +141,7 @@ struct NetworkBenchClient {
                 }
             } else {
                 let pattern = compress ? BenchData.text(4 << 20) : BenchData.random(chunkSize.bytes)
-                let stages: [any Stage] = compress ? [try! Deflate(format: .gzip, level: 1)] : []
+                let stages: [any Stage] = compress ? [try! ParallelDeflate(format: .gzip, level: 1)] : []
                 let pipeline = Pipeline(
                     source: .repeating(pattern, for: .milliseconds(Int64(hello.milliseconds))), stages: stages,
                     sink: writer, options: options)
@@ -197,7 +197,7 @@ struct NetworkBenchServer {
                 }
                 if hello.reverse {
                     let pattern = hello.compress ? BenchData.text(4 << 20) : BenchData.random(chunkSize.bytes)
-                    let stages: [any Stage] = hello.compress ? [try! Deflate(format: .gzip, level: 1)] : []
+                    let stages: [any Stage] = hello.compress ? [try! ParallelDeflate(format: .gzip, level: 1)] : []
                     let pipeline = Pipeline(
                         source: .repeating(pattern, for: .milliseconds(Int64(hello.milliseconds))), stages: stages,
                         sink: writer, options: options)
@@ -205,7 +205,7 @@ struct NetworkBenchServer {
                         end(Self.report(result, bytes: result.bytesRead), result.error.map { "\($0)" })
                     }
                 } else {
-                    let stages: [any Stage] = hello.compress ? [try! Inflate(format: .gzip)] : []
+                    let stages: [any Stage] = hello.compress ? [OffloadedStage(try! Inflate(format: .gzip))] : []
                     let pipeline = Pipeline(source: reader, stages: stages, sink: .discard(), options: options)
                     pipeline.start(on: loop) { result in
                         let report = Self.report(result, bytes: result.bytesWritten)

@@ -65,6 +65,18 @@ enum SluiceCommand {
             """
     }
 
+    /// `sluice --version`: the version, then the compression engines present and those missing.
+    static var versionText: String {
+        var lines = ["sluice \(version)"]
+        let engines = CompressionEngine.allCases.map { engine in
+            engine.version.map { "\(engine) \($0)" } ?? "no \(engine)"
+        }
+        lines.append("engines: " + engines.joined(separator: ", "))
+        let threads = WorkerPool.shared.threadCount
+        lines.append("worker threads: \(threads) (one per core)")
+        return lines.joined(separator: "\n") + "\n"
+    }
+
     static func command(named name: String) -> (any Command.Type)? {
         commands.first { $0.name == name }
     }
@@ -81,7 +93,7 @@ enum SluiceCommand {
             Terminal.write(help, to: 1)
             return .ok
         case "--version":
-            Terminal.write("sluice \(version)\n", to: 1)
+            Terminal.write(versionText, to: 1)
             return .ok
         case "help":
             guard let name = rest.first else {
@@ -129,7 +141,7 @@ enum SluiceCommand {
             return .ok
         }
         if parsed.has("version") {
-            Terminal.write("sluice \(version)\n", to: 1)
+            Terminal.write(versionText, to: 1)
             return .ok
         }
         return command.run(parsed)

@@ -53,7 +53,8 @@ extension CLIError {
     ///
     /// - 65 for corrupt or truncated data and exceeded limits, wherever they happen;
     /// - 66 for a source that does not exist or cannot be read;
-    /// - 69 for an unknown host, a refused or unreachable connection, a connect timeout;
+    /// - 69 for an unknown host, a refused or unreachable connection, a connect timeout, an
+    ///   engine this build lacks;
     /// - 73 for a destination that exists or cannot be created;
     /// - 74 for everything else.
     init(_ error: SluiceError, during phase: FailurePhase) {
@@ -64,7 +65,7 @@ extension CLIError {
         switch error.code {
         case .corruptData, .truncatedData, .limitExceeded:
             return .dataError
-        case .unknownHost:
+        case .unknownHost, .unavailable:
             return .unavailable
         case .refused:
             if case .openingSource = phase { return .unavailable }

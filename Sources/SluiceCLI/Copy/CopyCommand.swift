@@ -47,7 +47,7 @@ final class CopySession: Interruptible {
 
     func start() {
         do {
-            stages = try Transform.stages(for: options.transform)
+            stages = try Transform.stages(for: options.transform, threads: options.threads)
             try options.destination.preflight(as: .destination, options: openOptions)
         } catch {
             end(error)

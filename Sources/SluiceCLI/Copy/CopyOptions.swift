@@ -22,10 +22,21 @@ enum CommonOptions {
     )
     static let compress = OptionSpec(
         "compress", short: "z", value: .optional("[=FORMAT][:LEVEL]"),
-        help: "compress on the way: gzip (default), zlib or\ndeflate; LEVEL 0 to 9 (default 6)")
+        help:
+            "compress on the way: gzip (default), zlib,\ndeflate (LEVEL 0 to 9, default 6) or zstd\n(LEVEL 1 to 19, default 3); the value is\nattached: -zgzip:1 or --compress=gzip:1"
+    )
     static let decompress = OptionSpec(
         "decompress", short: "d", value: .optional("[=FORMAT]"),
-        help: "decompress on the way: auto (default: detect\nthe format), gzip, zlib or deflate")
+        help: "decompress on the way: auto (default: detect\nthe format), gzip, zlib, deflate or zstd")
+    /// `-1` … `-9`: gzip's way to give the level. Only `-1` is listed in help.
+    static let levels: [OptionSpec] = (1...9).map { digit in
+        OptionSpec(
+            nil, short: Character(String(digit)), key: "level",
+            help: digit == 1 ? "-1 (fastest) to -9 (smallest): the level of\n--compress, as gzip takes it" : "")
+    }
+    static let threads = OptionSpec(
+        "threads", short: "T", value: .required("N"),
+        help: "compress on N worker threads (default: one per\ncore); the output is the same for any N")
     static let progress = OptionSpec(
         "progress", short: "p", help: "show progress on stderr (default: when stderr\nis a terminal)")
     static let noProgress = OptionSpec("no-progress", help: "never show progress")
@@ -43,6 +54,51 @@ enum CommonOptions {
 
     /// The largest `--timeout`: a day.
     static let maximumTimeout = 86_400.0
+
+    /// `--threads N`, when given.
+    static func threads(_ parsed: ParsedArguments) throws(UsageError) -> Int? {
+        guard let option = parsed.last("threads") else { return nil }
+        let text = option.value ?? ""
+        let range = WorkerPool.threadCounts
+        guard text.count <= 3, text.allSatisfy({ $0.isASCII && $0.isNumber }), let n = Int(text), range.contains(n)
+        else {
+            throw UsageError("\(option.spelling) '\(text)': must be a number of threads from 1 to \(range.upperBound)")
+        }
+        return n
+    }
+
+    /// `-z`/`-d` with their value as the next word (`-z gzip:1 SRC DST`): that word became an
+    /// operand. Says what happened and how to write it.
+    static func checkDetachedValue(_ parsed: ParsedArguments, operands: [String]) throws(UsageError) {
+        for option in parsed.options where ["compress", "decompress"].contains(option.key) && option.value == nil {
+            if let word = operands.first(where: CompressionSpec.looksLikeValue) {
+                let long = option.key == "compress" ? "--compress" : "--decompress"
+                let short = option.key == "compress" ? "-z" : "-d"
+                throw UsageError(
+                    "\(option.spelling) \(word): the value of \(option.spelling) must be attached, or '\(word)' is read as a file;"
+                        + " write \(short)\(word) or \(long)=\(word)")
+            }
+        }
+    }
+
+    /// `--compress` with `-1` … `-9` applied (the last given wins over the default level, not
+    /// over an explicit `:LEVEL`).
+    static func compression(_ parsed: ParsedArguments) throws(UsageError) -> CompressionSpec? {
+        let levelOption = parsed.last("level")
+        guard let option = parsed.last("compress") else {
+            if let levelOption {
+                throw UsageError(
+                    "\(levelOption.spelling) is a compression level: use it with -z (like -z \(levelOption.spelling))")
+            }
+            return nil
+        }
+        var spec = try CompressionSpec(parsing: option.value, spelling: option.spelling)
+        let levelGiven = option.value?.contains(":") == true
+        if let levelOption, !levelGiven, let digit = Int(levelOption.spelling.dropFirst()) {
+            spec.level = digit
+        }
+        return spec
+    }
 
     /// `--chunk-size`, when given.
     static func chunkSize(_ parsed: ParsedArguments) throws(UsageError) -> ChunkSize? {
@@ -111,13 +167,18 @@ struct CopyOptions: Hashable, Sendable {
     var force = false
     var append = false
     var quiet = false
+    /// Compression threads (`--threads`); nil: one per core.
+    var threads: Int?
 
-    static let parser = ArgumentParser([
-        CommonOptions.chunkSize, CommonOptions.compress, CommonOptions.decompress, CommonOptions.progress,
-        CommonOptions.noProgress, CommonOptions.stats, CommonOptions.rateLimit, CommonOptions.timeout,
-        CommonOptions.force, CommonOptions.append, CommonOptions.quiet, CommonOptions.help,
-        CommonOptions.version,
-    ])
+    static let parser = ArgumentParser(
+        [
+            CommonOptions.chunkSize, CommonOptions.compress, CommonOptions.decompress,
+        ] + CommonOptions.levels + [
+            CommonOptions.threads, CommonOptions.progress,
+            CommonOptions.noProgress, CommonOptions.stats, CommonOptions.rateLimit, CommonOptions.timeout,
+            CommonOptions.force, CommonOptions.append, CommonOptions.quiet, CommonOptions.help,
+            CommonOptions.version,
+        ])
 
     /// The largest `--timeout`: a day.
     static let maximumTimeout = CommonOptions.maximumTimeout
@@ -130,6 +191,7 @@ struct CopyOptions: Hashable, Sendable {
     /// Validates parsed arguments (help and version already handled by the caller).
     init(_ parsed: ParsedArguments) throws(UsageError) {
         let operands = parsed.operands
+        try CommonOptions.checkDetachedValue(parsed, operands: operands)
         switch operands.count {
         case 0: throw UsageError("copy: missing SOURCE and DEST (usage: sluice copy [options] SOURCE DEST)")
         case 1: throw UsageError("copy: missing DEST after '\(operands[0])' (usage: sluice copy [options] SOURCE DEST)")
@@ -143,9 +205,10 @@ struct CopyOptions: Hashable, Sendable {
         if let compress = parsed.last("compress"), let decompress = parsed.last("decompress") {
             throw UsageError("\(compress.spelling) and \(decompress.spelling) cannot be used together")
         }
-        if let option = parsed.last("compress") {
-            transform = .compress(try CompressionSpec(parsing: option.value, spelling: option.spelling))
+        if let spec = try CommonOptions.compression(parsed) {
+            transform = .compress(spec)
         }
+        threads = try CommonOptions.threads(parsed)
         if let option = parsed.last("decompress") {
             transform = .decompress(try DecompressionSpec(parsing: option.value, spelling: option.spelling))
         }

@@ -1,10 +1,15 @@
 import Sluice
 
-/// `-z, --compress[=FORMAT][:LEVEL]`: the container and the zlib level (0–9, default 6).
+/// `-z, --compress[=FORMAT][:LEVEL]`: the container and the level (gzip, zlib, deflate: 0–9,
+/// default 6; zstd: 1–19, default 3).
 struct CompressionSpec: Hashable, Sendable, CustomStringConvertible {
-    /// The containers a compression stage writes (the library's `CompressionFormat`).
+    /// The containers a compression stage writes.
     enum Format: String, Hashable, Sendable, CaseIterable {
-        case gzip, zlib, deflate
+        case gzip, zlib, deflate, zstd
+
+        /// The levels the format takes.
+        var levels: ClosedRange<Int> { self == .zstd ? ZstdCompress.levels : Deflate.levels }
+        var defaultLevel: Int { self == .zstd ? ZstdCompress.defaultLevel : 6 }
     }
 
     static let levels = 0...9
@@ -25,19 +30,35 @@ struct CompressionSpec: Hashable, Sendable, CustomStringConvertible {
                 )
             }
             self.format = format
+            self.level = format.defaultLevel
         }
         if parts.count == 2 {
             let levelText = parts[1]
-            guard levelText.count == 1, let level = Int(levelText), Self.levels.contains(level) else {
-                throw UsageError("\(spelling): level '\(levelText)' is not a number from 0 to 9")
+            let range = format.levels
+            guard levelText.count <= 2, levelText.allSatisfy(\.isASCII), let level = Int(levelText),
+                range.contains(level)
+            else {
+                throw UsageError(
+                    "\(spelling): level '\(levelText)' is not a number from \(range.lowerBound) to \(range.upperBound) for \(format.rawValue)"
+                )
             }
             self.level = level
         }
     }
 
-    init(format: Format = .gzip, level: Int = defaultLevel) {
+    init(format: Format = .gzip, level: Int? = nil) {
         self.format = format
-        self.level = level
+        self.level = level ?? format.defaultLevel
+    }
+
+    /// Whether `word` reads as a value of `--compress` or `--decompress` (`gzip:1`, `zstd`,
+    /// `auto`): written as a separate word after `-z`/`-d`, it became an operand.
+    static func looksLikeValue(_ word: String) -> Bool {
+        let parts = word.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)
+        guard Format(rawValue: String(parts[0])) != nil || (parts.count == 1 && parts[0] == "auto") else {
+            return false
+        }
+        return parts.count == 1 || (!parts[1].isEmpty && parts[1].allSatisfy { $0.isASCII && $0.isNumber })
     }
 
     var description: String { "\(format.rawValue):\(level)" }
@@ -47,7 +68,7 @@ struct CompressionSpec: Hashable, Sendable, CustomStringConvertible {
 struct DecompressionSpec: Hashable, Sendable, CustomStringConvertible {
     /// The containers a decompression stage reads (the library's `DecompressionFormat`).
     enum Format: String, Hashable, Sendable, CaseIterable {
-        case auto, gzip, zlib, deflate
+        case auto, gzip, zlib, deflate, zstd
     }
 
     var format: Format = .auto
@@ -72,25 +93,32 @@ enum Transform: Hashable, Sendable {
     case compress(CompressionSpec)
     case decompress(DecompressionSpec)
 
-    /// The stages of the pipeline for `transform`: none, a compressor or a decompressor.
-    /// Throws 69 (EX_UNAVAILABLE) while the zlib stages are not built in.
-    static func stages(for transform: Transform?) throws(CLIError) -> [any Stage] {
+    /// The stages of the pipeline for `transform`: none, a compressor or a decompressor, each
+    /// on worker threads (`threads` of them for compression; default: one per core). Throws 69
+    /// (EX_UNAVAILABLE) for zstd where this build or machine lacks it.
+    static func stages(for transform: Transform?, threads: Int? = nil) throws(CLIError) -> [any Stage] {
         switch transform {
         case nil:
             return []
         case .compress(let spec):
-            let format = CompressionFormat(rawValue: spec.format.rawValue)!
             do {
-                return [try Deflate(format: format, level: spec.level)]
+                switch spec.format {
+                case .zstd:
+                    let stage = try ZstdCompress(level: spec.level, threads: threads)
+                    return [OffloadedStage(stage)]
+                case .gzip, .zlib, .deflate:
+                    let format = CompressionFormat(rawValue: spec.format.rawValue)!
+                    return [try ParallelDeflate(format: format, level: spec.level, threads: threads)]
+                }
             } catch {
-                throw CLIError(error, during: .copying(.stage(index: 0, name: format.rawValue)))
+                throw CLIError(error, during: .copying(.stage(index: 0, name: spec.format.rawValue)))
             }
         case .decompress(let spec):
             let format = DecompressionFormat(rawValue: spec.format.rawValue)!
             do {
-                return [try Inflate(format: format)]
+                return [OffloadedStage(try Decompressor(format: format))]
             } catch {
-                throw CLIError(error, during: .copying(.stage(index: 0, name: "inflate")))
+                throw CLIError(error, during: .copying(.stage(index: 0, name: spec.format.rawValue)))
             }
         }
     }

@@ -124,7 +124,7 @@ extension ReadStream {
     /// The size of what the stream reads when it is a regular file (or stdin redirected from
     /// one): for the progress bar and ETA.
     var regularFileSize: UInt64? {
-        guard let fd = property(forKey: .fileDescriptor) as? Int32 else { return nil }
+        guard let fd = fileDescriptor else { return nil }
         var info = stat()
         guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
         let offset = lseek(fd, 0, SEEK_CUR)
@@ -136,7 +136,7 @@ extension ReadStream {
 extension ByteStream {
     /// A regular file's device and inode, to tell when a source is also the destination.
     var fileIdentity: (dev_t, ino_t)? {
-        guard let fd = property(forKey: .fileDescriptor) as? Int32 else { return nil }
+        guard let fd = fileDescriptor else { return nil }
         var info = stat()
         guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
         return (info.st_dev, info.st_ino)

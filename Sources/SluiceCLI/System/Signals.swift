@@ -31,8 +31,11 @@ final class SignalWatcher: Sendable {
     }
 
     /// Blocks SIGINT and SIGTERM and starts the waiting thread. Call first thing in `main`.
+    /// Also ignores SIGPIPE for the whole command: the library never does that for its users,
+    /// and stdout piped into `head` must end in an EPIPE error, not a signal.
     func install() {
         guard !installed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        signal(SIGPIPE, SIG_IGN)
         var set = Self.watchedSet
         pthread_sigmask(SIG_BLOCK, &set, nil)
         let thread = Thread { [self] in

@@ -1,0 +1,304 @@
+import Foundation
+import Synchronization
+
+/// Writes to a `WriteStream` from async code:
+///
+/// ```swift
+/// let writer = AsyncByteWriter(WriteStream.file(atPath: "out.bin"))
+/// for try await chunk in ReadStream.file(atPath: "in.bin").chunks() {
+///     try await writer.write(chunk)
+/// }
+/// try await writer.finish()
+/// ```
+///
+/// The stream is written on its loop (the shared loop unless it is scheduled on one) under the
+/// backpressure rule: `write(_:)` queues the bytes and returns at once while fewer than
+/// `bufferLimit` bytes are queued, and suspends until the stream has taken them down to that
+/// otherwise. Memory is bounded by `bufferLimit` plus the chunk being queued.
+///
+/// - `finish()` waits until every queued byte is written, then closes the stream — for a
+///   socket, that shuts down the sending direction only (the peer reads the end while the
+///   connection's read stream keeps working).
+/// - A write failure (disk full, connection reset) is thrown by the next `write` or `finish`.
+///   `write` after `finish()` throws `.closed`; a second `finish()` returns at once. Cancelling a
+///   task suspended in `write` or `finish` closes the stream and throws `CancellationError`.
+/// - After `init` the stream belongs to the writer (it is taken as `sending`).
+public final class AsyncByteWriter: Sendable {
+    private struct State {
+        var queue: [[UInt8]] = []
+        var head = 0
+        /// Bytes of `queue[head]` already written.
+        var offset = 0
+        var queuedBytes = 0
+        /// The loop side was offered space with nothing to write (the pending-write flag).
+        var sinkIdle = false
+        var started = false
+        var finishing = false
+        var closed = false
+        var failure: (any Error)?
+        var spaceWaiters: [UInt64: CheckedContinuation<Void, any Error>] = [:]
+        var finishWaiters: [UInt64: CheckedContinuation<Void, any Error>] = [:]
+        var nextWaiter: UInt64 = 0
+        var pump: UncheckedBox<WritePump>?
+        var memoryContents: Data?
+    }
+
+    private let state = Mutex(State())
+    private let stream: UncheckedBox<WriteStream>
+    let bufferLimit: Int
+    let name: String
+
+    /// A writer for `stream`, which it opens if need be; at most `bufferLimit` bytes (default
+    /// 4 MiB) are queued before `write` suspends.
+    public init(_ stream: sending WriteStream, bufferLimit: Int = 4 << 20) {
+        self.stream = UncheckedBox(stream)
+        self.bufferLimit = Swift.max(1, bufferLimit)
+        name = stream.name
+    }
+
+    /// Queues `bytes`; suspends while the queue holds `bufferLimit` bytes or more.
+    public func write(_ bytes: [UInt8]) async throws {
+        try start()
+        let kick = try state.withLock { state throws -> UncheckedBox<WritePump>? in
+            if let failure = state.failure { throw failure }
+            if state.finishing || state.closed {
+                throw SluiceError(.closed, operation: "write", subject: name, detail: "the writer is finished")
+            }
+            guard !bytes.isEmpty else { return nil }
+            state.queue.append(bytes)
+            state.queuedBytes += bytes.count
+            return Self.takeKick(&state)
+        }
+        if let kick { kick.value.loop.execute { kick.value.drain() } }
+        try await waitFor(\.spaceWaiters) { $0.queuedBytes < self.bufferLimit }
+    }
+
+    /// Queues `data`; as `write(_:)` with its bytes.
+    public func write(_ data: Data) async throws {
+        try await write([UInt8](data))
+    }
+
+    /// Writes every chunk of `chunks` in order (for example another stream's `chunks()`).
+    public func write<Chunks: AsyncSequence>(contentsOf chunks: Chunks) async throws
+    where Chunks.Element == [UInt8] {
+        for try await chunk in chunks {
+            try await write(chunk)
+        }
+    }
+
+    /// Waits until every queued byte is written, then closes the stream (a socket: half-close).
+    /// Throws the stream's error if a write failed.
+    public func finish() async throws {
+        try start()
+        let kick = try state.withLock { state throws -> UncheckedBox<WritePump>? in
+            if let failure = state.failure { throw failure }
+            if state.finishing { return nil }
+            state.finishing = true
+            return Self.takeKick(&state)
+        }
+        if let kick { kick.value.loop.execute { kick.value.drain() } }
+        try await waitFor(\.finishWaiters) { $0.closed }
+    }
+
+    /// The loop side is idle (offered space, nothing to write): take the flag and return the
+    /// pump to wake.
+    private static func takeKick(_ state: inout State) -> UncheckedBox<WritePump>? {
+        guard state.sinkIdle, let pump = state.pump else { return nil }
+        state.sinkIdle = false
+        return pump
+    }
+
+    private func waitFor(
+        _ list: WritableKeyPath<State, [UInt64: CheckedContinuation<Void, any Error>]>,
+        until done: @escaping @Sendable (State) -> Bool
+    ) async throws {
+        let id = state.withLock { state in
+            defer { state.nextWaiter += 1 }
+            return state.nextWaiter
+        }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let outcome = state.withLock { state -> Result<Void, any Error>? in
+                    if let failure = state.failure { return .failure(failure) }
+                    if done(state) { return .success(()) }
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    state[keyPath: list][id] = continuation
+                    return nil
+                }
+                if let outcome { continuation.resume(with: outcome) }
+            }
+        } onCancel: {
+            fail(CancellationError())
+        }
+    }
+
+    /// Starts the loop side once.
+    func start() throws {
+        let first = state.withLock { state in
+            defer { state.started = true }
+            return !state.started
+        }
+        guard first else { return }
+        let loop = try asyncLoop(for: stream.value)
+        let stream = self.stream
+        loop.execute { [self] in
+            let pump = WritePump(writer: self, stream: stream.value, loop: loop)
+            let keep = state.withLock { state -> Bool in
+                guard state.failure == nil else { return false }
+                state.pump = UncheckedBox(pump)
+                return true
+            }
+            if keep { pump.start() } else { pump.shutdown() }
+        }
+    }
+
+    // MARK: Loop side
+
+    /// The next bytes to write (the rest of the first queued chunk), or nil with the idle flag
+    /// set when nothing is queued. `finishNow` is true when the queue is empty and `finish()`
+    /// was called.
+    func nextBytes() -> (chunk: [UInt8], offset: Int)? {
+        state.withLock { state in
+            guard state.head < state.queue.count else {
+                state.sinkIdle = true
+                return nil
+            }
+            return (state.queue[state.head], state.offset)
+        }
+    }
+
+    var finishRequested: Bool { state.withLock { $0.finishing && $0.head >= $0.queue.count } }
+
+    /// `n` bytes of the first chunk were written.
+    func wrote(_ n: Int) {
+        let ready = state.withLock { state -> [CheckedContinuation<Void, any Error>] in
+            state.offset += n
+            state.queuedBytes -= n
+            if state.offset == state.queue[state.head].count {
+                state.head += 1
+                state.offset = 0
+                if state.head == state.queue.count {
+                    state.queue.removeAll(keepingCapacity: true)
+                    state.head = 0
+                }
+            }
+            guard state.queuedBytes < bufferLimit, !state.spaceWaiters.isEmpty else { return [] }
+            defer { state.spaceWaiters = [:] }
+            return Array(state.spaceWaiters.values)
+        }
+        for waiter in ready { waiter.resume() }
+    }
+
+    /// For a memory stream (`WriteStream.toMemory()`, `toBuffer(capacity:)`), what it holds,
+    /// once `finish()` has returned; nil before, and for other kinds. (The stream itself
+    /// belongs to the writer's loop: this is how its bytes come back.)
+    public var dataWrittenToMemory: Data? { state.withLock { $0.memoryContents } }
+
+    /// The stream is closed: after `finish()` (error nil) or on failure.
+    func closed(error: (any Error)?, memoryContents: Data? = nil) {
+        let waiters = state.withLock { state -> [CheckedContinuation<Void, any Error>] in
+            state.memoryContents = memoryContents
+            state.closed = true
+            state.pump = nil
+            if let error, state.failure == nil { state.failure = error }
+            defer {
+                state.spaceWaiters = [:]
+                state.finishWaiters = [:]
+            }
+            return Array(state.spaceWaiters.values) + Array(state.finishWaiters.values)
+        }
+        for waiter in waiters {
+            if let error { waiter.resume(throwing: error) } else { waiter.resume() }
+        }
+    }
+
+    /// Fails the writer (cancellation): every waiter throws, the stream is closed.
+    func fail(_ error: any Error) {
+        let (waiters, pump) = state.withLock {
+            state -> ([CheckedContinuation<Void, any Error>], UncheckedBox<WritePump>?) in
+            guard state.failure == nil, !state.closed else { return ([], nil) }
+            state.failure = error
+            state.queue = []
+            state.head = 0
+            state.offset = 0
+            state.queuedBytes = 0
+            defer {
+                state.spaceWaiters = [:]
+                state.finishWaiters = [:]
+                state.pump = nil
+            }
+            return (Array(state.spaceWaiters.values) + Array(state.finishWaiters.values), state.pump)
+        }
+        for waiter in waiters { waiter.resume(throwing: error) }
+        if let pump { pump.value.loop.execute { pump.value.shutdown() } }
+    }
+}
+
+/// The loop side of an `AsyncByteWriter`: writes queued chunks on `hasSpaceAvailable`.
+final class WritePump: StreamPump {
+    let writer: AsyncByteWriter
+    let stream: WriteStream
+
+    init(writer: AsyncByteWriter, stream: WriteStream, loop: EventLoop) {
+        self.writer = writer
+        self.stream = stream
+        super.init(stream: stream, loop: loop)
+    }
+
+    func start() {
+        switch adopt() {
+        case .error: fail(stream.streamError)
+        case .closed, .atEnd: fail(SluiceError(.closed, operation: "write", subject: stream.name))
+        case .notOpen, .opening, .open, .reading, .writing: break
+        }
+    }
+
+    override func handle(_ event: StreamEvent) {
+        switch event {
+        case .hasSpaceAvailable: drain()
+        case .errorOccurred: fail(stream.streamError)
+        case .endEncountered:
+            fail(SluiceError(.system(.noSpace), operation: "write", subject: stream.name, detail: "the stream is full"))
+        default: break
+        }
+    }
+
+    /// Writes while there are bytes and space (bounded: stops at would-block or an empty queue).
+    func drain() {
+        while !done {
+            guard let (chunk, offset) = writer.nextBytes() else {
+                if writer.finishRequested { close() }
+                return
+            }
+            let result = chunk.withUnsafeBytes {
+                stream.tryWrite(from: UnsafeRawBufferPointer(rebasing: $0[offset...]))
+            }
+            switch result {
+            case .wouldBlock:
+                return
+            case .processed(let n) where n > 0:
+                writer.wrote(n)
+            case .processed(0):
+                fail(
+                    SluiceError(
+                        .system(.noSpace), operation: "write", subject: stream.name, detail: "the stream is full"))
+                return
+            case .processed:
+                fail(stream.streamError)
+                return
+            }
+        }
+    }
+
+    private func close() {
+        let contents = stream.dataWrittenToMemory
+        shutdown()
+        writer.closed(error: nil, memoryContents: contents)
+    }
+
+    private func fail(_ error: SluiceError?) {
+        guard !done else { return }
+        shutdown()
+        writer.closed(error: error ?? SluiceError(.system(.ioError), operation: "write", subject: stream.name))
+    }
+}

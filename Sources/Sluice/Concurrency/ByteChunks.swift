@@ -1,0 +1,329 @@
+import Foundation
+import Synchronization
+
+/// A read stream's bytes as an `AsyncSequence` of chunks, with backpressure in bytes:
+///
+/// ```swift
+/// for try await chunk in ReadStream.file(atPath: "big.iso").chunks(ofAtMost: 1 << 20) {
+///     hash.update(chunk)
+/// }
+/// ```
+///
+/// The stream is read on its loop (the shared loop, `EventLoop.shared`, unless it is scheduled
+/// on one) while fewer than `bufferLimit` bytes wait for the consumer; reading stops — for a
+/// socket, read interest is dropped and the TCP window closes — until the consumer has taken
+/// them down to half. Memory is bounded by `bufferLimit + chunkSize`, whatever the input size.
+///
+/// - The sequence ends (`nil`) after the last byte, and throws the stream's `SluiceError` if
+///   it fails. The stream is opened if need be, and closed when the sequence ends, fails, is
+///   abandoned (the iterator dropped, as by `break`), or its task is cancelled — cancellation
+///   ends iteration with `CancellationError`.
+/// - One iterator: a second one's `next()` throws `.invalidArgument`, and so does calling
+///   `next()` from two tasks at once.
+/// - After `chunks()` the stream belongs to the sequence: it is used on its loop's thread, and
+///   the caller must not touch it again. `ByteChunks(_:chunkSize:bufferLimit:)` takes the stream
+///   as a `sending` argument, so the compiler checks that.
+public struct ByteChunks: AsyncSequence, Sendable {
+    /// A chunk: at most `chunkSize` bytes, never empty.
+    public typealias Element = [UInt8]
+
+    let core: ChunkReaderCore
+
+    /// Chunks of `stream`, read at most `chunkSize` bytes at a time, with at most `bufferLimit`
+    /// bytes (default: 4 chunks) read ahead of the consumer.
+    public init(_ stream: sending ReadStream, chunkSize: Int = 65536, bufferLimit: Int? = nil) {
+        core = ChunkReaderCore(
+            stream: UncheckedBox(stream), chunkSize: Swift.max(1, chunkSize),
+            bufferLimit: Swift.max(1, bufferLimit ?? 4 * Swift.max(1, chunkSize)))
+    }
+
+    /// Starts reading; the only iterator (see the type's notes).
+    public func makeAsyncIterator() -> AsyncIterator {
+        AsyncIterator(consumer: core.attachConsumer())
+    }
+
+    /// Hands out the chunks. Not to be shared between tasks.
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        let consumer: ChunkConsumer
+
+        /// The next chunk; nil at the end. Throws the stream's error, `CancellationError`, or
+        /// `.invalidArgument` for a second iterator.
+        public mutating func next() async throws -> [UInt8]? {
+            try await consumer.next()
+        }
+    }
+}
+
+extension ReadStream {
+    /// This stream's bytes as an `AsyncSequence` of chunks of at most `chunkSize` bytes, with
+    /// at most `bufferLimit` bytes (default: 4 chunks) read ahead; see `ByteChunks`. The stream
+    /// belongs to the sequence from now on: do not use it again.
+    public func chunks(ofAtMost chunkSize: Int = 65536, bufferLimit: Int? = nil) -> ByteChunks {
+        nonisolated(unsafe) let handedOver = self
+        return ByteChunks(handedOver, chunkSize: chunkSize, bufferLimit: bufferLimit)
+    }
+}
+
+/// The iterator's handle: when the iterator is gone, the reading stops and the stream closes.
+final class ChunkConsumer: Sendable {
+    let core: ChunkReaderCore
+    let isFirst: Bool
+
+    init(core: ChunkReaderCore, isFirst: Bool) {
+        self.core = core
+        self.isFirst = isFirst
+    }
+
+    func next() async throws -> [UInt8]? {
+        guard isFirst else {
+            throw SluiceError(
+                .invalidArgument, operation: "chunks", subject: core.name, detail: "a second iterator")
+        }
+        return try await core.next()
+    }
+
+    deinit {
+        if isFirst { core.terminate(with: nil) }
+    }
+}
+
+/// What the loop side and the consumer share, under one lock.
+final class ChunkReaderCore: Sendable {
+    private struct State {
+        var chunks: [[UInt8]] = []
+        var head = 0
+        var bufferedBytes = 0
+        /// The end was read (`nil` once the buffer is drained).
+        var ended = false
+        /// The stream failed, or the consumer cancelled: thrown once the buffer is drained
+        /// (a cancellation at once).
+        var failure: (any Error)?
+        /// The loop side stopped reading because the buffer was full.
+        var paused = false
+        var waiter: CheckedContinuation<[UInt8]?, any Error>?
+        var consumerAttached = false
+        var started = false
+        var terminated = false
+        var pump: UncheckedBox<ChunkPump>?
+    }
+
+    private let state = Mutex(State())
+    let stream: UncheckedBox<ReadStream>
+    let chunkSize: Int
+    let bufferLimit: Int
+    let name: String
+
+    init(stream: UncheckedBox<ReadStream>, chunkSize: Int, bufferLimit: Int) {
+        self.stream = stream
+        self.chunkSize = chunkSize
+        self.bufferLimit = bufferLimit
+        name = stream.value.name
+    }
+
+    func attachConsumer() -> ChunkConsumer {
+        let first = state.withLock { state in
+            defer { state.consumerAttached = true }
+            return !state.consumerAttached
+        }
+        return ChunkConsumer(core: self, isFirst: first)
+    }
+
+    /// Starts the loop side once, on the first `next()`.
+    func startIfNeeded() throws {
+        let start = state.withLock { state in
+            defer { state.started = true }
+            return !state.started
+        }
+        guard start else { return }
+        let loop = try asyncLoop(for: stream.value)
+        let stream = self.stream
+        loop.execute { [self] in
+            let pump = ChunkPump(core: self, stream: stream.value, loop: loop)
+            let keep = state.withLock { state -> Bool in
+                guard !state.terminated else { return false }
+                state.pump = UncheckedBox(pump)
+                return true
+            }
+            if keep { pump.start() } else { pump.shutdown() }
+        }
+    }
+
+    func next() async throws -> [UInt8]? {
+        try startIfNeeded()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[UInt8]?, any Error>) in
+                let (result, resume) = state.withLock {
+                    state -> (Result<[UInt8]?, any Error>?, UncheckedBox<ChunkPump>?) in
+                    if state.waiter != nil {
+                        return (
+                            .failure(
+                                SluiceError(
+                                    .invalidArgument, operation: "chunks", subject: name,
+                                    detail: "next() called from two tasks at once")), nil
+                        )
+                    }
+                    if state.head < state.chunks.count {
+                        return (
+                            .success(Self.take(&state, lowWater: bufferLimit / 2)),
+                            Self.resumeIfPaused(&state, bufferLimit)
+                        )
+                    }
+                    if let failure = state.failure { return (.failure(failure), nil) }
+                    if state.ended || state.terminated { return (.success(nil), nil) }
+                    state.waiter = continuation
+                    return (nil, Self.resumeIfPaused(&state, bufferLimit))
+                }
+                if let resume { resume.value.loop.execute { resume.value.resumeReading() } }
+                if let result { continuation.resume(with: result) }
+            }
+        } onCancel: {
+            terminate(with: CancellationError())
+        }
+    }
+
+    private static func take(_ state: inout State, lowWater: Int) -> [UInt8] {
+        let chunk = state.chunks[state.head]
+        state.head += 1
+        if state.head == state.chunks.count {
+            state.chunks.removeAll(keepingCapacity: true)
+            state.head = 0
+        }
+        state.bufferedBytes -= chunk.count
+        return chunk
+    }
+
+    /// If the loop side paused and the buffer is down to half, un-pause it (the caller asks the
+    /// loop to read again).
+    private static func resumeIfPaused(_ state: inout State, _ limit: Int) -> UncheckedBox<ChunkPump>? {
+        guard state.paused, state.bufferedBytes <= limit / 2, let pump = state.pump else { return nil }
+        state.paused = false
+        return pump
+    }
+
+    // MARK: Loop side
+
+    /// The loop side stopped reading because the buffer is full.
+    var isPaused: Bool { state.withLock { $0.paused } }
+
+    /// A chunk was read. Returns false when the buffer is now full: the pump stops reading.
+    func deliver(_ chunk: [UInt8]) -> Bool {
+        let (waiter, more) = state.withLock { state -> (CheckedContinuation<[UInt8]?, any Error>?, Bool) in
+            if let waiter = state.waiter {
+                state.waiter = nil
+                return (waiter, true)
+            }
+            state.chunks.append(chunk)
+            state.bufferedBytes += chunk.count
+            if state.bufferedBytes >= bufferLimit {
+                state.paused = true
+                return (nil, false)
+            }
+            return (nil, true)
+        }
+        waiter?.resume(returning: chunk)
+        return more
+    }
+
+    /// The stream ended (error nil) or failed.
+    func finish(error: (any Error)?) {
+        let waiter = state.withLock { state -> CheckedContinuation<[UInt8]?, any Error>? in
+            if let error { state.failure = state.failure ?? error } else { state.ended = true }
+            state.pump = nil
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        if let error { waiter?.resume(throwing: error) } else { waiter?.resume(returning: nil) }
+    }
+
+    /// The consumer is gone or cancelled: stop reading and close the stream.
+    func terminate(with error: (any Error)?) {
+        let (waiter, pump) = state.withLock {
+            state -> (CheckedContinuation<[UInt8]?, any Error>?, UncheckedBox<ChunkPump>?) in
+            guard !state.terminated else { return (nil, nil) }
+            state.terminated = true
+            if let error { state.failure = error }
+            state.chunks = []
+            state.head = 0
+            state.bufferedBytes = 0
+            defer {
+                state.waiter = nil
+                state.pump = nil
+            }
+            return (state.waiter, state.pump)
+        }
+        if let waiter {
+            if let error { waiter.resume(throwing: error) } else { waiter.resume(returning: nil) }
+        }
+        if let pump { pump.value.loop.execute { pump.value.shutdown() } }
+    }
+}
+
+/// The loop side: reads the stream on its loop's thread while the buffer has room.
+final class ChunkPump: StreamPump {
+    let core: ChunkReaderCore
+    let stream: ReadStream
+
+    init(core: ChunkReaderCore, stream: ReadStream, loop: EventLoop) {
+        self.core = core
+        self.stream = stream
+        super.init(stream: stream, loop: loop)
+    }
+
+    func start() {
+        switch adopt() {
+        case .error: finish(error: stream.streamError)
+        case .closed: finish(error: SluiceError(.closed, operation: "chunks", subject: stream.name))
+        case .atEnd: finish(error: nil)
+        case .notOpen, .opening, .open, .reading, .writing: break
+        }
+    }
+
+    override func handle(_ event: StreamEvent) {
+        switch event {
+        case .hasBytesAvailable: readWhileRoom()
+        case .endEncountered: finish(error: nil)
+        case .errorOccurred: finish(error: stream.streamError)
+        default: break
+        }
+    }
+
+    /// Called through `execute` when the consumer drained the buffer after a pause.
+    func resumeReading() {
+        guard !done else { return }
+        readWhileRoom()
+    }
+
+    private func readWhileRoom() {
+        // Paused (the buffer is full): no read, so no further event until the consumer resumes us.
+        while !done && !core.isPaused {
+            var count = 0
+            var result = IOResult<Int>.wouldBlock
+            var chunk = [UInt8](unsafeUninitializedCapacity: core.chunkSize) { buffer, initialized in
+                result = stream.tryReadFilling(into: UnsafeMutableRawBufferPointer(buffer))
+                if case .processed(let n) = result, n > 0 { count = n }
+                initialized = count
+            }
+            switch result {
+            case .wouldBlock:
+                return  // re-armed: the next hasBytesAvailable reads on
+            case .processed(let n) where n > 0:
+                if count < core.chunkSize / 2 { chunk = Array(chunk[...]) }  // no 1 MiB capacity for a 1 KiB chunk
+                if !core.deliver(chunk) { return }  // full: no read, so no event, until resumed
+            case .processed(0):
+                finish(error: nil)
+                return
+            case .processed:
+                finish(
+                    error: stream.streamError ?? SluiceError(.system(.ioError), operation: "read", subject: stream.name)
+                )
+                return
+            }
+        }
+    }
+
+    private func finish(error: (any Error)?) {
+        guard !done else { return }
+        core.finish(error: error)
+        shutdown()
+    }
+}
