@@ -2,7 +2,8 @@
 # Regenerates the seed corpora in Fuzz/Corpus (committed; run this only to change them):
 #   inflate/   small gzip, zlib and raw deflate streams made by the real gzip and pigz
 #              (named and unnamed members, concatenated members, zero padding, stored blocks,
-#              pigz's independent blocks), each behind the seed byte that picks auto-detection;
+#              pigz's independent blocks) and zstd frames, each behind the seed byte that picks
+#              auto-detection;
 #   parsers/   chunk sizes and rates as a user types them;
 #   frames/, receiver/, sender/
 #              valid transfer sessions, both ways, encoded with the protocol's own encoder
@@ -44,6 +45,12 @@ pigz -n -c -p 2 -b 32 "$work/text" >"$raw/pigz-blocks.gz"
 pigz -n -c -i -b 32 "$work/text" >"$raw/pigz-independent.gz"
 pigz -z -c "$work/text" >"$raw/text.zz"
 pigz -z -c "$work/empty" >"$raw/empty.zz"
+# zstd (Decompressor's detection): a frame, two frames, an empty frame.
+if command -v zstd >/dev/null; then
+    zstd -q -c "$work/text" >"$raw/text.zst"
+    cat "$raw/text.zst" >"$raw/frames.zst" && zstd -q -c "$work/hello" >>"$raw/frames.zst"
+    zstd -q -c "$work/empty" >"$raw/empty.zst"
+fi
 # Raw deflate: a gzip member without its 10-byte header and 8-byte trailer.
 gzip -n -c "$work/text" | tail -c +11 | head -c -8 >"$raw/text.deflate"
 gzip -n -c "$work/noise" | tail -c +11 | head -c -8 >"$raw/noise.deflate"

@@ -97,7 +97,7 @@ for t in "${targets[@]}"; do
         -timeout=20 -print_final_stats=1 -artifact_prefix="$findings/$t-" >"$log" 2>&1; then
         grep -E "^#[0-9]+.*DONE|^stat::number_of_executed_units|^stat::peak_rss_mb" "$log" | sed "s/^/fuzz: $t: /"
     else
-        grep -v -e "^#[0-9]" -e "^INFO:" "$log" | tail -60 >&2
+        grep -v -e "^#[0-9]" -e "^INFO:" -e "NEW_FUNC" "$log" | tail -60 >&2
         saved=$(grep -o "Test unit written to .*" "$log" | sed 's/Test unit written to //' | tail -1)
         echo "fuzz: $t: FINDING; the input is saved at ${saved:-$findings (see the log above)}" >&2
         echo "fuzz: $t: replay it with: $binary ${saved:-INPUT}" >&2

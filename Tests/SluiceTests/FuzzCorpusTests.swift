@@ -43,10 +43,14 @@ import Testing
         let seeds = try Self.seeds("inflate")
         #expect(seeds.count >= 10)
         for (name, payload) in seeds {
+            // zstd frames go through Decompressor's detection; a build without zstd skips them.
+            if name.hasSuffix(".zst") && !CompressionEngine.zstd.isAvailable { continue }
+            let decode = { try drive(Decompressor(format: .auto), payload, piece: 65536, outputSize: 65536) }
             if name.hasPrefix("garbage") {
-                #expect(decompressError(payload)?.code == .corruptData, "inflate/\(name)")
+                let error = #expect(throws: SluiceError.self, "inflate/\(name)") { try decode() }
+                #expect(error?.code == .corruptData, "inflate/\(name)")
             } else {
-                #expect(throws: Never.self, "inflate/\(name)") { try decompress(payload) }
+                #expect(throws: Never.self, "inflate/\(name)") { try decode() }
             }
         }
     }

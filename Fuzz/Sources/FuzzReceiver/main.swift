@@ -118,7 +118,7 @@ final class Session {
 
     func perform(_ actions: [ReceiverAction]) {
         for action in actions {
-            if trace { print("receiver: \(action)") }
+            if trace { note("receiver: \(action)") }
             expect(!ended, "\(action) after the session ended")
             switch action {
             case .send(let frame):

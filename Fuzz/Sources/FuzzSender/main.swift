@@ -81,7 +81,7 @@ final class Session {
 
     func perform(_ actions: [SenderAction]) {
         for action in actions {
-            if trace { print("sender: \(action)") }
+            if trace { note("sender: \(action)") }
             expect(!ended, "\(action) after the session ended")
             switch action {
             case .send(let frame):

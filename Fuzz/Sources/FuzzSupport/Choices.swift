@@ -87,3 +87,9 @@ extension FuzzInput {
         return 0
     }
 }
+
+/// Writes `line` to stderr at once (a trace survives the abort of a finding).
+public func note(_ line: String) {
+    var text = line + "\n"
+    text.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
+}
