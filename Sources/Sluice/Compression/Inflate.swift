@@ -113,6 +113,24 @@ public final class Inflate: Stage {
     private let stream: UnsafeMutablePointer<z_stream>
     /// ISA-L's inflate state, when ISA-L is the engine.
     private let isal: UnsafeMutableRawPointer?
+    /// With ISA-L, at the start of a gzip member or zlib stream: the header bit ISA-L does not
+    /// check as zlib does, and how many header bytes ISA-L was given so far (nil once checked).
+    private var headerCheck: HeaderCheck?
+
+    private struct HeaderCheck {
+        /// The byte of the header to check, and the bits that must be clear in it.
+        let index: Int
+        let mask: UInt8
+        let reason: String
+        var seen = 0
+
+        /// The reserved bits of a gzip member's FLG, which RFC 1952 requires a decoder to
+        /// reject (zlib and `gzip -d` do; ISA-L ignores them).
+        static let gzip = HeaderCheck(index: 3, mask: 0xe0, reason: "unknown header flags set")
+        /// A zlib header's FDICT bit: a preset dictionary, which zlib refuses; ISA-L reports it
+        /// only when the header arrives in one piece.
+        static let zlib = HeaderCheck(index: 1, mask: 0x20, reason: "zlib stream needs a preset dictionary")
+    }
     /// Bytes ISA-L read past a stream's end that came from earlier input: decoded before the
     /// next input.
     private var carry: [UInt8] = []
@@ -175,6 +193,11 @@ public final class Inflate: Stage {
     /// Points ISA-L at a new stream of `format`.
     private func resetISAL(_ format: CompressionFormat) {
         guard let isal else { return }
+        switch format {
+        case .gzip: headerCheck = .gzip
+        case .zlib: headerCheck = .zlib
+        case .deflate: headerCheck = nil
+        }
         let container: Int32
         switch format {
         case .gzip: container = 1  // ISAL_GZIP
@@ -360,7 +383,11 @@ public final class Inflate: Stage {
             let r = try inflateStep(UnsafeRawBufferPointer(start: nil, count: 0), output)
             if r.ended {
                 endOfStream()
-                return StageProgress(consumed: 0, produced: r.produced, finished: true)
+                guard !carry.isEmpty else { return StageProgress(consumed: 0, produced: r.produced, finished: true) }
+                // ISA-L read past the end: what it gave back comes next (another member,
+                // padding or trailing garbage), decoded or refused like any input.
+                let rest = try drain(UnsafeMutableRawBufferPointer(rebasing: output[r.produced...]))
+                return StageProgress(consumed: 0, produced: r.produced + rest.produced, finished: rest.finished)
             }
             guard r.produced > 0 else {
                 throw truncated("input ended before the end of the \(detectedFormat?.rawValue ?? "compressed") stream")
@@ -428,6 +455,10 @@ public final class Inflate: Stage {
     private func isalStep(
         _ isal: UnsafeMutableRawPointer, _ input: UnsafeRawBufferPointer, _ output: UnsafeMutableRawBufferPointer
     ) throws(SluiceError) -> (consumed: Int, produced: Int, ended: Bool) {
+        if let check = headerCheck, check.index - check.seen < input.count {
+            headerCheck = nil
+            guard input[check.index - check.seen] & check.mask == 0 else { throw corrupt(check.reason) }
+        }
         var used: UInt32 = 0
         var made: UInt32 = 0
         var ended: Int32 = 0
@@ -439,8 +470,11 @@ public final class Inflate: Stage {
                 output.baseAddress?.assumingMemoryBound(to: UInt8.self), zLength(output.count), &made, &ended, &unread,
                 ahead.baseAddress!.assumingMemoryBound(to: UInt8.self))
         }
-        var consumed = Int(used)
+        // On some errors ISA-L rewinds its input past the start of this call's bytes (into
+        // what it buffered from the last call), and `in_len - avail_in` wraps around.
+        var consumed = min(Int(used), input.count)
         let produced = Int(made)
+        headerCheck?.seen += consumed
         if unread > 0 {
             let fromEarlier = max(0, Int(unread) - consumed)
             if fromEarlier > 0 {

@@ -1,0 +1,382 @@
+// libFuzzer target: the receiver's protocol machine (`ReceiverMachine`) driven by whatever a
+// sender might send. The bytes are decoded by `FrameDecoder` in fuzzer-chosen pieces and handed
+// to the machine; every action it asks for is performed at once by an in-memory store (which
+// also makes directories, opens files with a held partial, and fails now and then, as the
+// disk can), with the file's data through a real `Inflate` when compressed, and SHA-256
+// checked on commit. The invariants: no crash; no path outside the directory is ever produced;
+// every entry is answered at most once (exactly once when the session ends in goodbye); the
+// machine never waits for an outcome nobody was asked for; a file never holds more than it
+// announced or the size limit allows; everything sent back decodes as the receiver's side.
+import FuzzDriver
+
+@testable import FuzzSupport
+@testable import Sluice
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The receiving side's file system, in memory: what would be written where.
+struct MemoryStore {
+    var directories: Set<String> = []
+    var files: [String: [UInt8]] = [:]
+
+    /// Whether anything but a directory is in the way of `components`'s parents.
+    func parentsBlocked(_ components: [String]) -> Bool {
+        for index in components.indices.dropLast() where files[components[0...index].joined(separator: "/")] != nil {
+            return true
+        }
+        return false
+    }
+
+    mutating func makeParents(_ components: [String]) {
+        for index in components.indices.dropLast() {
+            directories.insert(components[0...index].joined(separator: "/"))
+        }
+    }
+}
+
+/// The file being received: where its bytes go.
+final class ActiveFile {
+    let request: EntryRequest
+    var content: [UInt8]
+    let inflate: Inflate?
+
+    init(request: EntryRequest, content: [UInt8], inflate: Inflate?) {
+        self.request = request
+        self.content = content
+        self.inflate = inflate
+    }
+}
+
+/// A receiver session without a socket or a disk: the machine, the store, and the checks.
+final class Session {
+    var machine: ReceiverMachine
+    var choices: Choices
+    var store = MemoryStore()
+    var file: ActiveFile?
+    var ended = false
+    /// An entry was announced and not yet answered.
+    var outstanding = false
+    var answersSent = 0
+    var reports = 0
+    /// The answers decoded as the sender would.
+    var answers = peerDecoder(.toSender)
+    let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 << 10, alignment: 1)
+
+    init(settings: ReceiverMachine.Settings, choices: Choices) {
+        machine = ReceiverMachine(settings: settings)
+        self.choices = choices
+    }
+
+    deinit { scratch.deallocate() }
+
+    /// Now and then, the disk fails.
+    func diskFails() -> Bool { choices.below(16) == 0 }
+
+    // MARK: The machine's input
+
+    /// Hands `item` to the machine and performs what it asks. Returns how many bytes of a DATA
+    /// piece were not taken: now and then only a part is, as when the session's hasher is full
+    /// (the decoder shows the rest again).
+    func received(_ item: FrameDecoder.Item) -> Int {
+        expect(machine.acceptsMessages, "a message while the machine waits for an outcome")
+        let announcedBefore = machine.entriesAnnounced
+        let actions = machine.received(item)
+        if machine.entriesAnnounced != announcedBefore {
+            expect(machine.entriesAnnounced == announcedBefore + 1, "two entries from one message")
+            expect(!outstanding, "a new entry before the last was answered")
+            outstanding = true
+        }
+        var unused = 0
+        if case .data(let piece, _) = item, actions == [.deliverData] {
+            if piece.count > 1 && choices.below(8) == 0 { unused = 1 + choices.below(piece.count - 1) }
+            deliver(UnsafeRawBufferPointer(rebasing: piece[0..<piece.count - unused]))
+        } else {
+            expect(!actions.contains(.deliverData), "deliverData for \(item)")
+            perform(actions)
+        }
+        settle()
+        return unused
+    }
+
+    func handle(_ outcome: ReceiverOutcome) {
+        perform(machine.handle(outcome))
+    }
+
+    /// After the store answered everything at once, the machine must be ready for the next
+    /// message or have ended.
+    func settle() {
+        expect(machine.acceptsMessages || machine.hasEnded, "the machine waits in \(machine.state) for nothing")
+        expect(
+            machine.entriesAnswered == reports && reports == answersSent,
+            "answered \(machine.entriesAnswered), reported \(reports), sent \(answersSent)")
+        expect(machine.entriesAnswered <= machine.entriesAnnounced, "more answers than entries")
+    }
+
+    // MARK: Actions
+
+    func perform(_ actions: [ReceiverAction]) {
+        for action in actions {
+            if trace { note("receiver: \(action)") }
+            expect(!ended, "\(action) after the session ended")
+            switch action {
+            case .send(let frame):
+                send(frame)
+            case .makeDirectory(let request):
+                check(request)
+                if store.parentsBlocked(request.components) || store.files[request.relative] != nil {
+                    handle(.directoryMade(.refused(.exists, "exists (not a directory)")))
+                } else if diskFails() {
+                    handle(.directoryMade(.failed(.io, "mkdirat: No space left on device")))
+                } else {
+                    store.makeParents(request.components)
+                    store.directories.insert(request.relative)
+                    handle(.directoryMade(nil))
+                }
+            case .openFile(let request):
+                check(request)
+                openFile(request)
+            case .deliverData:
+                expect(false, "deliverData outside a DATA message")
+            case .finishData:
+                finishData()
+            case .commitFile(let digest):
+                commit(digest)
+            case .dropFile:
+                expect(file != nil, "dropFile without a file")
+                file = nil
+            case .report(let result):
+                expect(outstanding, "an answer for \(result.path), which was answered already or never announced")
+                outstanding = false
+                reports += 1
+                if result.outcome == .stored && !result.isDirectory {
+                    expect(store.files[result.path] != nil, "\(result.path) reported stored but not in the store")
+                }
+            case .settleDirectories:
+                expect(file == nil, "settling with a file open")
+                handle(.directoriesSettled)
+            case .end(let how):
+                ended = true
+                expect(machine.hasEnded, "end action, machine not ended")
+                if how == .goodbye {
+                    expect(!outstanding, "goodbye with an entry unanswered")
+                    expect(machine.entriesAnswered == machine.entriesAnnounced, "goodbye with entries unanswered")
+                }
+            }
+        }
+    }
+
+    /// The request's path stays inside the directory: components that cannot climb or jump.
+    func check(_ request: EntryRequest) {
+        expect(!request.components.isEmpty, "an entry without a path")
+        for component in request.components {
+            expect(
+                !component.isEmpty && component != "." && component != "..", "component \(component.debugDescription)")
+            expect(
+                !component.utf8.contains(UInt8(ascii: "/")) && !component.utf8.contains(0),
+                "component \(component.debugDescription)")
+            expect(component.utf8.count <= Wire.maxComponentBytes, "a component of \(component.utf8.count) bytes")
+        }
+        expect(
+            request.relative == request.components.joined(separator: "/"), "relative path differs from its components")
+        expect(request.relative.utf8.first != UInt8(ascii: "/"), "an absolute path")
+        expect(request.header.path == Array(request.relative.utf8), "the path on the wire is not the path stored")
+    }
+
+    func send(_ frame: Frame) {
+        switch frame {
+        case .stored, .refused, .failed: answersSent += 1
+        case .hello, .file, .directory, .end, .abort, .bye, .accept, .error: break
+        }
+        expectDecodes(frame, by: &answers, side: "receiver")
+    }
+
+    func openFile(_ request: EntryRequest) {
+        let name = request.relative
+        if store.parentsBlocked(request.components) {
+            handle(.fileOpened(.failure(.refused(.invalidPath, "\(name): a parent is not a directory"))))
+            return
+        }
+        if store.directories.contains(name) {
+            handle(.fileOpened(.failure(.refused(.exists, "exists (a directory)"))))
+            return
+        }
+        if store.files[name] != nil && !machine.settings.overwrite {
+            handle(.fileOpened(.failure(.refused(.exists, "exists"))))
+            return
+        }
+        if diskFails() {
+            handle(.fileOpened(.failure(.failed(.io, "openat: Permission denied"))))
+            return
+        }
+        store.makeParents(request.components)
+        let header = request.header
+        // A resumable file may find a partial held from an earlier session: some prefix of
+        // the announced size (its bytes are not known here, so they are zeros).
+        var offset: UInt64 = 0
+        if header.resumable && machine.settings.resume && header.sizeKnown && choices.below(2) == 0 {
+            offset = UInt64(choices.below(Int(clamping: min(header.size, 1 << 16)) + 1))
+        }
+        var inflate: Inflate?
+        if header.compressed {
+            var maxOutput: UInt64? = header.sizeKnown ? header.size - min(offset, header.size) : nil
+            if let maxSize = machine.settings.maxSize { maxOutput = min(maxOutput ?? maxSize, maxSize) }
+            do {
+                inflate = try Inflate(
+                    format: .deflate, limit: InflateLimit(maxOutputBytes: maxOutput.map { Int(clamping: $0) }))
+            } catch {
+                expect(false, "Inflate.init: \(error)")
+            }
+        }
+        file = ActiveFile(request: request, content: [UInt8](repeating: 0, count: Int(offset)), inflate: inflate)
+        handle(.fileOpened(.success(offset)))
+    }
+
+    // MARK: Data
+
+    func deliver(_ piece: UnsafeRawBufferPointer) {
+        guard let file else { return }
+        guard let inflate = file.inflate else {
+            store(piece, to: file)
+            return
+        }
+        var input = piece
+        while !input.isEmpty, self.file === file {
+            let room = 1 + choices.below(scratch.count)
+            let out = UnsafeMutableRawBufferPointer(rebasing: scratch[0..<room])
+            guard
+                let progress = decompress(
+                    file, into: out, { o throws(SluiceError) in try inflate.process(input, into: o) })
+            else { return }
+            input = UnsafeRawBufferPointer(rebasing: input[progress.consumed...])
+            if progress.consumed == 0 && progress.produced == 0 && self.file === file {
+                handle(.dataFailed(.failed(.data, "compressed data: no progress")))
+                return
+            }
+        }
+    }
+
+    /// One call of the file's decompressor: what it produced goes to the file, a failure fails
+    /// the file (nil).
+    func decompress(
+        _ file: ActiveFile, into out: UnsafeMutableRawBufferPointer,
+        _ call: (UnsafeMutableRawBufferPointer) throws(SluiceError) -> StageProgress
+    ) -> StageProgress? {
+        switch Result(catching: { () throws(SluiceError) in try call(out) }) {
+        case .failure(let error):
+            handle(.dataFailed(.failed(.data, "compressed data: \(error.reason)")))
+            return nil
+        case .success(let progress):
+            if progress.produced > 0 {
+                store(UnsafeRawBufferPointer(rebasing: out[0..<progress.produced]), to: file)
+            }
+            return progress
+        }
+    }
+
+    func store(_ bytes: UnsafeRawBufferPointer, to file: ActiveFile) {
+        let (allowed, actions) = machine.decoded(bytes.count)
+        guard allowed else {
+            expect(!actions.isEmpty, "bytes refused without an answer")
+            perform(actions)
+            return
+        }
+        expect(actions.isEmpty, "bytes allowed with actions")
+        file.content.append(contentsOf: bytes)
+        let header = file.request.header
+        if header.sizeKnown {
+            expect(UInt64(file.content.count) <= header.size, "\(file.content.count) bytes of \(header.size) announced")
+        }
+        if let maxSize = machine.settings.maxSize {
+            expect(UInt64(file.content.count) <= maxSize, "\(file.content.count) bytes, the limit is \(maxSize)")
+        }
+    }
+
+    func finishData() {
+        guard let file else {
+            expect(false, "finishData without a file")
+            return
+        }
+        guard let inflate = file.inflate else {
+            handle(.dataFinished)
+            return
+        }
+        while self.file === file {
+            guard
+                let progress = decompress(file, into: scratch, { o throws(SluiceError) in try inflate.finish(into: o) })
+            else { return }
+            guard self.file === file else { return }
+            if progress.finished {
+                handle(.dataFinished)
+                return
+            }
+            if progress.produced == 0 {
+                handle(.dataFailed(.failed(.data, "compressed data: truncated")))
+                return
+            }
+        }
+    }
+
+    func commit(_ digest: [UInt8]) {
+        guard let file else {
+            expect(false, "commitFile without a file")
+            return
+        }
+        let name = file.request.relative
+        if SHA256Digest.hash(file.content) != digest {
+            self.file = nil
+            handle(.committed(.failed(.data, "SHA-256 mismatch")))
+        } else if store.directories.contains(name) || (store.files[name] != nil && !machine.settings.overwrite) {
+            self.file = nil
+            handle(.committed(.refused(.exists, "exists")))
+        } else if diskFails() {
+            self.file = nil
+            handle(.committed(.failed(.io, "fsync: Input/output error")))
+        } else {
+            store.files[name] = file.content
+            self.file = nil
+            handle(.committed(nil))
+        }
+    }
+}
+
+/// `SLUICE_FUZZ_TRACE=1 FuzzReceiver INPUT` prints every action (to read a finding).
+let trace = getenv("SLUICE_FUZZ_TRACE") != nil
+
+/// Runs one session over `bytes`, split as `choices` says.
+func run(_ bytes: UnsafeRawBufferPointer, _ choices: Choices, _ settings: ReceiverMachine.Settings) {
+    var choices = choices
+    let session = Session(settings: settings, choices: choices.fork())
+    session.perform(session.machine.start())
+    feed(
+        bytes, as: .toReceiver, &choices, ended: { session.ended }, item: session.received,
+        violated: { session.perform(session.machine.violated($0)) },
+        closed: { choices in
+            // The connection ends one way or another.
+            let outcomes: [ReceiverOutcome] = [
+                .peerClosed, .peerClosed, .timedOut, .cancelled,
+                .connectionFailed(SluiceError(.system(Errno(rawValue: ECONNRESET)), operation: "read")),
+            ]
+            session.handle(outcomes[choices.below(outcomes.count)])
+        })
+    session.settle()
+}
+
+/// One fuzz input (libFuzzer's `LLVMFuzzerTestOneInput`).
+func fuzzReceiver(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
+    guard let (first, bytes) = FuzzInput.split(start, count) else { return 0 }
+    var seed = first
+    var settings = ReceiverMachine.Settings()
+    settings.overwrite = seed.below(4) == 0
+    settings.resume = seed.below(4) != 0
+    switch seed.below(4) {
+    case 0: settings.maxSize = UInt64(seed.below(1 << 16))
+    case 1: settings.maxSize = 1 << 20
+    default: settings.maxSize = nil
+    }
+    run(bytes, seed, settings)
+    return 0
+}
+
+runLibFuzzer(fuzzReceiver)

@@ -1,0 +1,159 @@
+// libFuzzer target: the sender's protocol machine (`SenderMachine`) driven by whatever a
+// receiver might answer. A sender connects to a receiver it may not trust (a wrong address, a
+// hostile host): its answers are decoded by `FrameDecoder` in fuzzer-chosen pieces and handed to
+// the machine, while a fake session performs every action at once (opens entries, sends their
+// data, ends it now or a little later, or fails to read). The invariants: no crash; every entry
+// is settled at most once (exactly once when the session ends in goodbye); data starts only for
+// the file just announced, at an offset within it; nothing happens after the end; everything the
+// sender sends decodes as the receiver's side.
+import FuzzDriver
+
+@testable import FuzzSupport
+@testable import Sluice
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The entries every session offers (the seed picks how many): directories, files that can be
+/// resumed, and a stream.
+let allEntries: [SenderMachine.Entry] = [
+    .init(relative: "d", isDirectory: true, seekable: false, mode: 0o755, mtimeSeconds: 1, mtimeNanoseconds: 0),
+    .init(relative: "d/a", isDirectory: false, seekable: true, mode: 0o644, mtimeSeconds: 2, mtimeNanoseconds: 3),
+    .init(relative: "stdin", isDirectory: false, seekable: false, mode: 0o600, mtimeSeconds: 0, mtimeNanoseconds: 0),
+    .init(relative: "d/e", isDirectory: true, seekable: false, mode: 0o700, mtimeSeconds: 4, mtimeNanoseconds: 5),
+    .init(relative: "c", isDirectory: false, seekable: true, mode: 0o644, mtimeSeconds: 6, mtimeNanoseconds: 7),
+]
+
+/// `SLUICE_FUZZ_TRACE=1 FuzzSender INPUT` prints every action (to read a finding).
+let trace = getenv("SLUICE_FUZZ_TRACE") != nil
+
+/// A sender session without a socket or files.
+final class Session {
+    var machine: SenderMachine
+    var choices: Choices
+    var ended = false
+    /// The size each opened file announced (nil: a stream).
+    var sizes: [Int: UInt64?] = [:]
+    var settled: Set<Int> = []
+    /// The file whose data is going out, and where it started.
+    var sending: (index: Int, offset: UInt64)?
+    /// What the sender sends, decoded as the receiver would.
+    var sent = peerDecoder(.toReceiver)
+
+    init(settings: SenderMachine.Settings, entries: [SenderMachine.Entry], choices: Choices) {
+        machine = SenderMachine(entries: entries, settings: settings)
+        self.choices = choices
+    }
+
+    func received(_ item: FrameDecoder.Item) {
+        perform(machine.received(item))
+        step()
+    }
+
+    func handle(_ outcome: SenderOutcome) {
+        perform(machine.handle(outcome))
+    }
+
+    /// What the session does between messages: announce entries while it may, and now and
+    /// then end the data going out.
+    func step() {
+        while !ended {
+            if let (index, offset) = sending, choices.below(16) != 0 {
+                expect(
+                    machine.sendingIndex == index,
+                    "data of \(index) going out, the machine sends \(String(describing: machine.sendingIndex))")
+                if choices.below(16) == 0 {
+                    handle(.readFailed("read \"\(index)\": Input/output error"))
+                } else {
+                    let size = (sizes[index] ?? nil) ?? UInt64(choices.below(4096))
+                    // Now and then the file changed size while it was read.
+                    let sentSize = choices.below(16) == 0 ? size + 1 : max(size, offset)
+                    handle(.dataEnded(size: sentSize, digest: SHA256Digest.hash([UInt8(truncatingIfNeeded: index)])))
+                }
+            } else if machine.canProceed {
+                perform(machine.proceed())
+            } else {
+                return
+            }
+        }
+    }
+
+    func perform(_ actions: [SenderAction]) {
+        for action in actions {
+            if trace { note("sender: \(action)") }
+            expect(!ended, "\(action) after the session ended")
+            switch action {
+            case .send(let frame):
+                expectDecodes(frame, by: &sent, side: "sender")
+            case .openEntry(let index):
+                expect(machine.entries.indices.contains(index), "open entry \(index) of \(machine.entries.count)")
+                expect(!machine.entries[index].isDirectory, "open a directory")
+                expect(sizes[index] == nil, "entry \(index) opened twice")
+                if choices.below(16) == 0 {
+                    sizes[index] = .some(nil)
+                    handle(.entryOpened(index, .failure(LocalFailure("open: Permission denied"))))
+                } else {
+                    let entry = machine.entries[index]
+                    let size: UInt64? = entry.seekable ? UInt64(choices.below(1 << 20)) : nil
+                    sizes[index] = size
+                    handle(
+                        .entryOpened(
+                            index,
+                            .success(
+                                OpenedEntry(
+                                    size: size, mode: entry.mode, mtimeSeconds: entry.mtimeSeconds,
+                                    mtimeNanoseconds: entry.mtimeNanoseconds))))
+                }
+            case .startData(let index, let offset, _):
+                expect(sending == nil, "data of \(index) while \(sending.map { "\($0.index)" } ?? "") is going out")
+                expect(sizes[index] != nil, "data of entry \(index), never opened")
+                if let size = sizes[index] ?? nil {
+                    expect(offset <= size, "data of \(index) from \(offset), its size is \(size)")
+                } else {
+                    expect(offset == 0, "a stream resumed at \(offset)")
+                }
+                sending = (index, offset)
+            case .stopData(let index):
+                if let current = sending {
+                    expect(current.index == index, "stop \(index) while \(current.index) is going out")
+                }
+                sending = nil
+            case .settle(let index, _):
+                expect(!settled.contains(index), "entry \(index) settled twice")
+                settled.insert(index)
+            case .end(let how):
+                ended = true
+                expect(machine.hasEnded, "end action, machine not ended")
+                if how == .goodbye {
+                    expect(
+                        settled.count == machine.entries.count,
+                        "goodbye with \(settled.count) of \(machine.entries.count) settled")
+                }
+            }
+        }
+    }
+}
+
+/// One fuzz input (libFuzzer's `LLVMFuzzerTestOneInput`).
+func fuzzSender(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
+    guard let (first, bytes) = FuzzInput.split(start, count) else { return 0 }
+    var choices = first
+    var settings = SenderMachine.Settings()
+    settings.compress = choices.below(2) == 0
+    settings.resume = choices.below(4) != 0
+    let entries = Array(allEntries.prefix(choices.below(allEntries.count + 1)))
+    let session = Session(settings: settings, entries: entries, choices: choices.fork())
+    session.perform(session.machine.start())
+    feed(
+        bytes, as: .toSender, &choices, ended: { session.ended },
+        item: {
+            session.received($0)
+            return 0
+        },
+        violated: { session.perform(session.machine.violated($0)) },
+        closed: { choices in session.handle(choices.below(4) == 0 ? .cancelled : .peerClosed) })
+    return 0
+}
+
+runLibFuzzer(fuzzSender)

@@ -1,0 +1,282 @@
+// Writes the fuzz targets' seed corpora: valid sessions of the transfer protocol, encoded with
+// the protocol's own encoder, for FuzzFrames, FuzzReceiver and FuzzSender; and the compressed files that
+// `Fuzz/make-seeds.sh` made with gzip and pigz, each behind a seed byte, for FuzzInflate.
+//
+//     MakeSeeds sessions CORPUS_DIR          (writes CORPUS_DIR/frames, receiver, sender)
+//     MakeSeeds inflate OUT_DIR FILE...
+import Foundation
+import FuzzSupport
+
+@testable import Sluice
+
+/// A sender's stream: the magic, then messages.
+struct SenderStream {
+    var bytes = Wire.magic
+
+    mutating func frame(_ frame: Frame) { bytes += frame.encoded }
+
+    mutating func hello(_ capabilities: Set<String> = ["sha256", "deflate", "resume"]) {
+        frame(.hello(version: Wire.version, capabilities: capabilities))
+    }
+
+    /// DATA messages of at most `piece` bytes each.
+    mutating func data(_ payload: [UInt8], piece: Int = 1000) {
+        var offset = 0
+        while offset < payload.count {
+            let n = min(piece, payload.count - offset)
+            bytes += [Wire.MessageType.data.rawValue] + bigEndian(UInt32(n)) + payload[offset..<offset + n]
+            offset += n
+        }
+    }
+
+    /// FILE, its DATA (compressed when asked) and END with the content's size and SHA-256.
+    mutating func file(
+        _ path: String, _ content: [UInt8], flags: UInt8 = Wire.FileFlags.sizeKnown, mode: UInt32 = 0o644,
+        piece: Int = 1000
+    ) {
+        let size: UInt64 = flags & Wire.FileFlags.sizeKnown != 0 ? UInt64(content.count) : 0
+        frame(.file(entry(path, flags: flags, size: size, mode: mode)))
+        data(flags & Wire.FileFlags.compressed != 0 ? deflate(content) : content, piece: piece)
+        frame(.end(size: UInt64(content.count), digest: SHA256Digest.hash(content)))
+    }
+
+    /// A FILE the receiver will refuse: a sender sends nothing more for it before the answer.
+    mutating func refusedFile(_ path: String, size: Int) {
+        frame(.file(entry(path, flags: Wire.FileFlags.sizeKnown, size: UInt64(size), mode: 0o644)))
+    }
+
+    mutating func directory(_ path: String) {
+        frame(.directory(entry(path, flags: 0, size: 0, mode: 0o755)))
+    }
+
+    func entry(_ path: String, flags: UInt8, size: UInt64, mode: UInt32) -> EntryHeader {
+        EntryHeader(
+            flags: flags, size: size, mode: mode, mtimeSeconds: 1_764_547_200, mtimeNanoseconds: 500,
+            path: Array(path.utf8))
+    }
+}
+
+func bigEndian(_ value: UInt32) -> [UInt8] { withUnsafeBytes(of: value.bigEndian) { Array($0) } }
+
+/// `content` as raw deflate, as a sender compresses a file's data.
+func deflate(_ content: [UInt8]) -> [UInt8] {
+    guard let stage = try? Deflate(format: .deflate, level: 6) else { fatalError("MakeSeeds: zlib failed") }
+    var out: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 65536)
+    var input = content[...]
+    while !input.isEmpty {
+        let p = input.withUnsafeBytes { i in
+            buffer.withUnsafeMutableBytes { o in try? stage.process(i, into: o) }
+        }
+        guard let p else { fatalError("MakeSeeds: deflate failed") }
+        out += buffer[0..<p.produced]
+        input = input.dropFirst(p.consumed)
+    }
+    while true {
+        let p = buffer.withUnsafeMutableBytes { o in try? stage.finish(into: o) }
+        guard let p else { fatalError("MakeSeeds: deflate failed") }
+        out += buffer[0..<p.produced]
+        if p.finished { return out }
+    }
+}
+
+let text = Array(String(repeating: "The quick brown fox jumps over the lazy dog.\n", count: 40).utf8)
+let binary = (0..<3000).map { UInt8(truncatingIfNeeded: $0 &* 7919 >> 3) }
+
+/// Sessions a sender could send, by name.
+func sessions() -> [(String, [UInt8])] {
+    var all: [(String, [UInt8])] = []
+    func add(_ name: String, _ build: (inout SenderStream) -> Void) {
+        var s = SenderStream()
+        build(&s)
+        all.append((name, s.bytes))
+    }
+    add("empty") {
+        $0.hello()
+        $0.frame(.bye)
+    }
+    add("one-file") {
+        $0.hello()
+        $0.file("notes.txt", text)
+        $0.frame(.bye)
+    }
+    add("tree") {
+        $0.hello()
+        $0.directory("photos")
+        $0.directory("photos/2024")
+        $0.file("photos/2024/a.bin", binary, mode: 0o600, piece: 700)
+        $0.file("photos/readme", Array("hello\n".utf8))
+        $0.file("photos/empty", [])
+        $0.frame(.bye)
+    }
+    add("compressed") {
+        $0.hello()
+        $0.file("big.txt", text, flags: Wire.FileFlags.sizeKnown | Wire.FileFlags.compressed, piece: 64)
+        $0.frame(.bye)
+    }
+    add("stream-compressed") {
+        $0.hello()
+        $0.file("stdin", text, flags: Wire.FileFlags.compressed)
+        $0.frame(.bye)
+    }
+    add("stream") {
+        $0.hello(["sha256"])
+        $0.file("stdin", binary, flags: 0, piece: 512)
+        $0.frame(.bye)
+    }
+    add("resumable") {
+        $0.hello()
+        $0.file("movie.mkv", binary, flags: Wire.FileFlags.sizeKnown | Wire.FileFlags.resumable)
+        $0.frame(.bye)
+    }
+    add("abort") {
+        $0.hello()
+        $0.frame(.file($0.entry("half", flags: Wire.FileFlags.sizeKnown, size: 5000, mode: 0o644)))
+        $0.data(Array(binary[0..<1200]))
+        $0.frame(.abort(reason: "read error"))
+        $0.file("after", text)
+        $0.frame(.bye)
+    }
+    add("refused-paths") {
+        $0.hello()
+        $0.refusedFile("../escape", size: text.count)
+        $0.directory("/etc")
+        $0.refusedFile("a/./b", size: 10)
+        $0.refusedFile("dir//name", size: 10)
+        $0.file("ok", text)
+        $0.frame(.bye)
+    }
+    add("same-name") {
+        $0.hello()
+        $0.file("x", text)
+        $0.refusedFile("x", size: binary.count)
+        $0.directory("x")
+        $0.frame(.bye)
+    }
+    add("wrong-digest") {
+        $0.hello()
+        $0.frame(.file($0.entry("bad", flags: Wire.FileFlags.sizeKnown, size: 6, mode: 0o644)))
+        $0.data(Array("hello\n".utf8))
+        $0.frame(.end(size: 6, digest: [UInt8](repeating: 0, count: 32)))
+        $0.frame(.bye)
+    }
+    add("sender-error") {
+        $0.hello()
+        $0.file("first", text)
+        $0.frame(.error(reason: "disk full"))
+    }
+    return all
+}
+
+/// The answers a receiver sends, for the frame decoder's other direction.
+func receiverStream() -> [UInt8] {
+    var bytes = Wire.magic
+    let frames: [Frame] = [
+        .hello(version: Wire.version, capabilities: ["sha256", "deflate", "resume"]),
+        .accept(offset: 0), .stored, .accept(offset: 4096), .failed(code: .data, reason: "SHA-256 mismatch"),
+        .refused(code: .invalidPath, reason: "invalid path: '..' path component"),
+        .refused(code: .exists, reason: "exists"), .error(reason: "busy"), .bye,
+    ]
+    for frame in frames { bytes += frame.encoded }
+    return bytes
+}
+
+/// Receivers' answers to FuzzSender's five entries (a directory, a file, a stream, a
+/// directory, a file), by name.
+func answerSessions() -> [(String, [UInt8])] {
+    let hello = Frame.hello(version: Wire.version, capabilities: ["sha256", "deflate", "resume"])
+    let sessions: [(String, [Frame])] = [
+        (
+            "all-stored",
+            [
+                hello, .stored, .accept(offset: 0), .stored, .accept(offset: 0), .stored, .stored,
+                .accept(offset: 0), .stored, .bye,
+            ]
+        ),
+        (
+            "resumed",
+            [
+                hello, .stored, .accept(offset: 10), .stored, .accept(offset: 0), .stored, .stored,
+                .accept(offset: 1), .stored, .bye,
+            ]
+        ),
+        (
+            "refused",
+            [
+                hello, .refused(code: .invalidPath, reason: "invalid path"), .refused(code: .exists, reason: "exists"),
+                .accept(offset: 0), .failed(code: .data, reason: "SHA-256 mismatch"), .stored, .accept(offset: 0),
+                .refused(code: .tooLarge, reason: "too large"), .bye,
+            ]
+        ),
+        (
+            "no-resume",
+            [
+                .hello(version: Wire.version, capabilities: ["sha256"]), .stored, .accept(offset: 0), .stored,
+                .accept(offset: 0), .failed(code: .io, reason: "No space left on device"), .stored, .accept(offset: 0),
+                .stored, .bye,
+            ]
+        ),
+        ("error", [hello, .stored, .accept(offset: 0), .error(reason: "busy")]),
+    ]
+    return sessions.map { name, frames in (name, frames.reduce(Wire.magic) { $0 + $1.encoded }) }
+}
+
+func write(_ bytes: [UInt8], to path: String) {
+    guard FileManager.default.createFile(atPath: path, contents: Data(bytes)) else {
+        fatalError("MakeSeeds: cannot write \(path)")
+    }
+}
+
+func makeDirectory(_ path: String) {
+    do {
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    } catch {
+        fatalError("MakeSeeds: \(error)")
+    }
+}
+
+let arguments = CommandLine.arguments
+switch arguments.count > 2 ? arguments[1] : "" {
+case "sessions":
+    let root = arguments[2]
+    makeDirectory(root + "/frames")
+    makeDirectory(root + "/receiver")
+    for (name, bytes) in sessions() {
+        // FuzzFrames: decode as the receiver does; FuzzReceiver: no size limit.
+        let count = bytes.count + 1
+        let frames = FuzzInput.seedByte(count: count) { $0.below(4) != 0 }
+        write([frames] + bytes, to: "\(root)/frames/\(name)")
+        let receiver = FuzzInput.seedByte(count: count) { c in
+            _ = c.below(4)
+            _ = c.below(4)
+            return c.below(4) >= 2
+        }
+        write([receiver] + bytes, to: "\(root)/receiver/\(name)")
+    }
+    makeDirectory(root + "/sender")
+    for (name, bytes) in answerSessions() {
+        // All five entries, resume allowed.
+        let byte = FuzzInput.seedByte(count: bytes.count + 1) { c in
+            _ = c.below(2)
+            return c.below(4) != 0 && c.below(6) == 5
+        }
+        write([byte] + bytes, to: "\(root)/sender/\(name)")
+    }
+    let answers = receiverStream()
+    write([FuzzInput.seedByte(count: answers.count + 1) { $0.below(4) == 0 }] + answers, to: "\(root)/frames/answers")
+case "inflate" where arguments.count > 3:
+    let out = arguments[2]
+    makeDirectory(out)
+    for path in arguments[3...] {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            fatalError("MakeSeeds: cannot read \(path)")
+        }
+        let bytes = [UInt8](data)
+        // Auto-detection, as `sluice copy -d` decodes.
+        let auto = FuzzInput.seedByte(count: bytes.count + 1) { $0.below(8) < 5 }
+        write([auto] + bytes, to: out + "/" + (path as NSString).lastPathComponent)
+    }
+default:
+    print("usage: MakeSeeds sessions CORPUS_DIR | MakeSeeds inflate OUT_DIR FILE...")
+    exit(64)
+}

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Regenerates the seed corpora in Fuzz/Corpus (committed; run this only to change them):
+#   inflate/   small gzip, zlib and raw deflate streams made by the real gzip and pigz
+#              (named and unnamed members, concatenated members, zero padding, stored blocks,
+#              pigz's independent blocks) and zstd frames, each behind the seed byte that picks
+#              auto-detection;
+#   parsers/   chunk sizes and rates as a user types them;
+#   frames/, receiver/, sender/
+#              valid transfer sessions, both ways, encoded with the protocol's own encoder
+#              (MakeSeeds).
+set -euo pipefail
+cd "$(dirname "$0")"
+fuzz=$PWD
+corpus=$fuzz/Corpus
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+mkdir -p .build/root
+ln -sfn "$(cd .. && pwd)" .build/root/sluice
+export SLUICE_ROOT=$fuzz/.build/root/sluice
+swift build -c release --scratch-path .build/seeds -Xswiftc -enable-testing --product MakeSeeds >/dev/null
+seeds=$fuzz/.build/seeds/release/MakeSeeds
+
+rm -rf "$corpus"
+"$seeds" sessions "$corpus"
+
+# Inputs for the compressed streams: text, and bytes that do not compress (stored blocks).
+raw=$work/raw
+mkdir -p "$raw"
+for i in $(seq 1 60); do echo "line $i: the quick brown fox jumps over the lazy dog"; done >"$work/text"
+LC_ALL=C awk 'BEGIN { x = 12345; for (i = 0; i < 1500; i++) {
+    x = (x * 1103515245 + 12345) % 2147483648; printf "%c", int(x / 65536) % 256 } }' >"$work/noise" </dev/null
+printf 'hello\n' >"$work/hello"
+: >"$work/empty"
+
+gzip -n -c "$work/hello" >"$raw/hello.gz"
+(cd "$work" && gzip -c text) >"$raw/named.gz"              # FNAME and MTIME set
+gzip -n -9 -c "$work/text" >"$raw/text9.gz"
+gzip -n -1 -c "$work/noise" >"$raw/stored.gz"
+gzip -n -c "$work/empty" >"$raw/empty.gz"
+cat "$raw/hello.gz" "$raw/text9.gz" >"$raw/members.gz"
+cat "$raw/hello.gz" >"$raw/padded.gz" && head -c 512 /dev/zero >>"$raw/padded.gz"
+cat "$raw/hello.gz" >"$raw/garbage.gz" && printf 'junk' >>"$raw/garbage.gz"
+pigz -n -c -p 2 -b 32 "$work/text" >"$raw/pigz-blocks.gz"
+pigz -n -c -i -b 32 "$work/text" >"$raw/pigz-independent.gz"
+pigz -z -c "$work/text" >"$raw/text.zz"
+pigz -z -c "$work/empty" >"$raw/empty.zz"
+# zstd (Decompressor's detection): a frame, two frames, an empty frame.
+if command -v zstd >/dev/null; then
+    zstd -q -c "$work/text" >"$raw/text.zst"
+    cat "$raw/text.zst" >"$raw/frames.zst" && zstd -q -c "$work/hello" >>"$raw/frames.zst"
+    zstd -q -c "$work/empty" >"$raw/empty.zst"
+fi
+# Raw deflate: a gzip member without its 10-byte header and 8-byte trailer.
+gzip -n -c "$work/text" | tail -c +11 | head -c -8 >"$raw/text.deflate"
+gzip -n -c "$work/noise" | tail -c +11 | head -c -8 >"$raw/noise.deflate"
+
+"$seeds" inflate "$corpus/inflate" "$raw"/*
+
+# Sizes as --chunk-size and --rate-limit take them (the first byte is the unused seed byte).
+mkdir -p "$corpus/parsers"
+for size in 512 64K 64KiB 1M 4MiB 10m 2G 4194305 999999999999G 0x10; do
+    printf '\0%s' "$size" >"$corpus/parsers/$size"
+done
+for dir in "$corpus"/*; do echo "make-seeds: $(ls "$dir" | wc -l) seeds in ${dir#"$fuzz"/}"; done

@@ -1,0 +1,57 @@
+import Foundation
+import Testing
+
+@testable import Sluice
+
+/// The fuzz targets' seed corpora (`Fuzz/Corpus`, made by `Fuzz/make-seeds.sh`) must stay what
+/// they claim to be: whole, valid sessions for the decoder and both machines, real compressed
+/// streams for Inflate. A change of the wire format that made them stale would leave the
+/// fuzzers starting from noise; this says so, and `Fuzz/make-seeds.sh` rewrites them.
+@Suite struct FuzzCorpusTests {
+    static let corpus = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("Fuzz/Corpus")
+
+    /// Each seed's payload (after the seed byte that picks the target's choices), by name.
+    static func seeds(_ target: String) throws -> [(name: String, payload: [UInt8])] {
+        let directory = corpus.appendingPathComponent(target)
+        let names = try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted()
+        return try names.map { name in
+            (name, Array(try Data(contentsOf: directory.appendingPathComponent(name)).dropFirst()))
+        }
+    }
+
+    @Test func sessionSeedsDecodeToTheirEnd() throws {
+        for target in ["frames", "receiver", "sender"] {
+            let seeds = try Self.seeds(target)
+            #expect(seeds.count >= 5, "\(target): \(seeds.count) seeds")
+            for (name, payload) in seeds {
+                let direction: FrameDirection = target == "sender" || name == "answers" ? .toSender : .toReceiver
+                let decoded = decode(payload, cuts: [], direction: direction)
+                #expect(decoded.first == .magic, "\(target)/\(name)")
+                #expect(!decoded.contains { if case .violation = $0 { true } else { false } }, "\(target)/\(name)")
+                #expect(
+                    decoded.last == .frame(.bye)
+                        || decoded.last.map { if case .frame(.error) = $0 { true } else { false } }
+                            == true,
+                    "\(target)/\(name) does not end with BYE or ERROR")
+            }
+        }
+    }
+
+    @Test func inflateSeedsAreRealStreams() throws {
+        let seeds = try Self.seeds("inflate")
+        #expect(seeds.count >= 10)
+        for (name, payload) in seeds {
+            // zstd frames go through Decompressor's detection; a build without zstd skips them.
+            if name.hasSuffix(".zst") && !CompressionEngine.zstd.isAvailable { continue }
+            let decode = { try drive(Decompressor(format: .auto), payload, piece: 65536, outputSize: 65536) }
+            if name.hasPrefix("garbage") {
+                let error = #expect(throws: SluiceError.self, "inflate/\(name)") { try decode() }
+                #expect(error?.code == .corruptData, "inflate/\(name)")
+            } else {
+                #expect(throws: Never.self, "inflate/\(name)") { try decode() }
+            }
+        }
+    }
+}

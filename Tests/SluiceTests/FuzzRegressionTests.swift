@@ -1,0 +1,109 @@
+import Testing
+
+@testable import Sluice
+
+/// Inputs the fuzz targets (Fuzz/) found, inlined; the files are in Fuzz/Regressions/, which
+/// `Fuzz/run.sh` replays before fuzzing.
+@Suite struct FuzzRegressionTests {
+    /// `printf 'hello\n' | gzip -n`: a gzip member with no optional fields.
+    static let hello: [UInt8] = [
+        0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03, 0xcb, 0x48, 0xcd, 0xc9, 0xc9, 0xe7, 0x02, 0x00,
+        0x20, 0x30, 0x3a, 0x36, 0x06, 0x00, 0x00, 0x00,
+    ]
+
+    static var engines: [CompressionEngine] { [.zlib, .isal].filter(\.isAvailable) }
+
+    /// Fuzz/Regressions/inflate/gzip-reserved-flags: a gzip header with a reserved flag bit
+    /// set (FLG 0x2c). RFC 1952 says a decoder must reject it; zlib and `gzip -d` do, ISA-L
+    /// ignored it and went on (and, on that truncated input, reported truncation).
+    @Test(arguments: engines)
+    func gzipHeaderWithReservedFlagsIsCorrupt(_ engine: CompressionEngine) throws {
+        let found: [UInt8] = [
+            0x1f, 0x8b, 0x08, 0x2c, 0x00, 0x00, 0xee, 0x87, 0xc4, 0x01, 0x00, 0x00, 0x00, 0x00, 0x0d, 0xf1, 0x6b,
+        ]
+        for format in [DecompressionFormat.auto, .gzip] {
+            for piece in [1, 3, 4, 11, found.count] {
+                let error = #expect(throws: SluiceError.self) {
+                    try drive(Inflate(format: format, engine: engine), found, piece: piece, outputSize: 7)
+                }
+                #expect(
+                    error?.code == .corruptData,
+                    "\(engine) \(format) in pieces of \(piece): \(String(describing: error))")
+            }
+        }
+        // A whole member that is valid but for a reserved flag, alone and as a second member.
+        for bit: UInt8 in [0x20, 0x40, 0x80] {
+            var flagged = Self.hello
+            flagged[3] |= bit
+            for input in [flagged, Self.hello + flagged] {
+                let error = #expect(throws: SluiceError.self) {
+                    try drive(Inflate(format: .gzip, engine: engine), input, piece: 2, outputSize: 65536)
+                }
+                #expect(error?.code == .corruptData, "\(engine) FLG bit 0x\(String(bit, radix: 16))")
+            }
+        }
+        #expect(
+            try drive(Inflate(format: .gzip, engine: engine), Self.hello, piece: 1, outputSize: 1)
+                == Array("hello\n".utf8))
+    }
+
+    /// Fuzz/Regressions/inflate/zlib-preset-dictionary-split: a zlib header asking for a preset
+    /// dictionary (FDICT). zlib refuses it however the bytes arrive; ISA-L said so only when
+    /// the header came in one piece, and otherwise went on as if there were no dictionary.
+    @Test(arguments: engines)
+    func zlibPresetDictionaryIsRefusedInAnySplit(_ engine: CompressionEngine) throws {
+        let found: [UInt8] = [0x78, 0x3f, 0x00, 0x00, 0x7a, 0x00, 0x00, 0x03]
+        for format in [DecompressionFormat.auto, .zlib] {
+            for piece in 1...found.count {
+                let error = #expect(throws: SluiceError.self) {
+                    try drive(Inflate(format: format, engine: engine), found, piece: piece, outputSize: 64)
+                }
+                #expect(error?.code == .corruptData, "\(engine) \(format) in pieces of \(piece)")
+                #expect(error?.reason.contains("preset dictionary") == true, "\(String(describing: error))")
+            }
+        }
+    }
+
+    /// Fuzz/Regressions/inflate/isal-total-in-past-input: on an invalid second member given
+    /// in one piece, ISA-L rewound its input to before the piece (into what it had buffered of
+    /// the header from the call before), and `totalIn` said 27 bytes of a 26-byte input.
+    @Test(arguments: engines)
+    func totalInCountsEachByteOnce(_ engine: CompressionEngine) throws {
+        let found: [UInt8] = [
+            0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0xa5, 0x00, 0x03, 0xcb, 0x48, 0xcd, 0xc9, 0xc9, 0x8b, 0x08,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0xa5, 0x00, 0x03,
+        ]
+        for piece in [1, 3, found.count] {
+            let broken = try Inflate(format: .auto, engine: engine)
+            #expect(throws: SluiceError.self) { try drive(broken, found, piece: piece, outputSize: 1 << 18) }
+            #expect(broken.totalIn <= found.count, "\(engine) in pieces of \(piece): totalIn \(broken.totalIn)")
+        }
+        // Two whole members, a byte at a time: every byte counted once.
+        let twice = Self.hello + Self.hello
+        for piece in [1, 5, 13, twice.count] {
+            let inflate = try Inflate(format: .gzip, engine: engine)
+            #expect(try drive(inflate, twice, piece: piece, outputSize: 64) == Array("hello\nhello\n".utf8))
+            #expect(inflate.totalIn == twice.count, "\(engine) in pieces of \(piece): totalIn \(inflate.totalIn)")
+        }
+    }
+
+    /// Fuzz/Regressions/inflate/isal-trailing-garbage-at-finish: raw deflate followed by a
+    /// garbage byte. When the stream's end was only found by `finish` (the last `process` ran
+    /// out of output room), ISA-L had read the garbage ahead and it was dropped: the input was
+    /// accepted. It must be refused however it is split.
+    @Test(arguments: engines)
+    func trailingGarbageFoundAtFinishIsRefused(_ engine: CompressionEngine) throws {
+        let found: [UInt8] = [0x3b, 0xff, 0x00, 0x01, 0x00, 0x22, 0x3e]
+        for piece in [1, 3, found.count] {
+            for outputSize in [1, 6, 64] {
+                let error = #expect(throws: SluiceError.self) {
+                    try drive(
+                        Inflate(format: .deflate, engine: engine), found, piece: piece, outputSize: outputSize)
+                }
+                #expect(
+                    error?.reason.contains("trailing garbage") == true,
+                    "\(engine) pieces \(piece) output \(outputSize): \(String(describing: error))")
+            }
+        }
+    }
+}
