@@ -142,7 +142,8 @@ public final class Inflate: Stage {
 
     /// Creates a decompressor with `inflateInit2` (32 KiB window; for `auto`, the window bits
     /// are set with `inflateReset2` once the format is known).
-    /// `engine` nil: ISA-L where available, zlib otherwise.
+    /// `engine` nil: ISA-L where available, zlib otherwise; raw deflate (`.deflate`) is always
+    /// decoded by zlib.
     public init(format: DecompressionFormat = .auto, limit: InflateLimit = .default, engine: CompressionEngine? = nil)
         throws(SluiceError)
     {
@@ -150,7 +151,11 @@ public final class Inflate: Stage {
             throw SluiceError(
                 .invalidArgument, operation: "inflate", subject: "zstd", detail: "zstd is decoded by Decompressor")
         }
-        let engine = engine ?? (CompressionEngine.isal.isAvailable ? .isal : .zlib)
+        // Raw deflate carries no checksum to catch what ISA-L lets through (it decodes a block
+        // whose distance codes do not form a valid code, which zlib refuses: a fuzz finding,
+        // Fuzz/Regressions/inflate/isal-invalid-distances-set), so zlib always decodes it.
+        // gzip and zlib streams end in a CRC-32 or Adler-32 that such output fails.
+        let engine = format == .deflate ? .zlib : engine ?? (CompressionEngine.isal.isAvailable ? .isal : .zlib)
         switch engine {
         case .zlib:
             isal = nil
