@@ -113,6 +113,8 @@ public final class Inflate: Stage {
     private let stream: UnsafeMutablePointer<z_stream>
     /// ISA-L's inflate state, when ISA-L is the engine.
     private let isal: UnsafeMutableRawPointer?
+    /// ISA-L decodes the current stream (not raw deflate, which zlib decodes whatever the engine).
+    private var isalDecodes = false
     /// With ISA-L, at the start of a gzip member or zlib stream: the header bit ISA-L does not
     /// check as zlib does, and how many header bytes ISA-L was given so far (nil once checked).
     private var headerCheck: HeaderCheck?
@@ -153,8 +155,8 @@ public final class Inflate: Stage {
         }
         // Raw deflate carries no checksum to catch what ISA-L lets through (it decodes a block
         // whose distance codes do not form a valid code, which zlib refuses: a fuzz finding,
-        // Fuzz/Regressions/inflate/isal-invalid-distances-set), so zlib always decodes it.
-        // gzip and zlib streams end in a CRC-32 or Adler-32 that such output fails.
+        // Fuzz/Regressions/inflate/isal-invalid-distances-set), so zlib always decodes it, named
+        // or detected. gzip and zlib streams end in a CRC-32 or Adler-32 that such output fails.
         let engine = format == .deflate ? .zlib : engine ?? (CompressionEngine.isal.isAvailable ? .isal : .zlib)
         switch engine {
         case .zlib:
@@ -195,8 +197,10 @@ public final class Inflate: Stage {
         if let isal { sluice_isal_inflate_free(isal) }
     }
 
-    /// Points ISA-L at a new stream of `format`.
+    /// Points ISA-L at a new stream of `format` (raw deflate, found by detection too, goes to
+    /// zlib: see `init`).
     private func resetISAL(_ format: CompressionFormat) {
+        isalDecodes = isal != nil && format != .deflate
         guard let isal else { return }
         switch format {
         case .gzip: headerCheck = .gzip
@@ -431,7 +435,7 @@ public final class Inflate: Stage {
         var room = output.count
         if let max = limit.maxOutputBytes, max - totalOut < room { room = max - totalOut + 1 }
         let space = UnsafeMutableRawBufferPointer(rebasing: output[..<room])
-        if let isal { return try isalStep(isal, input, space) }
+        if isalDecodes, let isal { return try isalStep(isal, input, space) }
         let (consumed, produced, rc) = zCall(stream, input, space) { inflate($0, Z_NO_FLUSH) }
         totalIn += consumed
         totalOut += produced
