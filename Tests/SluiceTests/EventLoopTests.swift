@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import TestThreads
 import Testing
 
 @testable import Sluice
@@ -30,7 +31,7 @@ private func descriptorTarget(_ fd: Int32) -> String? {
     try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(fd)")
 }
 
-@Suite struct EventLoopTests {
+@Suite(.ownThreads) struct EventLoopTests {
     @Test func oneShotAndRepeatingTimersFireInOrder() throws {
         let loop = try EventLoop()
         var fired: [String] = []
