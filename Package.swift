@@ -32,13 +32,15 @@ let package = Package(
         .executableTarget(name: "AsyncSocketClient", dependencies: ["Sluice"], path: "Examples/AsyncSocketClient"),
         .executableTarget(name: "URLSessionUpload", dependencies: ["Sluice"], path: "Examples/URLSessionUpload"),
         .executableTarget(name: "sluice-async-bench", dependencies: ["Sluice"], path: "Benchmarks/AsyncBench"),
+        // The tests' own threads for test bodies that block (see Tests/TestThreads).
+        .target(name: "TestThreads", path: "Tests/TestThreads"),
         .testTarget(
             name: "SluiceTests",
             dependencies: [
                 "Sluice", "WritingToMemory", "SocketClient", "AsyncWritingToMemory", "AsyncSocketClient",
-                "URLSessionUpload",
+                "URLSessionUpload", "TestThreads",
             ]),
-        .testTarget(name: "SluiceCLITests", dependencies: ["SluiceCLI"]),
+        .testTarget(name: "SluiceCLITests", dependencies: ["SluiceCLI", "TestThreads"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,4 +1,5 @@
 import Foundation
+import TestThreads
 import Testing
 
 #if canImport(Glibc)
@@ -16,7 +17,7 @@ func jsonObject(_ text: some StringProtocol) throws -> [String: Any] {
     try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])
 }
 
-@Suite struct BenchCommandTests {
+@Suite(.ownThreads) struct BenchCommandTests {
     @Test func localMatrixJSONHasEveryPathAndChunkSize() throws {
         let outcome = try sluice("bench", "--json", "--size", "1M")
         #expect(outcome.status == 0, "\(outcome.stderrText)")

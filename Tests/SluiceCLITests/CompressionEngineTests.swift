@@ -1,4 +1,5 @@
 import Foundation
+import TestThreads
 import Testing
 
 /// Runs `sluice` with `SLUICE_ENGINES` set, as a build without the optional engines behaves.
@@ -15,7 +16,7 @@ private let zstdPresent: Bool = {
 }()
 
 /// `sluice copy` with parallel deflate, zstd and the engines: against the peers, with bad input.
-@Suite struct CompressionEngineTests {
+@Suite(.ownThreads) struct CompressionEngineTests {
     static let data: Data = {
         let text = (0..<40_000).map { "line \($0 % 3001): sluice moves bytes \($0 * 7 % 101)\n" }.joined()
         return Data(text.utf8) + randomBytes(300_000, seed: 5)

@@ -1,4 +1,5 @@
 import Foundation
+import TestThreads
 import Testing
 
 #if canImport(Glibc)
@@ -6,7 +7,7 @@ import Testing
 #endif
 
 /// `sluice copy` as a program: the built binary, its exit statuses, stdout and stderr.
-@Suite struct CopyCommandTests {
+@Suite(.ownThreads) struct CopyCommandTests {
     @Test(arguments: ["512", "64K", "4M"])
     func fileToFileIsByteIdentical(chunkSize: String) throws {
         try withTemporaryDirectory { dir in

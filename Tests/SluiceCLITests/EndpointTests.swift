@@ -1,8 +1,9 @@
+import TestThreads
 import Testing
 
 @testable import SluiceCLI
 
-@Suite struct EndpointTests {
+@Suite(.ownThreads) struct EndpointTests {
     func usageMessage(_ text: String) -> String? {
         do {
             _ = try Endpoint(parsing: text)

@@ -1,4 +1,5 @@
 import Foundation
+import TestThreads
 import Testing
 
 #if canImport(Glibc)
@@ -37,7 +38,7 @@ func waitForFile(_ path: String) {
 }
 
 /// `sluice copy` over sockets and with compression, against itself and against real peers.
-@Suite struct NetworkAndCompressionTests {
+@Suite(.ownThreads) struct NetworkAndCompressionTests {
     @Test
     func compressedCopyIsReadableByGzipAndRoundTrips() throws {
         try withTemporaryDirectory { dir in

@@ -1,4 +1,5 @@
 import Foundation
+import TestThreads
 import Testing
 
 #if canImport(Glibc)
@@ -6,7 +7,7 @@ import Testing
 #endif
 
 /// `sluice send` and `sluice receive` as programs, over loopback, into temporary directories.
-@Suite struct TransferCommandTests {
+@Suite(.ownThreads) struct TransferCommandTests {
     @Test func oneFileArrivesWithItsBytesModeAndMtime() throws {
         try withTemporaryDirectory { dir in
             let inbox = "\(dir)/in"

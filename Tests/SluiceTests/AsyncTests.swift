@@ -222,13 +222,22 @@ extension PieceSource {
         }
         // Nobody reads: the writes must stall, with at most buffer + pair buffer queued.
         try await Task.sleep(for: .milliseconds(50))
-        reader.open()
-        var total = 0
-        var buffer = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let n = reader.read(&buffer, maxLength: buffer.count)
-            if n <= 0 { break }
-            total += n
+        // The blocking reads on a thread of their own: on the task's thread they would hold one
+        // of the cooperative pool's threads (two on two cores), which the writing task needs.
+        let readerBox = UncheckedBox(reader)
+        let total = await withCheckedContinuation { (done: CheckedContinuation<Int, Never>) in
+            Thread {
+                let reader = readerBox.value
+                reader.open()
+                var total = 0
+                var buffer = [UInt8](repeating: 0, count: 65536)
+                while true {
+                    let n = reader.read(&buffer, maxLength: buffer.count)
+                    if n <= 0 { break }
+                    total += n
+                }
+                done.resume(returning: total)
+            }.start()
         }
         try await task.value
         #expect(total == 64 * 1024)
@@ -401,16 +410,22 @@ extension PieceSource {
         clients.append(first)
         #expect(try await waiter.value)
         // Four more: two wait in the queue, two find it full and are closed (they read the end).
-        var ended = 0
+        // Wait until two have seen the end (the shared loop accepts them when it gets the CPU;
+        // a fixed wait per client was not enough on a loaded machine), then no third may have.
+        var pending: [ReadStream] = []
         for _ in 0..<4 {
             let (input, output) = Socket.connect(host: "127.0.0.1", port: port)
             input.open()
             output.open()
             clients.append((input, output))
-            let fd = try #require(input.fileDescriptor)
-            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            if poll(&pfd, 1, 1000) == 1, (try? input.readToEnd()) == Data() { ended += 1 }
+            pending.append(input)
         }
+        var ended = 0
+        let deadline = ContinuousClock.now + .seconds(20)
+        while ended < 2 && ContinuousClock.now < deadline {
+            ended += try await endedClients(&pending, within: .milliseconds(50))
+        }
+        ended += try await endedClients(&pending, within: .milliseconds(50))
         for (input, output) in clients {
             output.close()
             input.close()
@@ -418,4 +433,18 @@ extension PieceSource {
         #expect(ended == 2)
         incoming.close()
     }
+}
+
+/// Polls the sockets of `clients` for up to `timeout` (one poll, the tasks' thread free between
+/// calls); removes those that read the end and returns how many did.
+private func endedClients(_ clients: inout [ReadStream], within timeout: Duration) async throws -> Int {
+    try await Task.sleep(for: timeout)
+    var fds = try clients.map { pollfd(fd: try #require($0.fileDescriptor), events: Int16(POLLIN), revents: 0) }
+    guard poll(&fds, nfds_t(fds.count), 0) > 0 else { return 0 }
+    var ended = 0
+    for index in fds.indices.reversed() where fds[index].revents != 0 {
+        if (try? clients[index].readToEnd()) == Data() { ended += 1 }
+        clients.remove(at: index)
+    }
+    return ended
 }

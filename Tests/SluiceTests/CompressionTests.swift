@@ -1,4 +1,5 @@
 import Foundation
+import TestThreads
 import Testing
 
 @testable import Sluice
@@ -142,7 +143,7 @@ let chunkShapes: [(Int, Int)] = [(512, 512), (4096, 65536), (65536, 4096), (1 <<
 
 // MARK: - Formats and arguments
 
-@Test func formatsParseFromTheirNames() {
+@Test(.ownThreads) func formatsParseFromTheirNames() {
     #expect(CompressionFormat(rawValue: "gzip") == .gzip)
     #expect(CompressionFormat(rawValue: "zlib") == .zlib)
     #expect(CompressionFormat(rawValue: "deflate") == .deflate)
@@ -157,7 +158,7 @@ let chunkShapes: [(Int, Int)] = [(512, 512), (4096, 65536), (65536, 4096), (1 <<
     }
 }
 
-@Test(arguments: [-1, 10, 99])
+@Test(.ownThreads, arguments: [-1, 10, 99])
 func deflateRejectsLevelsOutOfRange(level: Int) {
     let error = #expect(throws: SluiceError.self) { try Deflate(format: .gzip, level: level) }
     #expect(error?.code == .invalidArgument)
@@ -167,7 +168,7 @@ func deflateRejectsLevelsOutOfRange(level: Int) {
 
 // MARK: - Round trips
 
-@Test(arguments: CompressionFormat.allCases, [0, 1, 6, 9])
+@Test(.ownThreads, arguments: CompressionFormat.allCases, [0, 1, 6, 9])
 func roundTrip(format: CompressionFormat, level: Int) throws {
     let inputs = [randomBytes(200_000, seed: UInt64(level) + 1), compressibleBytes(300_000, seed: UInt64(level) + 2)]
     for (index, data) in inputs.enumerated() {
@@ -181,7 +182,7 @@ func roundTrip(format: CompressionFormat, level: Int) throws {
     }
 }
 
-@Test(arguments: CompressionFormat.allCases)
+@Test(.ownThreads, arguments: CompressionFormat.allCases)
 func roundTripThroughOneByteBuffers(format: CompressionFormat) throws {
     let data = compressibleBytes(12_000) + randomBytes(3_000)
     let compressed = try compress(data, format, level: 6, piece: 1, outputSize: 1)
@@ -191,7 +192,7 @@ func roundTripThroughOneByteBuffers(format: CompressionFormat) throws {
     #expect(try decompress(compressed, .auto, piece: 3, outputSize: 65536) == data)
 }
 
-@Test(arguments: CompressionFormat.allCases)
+@Test(.ownThreads, arguments: CompressionFormat.allCases)
 func emptyInputRoundTrips(format: CompressionFormat) throws {
     let compressed = try compress([], format)
     #expect(!compressed.isEmpty)
@@ -199,7 +200,7 @@ func emptyInputRoundTrips(format: CompressionFormat) throws {
     #expect(try decompress(compressed, .auto) == [])
 }
 
-@Test func deflateResetStartsANewStream() throws {
+@Test(.ownThreads) func deflateResetStartsANewStream() throws {
     let deflate = try Deflate(format: .zlib, level: 1)
     let first = try drive(deflate, Array("first".utf8), piece: 512, outputSize: 512)
     deflate.reset()
@@ -208,7 +209,7 @@ func emptyInputRoundTrips(format: CompressionFormat) throws {
     #expect(try decompress(second) == Array("second".utf8))
 }
 
-@Test func inflateResetStartsANewStream() throws {
+@Test(.ownThreads) func inflateResetStartsANewStream() throws {
     let inflate = try Inflate()
     let data = compressibleBytes(5_000)
     #expect(try drive(inflate, try compress(data, .zlib), piece: 512, outputSize: 512) == data)
@@ -222,7 +223,7 @@ func emptyInputRoundTrips(format: CompressionFormat) throws {
 
 // MARK: - Auto-detection
 
-@Test(arguments: CompressionFormat.allCases, [0, 6])
+@Test(.ownThreads, arguments: CompressionFormat.allCases, [0, 6])
 func autoDetectsFormat(format: CompressionFormat, level: Int) throws {
     let data = compressibleBytes(50_000)
     let compressed = try compress(data, format, level: level)
@@ -235,16 +236,16 @@ func autoDetectsFormat(format: CompressionFormat, level: Int) throws {
     }
 }
 
-@Test func autoAcceptsEmptyInputAsEmptyStream() throws {
+@Test(.ownThreads) func autoAcceptsEmptyInputAsEmptyStream() throws {
     #expect(try decompress([], .auto) == [])
 }
 
-@Test(arguments: [DecompressionFormat.gzip, .zlib, .deflate])
+@Test(.ownThreads, arguments: [DecompressionFormat.gzip, .zlib, .deflate])
 func fixedFormatRejectsEmptyInputAsTruncated(format: DecompressionFormat) {
     #expect(decompressError([], format)?.code == .truncatedData)
 }
 
-@Test func zlibReportsFinishedAtTheEndOfTheStream() throws {
+@Test(.ownThreads) func zlibReportsFinishedAtTheEndOfTheStream() throws {
     let compressed = try compress(Array("hello".utf8), .zlib)
     let inflate = try Inflate(format: .zlib)
     var out = [UInt8](repeating: 0, count: 64)
@@ -256,7 +257,7 @@ func fixedFormatRejectsEmptyInputAsTruncated(format: DecompressionFormat) {
 
 // MARK: - Real peers
 
-@Test func gzipAndPigzReadOurGzip() throws {
+@Test(.ownThreads) func gzipAndPigzReadOurGzip() throws {
     try withTemporaryDirectory { dir in
         let data = compressibleBytes(400_000) + randomBytes(100_000)
         for level in [1, 9] {
@@ -274,7 +275,7 @@ func fixedFormatRejectsEmptyInputAsTruncated(format: DecompressionFormat) {
     }
 }
 
-@Test func inflateReadsGzipAndPigz() throws {
+@Test(.ownThreads) func inflateReadsGzipAndPigz() throws {
     try withTemporaryDirectory { dir in
         let data = compressibleBytes(300_000, seed: 11) + randomBytes(200_000, seed: 12)
         var tools = ["/usr/bin/gzip"]
@@ -289,7 +290,7 @@ func fixedFormatRejectsEmptyInputAsTruncated(format: DecompressionFormat) {
     }
 }
 
-@Test func concatenatedGzipMembersDecodeAsOne() throws {
+@Test(.ownThreads) func concatenatedGzipMembersDecodeAsOne() throws {
     try withTemporaryDirectory { dir in
         guard let pigz = pigzPath() else { return }
         let a = compressibleBytes(100_000, seed: 21)
@@ -305,7 +306,7 @@ func fixedFormatRejectsEmptyInputAsTruncated(format: DecompressionFormat) {
     }
 }
 
-@Test func zeroPaddingAfterTheLastGzipMemberIsIgnored() throws {
+@Test(.ownThreads) func zeroPaddingAfterTheLastGzipMemberIsIgnored() throws {
     let data = compressibleBytes(10_000)
     let padded = try compress(data, .gzip) + [UInt8](repeating: 0, count: 1000)
     #expect(try decompress(padded, piece: 7, outputSize: 512) == data)
@@ -313,7 +314,7 @@ func fixedFormatRejectsEmptyInputAsTruncated(format: DecompressionFormat) {
 
 // MARK: - Bad input
 
-@Test(arguments: [CompressionFormat.gzip, .zlib])
+@Test(.ownThreads, arguments: [CompressionFormat.gzip, .zlib])
 func corruptByteIsCorruptData(format: CompressionFormat) throws {
     let data = randomBytes(100_000, seed: 31)
     var compressed = try compress(data, format, level: 6)
@@ -325,7 +326,7 @@ func corruptByteIsCorruptData(format: CompressionFormat) throws {
     #expect(error?.detail != nil)
 }
 
-@Test(arguments: [CompressionFormat.gzip, .zlib])
+@Test(.ownThreads, arguments: [CompressionFormat.gzip, .zlib])
 func corruptChecksumIsCorruptData(format: CompressionFormat) throws {
     var compressed = try compress(compressibleBytes(50_000), format)
     // The first byte of the CRC-32 (gzip, followed by ISIZE) or of the Adler-32 (zlib).
@@ -335,7 +336,7 @@ func corruptChecksumIsCorruptData(format: CompressionFormat) throws {
     #expect(error?.detail?.contains("check") == true)
 }
 
-@Test(arguments: CompressionFormat.allCases)
+@Test(.ownThreads, arguments: CompressionFormat.allCases)
 func truncatedStreamIsTruncatedData(format: CompressionFormat) throws {
     let data = compressibleBytes(100_000, seed: 41)
     let compressed = try compress(data, format)
@@ -348,14 +349,14 @@ func truncatedStreamIsTruncatedData(format: CompressionFormat) throws {
     #expect(fixed?.subject == format.rawValue)
 }
 
-@Test func truncatedSecondGzipMemberIsTruncatedData() throws {
+@Test(.ownThreads) func truncatedSecondGzipMemberIsTruncatedData() throws {
     let member = try compress(compressibleBytes(10_000), .gzip)
     #expect(decompressError(member + [0x1f])?.code == .truncatedData)
     #expect(decompressError(member + [0x1f, 0x8b, 0x08])?.code == .truncatedData)
     #expect(decompressError(member + member.dropLast(3), piece: 1, outputSize: 1)?.code == .truncatedData)
 }
 
-@Test(arguments: CompressionFormat.allCases)
+@Test(.ownThreads, arguments: CompressionFormat.allCases)
 func trailingGarbageIsCorruptData(format: CompressionFormat) throws {
     let compressed = try compress(compressibleBytes(20_000), format)
     for garbage: [UInt8] in [[0x41], Array("garbage".utf8), [0x1f, 0x00]] {
@@ -368,7 +369,7 @@ func trailingGarbageIsCorruptData(format: CompressionFormat) throws {
     #expect(decompressError(compressed + [0, 0, 0x41])?.code == .corruptData)
 }
 
-@Test func wrongFormatIsAnError() throws {
+@Test(.ownThreads) func wrongFormatIsAnError() throws {
     let data = compressibleBytes(10_000)
     let zlib = try compress(data, .zlib)
     let gzip = try compress(data, .gzip)
@@ -377,7 +378,7 @@ func trailingGarbageIsCorruptData(format: CompressionFormat) throws {
     #expect(decompressError(Array("plain text, not compressed".utf8), .gzip)?.code == .corruptData)
 }
 
-@Test func errorsAreStickyAfterFailure() throws {
+@Test(.ownThreads) func errorsAreStickyAfterFailure() throws {
     let inflate = try Inflate(format: .gzip)
     let junk: [UInt8] = Array("not gzip at all".utf8)
     #expect(throws: SluiceError.self) { try drive(inflate, junk, piece: 512, outputSize: 512) }
@@ -388,7 +389,7 @@ func trailingGarbageIsCorruptData(format: CompressionFormat) throws {
 
 // MARK: - Decompression bomb guard
 
-@Test func outputLimitStopsABomb() throws {
+@Test(.ownThreads) func outputLimitStopsABomb() throws {
     let zeros = [UInt8](repeating: 0, count: 64 << 20)
     let bomb = try compress(zeros, .gzip, level: 9, piece: 1 << 20, outputSize: 1 << 20)
     #expect(bomb.count < 100_000)
@@ -400,7 +401,7 @@ func trailingGarbageIsCorruptData(format: CompressionFormat) throws {
     #expect(inflate.totalOut <= (1 << 20) + 1)
 }
 
-@Test func ratioLimitStopsABombButNotSmallInputs() throws {
+@Test(.ownThreads) func ratioLimitStopsABombButNotSmallInputs() throws {
     let zeros = [UInt8](repeating: 0, count: 8 << 20)
     let bomb = try compress(zeros, .zlib, level: 6, piece: 1 << 20, outputSize: 1 << 20)
     let error = decompressError(bomb, limit: InflateLimit(maxRatio: 100))
@@ -413,7 +414,7 @@ func trailingGarbageIsCorruptData(format: CompressionFormat) throws {
     #expect(try decompress(bomb, piece: 1 << 20, outputSize: 1 << 20) == zeros)
 }
 
-@Test func outputExactlyAtTheLimitIsAllowed() throws {
+@Test(.ownThreads) func outputExactlyAtTheLimitIsAllowed() throws {
     let data = compressibleBytes(100_000)
     for format in CompressionFormat.allCases {
         let compressed = try compress(data, format)
@@ -426,7 +427,7 @@ func trailingGarbageIsCorruptData(format: CompressionFormat) throws {
 
 // MARK: - Checksums
 
-@Test func checksumTestVectors() {
+@Test(.ownThreads) func checksumTestVectors() {
     let check = Array("123456789".utf8)
     #expect(Checksum.compute(.crc32, over: check) == 0xCBF4_3926)
     #expect(Checksum.compute(.adler32, over: check) == 0x091E_01DE)
@@ -436,7 +437,7 @@ func trailingGarbageIsCorruptData(format: CompressionFormat) throws {
     #expect(Checksum.compute(.adler32, over: Array("Wikipedia".utf8)) == 0x11E6_0398)
 }
 
-@Test(arguments: Checksum.Kind.allCases)
+@Test(.ownThreads, arguments: Checksum.Kind.allCases)
 func checksumIsIncremental(kind: Checksum.Kind) {
     let data = randomBytes(100_003, seed: 51)
     let tap = Checksum(kind)
@@ -458,7 +459,7 @@ func checksumIsIncremental(kind: Checksum.Kind) {
     #expect(tap.value == Checksum.compute(kind, over: []))
 }
 
-@Test(arguments: Checksum.Kind.allCases)
+@Test(.ownThreads, arguments: Checksum.Kind.allCases)
 func checksumSplitsBuffersLargerThanOneZlibCall(kind: Checksum.Kind) {
     // Buffers past UInt32.max bytes are fed to zlib in pieces; the same path with tiny pieces.
     let data = randomBytes(10_007, seed: 52)
@@ -469,7 +470,7 @@ func checksumSplitsBuffersLargerThanOneZlibCall(kind: Checksum.Kind) {
     }
 }
 
-@Test func checksumMatchesTheGzipAndZlibTrailers() throws {
+@Test(.ownThreads) func checksumMatchesTheGzipAndZlibTrailers() throws {
     let data = compressibleBytes(30_000)
     let gzip = try compress(data, .gzip)
     let crc = gzip.suffix(8).prefix(4).reversed().reduce(UInt32(0)) { $0 << 8 | UInt32($1) }

@@ -1,4 +1,5 @@
 import Foundation
+import TestThreads
 import Testing
 
 @testable import Sluice
@@ -6,7 +7,7 @@ import Testing
 /// The twelve cases of swift-corelibs-foundation's Tests/Foundation/TestStream.swift, ported to
 /// sluice's API. Where the original checks nothing when `hasBytesAvailable` is false, the port
 /// asserts it.
-@Suite struct TestStreamConformance {
+@Suite(.ownThreads) struct TestStreamConformance {
     let message = Data("Hello, playground".utf8)
 
     private func readAll(_ stream: ReadStream) -> Data {

@@ -1,4 +1,5 @@
 import Foundation
+import TestThreads
 import Testing
 
 @testable import Sluice
@@ -37,7 +38,7 @@ private func finish(_ worker: DigestWorker, _ digest: SHA256Digest, loop: EventL
     return result
 }
 
-@Suite("DigestWorker")
+@Suite("DigestWorker", .ownThreads)
 struct DigestWorkerTests {
     /// The known SHA-256 of "abc" (FIPS 180-2, appendix B.1).
     @Test("Matches the FIPS 180-2 test vector through the worker")

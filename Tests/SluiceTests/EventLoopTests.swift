@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import TestThreads
 import Testing
 
 @testable import Sluice
@@ -30,7 +31,21 @@ private func descriptorTarget(_ fd: Int32) -> String? {
     try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(fd)")
 }
 
-@Suite struct EventLoopTests {
+@Suite(.ownThreads) struct EventLoopTests {
+    @Test func aDeadlineJustPassedReturnsAtOnce() throws {
+        // Less than a second in the past: a duration of 0 s and negative attoseconds, which
+        // crashed the conversion (seen in a loaded run, where a test's deadline had just passed).
+        let loop = try EventLoop()
+        let timer = loop.schedule(after: .seconds(60)) {}
+        #expect(loop.run(until: .now - .milliseconds(500)))
+        #expect(loop.run(for: .milliseconds(-300)))
+        timer.cancel()
+        #expect(Duration.milliseconds(-500).nanoseconds == 0)
+        #expect(Duration.seconds(-2).nanoseconds == 0)
+        #expect(Duration.milliseconds(1500).nanoseconds == 1_500_000_000)
+        #expect(Duration.seconds(Int64.max).nanoseconds == .max)
+    }
+
     @Test func oneShotAndRepeatingTimersFireInOrder() throws {
         let loop = try EventLoop()
         var fired: [String] = []

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import TestThreads
 import Testing
 
 @testable import Sluice
@@ -36,7 +37,7 @@ final class PieceSource: ByteSource, @unchecked Sendable {
 /// Apple's event rules — `openCompleted` first and once; one readiness event per readiness;
 /// `endEncountered` once after the last byte; `errorOccurred` at most once and then silence —
 /// checked for every kind of stream.
-@Suite struct EventModelTests {
+@Suite(.ownThreads) struct EventModelTests {
     static let payload = randomBytes(100_000, seed: 77)
 
     /// Kinds of read stream with `payload` behind them; the closure releases what they hold.

@@ -1,10 +1,11 @@
 import Foundation
+import TestThreads
 import Testing
 
 @testable import Sluice
 
 /// Real files, copied through the loop and by polling.
-@Suite struct FileCopyTests {
+@Suite(.ownThreads) struct FileCopyTests {
     static let size = 64 << 20
 
     @Test(arguments: [512, 4 << 20])

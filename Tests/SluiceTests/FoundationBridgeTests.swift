@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import TestThreads
 import Testing
 
 @testable import Sluice
@@ -91,7 +92,7 @@ final class OneRequestHTTPServer: @unchecked Sendable {
     }
 }
 
-@Suite struct FoundationBridgeTests {
+@Suite(.ownThreads) struct FoundationBridgeTests {
     @Test func aReadStreamAsAnInputStreamKeepsTheBlockingContract() {
         let input = randomBytes(200_000, seed: 3)
         let stream = ReadStream.memory(input).asInputStream()
@@ -298,7 +299,7 @@ final class OneRequestHTTPServer: @unchecked Sendable {
     }
 }
 
-@Suite struct SIGPIPETests {
+@Suite(.ownThreads) struct SIGPIPETests {
     private func disposition() -> UInt {
         var action = sigaction()
         sigaction(SIGPIPE, nil, &action)

@@ -1,9 +1,10 @@
 import Foundation
+import TestThreads
 import Testing
 
 @testable import Sluice
 
-@Suite struct MemoryAndBoundPairTests {
+@Suite(.ownThreads) struct MemoryAndBoundPairTests {
     @Test func growableMemoryWriteKeepsEverything() throws {
         let stream = WriteStream.toMemory()
         stream.open()

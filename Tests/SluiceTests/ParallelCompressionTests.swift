@@ -1,4 +1,5 @@
 import Foundation
+import TestThreads
 import Testing
 
 @testable import Sluice
@@ -25,7 +26,7 @@ private func mixed(_ count: Int) -> [UInt8] {
 }
 
 /// Parallel deflate (pigz-style blocks on worker threads), zstd, and stages run off the loop.
-@Suite struct ParallelCompressionTests {
+@Suite(.ownThreads) struct ParallelCompressionTests {
     static let block = ParallelDeflate.defaultBlockSize
     static let sizes = [0, 1, block, block + 1, 10 * block + 17]
 

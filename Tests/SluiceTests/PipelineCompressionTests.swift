@@ -1,11 +1,12 @@
 import Foundation
+import TestThreads
 import Testing
 
 @testable import Sluice
 
 /// Compression stages inside real pipelines: memory → Deflate → bound pair → Inflate → file,
 /// both pipelines on one loop.
-@Suite struct PipelineCompressionTests {
+@Suite(.ownThreads) struct PipelineCompressionTests {
     static let compressible: [UInt8] = Array(
         (0..<6000).map { "line \($0): the quick brown fox jumps over the lazy dog\n" }.joined().utf8.prefix(200_000))
     static let random = randomBytes(200_000, seed: 99)

@@ -1,4 +1,5 @@
 import Foundation
+import TestThreads
 import Testing
 
 @testable import Sluice
@@ -69,7 +70,7 @@ func runPipeline(_ pipeline: Pipeline, timeout: Duration = .seconds(30)) throws 
     return try #require(result, "pipeline did not finish in time")
 }
 
-@Suite struct PipelineTests {
+@Suite(.ownThreads) struct PipelineTests {
     @Test(arguments: ["512", "4K", "64K", "64KiB", "1M", "4M", "4MiB", "4194304"])
     func chunkSizesParse(text: String) throws {
         let size = try ChunkSize(parsing: text)

@@ -1,9 +1,10 @@
 import Foundation
+import TestThreads
 import Testing
 
 @testable import Sluice
 
-@Suite struct SeedExampleTests {
+@Suite(.ownThreads) struct SeedExampleTests {
     /// Listings 1–3 of "Writing To Output Streams", built as `Examples/WritingToMemory`.
     @Test func writingToMemoryExampleRuns() throws {
         let binary = productsDirectory().appendingPathComponent("WritingToMemory").path

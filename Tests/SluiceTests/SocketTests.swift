@@ -1,4 +1,5 @@
 import Foundation
+import TestThreads
 import Testing
 
 @testable import Sluice
@@ -123,7 +124,7 @@ func withUnixSocketDirectory<T>(_ body: (String) throws -> T) throws -> T {
 
 // MARK: Connect pairs
 
-@Suite(.serialized) struct SocketTests {
+@Suite(.serialized, .ownThreads) struct SocketTests {
     @Test func echoRoundTrip() throws {
         let loop = try EventLoop()
         let server = try EchoServer(Socket.listen(host: "127.0.0.1", port: 0), on: loop)

@@ -1,4 +1,5 @@
 import Foundation
+import TestThreads
 import Testing
 
 @testable import Sluice
@@ -8,7 +9,7 @@ import Testing
 #endif
 
 /// The event contract of the seeds, kind by kind.
-@Suite struct StreamEventTests {
+@Suite(.ownThreads) struct StreamEventTests {
     @Test func memoryReadDeliversOpenBytesEndInOrder() throws {
         let loop = try EventLoop()
         let stream = ReadStream.memory(Array("hello, sluice".utf8))

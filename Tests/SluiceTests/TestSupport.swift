@@ -1,4 +1,5 @@
 import Foundation
+import TestThreads
 import Testing
 
 @testable import Sluice
@@ -200,4 +201,16 @@ func waitUntil(_ limit: Duration = .seconds(10), _ condition: () -> Bool) -> Boo
         usleep(2_000)
     }
     return true
+}
+
+/// The suites that block their thread rely on `.ownThreads` to keep them off the cooperative
+/// pool (see `OwnThreads`): this checks that it does.
+@Suite(.ownThreads) struct OwnThreadsTests {
+    @Test func aBlockingBodyRunsOnTheTestRunsOwnThreads() {
+        #expect(BlockingTestExecutor.shared.isCurrentThreadOwn)
+    }
+
+    @Test(arguments: [1, 2]) func soDoesEachCaseOfAParameterizedTest(_ n: Int) {
+        #expect(BlockingTestExecutor.shared.isCurrentThreadOwn, "case \(n)")
+    }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import TestThreads
 import Testing
 
 @testable import Sluice
@@ -52,7 +53,7 @@ final class NeverReadingClient {
     }
 }
 
-@Suite("Transfer under load: peers that never read, many sessions, a slow disk")
+@Suite("Transfer under load: peers that never read, many sessions, a slow disk", .ownThreads)
 struct TransferLoadTests {
     @Test("A peer that floods refused headers and never reads is held by TCP; another sender goes on")
     func neverReadingPeer() throws {

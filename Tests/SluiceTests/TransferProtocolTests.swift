@@ -1,3 +1,4 @@
+import TestThreads
 import Testing
 
 @testable import Sluice
@@ -98,7 +99,7 @@ let sampleSession: (bytes: [UInt8], items: [Decoded]) = {
     return (bytes, frames)
 }()
 
-@Suite("Transfer protocol: the frame decoder")
+@Suite("Transfer protocol: the frame decoder", .ownThreads)
 struct FrameDecoderTests {
     @Test("A session split at every byte boundary decodes to the same messages")
     func everySplit() {
@@ -248,7 +249,7 @@ struct MachineDriver {
     }
 }
 
-@Suite("Transfer protocol: the receiver machine")
+@Suite("Transfer protocol: the receiver machine", .ownThreads)
 struct ReceiverMachineTests {
     /// Scripts that bring a fresh machine into each of its states.
     static let states: [(String, [Decoded], [ReceiverOutcome])] = [
@@ -411,7 +412,7 @@ struct ReceiverMachineTests {
     }
 }
 
-@Suite("Transfer protocol: the sender machine and waiting states")
+@Suite("Transfer protocol: the sender machine and waiting states", .ownThreads)
 struct SenderMachineTests {
     @Test("While an action is in progress the receiver takes no messages (its session stops reading)")
     func waitingStatesHoldInput() {

@@ -1,4 +1,5 @@
 import Foundation
+import TestThreads
 import Testing
 
 @testable import Sluice
@@ -7,7 +8,7 @@ import Testing
     import Glibc
 #endif
 
-@Suite("Transfer safety and resume")
+@Suite("Transfer safety and resume", .ownThreads)
 struct TransferSafetyTests {
     /// Sends `payload` on a raw connection to the harness, half-closes, and returns the reply.
     private func exchange(_ harness: TransferHarness, _ payload: [UInt8]) throws -> SocketExchange {

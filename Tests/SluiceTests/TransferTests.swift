@@ -1,4 +1,5 @@
 import Foundation
+import TestThreads
 import Testing
 
 @testable import Sluice
@@ -7,7 +8,7 @@ import Testing
     import Glibc
 #endif
 
-@Suite("Transfer")
+@Suite("Transfer", .ownThreads)
 struct TransferTests {
     @Test("One file arrives identical, with its mode and mtime")
     func oneFile() throws {

@@ -1,10 +1,11 @@
 import Foundation
 import Synchronization
+import TestThreads
 import Testing
 
 @testable import Sluice
 
-@Suite("WorkerPool")
+@Suite("WorkerPool", .ownThreads)
 struct WorkerPoolTests {
     @Test("Every job runs, on at most threadCount threads at once")
     func everyJobRuns() {

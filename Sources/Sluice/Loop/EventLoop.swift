@@ -380,10 +380,16 @@ public final class EventLoop: @unchecked Sendable {
 }
 
 extension Duration {
-    /// The duration in whole nanoseconds, clamped at zero.
+    /// The duration in whole nanoseconds, clamped at zero (and at `UInt64.max`).
+    ///
+    /// A negative duration under a second has seconds 0 and negative attoseconds (the two
+    /// components share the sign): `run(until:)` with a deadline that passed less than a
+    /// second ago gets one, and converting its attoseconds trapped.
     var nanoseconds: UInt64 {
         let (s, atto) = components
-        if s < 0 { return 0 }
-        return UInt64(s) * 1_000_000_000 + UInt64(atto / 1_000_000_000)
+        if s < 0 || atto < 0 { return 0 }
+        let (whole, overflow) = UInt64(s).multipliedReportingOverflow(by: 1_000_000_000)
+        let (total, carry) = whole.addingReportingOverflow(UInt64(atto / 1_000_000_000))
+        return overflow || carry ? .max : total
     }
 }
