@@ -1,4 +1,5 @@
 import Foundation
+import TestThreads
 import Testing
 
 #if canImport(Glibc)
@@ -106,7 +107,7 @@ func peer(_ executable: URL, _ arguments: [String], stdin: String) throws -> (st
 }
 
 /// `sluice copy` over `tls:` / `tls-listen:` against itself, socat and openssl, both ways.
-@Suite(.serialized) struct TLSCopyTests {
+@Suite(.serialized, .ownThreads) struct TLSCopyTests {
     static let size = 64 << 20
 
     @Test func sluiceToSluiceWithAPinnedThrowawayCertificate() throws {

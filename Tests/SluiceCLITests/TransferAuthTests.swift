@@ -1,4 +1,5 @@
 import Foundation
+import TestThreads
 import Testing
 
 #if canImport(Glibc)
@@ -15,7 +16,7 @@ extension ReceiverProcess {
     }
 }
 
-@Suite struct TransferAuthTests {
+@Suite(.ownThreads) struct TransferAuthTests {
     @Test func aPairingCodeAuthenticatesAndAWrongOneIsRefusedWith77() throws {
         try withTemporaryDirectory { dir in
             let inbox = "\(dir)/in"

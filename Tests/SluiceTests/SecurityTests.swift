@@ -1,4 +1,5 @@
 import Foundation
+import TestThreads
 import Testing
 
 @testable import Sluice
@@ -56,7 +57,7 @@ import Testing
     }
 }
 
-@Suite struct KeyFileTests {
+@Suite(.ownThreads) struct KeyFileTests {
     @Test func keygenMakesAPrivateFileAndRefusesToOverwrite() throws {
         try withTemporaryDirectory { dir in
             let path = "\(dir)/key"
@@ -101,7 +102,7 @@ import Testing
 }
 
 /// TLS streams authenticated by a pre-shared key, end to end on loopback.
-@Suite struct PreSharedKeyTLSTests {
+@Suite(.ownThreads) struct PreSharedKeyTLSTests {
     func exchange(serverKey: PreSharedKey, clientKey: PreSharedKey) throws -> (SocketExchange, TLSEchoServer) {
         let loop = try EventLoop()
         let server = try TLSEchoServer(serverContext { $0.preSharedKey = serverKey }, on: loop)

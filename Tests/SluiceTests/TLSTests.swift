@@ -1,4 +1,5 @@
 import Foundation
+import TestThreads
 import Testing
 
 @testable import Sluice
@@ -39,7 +40,7 @@ func clientContext(_ configure: (inout TLSSettings) -> Void) throws -> TLSContex
     return try TLSContext(settings)
 }
 
-@Suite struct TLSStreamTests {
+@Suite(.ownThreads) struct TLSStreamTests {
     @Test func echoWithAPinnedThrowawayCertificate() throws {
         let loop = try EventLoop()
         let server = try TLSEchoServer(serverContext(), on: loop)
