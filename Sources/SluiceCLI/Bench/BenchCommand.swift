@@ -149,11 +149,13 @@ enum BenchCommand: Command {
     // MARK: Network
 
     private static func runServer(_ options: BenchOptions, host: String?, port: UInt16) throws {
+        let context = try options.tls?.makeContext(role: .server, host: nil, operand: "--tls")
         let listener = try Socket.listen(host: host, port: port)
         if !options.quiet { Terminal.report("bench server listening on \(listener.address)") }
+        if let pin = context?.localPin { Terminal.write("pin \(pin)\n", to: 2) }
         let server = NetworkBenchServer(
             listener: listener, chunkSize: options.chunkSizes.count == 1 ? options.chunkSizes[0] : .default,
-            once: options.once,
+            once: options.once, tls: context,
             onSession: { report, peer in
                 if options.json {
                     Terminal.write(
@@ -183,6 +185,7 @@ enum BenchCommand: Command {
             host: host, port: port, seconds: options.seconds, chunkSize: chunk, compress: options.compress,
             reverse: options.reverse, interval: options.interval,
             timeout: options.timeoutSeconds.map { .milliseconds(Int64($0 * 1000)) },
+            tls: try options.tls?.makeContext(role: .client, host: host, operand: "tls:\(host):\(port)"),
             onInterval: { slice in
                 if options.jsonStream {
                     Terminal.write("{\"type\": \"interval\", " + intervalJSON(slice) + "}\n", to: 1)
@@ -197,7 +200,8 @@ enum BenchCommand: Command {
         do {
             report = try client.run()
         } catch let error as BenchFailure {
-            throw CLIError(.unavailable, "bench: \(error.description)")
+            let status: ExitStatus = error.error?.code == .authenticationFailed ? .notPermitted : .unavailable
+            throw CLIError(status, "bench: \(error.description)")
         }
         let summary =
             "\"bytes\": \(report.bytes), \"seconds\": \(Format.jsonNumber(report.seconds)), "
@@ -205,7 +209,9 @@ enum BenchCommand: Command {
             + "\"server_bytes\": \(report.peerBytes.map(String.init) ?? "null"), "
             + "\"reverse\": \(options.reverse), \"compress\": \(options.compress), \"chunk_size\": \(chunk.bytes), "
             + "\"source_bound_seconds\": \(Format.jsonNumber(report.sourceBoundSeconds)), "
-            + "\"sink_bound_seconds\": \(Format.jsonNumber(report.sinkBoundSeconds))"
+            + "\"sink_bound_seconds\": \(Format.jsonNumber(report.sinkBoundSeconds)), "
+            + "\"tls_protocol\": \(report.tls.map { Format.jsonString($0.protocol) } ?? "null"), "
+            + "\"tls_cipher\": \(report.tls.map { Format.jsonString($0.cipher) } ?? "null")"
         if options.json {
             let intervals = report.intervals.map { "{" + intervalJSON($0) + "}" }.joined(separator: ", ")
             Terminal.write("{" + summary + ", \"intervals\": [" + intervals + "]}\n", to: 1)

@@ -23,6 +23,8 @@ struct BenchOptions: Hashable, Sendable {
     var quiet = false
     var progress: ProgressMode = .auto
     var timeoutSeconds: Double?
+    /// TLS 1.3 (`--tls`, or a `tls:` operand with its options).
+    var tls: TLSEndpointOptions?
 
     static let size = OptionSpec(
         "size", value: .required("SIZE"), help: "bytes per cell of the local matrix (default 128M)")
@@ -36,11 +38,15 @@ struct BenchOptions: Hashable, Sendable {
     static let interval = OptionSpec(
         "interval", value: .required("S"), help: "client: report every S seconds (default 1)")
     static let reverse = OptionSpec("reverse", help: "client: the server sends, the client receives")
+    static let tls = OptionSpec(
+        "tls",
+        help: "TLS 1.3: the server makes a throwaway certificate and prints its pin; the client"
+            + " checks it as tls: does (write tls:HOST:PORT,pin=sha256:HEX)")
     static let compress = OptionSpec(
         "compress", short: "z", help: "client: gzip -1 on the sending side, gunzip on the other")
 
     static let parser = ArgumentParser([
-        CommonOptions.chunkSize, size, json, jsonStream, listen, once, seconds, interval, reverse, compress,
+        CommonOptions.chunkSize, size, json, jsonStream, listen, once, seconds, interval, reverse, compress, tls,
         CommonOptions.threads,
         CommonOptions.progress, CommonOptions.noProgress, CommonOptions.timeout, CommonOptions.quiet,
         CommonOptions.help, CommonOptions.version,
@@ -61,10 +67,15 @@ struct BenchOptions: Hashable, Sendable {
                 throw UsageError("bench: --listen makes a server, which takes no tcp:HOST:PORT operand")
             }
             let operand = parsed.operands[0]
-            guard case .tcpConnect(let host, let port) = try Endpoint(parsing: operand) else {
-                throw UsageError("bench: '\(operand)': the server to measure is written tcp:HOST:PORT")
+            switch try Endpoint(parsing: operand) {
+            case .tcpConnect(let host, let port):
+                mode = .client(host: host, port: port)
+            case .tlsConnect(let host, let port, let options):
+                mode = .client(host: host, port: port)
+                tls = options
+            default:
+                throw UsageError("bench: '\(operand)': the server to measure is written tcp:HOST:PORT or tls:HOST:PORT")
             }
-            mode = .client(host: host, port: port)
         default:
             throw UsageError(
                 "bench: unexpected operand '\(parsed.operands[1])' (usage: sluice bench [options] [tcp:HOST:PORT])")
@@ -92,6 +103,7 @@ struct BenchOptions: Hashable, Sendable {
         threads = try CommonOptions.threads(parsed)
         reverse = parsed.has("reverse")
         once = parsed.has("once")
+        if parsed.has("tls") && tls == nil { tls = TLSEndpointOptions() }
         quiet = parsed.has("quiet")
         switch parsed.lastOf(["progress", "no-progress"]) {
         case "progress": progress = .on

@@ -64,6 +64,8 @@ struct BenchCell: Sendable {
 
 struct BenchFailure: Error, CustomStringConvertible {
     var description: String
+    /// The library error behind it, when there is one (for its exit status).
+    var error: SluiceError?
 }
 
 /// Runs the local matrix: every path at every chunk size, `size` bytes each.

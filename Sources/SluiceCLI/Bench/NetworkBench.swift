@@ -43,6 +43,8 @@ struct NetworkReport: Sendable {
     var peerBytes: UInt64?
     var sourceBoundSeconds: Double
     var sinkBoundSeconds: Double
+    /// The TLS protocol and cipher negotiated, with `--tls`.
+    var tls: (protocol: String, cipher: String)? = nil
 
     struct Interval: Sendable {
         var start: Double
@@ -100,23 +102,28 @@ struct NetworkBenchClient {
     var reverse: Bool
     var interval: Double
     var timeout: Duration?
+    /// TLS 1.3 with this (client) context; plain TCP when nil.
+    var tls: TLSContext?
     var onInterval: (NetworkReport.Interval) -> Void
 
     func run() throws -> NetworkReport {
         let loop = try EventLoop()
-        let (reader, writer) = Socket.connect(host: host, port: port, timeout: timeout)
+        let plain = Socket.connect(host: host, port: port, timeout: timeout)
+        let (reader, writer) = tls.map { TLS.secure(plain, context: $0) } ?? plain
         reader.schedule(on: loop)
         writer.schedule(on: loop)
         reader.open()
         writer.open()
         var report: NetworkReport?
         var failure: String?
+        var failureError: SluiceError?
         let hello = BenchHello(
             reverse: reverse, compress: compress, milliseconds: UInt32(min(seconds, 3600) * 1000))
         let sampler = IntervalSampler()
         let options = PipelineOptions(chunkSize: chunkSize, closesStreams: false)
 
         func fail(_ text: String) {
+            if failure == nil { failureError = writer.streamError ?? reader.streamError }
             failure = failure ?? text
             reader.close()
             writer.close()
@@ -161,8 +168,13 @@ struct NetworkBenchClient {
             }
         }
         loop.run()
-        if let failure { throw BenchFailure(description: failure) }
-        guard let report else { throw BenchFailure(description: "tcp:\(host):\(port): connection ended early") }
+        if let failure { throw BenchFailure(description: failure, error: failureError) }
+        guard var report else { throw BenchFailure(description: "tcp:\(host):\(port): connection ended early") }
+        if let version = writer.property(forKey: .tlsProtocol) as? String,
+            let cipher = writer.property(forKey: .tlsCipher) as? String
+        {
+            report.tls = (version, cipher)
+        }
         return report
     }
 }
@@ -173,13 +185,15 @@ struct NetworkBenchServer {
     var listener: SocketListener
     var chunkSize: ChunkSize
     var once: Bool
+    /// TLS 1.3 with this (server) context; plain TCP when nil.
+    var tls: TLSContext?
     var onSession: (NetworkReport, SocketAddress) -> Void
     var onError: (String) -> Void
 
     func run() throws {
         let loop = try EventLoop()
         let options = PipelineOptions(chunkSize: chunkSize, closesStreams: false)
-        try listener.accept(on: loop) { reader, writer, peer in
+        let handler: Socket.ConnectionHandler = { reader, writer, peer in
             if once { listener.close() }
             reader.schedule(on: loop)
             writer.schedule(on: loop)
@@ -216,6 +230,11 @@ struct NetworkBenchServer {
                     }
                 }
             }
+        }
+        if let tls {
+            try listener.accept(on: loop, context: tls, handler: handler)
+        } else {
+            try listener.accept(on: loop, handler: handler)
         }
         loop.run()
     }
