@@ -192,7 +192,12 @@ final class TLSEngine {
     }
 
     /// Plaintext already decrypted and waiting in OpenSSL.
-    var plaintextPending: Bool { SSL_pending(ssl) > 0 }
+    /// Bytes a read may return without the socket: decrypted and not yet read, or records
+    /// OpenSSL holds unprocessed, or ciphertext handed to the BIO pair that OpenSSL has not
+    /// read yet (a read that stopped because the caller's buffer was full leaves any of these,
+    /// and the socket may have nothing more to say: a readiness that only looked at decrypted
+    /// bytes stalled the stream there).
+    var plaintextPending: Bool { SSL_has_pending(ssl) == 1 || BIO_ctrl_wpending(network) > 0 }
 
     /// The protocol version negotiated (`TLSv1.3`), once the handshake is done.
     var protocolName: String? {
