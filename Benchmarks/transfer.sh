@@ -31,9 +31,16 @@ done
 RECV=$DATA/recv
 DST=$DATA/dst
 cat "$SRC" "$SMALL"/* >/dev/null
-# Plaintext on loopback: once send/receive authenticate by default, this takes --insecure.
+# Plaintext on loopback (--insecure), or with AUTH=1 authenticated as by default (TLS 1.3
+# with a PSK from a key file).
 INSECURE=()
-if "$SLUICE" send --help 2>&1 | grep -q -- --insecure; then INSECURE=(--insecure); fi
+if [ "${AUTH:-0}" = 1 ]; then
+    rm -f "$DATA/bench.key"
+    "$SLUICE" keygen "$DATA/bench.key"
+    INSECURE=(--key-file "$DATA/bench.key")
+elif "$SLUICE" send --help 2>&1 | grep -q -- --insecure; then
+    INSECURE=(--insecure)
+fi
 
 now() { date +%s.%N; }
 elapsed() { echo "$2 - $1" | bc -l; }
@@ -158,7 +165,7 @@ wait "$rpid" 2>/dev/null || true
 stats() { printf '%s\n' "$@" | median; }
 range() { printf '%s\n' "$@" | sort -g | awk 'NR==1{lo=$1} {hi=$1} END {printf "%.2f–%.2f", lo, hi}'; }
 cat <<EOF
-### Transfer layer (issue 11) — $(date -u +%Y-%m-%d), $ROUNDS alternating rounds
+### Transfer layer (issue 11$([ "${AUTH:-0}" = 1 ] && echo ", authenticated: TLS 1.3 + PSK, issue 12")) — $(date -u +%Y-%m-%d), $ROUNDS alternating rounds
 
 | measure | median | range | target |
 |---|---|---|---|
