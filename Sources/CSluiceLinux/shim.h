@@ -30,4 +30,14 @@ extern int sync_file_range(int fd, __off64_t offset, __off64_t nbytes, unsigned 
 #define SYNC_FILE_RANGE_WRITE 2
 #endif
 
+/* fallocate(2), likewise: the receiver reserves a file's blocks when it starts (a full disk is
+   then told before the data is sent, and the file system allocates once, not page by page). */
+extern int fallocate(int fd, int mode, __off64_t offset, __off64_t len);
+#ifndef FALLOC_FL_KEEP_SIZE
+#define FALLOC_FL_KEEP_SIZE 0x01
+#endif
+#ifndef FALLOC_FL_PUNCH_HOLE
+#define FALLOC_FL_PUNCH_HOLE 0x02
+#endif
+
 #endif

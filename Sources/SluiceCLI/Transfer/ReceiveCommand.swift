@@ -233,6 +233,7 @@ final class ReceiveSession: Interruptible {
         loop.run()
         SignalWatcher.shared.setHandler(nil)
         session.listener?.close()
+        session.receiver?.finishDiskWork()
         guard let status = session.status else {
             Terminal.report("receive: the event loop ran out of work (a bug)")
             return .ioError

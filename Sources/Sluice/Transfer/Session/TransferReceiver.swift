@@ -166,6 +166,13 @@ public final class TransferReceiver {
         input.close()
     }
 
+    /// Waits until the disk work that ended sessions left queued is done: abandoned files closed
+    /// and removed, or kept for a resume with their unused reserved blocks given back. Call once
+    /// the loop has stopped, before the process exits; the receiver stores nothing afterwards.
+    public func finishDiskWork() {
+        store.pool.shutdown()
+    }
+
     /// Ends every session (interrupted files keep their partial data for a later resume).
     public func closeAllSessions() {
         for session in Array(sessions.values) { session.cancel() }

@@ -67,11 +67,34 @@ final class ReceiverStore: @unchecked Sendable {
             closeDescriptor(parent)
             return .failure(rejection)
         case .success(let (fd, offset, resumable)):
-            return .success(
-                OpenedFile(
-                    parent: parent, name: name, temporary: temporary, fd: fd, offset: offset, resumable: resumable,
-                    display: destination.display(request.relative)))
+            let file = OpenedFile(
+                parent: parent, name: name, temporary: temporary, fd: fd, offset: offset, resumable: resumable,
+                display: destination.display(request.relative))
+            if request.header.sizeKnown,
+                let rejection = Self.reserve(fd, from: offset, to: request.header.size, display: file.display)
+            {
+                abandon(file, keep: offset > 0)
+                return .failure(rejection)
+            }
+            return .success(file)
         }
+    }
+
+    /// Reserves the blocks of the bytes still to come, `offset` to `size` (`fallocate` with
+    /// `FALLOC_FL_KEEP_SIZE`: the file's size, and with it what a resume finds, stays what was
+    /// written). A disk without room refuses the file now, before its data is sent, rather than
+    /// after; and the file system allocates the file at once instead of page by page as it is
+    /// written (ext4's delayed allocation took a fifth of the receiver's write time). Where the
+    /// file system cannot reserve, the file is written as before.
+    static func reserve(_ fd: Int32, from offset: UInt64, to size: UInt64, display: String) -> EntryRejection? {
+        guard size > offset else { return nil }
+        let (start, length) = (off_t(clamping: offset), off_t(clamping: size - offset))
+        let reserved = Result { () throws(SluiceError) in
+            try syscallValue("fallocate", display) { fallocate(fd, FALLOC_FL_KEEP_SIZE, start, length) }
+        }
+        guard case .failure(let error) = reserved, let errno = reserved.failureErrno else { return nil }
+        guard [ENOSPC, EDQUOT, EFBIG].contains(errno.rawValue) else { return nil }
+        return .failed(.io, error.description)
     }
 
     /// Gives the finished file its mode and mtime, flushes it when `fsync`, and moves it to its
@@ -112,7 +135,13 @@ final class ReceiverStore: @unchecked Sendable {
 
     /// Closes an unfinished file, keeping its data for a resume when `keep` and it may be.
     func abandon(_ file: OpenedFile, keep: Bool) {
-        if !(keep && file.resumable) { unlinkat(file.parent, file.temporary, 0) }
+        if keep && file.resumable {
+            // Truncating to its own size gives back the blocks reserved past what was written.
+            var st = stat()
+            if fstat(file.fd, &st) == 0 { _ = ftruncate(file.fd, st.st_size) }
+        } else {
+            unlinkat(file.parent, file.temporary, 0)
+        }
         closeDescriptor(file.fd)
         closeDescriptor(file.parent)
     }

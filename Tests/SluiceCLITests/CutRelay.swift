@@ -1,0 +1,115 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A TCP relay on 127.0.0.1 (port 0) to `target`: it accepts one connection, forwards bytes both
+/// ways, and once `cutAfter` bytes have gone from the client to the target, closes both
+/// connections at once — a network failure in the middle of a transfer: each end sees its
+/// connection end with no TLS close_notify (nor anything else) from the other.
+final class CutRelay: @unchecked Sendable {
+    /// The port the relay listens on.
+    let port: UInt16
+    private let listener: Int32
+    private let lock = NSLock()
+    private var forwarded = 0
+    private var cut = false
+    private let finished = DispatchSemaphore(value: 0)
+
+    init(to targetPort: UInt16, cutAfter: Int) throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw POSIXError(.EIO) }
+        var address = loopback(port: 0)
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                bind(fd, pointer, length) == 0 && listen(fd, 1) == 0 && getsockname(fd, pointer, &length) == 0
+            }
+        }
+        guard bound else {
+            close(fd)
+            throw POSIXError(.EADDRINUSE)
+        }
+        listener = fd
+        port = UInt16(bigEndian: address.sin_port)
+        Thread.detachNewThread { [self] in
+            defer { finished.signal() }
+            let client = accept(fd, nil, nil)
+            guard client >= 0 else { return }
+            let server = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var target = loopback(port: targetPort)
+            let connected = withUnsafePointer(to: &target) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    connect(server, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+                }
+            }
+            guard connected else {
+                close(client)
+                close(server)
+                return
+            }
+            relay(client, server, cutAfter: cutAfter)
+        }
+    }
+
+    deinit { close(listener) }
+
+    /// Bytes forwarded from the client to the target.
+    var bytesForwarded: Int { lock.withLock { forwarded } }
+
+    /// Whether the relay cut the connections (rather than seeing one end close).
+    var didCut: Bool { lock.withLock { cut } }
+
+    /// Waits (at most `seconds`) until the relay has closed both connections.
+    func waitUntilDone(seconds: Double = 30) -> Bool {
+        finished.wait(timeout: .now() + seconds) == .success
+    }
+
+    /// Forwards both ways with `poll` until either end closes or `cutAfter` bytes went to the
+    /// server; then closes both sockets, without a shutdown, so what each peer sees is an end
+    /// of the connection in the middle of its stream.
+    private func relay(_ client: Int32, _ server: Int32, cutAfter: Int) {
+        defer {
+            close(client)
+            close(server)
+        }
+        var buffer = [UInt8](repeating: 0, count: 16 << 10)
+        var fds = [
+            pollfd(fd: client, events: Int16(POLLIN), revents: 0),
+            pollfd(fd: server, events: Int16(POLLIN), revents: 0),
+        ]
+        while true {
+            guard poll(&fds, 2, 30_000) > 0 else { return }
+            for index in 0..<2 where fds[index].revents != 0 {
+                let from = fds[index].fd
+                let to = index == 0 ? server : client
+                // Up to the cut exactly: the bytes past it never reach the target.
+                let room = index == 0 ? cutAfter - bytesForwarded : buffer.count
+                let n = buffer.withUnsafeMutableBytes { recv(from, $0.baseAddress, min($0.count, room), 0) }
+                if n <= 0 { return }
+                var sent = 0
+                while sent < n {
+                    let m = buffer.withUnsafeBytes { send(to, $0.baseAddress! + sent, n - sent, Int32(MSG_NOSIGNAL)) }
+                    if m <= 0 { return }
+                    sent += m
+                }
+                guard index == 0 else { continue }
+                let reached = lock.withLock {
+                    forwarded += n
+                    cut = forwarded >= cutAfter
+                    return cut
+                }
+                if reached { return }
+            }
+        }
+    }
+}
+
+private func loopback(port: UInt16) -> sockaddr_in {
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = port.bigEndian
+    return address
+}

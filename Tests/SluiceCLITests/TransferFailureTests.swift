@@ -1,0 +1,63 @@
+import Foundation
+import TestThreads
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// send → receive failing in the middle: a connection cut, a disk without room.
+@Suite(.ownThreads) struct TransferFailureTests {
+    /// Over TLS through a relay that cuts both connections in the middle of a file.
+    @Test func aConnectionCutWithoutCloseNotifyExits74AndStoresNothing() throws {
+        try withTemporaryDirectory { dir in
+            let inbox = "\(dir)/in"
+            mkdir(inbox, 0o755)
+            try write(randomBytes(16 << 20, seed: 31), to: "\(dir)/big.bin")
+            let receiver = try ReceiverProcess(["--dir", inbox, "--once"])
+            let relay = try CutRelay(to: try receiver.port(), cutAfter: 2 << 20)
+            let sent = try sluice("send", "--timeout", "20", "\(dir)/big.bin", "127.0.0.1:\(relay.port)")
+            #expect(relay.waitUntilDone())
+            #expect(relay.didCut, "the transfer ended before the relay cut it")
+            #expect(sent.status == 74, "\(sent.stderrText)")
+            #expect(sent.stderrText.hasPrefix("sluice: "))
+            let received = receiver.wait()
+            #expect(received.status == 74, "\(received.stderr)")
+            #expect(received.stderr.contains("close_notify"), "\(received.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: "\(inbox)/big.bin"))
+            // What arrived is kept only under the hidden partial name, for a resume.
+            #expect(directoryEntries(inbox).allSatisfy { $0.hasPrefix(".") }, "\(directoryEntries(inbox))")
+            // ... holding no more disk than what it holds: the blocks reserved for the rest of the
+            // file are given back.
+            for name in directoryEntries(inbox) {
+                var st = stat()
+                #expect(lstat("\(inbox)/\(name)", &st) == 0)
+                #expect(Int(st.st_blocks) * 512 <= Int(st.st_size) + (1 << 20), "\(name): \(st.st_blocks) blocks")
+            }
+        }
+    }
+
+    /// A file larger than the receiver's free space (a sparse one of 15 TiB) is refused when it
+    /// starts, before its data is sent: exit 74 naming the full disk, nothing left behind.
+    @Test func aFileTheDiskHasNoRoomForIsRefusedBeforeItsData() throws {
+        try withTemporaryDirectory { dir in
+            let inbox = "\(dir)/in"
+            mkdir(inbox, 0o755)
+            let huge = "\(dir)/huge.bin"
+            let fd = open(huge, O_WRONLY | O_CREAT, 0o644)
+            #expect(ftruncate(fd, 15 << 40) == 0)
+            close(fd)
+            var fs = statvfs()
+            #expect(statvfs(inbox, &fs) == 0)
+            try #require(UInt64(fs.f_bavail) * UInt64(fs.f_frsize) < 15 << 40, "a disk with 15 TiB free")
+            let receiver = try ReceiverProcess(["--dir", inbox, "--once"])
+            // Refused at once; sent, the zeros would take hours: a failure, not a hang.
+            let sent = try Running(sluiceBinary, withTestKey(["send", huge, try receiver.address()]))
+                .wait(within: .seconds(30))
+            #expect(sent.status == 74, "\(sent.stderrText)")
+            #expect(sent.stderrText.contains("No space left on device"), "\(sent.stderrText)")
+            #expect(receiver.wait().status == 74)
+            #expect(directoryEntries(inbox).isEmpty, "\(directoryEntries(inbox))")
+        }
+    }
+}
