@@ -25,7 +25,7 @@ enum TransferText {
 /// The progress line of `sluice send`, redrawn ten times a second on stderr: files done of
 /// all, then bytes, time, rate, and with the total known a bar, percent and ETA (as `copy`'s).
 final class TransferProgressDisplay {
-    private let sender: TransferSender
+    private let sender: any TransferProgressSource
     private let output: (String) -> Void
     private var timer: LoopTimer?
     private var samples: [(time: Double, bytes: UInt64)] = []
@@ -35,7 +35,7 @@ final class TransferProgressDisplay {
     /// False when a stream of unknown length is among the sources: no bar, percent or ETA.
     private let sizeKnown: Bool
 
-    init(sender: TransferSender, sizeKnown: Bool, output: @escaping (String) -> Void) {
+    init(sender: any TransferProgressSource, sizeKnown: Bool, output: @escaping (String) -> Void) {
         self.sender = sender
         self.sizeKnown = sizeKnown
         self.output = output
@@ -185,7 +185,7 @@ struct ReceiveStatsReport {
         for result in report.results {
             switch result.outcome {
             case .stored:
-                if result.isDirectory { directories += 1 } else { files += 1 }
+                if result.isDirectory { directories += 1 } else if !result.rangeOnly { files += 1 }
                 resumedBytes += result.resumedBytes
             case .refused: refused += 1
             case .failed: failed += 1
