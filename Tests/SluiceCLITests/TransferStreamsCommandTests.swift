@@ -24,8 +24,12 @@ import Testing
             let inbox = "\(dir)/in"
             try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: false)
             let receiver = try ReceiverProcess(["--dir", inbox, "--once", "--stats=json"])
-            let send = try sluice("send", "-q", "--streams", "4", "\(dir)/tree", try receiver.address())
+            let send = try sluice(
+                "send", "-q", "--streams", "4", "--stats=json", "\(dir)/tree", try receiver.address())
             #expect(send.status == 0, "\(send.stderrText)")
+            let sent = try #require(lastJSONObject(send.stderrText))
+            #expect(sent["streams"] as? Int == 4, "\(sent)")
+            #expect((sent["stream_bytes"] as? [Int])?.allSatisfy { $0 > 500_000 } == true, "\(sent)")
             let received = receiver.wait()
             #expect(received.status == 0, "\(received.stderr)")
             #expect(try treesIdentical("\(dir)/tree", "\(inbox)/tree"))

@@ -172,7 +172,8 @@ final class Session {
                 expect(outstanding, "an answer for \(result.path), which was answered already or never announced")
                 outstanding = false
                 reports += 1
-                if result.outcome == .stored && !result.isDirectory {
+                // A range's STORED (rangeOnly) says the range is in, not yet the file.
+                if result.outcome == .stored && !result.isDirectory && !result.rangeOnly {
                     expect(store.files[result.path] != nil, "\(result.path) reported stored but not in the store")
                 }
             case .settleDirectories:

@@ -278,7 +278,9 @@ final class SendSession: Interruptible {
         let outcome = session.outcome(of: summary)
         if !outcome.message.isEmpty { Terminal.report(outcome.message) }
         if let format = options.stats {
-            let report = SendStatsReport(summary: summary, destination: session.destinationName, options: options)
+            let streams = session.parallel.map { Array($0.bytesPerStream.prefix($0.streamsUsed)) }
+            let report = SendStatsReport(
+                summary: summary, destination: session.destinationName, options: options, streamBytes: streams)
             Terminal.write(format == .json ? report.json + "\n" : report.text, to: 2)
         }
         return outcome.status

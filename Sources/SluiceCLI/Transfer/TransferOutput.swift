@@ -102,9 +102,12 @@ struct SendStatsReport {
     var chunkSize: ChunkSize
     var compressionLevel: Int?
     var rateLimit: Int?
+    /// With `--streams`: the bytes written to each connection used.
+    var streamBytes: [UInt64]?
 
-    init(summary: TransferSummary, destination: String, options: SendOptions) {
+    init(summary: TransferSummary, destination: String, options: SendOptions, streamBytes: [UInt64]? = nil) {
         self.summary = summary
+        self.streamBytes = streamBytes
         self.destination = destination
         chunkSize = options.chunkSize
         compressionLevel = options.compressionLevel
@@ -144,6 +147,10 @@ struct SendStatsReport {
         ]
         if let compressionLevel { fields.append(("compression_level", "\(compressionLevel)")) }
         if let rateLimit { fields.append(("rate_limit", "\(rateLimit)")) }
+        if let streamBytes {
+            fields.append(("streams", "\(streamBytes.count)"))
+            fields.append(("stream_bytes", "[" + streamBytes.map(String.init).joined(separator: ",") + "]"))
+        }
         return "{" + fields.map { "\(Format.jsonString($0.0)):\($0.1)" }.joined(separator: ",") + "}"
     }
 
@@ -162,6 +169,10 @@ struct SendStatsReport {
         ]
         if let compressionLevel { rows.append(("compression", "deflate:\(compressionLevel)")) }
         if let rateLimit { rows.append(("rate limit", Format.rate(Double(rateLimit)))) }
+        if let streamBytes {
+            let each = streamBytes.map { Format.bytes($0) }.joined(separator: ", ")
+            rows.append(("streams", "\(streamBytes.count) (on the wire: \(each))"))
+        }
         return StatsTable.render(rows)
     }
 }

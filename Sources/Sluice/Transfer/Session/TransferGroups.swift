@@ -64,6 +64,7 @@ final class SharedFile {
     /// Checks `range` of `header` against what this transfer announced of the file, and
     /// records it; returns the refusal when it does not belong.
     func admit(_ range: ByteRange, of header: EntryHeader) -> EntryRejection? {
+        if let failure { return failure }
         guard !finished else { return .refused(.invalidRange, "\(range): the file is already complete") }
         guard header.size == self.header.size, header.mode == self.header.mode,
             header.mtimeSeconds == self.header.mtimeSeconds,
