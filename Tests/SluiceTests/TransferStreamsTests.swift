@@ -178,6 +178,44 @@ struct TransferStreamsTests {
         return RawWire.messages(client.received).map { ($0.0, Wire.printable($0.1)) }
     }
 
+    @Test("receive --once: the connections of its one transfer are admitted, and no other connection")
+    func onceAdmitsOneTransfer() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/src"
+            let dst = root + "/dst"
+            for directory in [src, dst] {
+                try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            }
+            let bytes = Self.content(4 << 20, seed: 21)
+            try writeFile(src + "/big.bin", bytes)
+            let harness = try TransferHarness(directory: dst)
+            // The first session (id 1) is the one transfer served, as `receive --once` does.
+            harness.receiver.onlyTransferOfSession = 1
+            let relay = try CappedRelay(to: harness.port, bytesPerSecond: 2 << 20, on: harness.loop)
+            let sender = try ParallelTransferSender(paths: [src + "/big.bin"], streams: 4)
+            let box = SummaryBox()
+            var joined = 0
+            sender.onStreamJoined = { _ in joined += 1 }
+            sender.start(connect: { Socket.connect(host: "127.0.0.1", port: relay.port) }, on: harness.loop) {
+                box.summary = $0
+            }
+            #expect(runLoop(harness.loop, for: .seconds(30)) { joined == 4 || box.summary != nil })
+            #expect(box.summary == nil, "the transfer ended before a stranger could try")
+            // A stranger with a file, and one joining another transfer, are both refused.
+            let stranger = try exchange(harness, RawWire.hello() + RawWire.file("x", size: 1) + RawWire.bye)
+            #expect(stranger.last?.1 == "this receiver serves one transfer (--once); connection refused")
+            let otherID = [UInt8](repeating: 9, count: Wire.transferIDBytes)
+            let joiner = try exchange(
+                harness, RawWire.hello(["sha256", "streams"]) + Self.join(index: 0, count: 2, id: otherID))
+            #expect(joiner.last?.1 == "this receiver serves one transfer (--once); connection refused")
+            runLoop(harness.loop, for: .seconds(60)) { box.summary != nil && harness.receiver.activeSessions == 0 }
+            let summary = try #require(box.summary)
+            #expect(summary.succeeded, "\(summary.results)")
+            #expect(readFile(dst + "/big.bin") == bytes)
+            #expect(!fileExists(dst + "/x"))
+        }
+    }
+
     @Test("A transfer id no session knows is refused; so is a JOIN to a receiver without streams")
     func unknownTransferID() throws {
         try withTemporaryDirectory { root in
