@@ -48,12 +48,18 @@ struct TransferStreamsTests {
             try writeFile(src + "/tree/big.bin", Self.content(4 << 20, seed: 1), mtime: (1_700_000_000, 5))
             try writeFile(src + "/tree/sub/small", Self.content(10_000, seed: 2), mode: 0o600)
             try writeFile(src + "/tree/sub/mid", Self.content(300_000, seed: 3))
+            chmod(src + "/tree/sub", 0o750)
+            for directory in [src + "/tree/sub", src + "/tree"] {
+                let times = [timespec(tv_sec: 1_600_000_000, tv_nsec: 7), timespec(tv_sec: 1_600_000_000, tv_nsec: 7)]
+                utimensat(AT_FDCWD, directory, times, 0)
+            }
             let harness = try TransferHarness(directory: dst)
             let relay = try CappedRelay(to: harness.port, bytesPerSecond: Self.cap, on: harness.loop)
             let (summary, sender) = try Self.send([src + "/tree"], streams: 4, port: relay.port, harness: harness)
             #expect(summary.error == nil && summary.succeeded, "\(summary.results)")
             #expect(sender.streamsUsed == 4)
-            #expect(treeDifferences(src + "/tree", dst + "/tree", compareDirectoryTimes: false) == [])
+            // Directories too get their modes and mtimes, after every file below them.
+            #expect(treeDifferences(src + "/tree", dst + "/tree") == [])
             // Four connections, each carried at least its 1 MiB range of big.bin.
             #expect(relay.bytesPerConnection.count == 4)
             #expect(relay.bytesPerConnection.allSatisfy { $0 >= 1 << 20 }, "\(relay.bytesPerConnection)")
@@ -100,6 +106,10 @@ struct TransferStreamsTests {
             // Only range 2's missing part went again.
             #expect(second.resumedBytes >= 3 << 20, "resumed \(second.resumedBytes)")
             #expect(second.bytes <= 1 << 20, "sent \(second.bytes)")
+            // The receiver's line for the file counts what every range held.
+            let stored = harness.reports.flatMap(\.results).last { $0.path == "big.bin" && !$0.rangeOnly }
+            #expect(
+                stored?.outcome == .stored && (stored?.resumedBytes ?? 0) >= 3 << 20, "\(String(describing: stored))")
             #expect(!fileExists(dst + "/.big.bin.sluice-part"))
         }
     }
@@ -213,6 +223,29 @@ struct TransferStreamsTests {
             #expect(summary.succeeded, "\(summary.results)")
             #expect(readFile(dst + "/big.bin") == bytes)
             #expect(!fileExists(dst + "/x"))
+        }
+    }
+
+    @Test("A transfer holds at most 64 unfinished ranged files open; one more is refused as busy")
+    func openFilesAreBounded() throws {
+        try withTemporaryDirectory { root in
+            let harness = try TransferHarness(directory: root)
+            var payload = RawWire.hello(["sha256", "streams"]) + Self.join(index: 0, count: 2)
+            for index in 0...TransferGroup.maxOpenFiles {
+                // The first byte of a two-byte file: the file stays unfinished, its descriptor open.
+                payload += Self.range("f\(index)", start: 0, length: 1, size: 2)
+                payload += RawWire.data([UInt8(index & 0xFF)]) + Self.rangeEnd([UInt8(index & 0xFF)])
+            }
+            payload += RawWire.bye
+            let replies = try exchange(harness, payload)
+            let answers = replies.filter {
+                [Wire.MessageType.stored.rawValue, Wire.MessageType.refused.rawValue].contains($0.0)
+            }
+            #expect(answers.count == TransferGroup.maxOpenFiles + 1, "\(replies.count) replies")
+            #expect(answers.dropLast().allSatisfy { $0.0 == Wire.MessageType.stored.rawValue })
+            #expect(answers.last?.0 == Wire.MessageType.refused.rawValue)
+            #expect(answers.last?.1.contains("busy: 64 files of this transfer") == true, "\(answers.last?.1 ?? "")")
+            #expect(!fileExists(root + "/f0") && !fileExists(root + "/.f64.sluice-part"))
         }
     }
 

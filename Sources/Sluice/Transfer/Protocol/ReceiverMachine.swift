@@ -94,8 +94,8 @@ enum ReceiverOutcome: Equatable, Sendable {
     /// Joined the transfer (nil), or why not (the reason goes to the sender in ERROR).
     case transferJoined(String?)
     /// The range verified (nil) — and the file stored when `fileStored` (it was the last
-    /// range in) — or why not.
-    case rangeCommitted(EntryRejection?, fileStored: Bool)
+    /// range in), `resumed` bytes of it held from an interrupted transfer — or why not.
+    case rangeCommitted(EntryRejection?, fileStored: Bool, resumed: UInt64? = nil)
     case directoriesSettled
     case timedOut
     /// The peer closed its sending direction.
@@ -476,12 +476,13 @@ struct ReceiverMachine: Sendable {
                 state = .idle
                 return answer(rejection, path: request.relative, isDirectory: false, size: request.header.size)
             }
-        case (.committing(let file), .rangeCommitted(let rejection, let fileStored)) where file.range != nil:
+        case (.committing(let file), .rangeCommitted(let rejection, let fileStored, let resumed))
+        where file.range != nil:
             state = .idle
             // STORED for a range that is not the last says only that the range is in.
             return answer(
                 rejection, path: file.request.relative, isDirectory: false, size: file.header.size,
-                resumed: file.offset, rangeOnly: rejection == nil && !fileStored)
+                resumed: resumed ?? file.offset, rangeOnly: rejection == nil && !fileStored)
 
         case (.storing(.directory(let request)), .directoryMade(let rejection)):
             state = .idle

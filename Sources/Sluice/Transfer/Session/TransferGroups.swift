@@ -15,6 +15,12 @@ final class TransferGroup {
     private(set) var members: Set<Int> = []
     /// Files received in ranges, by relative path.
     var files: [String: SharedFile] = [:]
+    /// The most unfinished files one transfer holds open at once: each holds a descriptor
+    /// until it is stored or the transfer ends, and a peer must not exhaust them.
+    static let maxOpenFiles = 64
+
+    /// Files with ranges still to come (their temporary files open).
+    var openFiles: Int { files.values.filter { !$0.finished }.count }
 
     init(id: [UInt8], count: Int) {
         self.id = id
@@ -98,6 +104,9 @@ final class SharedFile {
 
     /// The bytes of `range` held by an interrupted transfer (0 when none).
     func heldBytes(of range: ByteRange) -> UInt64 { held[range] ?? 0 }
+
+    /// The bytes of the file's ranges held by an interrupted transfer.
+    var heldTotal: UInt64 { ranges.keys.reduce(0) { $0 + heldBytes(of: $1) } }
 
     /// The range's progress: `bytes` from its start are in the file.
     func note(_ range: ByteRange, holds bytes: UInt64) {

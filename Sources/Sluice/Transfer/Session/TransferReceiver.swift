@@ -821,6 +821,11 @@ extension ReceiverSession {
         if let found = group.files[request.relative] {
             shared = found
         } else {
+            guard group.openFiles < TransferGroup.maxOpenFiles else {
+                let reason = "busy: \(TransferGroup.maxOpenFiles) files of this transfer are being received in ranges"
+                perform(machine.handle(.fileOpened(.failure(.refused(.busy, reason)))))
+                return
+            }
             shared = SharedFile(relative: request.relative, header: request.header)
             group.files[request.relative] = shared
             let store = self.store
@@ -926,7 +931,9 @@ extension ReceiverSession {
                     file.busy = false
                     if self.file === file { self.file = nil }
                     guard !ended else { return }
-                    perform(machine.handle(.rangeCommitted(rejection, fileStored: rejection == nil)))
+                    perform(
+                        machine.handle(
+                            .rangeCommitted(rejection, fileStored: rejection == nil, resumed: shared.heldTotal)))
                     pump()
                 }
             }
