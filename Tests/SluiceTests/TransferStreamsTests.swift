@@ -159,6 +159,51 @@ struct TransferStreamsTests {
         }
     }
 
+    /// Starts a one-connection send of `path` to `port` on the harness's loop.
+    static func startPlain(_ path: String, port: UInt16, harness: TransferHarness) throws -> (
+        TransferSender, SummaryBox
+    ) {
+        let sender = try TransferSender(paths: [path])
+        let box = SummaryBox()
+        let (input, output) = Socket.connect(host: "127.0.0.1", port: port)
+        sender.start(input: input, output: output, on: harness.loop) { box.summary = $0 }
+        return (sender, box)
+    }
+
+    @Test("A connection beyond --max-sessions fails only its ranges; the transfer already served goes on")
+    func connectionBeyondTheLimit() throws {
+        try withTemporaryDirectory { try beyondTheLimit($0) }
+    }
+
+    /// The body of `connectionBeyondTheLimit` (a function of its own: Swift 6.3's region
+    /// analysis crashes on it as a closure).
+    private func beyondTheLimit(_ root: String) throws {
+        let src = root + "/src"
+        let dst = root + "/dst"
+        for directory in [src, dst] {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        }
+        let other = Self.content(2 << 20, seed: 31)
+        try writeFile(src + "/other.bin", other)
+        try writeFile(src + "/b.bin", Self.content(3 << 20, seed: 32))
+        let harness = try TransferHarness(
+            directory: dst, options: TransferReceiveOptions(idleTimeout: .seconds(20), maxSessions: 3))
+        // Another transfer, slowed by a relay, holds one of the three sessions throughout.
+        let relay = try CappedRelay(to: harness.port, bytesPerSecond: 1 << 20, on: harness.loop)
+        let (plainSender, plainBox) = try Self.startPlain(src + "/other.bin", port: relay.port, harness: harness)
+        #expect(runLoop(harness.loop, for: .seconds(20)) { harness.receiver.activeSessions == 1 })
+        let (summary, _) = try Self.send([src + "/b.bin"], streams: 3, port: harness.port, harness: harness)
+        let error = try #require(summary.error)
+        #expect(error.code == .unavailable, "\(error)")
+        #expect(error.description.contains("busy"), "\(error)")
+        #expect(!fileExists(dst + "/b.bin"))
+        runLoop(harness.loop, for: .seconds(30)) { plainBox.summary != nil && harness.receiver.activeSessions == 0 }
+        #expect(plainSender.paths.count == 1)
+        let plainSummary = try #require(plainBox.summary)
+        #expect(plainSummary.succeeded, "\(plainSummary.results)")
+        #expect(readFile(dst + "/other.bin") == other)
+    }
+
     // MARK: Hostile peers
 
     static let id = [UInt8](repeating: 0x42, count: Wire.transferIDBytes)
