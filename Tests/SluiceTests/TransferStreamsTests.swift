@@ -559,6 +559,30 @@ struct StreamsMachineTests {
         }
     }
 
+    /// Fuzz/Regressions/sender/goodbye-after-own-work and receiver/range-stored-before-file:
+    /// the harnesses expected every entry settled at a connection's goodbye, and a range's
+    /// STORED to mean a stored file. A connection of several settles only its own work.
+    @Test("A connection of several says goodbye once its own work is answered")
+    func goodbyeAfterOwnWork() {
+        let work: [SenderMachine.Work] = [.range(1, ByteRange(start: 512 << 10, length: 512 << 10), fileSize: 1 << 20)]
+        var machine = SenderMachine(
+            entries: Self.entries, settings: .init(), work: work,
+            join: TransferJoin(id: Self.join.id, index: 1, count: 2))
+        _ = machine.received(.magic)
+        _ = machine.received(.frame(.hello(version: 1, capabilities: ["sha256", "streams"])))
+        _ = machine.received(.frame(.joined))
+        _ = machine.proceed()
+        let info = OpenedEntry(size: 1 << 20, mode: 0o644, mtimeSeconds: 0, mtimeNanoseconds: 0)
+        _ = machine.handle(.entryOpened(1, .success(info)))
+        _ = machine.received(.frame(.accept(offset: 0)))
+        let digest = [UInt8](repeating: 1, count: 32)
+        _ = machine.handle(.rangeEnded(length: 512 << 10, digest: digest, fileDigest: digest))
+        #expect(machine.received(.frame(.stored)) == [.settle(1, .stored)])
+        #expect(machine.workDone && machine.proceed() == [.send(.bye)])
+        #expect(machine.received(.frame(.bye)) == [.end(.goodbye)])
+        #expect(machine.settled == [false, true])
+    }
+
     @Test("The plan: directories first on connection 0, ranges tile each large file, small files balanced")
     func plan() {
         var entries = [
