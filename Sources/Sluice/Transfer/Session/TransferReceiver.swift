@@ -803,7 +803,10 @@ final class ReceiverSession: WireConnectionOwner {
 extension ReceiverSession {
     /// JOIN: admitted to the transfer (JOINED), or refused (ERROR, and the connection closes).
     fileprivate func joinTransfer(_ join: TransferJoin) {
-        guard let receiver else { return }
+        guard let receiver else {
+            perform(machine.handle(.transferJoined("the receiver is shutting down")))
+            return
+        }
         switch receiver.join(join, session: id) {
         case .success(let group):
             self.group = group

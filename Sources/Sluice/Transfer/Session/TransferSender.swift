@@ -529,7 +529,12 @@ public final class TransferSender: WireConnectionOwner {
                 return
             }
             // A range: its END carries the whole file's digest too, computed once for all.
-            guard let fileDigest = self.fileDigest else { return }
+            guard let fileDigest = self.fileDigest else {
+                // Ranges come only from a ParallelTransferSender, which sets it.
+                self.perform(self.machine.handle(.readFailed("internal: no whole-file digest for a range")))
+                self.advance()
+                return
+            }
             fileDigest(file.index) { [weak self] whole in
                 guard let self, self.current === file, !self.ended else { return }
                 if let whole {
