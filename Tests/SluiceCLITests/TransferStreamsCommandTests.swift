@@ -41,6 +41,25 @@ import Testing
         }
     }
 
+    @Test func theOneTimeCodeAdmitsEveryConnectionOfTheTransfer() throws {
+        try withTemporaryDirectory { dir in
+            _ = try makeTree(dir)
+            let inbox = "\(dir)/in"
+            try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: false)
+            let receiver = try ReceiverProcess(["--dir", inbox, "--once", "--stats=json"], pairingCode: true)
+            try write(Data(try receiver.code().utf8), to: "\(dir)/code")
+            // Three TLS handshakes with the key from the one code, one transfer.
+            let send = try sluice(
+                "send", "-q", "-P", "3", "--code-file", "\(dir)/code", "\(dir)/tree", try receiver.address())
+            #expect(send.status == 0, "\(send.stderrText)")
+            let received = receiver.wait()
+            #expect(received.status == 0, "\(received.stderr)")
+            #expect(try treesIdentical("\(dir)/tree", "\(inbox)/tree"))
+            let stats = try #require(lastJSONObject(received.stderr))
+            #expect(stats["sessions"] as? Int == 3, "\(stats)")
+        }
+    }
+
     @Test func aReceiverWithoutStreamsGetsOneConnection() throws {
         try withTemporaryDirectory { dir in
             _ = try makeTree(dir)
