@@ -53,7 +53,9 @@ final class EventRecorder: ByteStreamDelegate {
 /// into one buffered chunk, write on `hasSpaceAvailable`, and when space was offered with
 /// nothing to write, a pending-write flag that makes the next read write at once. At the
 /// source's end the sink is closed (for a socket, a half-close) and then the source. Reads and
-/// writes never block, so several copiers can share one loop (an echo, a relay).
+/// writes never block, so several copiers can share one loop (an echo, a relay). With
+/// `bytesPerSecond` it reads no faster than that (a token bucket on the loop's clock; while it
+/// is empty the copier does not read, so TCP holds the peer back): a link that shapes a flow.
 final class LoopCopier: ByteStreamDelegate {
     let source: ReadStream
     let sink: WriteStream
@@ -62,21 +64,34 @@ final class LoopCopier: ByteStreamDelegate {
     private var buffer: [UInt8]
     private var start = 0
     private var end = 0
-    private var total = 0
+    /// Bytes read from the source so far.
+    private(set) var total = 0
     private var pendingWrite = false
     private var sourceDone = false
     private(set) var finished = false
     private(set) var failure: SluiceError?
     var onFinish: (() -> Void)?
+    /// Called after each read.
+    var onBytes: (() -> Void)?
+    private let bytesPerSecond: Int?
+    private var tokens = 0.0
+    private var lastRefill = ContinuousClock.now
+    private var capTimer: LoopTimer?
+    private weak var loop: EventLoop?
 
-    init(source: ReadStream, sink: WriteStream, chunkSize: Int = 65536, flipOffset: Int? = nil) {
+    init(
+        source: ReadStream, sink: WriteStream, chunkSize: Int = 65536, flipOffset: Int? = nil,
+        bytesPerSecond: Int? = nil
+    ) {
         self.source = source
         self.sink = sink
         self.flipOffset = flipOffset
+        self.bytesPerSecond = bytesPerSecond
         buffer = [UInt8](repeating: 0, count: chunkSize)
     }
 
     func start(on loop: EventLoop) {
+        self.loop = loop
         source.delegate = self
         sink.delegate = self
         source.schedule(on: loop)
@@ -109,13 +124,27 @@ final class LoopCopier: ByteStreamDelegate {
     }
 
     private func read() {
-        guard end == 0 else { return }  // full: read again once the writer drains the chunk
-        guard case .processed(let n) = buffer.withUnsafeMutableBytes({ source.tryRead(into: $0) }), n > 0 else {
+        guard end == 0, !finished else { return }  // full: read again once the writer drains the chunk
+        let allowed = allowance()
+        guard allowed > 0 else {
+            // Over the cap: read when the bucket has refilled a little.
+            if capTimer == nil, let loop {
+                capTimer = loop.schedule(after: .milliseconds(5)) { [weak self] in
+                    self?.capTimer = nil
+                    self?.read()
+                }
+            }
             return
         }
+        let result = buffer.withUnsafeMutableBytes {
+            source.tryRead(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<allowed]))
+        }
+        guard case .processed(let n) = result, n > 0 else { return }
         if let flipOffset, flipOffset >= total, flipOffset < total + n { buffer[flipOffset - total] ^= 0x01 }
+        tokens -= Double(n)
         total += n
         end = n
+        onBytes?()
         if pendingWrite {
             pendingWrite = false
             flush()
@@ -136,9 +165,25 @@ final class LoopCopier: ByteStreamDelegate {
         }
     }
 
+    /// Bytes the cap allows now (a whole chunk when uncapped).
+    private func allowance() -> Int {
+        guard let bytesPerSecond else { return buffer.count }
+        let now = ContinuousClock.now
+        let elapsed = now - lastRefill
+        lastRefill = now
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        // At most a tenth of a second's worth saved up: the cap holds over short spans too.
+        tokens = min(tokens + seconds * Double(bytesPerSecond), Double(bytesPerSecond) / 10)
+        return min(buffer.count, max(0, Int(tokens)))
+    }
+
+    /// Ends the copy at once, both streams closed (a relay cutting a connection).
+    func cut() { finish() }
+
     private func finish() {
         guard !finished else { return }
         finished = true
+        capTimer?.cancel()
         sink.close()
         source.close()
         onFinish?()

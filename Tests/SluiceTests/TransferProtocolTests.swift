@@ -207,7 +207,8 @@ struct MachineDriver {
             case .send(let frame):
                 switch frame {
                 case .stored, .refused, .failed: answersSent += 1
-                case .hello, .file, .directory, .end, .abort, .bye, .accept, .error: break
+                case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined:
+                    break
                 }
             case .makeDirectory(let request):
                 check(request)
@@ -224,6 +225,16 @@ struct MachineDriver {
                 queue += machine.handle(chaotic && coin() ? .dataFailed(.failed(.data, "corrupt")) : .dataFinished)
             case .commitFile:
                 queue += machine.handle(.committed(chaotic && coin() ? .failed(.data, "SHA-256 mismatch") : nil))
+            case .joinTransfer:
+                queue += machine.handle(.transferJoined(chaotic && coin() ? "JOIN: unknown transfer id" : nil))
+            case .openRange(let request, _):
+                check(request)
+                queue += machine.handle(
+                    .fileOpened(chaotic && coin() ? .failure(.refused(.invalidRange, "overlapping")) : .success(0)))
+            case .commitRange:
+                let bad = chaotic && coin()
+                queue += machine.handle(
+                    .rangeCommitted(bad ? .failed(.data, "SHA-256 mismatch") : nil, fileStored: !bad && coin()))
             case .dropFile:
                 break
             case .report:
@@ -469,7 +480,10 @@ struct SenderMachineTests {
         _ = again.proceed()
         _ = again.proceed()
         _ = again.handle(.entryOpened(1, .success(info)))
-        #expect(again.received(.frame(.accept(offset: 4))) == [.startData(index: 1, offset: 4, compressed: false)])
+        #expect(
+            again.received(.frame(.accept(offset: 4))) == [
+                .startData(index: 1, offset: 4, compressed: false, range: nil)
+            ])
         #expect(again.received(.frame(.stored)) == [.settle(0, .stored)])
         #expect(again.received(.frame(.stored)).last == .end(.violation("STORED before the end of the file")))
     }

@@ -7,6 +7,9 @@
 // every entry is answered at most once (exactly once when the session ends in goodbye); the
 // machine never waits for an outcome nobody was asked for; a file never holds more than it
 // announced or the size limit allows; everything sent back decodes as the receiver's side.
+// Ranges (the `streams` capability) are kept per file as the receiver's transfer keeps them: a
+// range never overlaps another or leaves the announced size, and a file is stored only when
+// its verified ranges cover it and the whole matches the file digest.
 import FuzzDriver
 
 @testable import FuzzSupport
@@ -41,12 +44,22 @@ final class ActiveFile {
     let request: EntryRequest
     var content: [UInt8]
     let inflate: Inflate?
+    /// For a RANGE: which bytes of the file `content` holds.
+    var range: ByteRange?
 
-    init(request: EntryRequest, content: [UInt8], inflate: Inflate?) {
+    init(request: EntryRequest, content: [UInt8], inflate: Inflate?, range: ByteRange? = nil) {
         self.request = request
         self.content = content
         self.inflate = inflate
+        self.range = range
     }
+}
+
+/// A file received in ranges: the ranges announced, and the bytes of those verified.
+struct RangedFile {
+    var header: EntryHeader
+    var announced: [ByteRange] = []
+    var verified: [ByteRange: [UInt8]] = [:]
 }
 
 /// A receiver session without a socket or a disk: the machine, the store, and the checks.
@@ -55,6 +68,7 @@ final class Session {
     var choices: Choices
     var store = MemoryStore()
     var file: ActiveFile?
+    var ranged: [String: RangedFile] = [:]
     var ended = false
     /// An entry was announced and not yet answered.
     var outstanding = false
@@ -143,6 +157,14 @@ final class Session {
                 finishData()
             case .commitFile(let digest):
                 commit(digest)
+            case .joinTransfer(let join):
+                expect(machine.settings.streams, "JOIN taken without the capability")
+                handle(.transferJoined(join.index > 0 && choices.below(4) == 0 ? "JOIN: unknown transfer id" : nil))
+            case .openRange(let request, let range):
+                check(request)
+                openRange(request, range)
+            case .commitRange(let digest, let fileDigest):
+                commitRange(digest, fileDigest)
             case .dropFile:
                 expect(file != nil, "dropFile without a file")
                 file = nil
@@ -150,7 +172,8 @@ final class Session {
                 expect(outstanding, "an answer for \(result.path), which was answered already or never announced")
                 outstanding = false
                 reports += 1
-                if result.outcome == .stored && !result.isDirectory {
+                // A range's STORED (rangeOnly) says the range is in, not yet the file.
+                if result.outcome == .stored && !result.isDirectory && !result.rangeOnly {
                     expect(store.files[result.path] != nil, "\(result.path) reported stored but not in the store")
                 }
             case .settleDirectories:
@@ -187,7 +210,7 @@ final class Session {
     func send(_ frame: Frame) {
         switch frame {
         case .stored, .refused, .failed: answersSent += 1
-        case .hello, .file, .directory, .end, .abort, .bye, .accept, .error: break
+        case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined: break
         }
         expectDecodes(frame, by: &answers, side: "receiver")
     }
@@ -285,7 +308,9 @@ final class Session {
         expect(actions.isEmpty, "bytes allowed with actions")
         file.content.append(contentsOf: bytes)
         let header = file.request.header
-        if header.sizeKnown {
+        if let range = file.range {
+            expect(UInt64(file.content.count) <= range.length, "\(file.content.count) bytes in \(range)")
+        } else if header.sizeKnown {
             expect(UInt64(file.content.count) <= header.size, "\(file.content.count) bytes of \(header.size) announced")
         }
         if let maxSize = machine.settings.maxSize {
@@ -341,6 +366,57 @@ final class Session {
     }
 }
 
+extension Session {
+    /// RANGE: admitted only apart from the file's other ranges, for the same version of it.
+    func openRange(_ request: EntryRequest, _ range: ByteRange) {
+        let header = request.header
+        expect(header.sizeKnown && !header.compressed, "a range without a known size, or compressed")
+        expect(range.length > 0 && (range.end.map { $0 <= header.size } ?? false), "\(range) outside \(header.size)")
+        var entry = ranged[request.relative] ?? RangedFile(header: header)
+        guard entry.header == header, !entry.announced.contains(where: { $0.overlaps(range) }) else {
+            handle(.fileOpened(.failure(.refused(.invalidRange, "overlapping ranges"))))
+            return
+        }
+        if diskFails() {
+            handle(.fileOpened(.failure(.failed(.io, "openat: Permission denied"))))
+            return
+        }
+        entry.announced.append(range)
+        ranged[request.relative] = entry
+        file = ActiveFile(request: request, content: [], inflate: nil, range: range)
+        handle(.fileOpened(.success(0)))
+    }
+
+    /// RANGE-END checked by the machine: the range's digest, then, when the verified ranges
+    /// cover the file, the whole file's.
+    func commitRange(_ digest: [UInt8], _ fileDigest: [UInt8]) {
+        guard let file, let range = file.range, var entry = ranged[file.request.relative] else {
+            expect(false, "commitRange without a range")
+            return
+        }
+        self.file = nil
+        guard SHA256Digest.hash(file.content) == digest else {
+            handle(.rangeCommitted(.failed(.data, "SHA-256 mismatch (\(range))"), fileStored: false))
+            return
+        }
+        entry.verified[range] = file.content
+        ranged[file.request.relative] = entry
+        let covered = entry.verified.keys.reduce(UInt64(0)) { $0 + $1.length }
+        expect(covered <= entry.header.size, "verified ranges beyond the file")
+        guard covered == entry.header.size else {
+            handle(.rangeCommitted(nil, fileStored: false))
+            return
+        }
+        let whole = entry.verified.sorted { $0.key.start < $1.key.start }.flatMap(\.value)
+        guard SHA256Digest.hash(whole) == fileDigest else {
+            handle(.rangeCommitted(.failed(.data, "SHA-256 mismatch (whole file)"), fileStored: false))
+            return
+        }
+        store.files[file.request.relative] = whole
+        handle(.rangeCommitted(nil, fileStored: true))
+    }
+}
+
 /// `SLUICE_FUZZ_TRACE=1 FuzzReceiver INPUT` prints every action (to read a finding).
 let trace = getenv("SLUICE_FUZZ_TRACE") != nil
 
@@ -375,6 +451,8 @@ func fuzzReceiver(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
     case 1: settings.maxSize = 1 << 20
     default: settings.maxSize = nil
     }
+    settings.streams = seed.below(2) == 0
+    settings.mustJoin = settings.streams && seed.below(8) == 0
     run(bytes, seed, settings)
     return 0
 }

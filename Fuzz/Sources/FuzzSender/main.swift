@@ -5,7 +5,9 @@
 // data, ends it now or a little later, or fails to read). The invariants: no crash; every entry
 // is settled at most once (exactly once when the session ends in goodbye); data starts only for
 // the file just announced, at an offset within it; nothing happens after the end; everything the
-// sender sends decodes as the receiver's side.
+// sender sends decodes as the receiver's side. Some sessions are one connection of a transfer
+// over several (`streams`): they JOIN first and send files in ranges, as `StreamPlan` shares
+// them out; a range's data never leaves the range.
 import FuzzDriver
 
 @testable import FuzzSupport
@@ -36,13 +38,29 @@ final class Session {
     /// The size each opened file announced (nil: a stream).
     var sizes: [Int: UInt64?] = [:]
     var settled: Set<Int> = []
-    /// The file whose data is going out, and where it started.
-    var sending: (index: Int, offset: UInt64)?
+    /// The file whose data is going out, where it started, and its range.
+    var sending: (index: Int, offset: UInt64, range: ByteRange?)?
+    /// The planned size of each file sent in ranges.
+    var planned: [Int: UInt64] = [:]
     /// What the sender sends, decoded as the receiver would.
     var sent = peerDecoder(.toReceiver)
 
     init(settings: SenderMachine.Settings, entries: [SenderMachine.Entry], choices: Choices) {
-        machine = SenderMachine(entries: entries, settings: settings)
+        var choices = choices
+        if choices.below(2) == 0 && !entries.isEmpty {
+            // One connection of a transfer over several.
+            let count = 2 + choices.below(3)
+            let index = choices.below(count)
+            let sizes: [UInt64?] = entries.map { $0.seekable ? UInt64(choices.below(4 << 20)) : nil }
+            let plan = StreamPlan.plan(entries: entries, sizes: sizes, streams: count)
+            for case .range(let entry, _, let size) in plan[index] { planned[entry] = size }
+            machine = SenderMachine(
+                entries: entries, settings: settings, work: plan[index],
+                join: TransferJoin(id: Array(repeating: 7, count: Wire.transferIDBytes), index: index, count: count),
+                fallback: index == 0 ? entries.indices.map(SenderMachine.Work.entry) : nil)
+        } else {
+            machine = SenderMachine(entries: entries, settings: settings)
+        }
         self.choices = choices
     }
 
@@ -59,12 +77,16 @@ final class Session {
     /// then end the data going out.
     func step() {
         while !ended {
-            if let (index, offset) = sending, choices.below(16) != 0 {
+            if let (index, offset, range) = sending, choices.below(16) != 0 {
                 expect(
                     machine.sendingIndex == index,
                     "data of \(index) going out, the machine sends \(String(describing: machine.sendingIndex))")
                 if choices.below(16) == 0 {
                     handle(.readFailed("read \"\(index)\": Input/output error"))
+                } else if let range {
+                    let length = choices.below(16) == 0 ? range.length + 1 : range.length
+                    let digest = SHA256Digest.hash([UInt8(truncatingIfNeeded: index)])
+                    handle(.rangeEnded(length: length, digest: digest, fileDigest: digest))
                 } else {
                     let size = (sizes[index] ?? nil) ?? UInt64(choices.below(4096))
                     // Now and then the file changed size while it was read.
@@ -95,7 +117,9 @@ final class Session {
                     handle(.entryOpened(index, .failure(LocalFailure("open: Permission denied"))))
                 } else {
                     let entry = machine.entries[index]
-                    let size: UInt64? = entry.seekable ? UInt64(choices.below(1 << 20)) : nil
+                    var size: UInt64? = entry.seekable ? UInt64(choices.below(1 << 20)) : nil
+                    // A file sent in ranges is (nearly always) the size it was planned at.
+                    if let planned = planned[index], choices.below(16) != 0 { size = planned }
                     sizes[index] = size
                     handle(
                         .entryOpened(
@@ -105,20 +129,30 @@ final class Session {
                                     size: size, mode: entry.mode, mtimeSeconds: entry.mtimeSeconds,
                                     mtimeNanoseconds: entry.mtimeNanoseconds))))
                 }
-            case .startData(let index, let offset, _):
+            case .startData(let index, let offset, _, let range):
                 expect(sending == nil, "data of \(index) while \(sending.map { "\($0.index)" } ?? "") is going out")
                 expect(sizes[index] != nil, "data of entry \(index), never opened")
-                if let size = sizes[index] ?? nil {
+                if let range {
+                    expect(planned[index] != nil, "a range of \(index), which is sent whole")
+                    expect(offset <= range.length, "data of \(range) from \(offset)")
+                    let end = range.end ?? .max
+                    expect(end <= (planned[index] ?? 0), "\(range) outside the file")
+                } else if let size = sizes[index] ?? nil {
                     expect(offset <= size, "data of \(index) from \(offset), its size is \(size)")
                 } else {
                     expect(offset == 0, "a stream resumed at \(offset)")
                 }
-                sending = (index, offset)
+                sending = (index, offset, range)
             case .stopData(let index):
                 if let current = sending {
                     expect(current.index == index, "stop \(index) while \(current.index) is going out")
                 }
                 sending = nil
+            case .streamsDeclined:
+                expect(machine.join == nil, "declined but still joining")
+                planned.removeAll()
+            case .joined:
+                expect(machine.join != nil, "JOINED without a JOIN")
             case .settle(let index, _):
                 expect(!settled.contains(index), "entry \(index) settled twice")
                 settled.insert(index)
@@ -126,9 +160,10 @@ final class Session {
                 ended = true
                 expect(machine.hasEnded, "end action, machine not ended")
                 if how == .goodbye {
-                    expect(
-                        settled.count == machine.entries.count,
-                        "goodbye with \(settled.count) of \(machine.entries.count) settled")
+                    // Every entry of this connection's work (all of them, unless it is one
+                    // connection of several).
+                    let planned = Set(machine.work.map(\.index))
+                    expect(settled == planned, "goodbye with \(settled.count) of \(planned.count) settled")
                 }
             }
         }

@@ -45,6 +45,16 @@ struct SenderStream {
         frame(.file(entry(path, flags: Wire.FileFlags.sizeKnown, size: UInt64(size), mode: 0o644)))
     }
 
+    /// RANGE for `range` of `content` (path `path`), its DATA, and RANGE-END with both digests.
+    mutating func range(_ path: String, _ content: [UInt8], _ range: ByteRange) {
+        let header = entry(
+            path, flags: Wire.FileFlags.sizeKnown | Wire.FileFlags.resumable, size: UInt64(content.count), mode: 0o644)
+        frame(.range(RangeHeader(range: range, entry: header)))
+        let part = Array(content[Int(range.start)..<Int(range.start + range.length)])
+        data(part)
+        frame(.rangeEnd(length: range.length, digest: SHA256Digest.hash(part), fileDigest: SHA256Digest.hash(content)))
+    }
+
     mutating func directory(_ path: String) {
         frame(.directory(entry(path, flags: 0, size: 0, mode: 0o755)))
     }
@@ -160,6 +170,31 @@ func sessions() -> [(String, [UInt8])] {
         $0.frame(.end(size: 6, digest: [UInt8](repeating: 0, count: 32)))
         $0.frame(.bye)
     }
+    add("streams-range") {
+        $0.hello(["sha256", "deflate", "resume", "streams"])
+        $0.frame(.join(TransferJoin(id: Array(repeating: 0xA5, count: Wire.transferIDBytes), index: 0, count: 2)))
+        $0.range("movie.mkv", binary, ByteRange(start: 0, length: UInt64(binary.count / 2)))
+        $0.range(
+            "movie.mkv", binary,
+            ByteRange(start: UInt64(binary.count / 2), length: UInt64(binary.count - binary.count / 2)))
+        $0.file("notes.txt", text)
+        $0.frame(.bye)
+    }
+    add("streams-bad-ranges") {
+        $0.hello(["sha256", "streams"])
+        $0.frame(.join(TransferJoin(id: Array(repeating: 0x5A, count: Wire.transferIDBytes), index: 1, count: 4)))
+        // Outside the announced size, then overlapping, then a whole file's END for a range.
+        let header = $0.entry("x", flags: Wire.FileFlags.sizeKnown, size: 100, mode: 0o644)
+        $0.frame(.range(RangeHeader(range: ByteRange(start: 90, length: 20), entry: header)))
+        $0.frame(.range(RangeHeader(range: ByteRange(start: 0, length: 60), entry: header)))
+        $0.data(Array(binary[0..<60]))
+        $0.frame(.rangeEnd(length: 60, digest: SHA256Digest.hash(binary[0..<60]), fileDigest: SHA256Digest.hash([])))
+        $0.frame(.range(RangeHeader(range: ByteRange(start: 50, length: 50), entry: header)))
+        $0.frame(.range(RangeHeader(range: ByteRange(start: 60, length: 40), entry: header)))
+        $0.data(Array(binary[0..<40]))
+        $0.frame(.end(size: 40, digest: SHA256Digest.hash(binary[0..<40])))
+        $0.frame(.bye)
+    }
     add("sender-error") {
         $0.hello()
         $0.file("first", text)
@@ -217,6 +252,14 @@ func answerSessions() -> [(String, [UInt8])] {
             ]
         ),
         ("error", [hello, .stored, .accept(offset: 0), .error(reason: "busy")]),
+        (
+            "streams",
+            [
+                .hello(version: Wire.version, capabilities: ["sha256", "deflate", "resume", "streams"]), .joined,
+                .stored, .accept(offset: 0), .stored, .accept(offset: 0), .stored, .stored, .accept(offset: 0),
+                .stored, .bye,
+            ]
+        ),
     ]
     return sessions.map { name, frames in (name, frames.reduce(Wire.magic) { $0 + $1.encoded }) }
 }
@@ -246,10 +289,15 @@ case "sessions":
         let count = bytes.count + 1
         let frames = FuzzInput.seedByte(count: count) { $0.below(4) != 0 }
         write([frames] + bytes, to: "\(root)/frames/\(name)")
+        // Sessions of a transfer over several connections need a receiver offering streams.
+        let streams = name.hasPrefix("streams")
         let receiver = FuzzInput.seedByte(count: count) { c in
             _ = c.below(4)
             _ = c.below(4)
-            return c.below(4) >= 2
+            guard c.below(4) >= 2 else { return false }
+            let offered = c.below(2) == 0
+            let mustJoin = offered && c.below(8) == 0
+            return !mustJoin && (offered || !streams)
         }
         write([receiver] + bytes, to: "\(root)/receiver/\(name)")
     }

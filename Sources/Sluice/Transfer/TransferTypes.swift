@@ -40,6 +40,10 @@ public struct TransferFileResult: Hashable, Sendable {
     /// Bytes that were not sent because the receiver already held them (resume).
     public var resumedBytes: UInt64
     public var outcome: TransferOutcome
+    /// On a receiver, for a file sent in ranges over several connections: this answer is for
+    /// one range, verified and written, and the file is not complete yet (the answer to its
+    /// last range says whether it was stored).
+    public var rangeOnly = false
 
     public init(
         path: String, isDirectory: Bool = false, size: UInt64?, resumedBytes: UInt64 = 0, outcome: TransferOutcome
@@ -156,13 +160,19 @@ public struct TransferReceiveOptions: Sendable {
     /// Drop a connection that sends nothing for this long; nil never does.
     public var idleTimeout: Duration?
     /// Sessions served at once. A connection beyond the limit gets an ERROR message
-    /// (`busy: …`) and is closed at once; the sender may try again later.
+    /// (`busy: …`) and is closed at once; the sender may try again later. Each connection of
+    /// a transfer over several counts.
     public var maxSessions: Int
+    /// Offer the `streams` capability: accept one transfer over several connections, its
+    /// large files in ranges written in place. Off, the receiver speaks as one without it
+    /// (version 1 as first published), and a `--streams` sender uses one connection.
+    public var streams: Bool
 
     public init(
         overwrite: Bool = false, maxSize: UInt64? = nil, resume: Bool = true, fsync: Bool = true,
-        idleTimeout: Duration? = .seconds(300), maxSessions: Int = 64
+        idleTimeout: Duration? = .seconds(300), maxSessions: Int = 64, streams: Bool = true
     ) {
+        self.streams = streams
         precondition(maxSessions >= 1, "maxSessions must be at least 1")
         self.maxSessions = maxSessions
         self.overwrite = overwrite
@@ -187,9 +197,11 @@ public struct TransferSessionReport: Sendable {
     /// Why the session ended early: a protocol violation, a reset, an idle timeout; nil when
     /// the sender said goodbye.
     public var error: SluiceError?
+    /// For a connection of a transfer over several (`send --streams`): which one it was.
+    public var streamIndex: Int? = nil
 
     /// Files stored.
-    public var files: Int { results.filter { !$0.isDirectory && $0.outcome.isStored }.count }
+    public var files: Int { results.filter { !$0.isDirectory && !$0.rangeOnly && $0.outcome.isStored }.count }
 }
 
 /// Something that happened in a receiver session, as it happens.

@@ -136,15 +136,34 @@ final class ReceiveSession: Interruptible {
             Self.refuse(input, output)
             return
         }
-        if options.once {
-            guard onlySession == nil else {
-                Self.refuse(input, output)
-                return
-            }
-            listener?.close()
-        }
         let id = receiver.serve(input: input, output: output, from: peer, on: loop)
-        if options.once { onlySession = id }
+        guard options.once, let id else { return }
+        onceServed.insert(id)
+        if onlySession == nil {
+            // The other connections of its transfer (send --streams) may follow; nothing else.
+            onlySession = id
+            receiver.onlyTransferOfSession = id
+        }
+    }
+
+    /// With `--once`: sessions served (the first, those joining its transfer, and strangers
+    /// turned away), and the reports of the transfer's sessions.
+    private var onceServed: Set<Int> = []
+    private var onceReports: [TransferSessionReport] = []
+    private var onlySessionEnded = false
+
+    /// `--once`: the transfer's sessions have all ended: the status is theirs.
+    private func onceSessionEnded(_ report: TransferSessionReport) {
+        guard let receiver, let only = onlySession else { return }
+        onceServed.remove(report.id)
+        if report.id == only || report.streamIndex != nil { onceReports.append(report) }
+        if report.id == only { onlySessionEnded = true }
+        guard onlySessionEnded, !onceServed.contains(where: receiver.isInTransfer), status == nil else { return }
+        listener?.close()
+        let failure = onceReports.lazy.compactMap(\.error).first
+        let connectionError: ExitStatus? = failure.map { $0.code == .authenticationFailed ? .notPermitted : .ioError }
+        status = TransferStatus.status(results: onceReports.flatMap(\.results), connectionError: connectionError)
+        loop.stop()
     }
 
     /// Closes a connection that is not served (a second sender with `--once`).
@@ -171,7 +190,9 @@ final class ReceiveSession: Interruptible {
             let line: String
             switch result.outcome {
             case .stored:
-                if !result.isDirectory { Terminal.report("stored \(path) (\(TransferText.size(result)))") }
+                if !result.isDirectory && !result.rangeOnly {
+                    Terminal.report("stored \(path) (\(TransferText.size(result)))")
+                }
                 return
             case .refused(let reason):
                 line = "refused \(path): \(TransferText.printable(reason))"
@@ -201,11 +222,7 @@ final class ReceiveSession: Interruptible {
         if let error = report.error {
             Terminal.report(TransferText.printable(error.description))
         }
-        guard options.once, report.id == onlySession else { return }
-        let connectionError: ExitStatus? =
-            report.error.map { $0.code == .authenticationFailed ? .notPermitted : .ioError }
-        status = TransferStatus.status(results: report.results, connectionError: connectionError)
-        loop.stop()
+        if options.once { onceSessionEnded(report) }
     }
 
     /// SIGINT or SIGTERM: stop listening and end every session; partial files stay for a

@@ -52,7 +52,11 @@ enum SendCommand: Command {
 final class SendSession: Interruptible {
     let options: SendOptions
     let loop: EventLoop
-    private var sender: TransferSender?
+    /// The transfer running: its progress, and how to stop it.
+    private var sender: (any TransferProgressSource)?
+    private var cancelTransfer: (() -> Void)?
+    /// With `--streams`: the sender of several connections.
+    private(set) var parallel: ParallelTransferSender?
     private(set) var summary: TransferSummary?
     private var signal: Int32?
     /// Set when `--timeout` ends the transfer: the status and message to report.
@@ -80,22 +84,40 @@ final class SendSession: Interruptible {
             return .path(path)
         }
         let quiet = options.quiet
-        let created = Result { () throws(SluiceError) in
-            try TransferSender(sources: sources, options: options.libraryOptions) { warning in
-                if !quiet { Terminal.report("warning: \(TransferText.printable(warning))") }
-            }
+        let listingWarning = { (warning: String) in
+            if !quiet { Terminal.report("warning: \(TransferText.printable(warning))") }
         }
-        let sender: TransferSender
-        switch created {
-        case .success(let made): sender = made
-        case .failure(let error): return Self.listingFailure(error)
-        }
-        self.sender = sender
-        sender.onWarning = { [weak self] warning in
+        let onWarning = { [weak self] (warning: String) in
             guard let self, !self.options.quiet else { return }
             self.say("warning: \(TransferText.printable(warning))")
         }
-        sender.onFileResult = { [weak self] result in self?.answered(result) }
+        let onResult = { [weak self] (result: TransferFileResult) -> Void in self?.answered(result) }
+        var single: TransferSender?
+        if options.streams > 1 {
+            let created = Result { () throws(SluiceError) in
+                try ParallelTransferSender(
+                    sources: sources, streams: options.streams, options: options.libraryOptions,
+                    warning: listingWarning)
+            }
+            switch created {
+            case .success(let made):
+                made.onWarning = onWarning
+                made.onFileResult = onResult
+                (parallel, sender, cancelTransfer) = (made, made, { [weak made] in made?.cancel() })
+            case .failure(let error): return Self.listingFailure(error)
+            }
+        } else {
+            let created = Result { () throws(SluiceError) in
+                try TransferSender(sources: sources, options: options.libraryOptions, warning: listingWarning)
+            }
+            switch created {
+            case .success(let made):
+                made.onWarning = onWarning
+                made.onFileResult = onResult
+                (single, sender, cancelTransfer) = (made, made, { [weak made] in made?.cancel() })
+            case .failure(let error): return Self.listingFailure(error)
+            }
+        }
 
         let key: PreSharedKey?
         switch TransferSecurity.senderKey(options.auth) {
@@ -103,29 +125,41 @@ final class SendSession: Interruptible {
         case .failure(let error): return error
         }
         let timeout = options.timeoutSeconds.map { Duration.nanoseconds(Int64($0 * 1e9)) }
-        var (input, output): (ReadStream, WriteStream)
-        switch options.destination {
-        case .tcp(let host, let port):
-            (input, output) = Socket.connect(host: host ?? "localhost", port: port, timeout: timeout)
-        case .unix(let path): (input, output) = Socket.connect(unixPath: path, timeout: timeout)
-        }
+        var context: TLSContext?
         if let key {
             var settings = TLSSettings(role: .client)
             settings.preSharedKey = key
             if let timeout { settings.handshakeTimeout = timeout }
             switch Result(catching: { () throws(SluiceError) in try TLSContext(settings) }) {
-            case .success(let context): (input, output) = TLS.secure((input, output), context: context)
+            case .success(let made): context = made
             case .failure(let error): return CLIError(.ioError, "send: TLS: \(error.reason)")
             }
         } else {
             TransferSecurity.warnInsecure("send")
         }
+        // Each connection, made the same way: every one runs its own TLS handshake.
+        let destination = options.destination
+        let connect = { () -> (ReadStream, WriteStream) in
+            var (input, output): (ReadStream, WriteStream)
+            switch destination {
+            case .tcp(let host, let port):
+                (input, output) = Socket.connect(host: host ?? "localhost", port: port, timeout: timeout)
+            case .unix(let path): (input, output) = Socket.connect(unixPath: path, timeout: timeout)
+            }
+            if let context { (input, output) = TLS.secure((input, output), context: context) }
+            return (input, output)
+        }
         startWatchdog()
-        if CopySession.showsProgress(options.progress, stderrIsTerminal: Terminal.isTerminal(2)) {
+        if CopySession.showsProgress(options.progress, stderrIsTerminal: Terminal.isTerminal(2)), let sender {
             progress = TransferProgressDisplay(
                 sender: sender, sizeKnown: !options.paths.contains("-"), output: { Terminal.write($0, to: 2) })
         }
-        sender.start(input: input, output: output, on: loop) { [weak self] summary in self?.finished(summary) }
+        if let single {
+            let (input, output) = connect()
+            single.start(input: input, output: output, on: loop) { [weak self] summary in self?.finished(summary) }
+        } else if let parallel {
+            parallel.start(connect: connect, on: loop) { [weak self] summary in self?.finished(summary) }
+        }
         if summary == nil { progress?.start(on: loop) }
         return nil
     }
@@ -181,7 +215,7 @@ final class SendSession: Interruptible {
                 self.timeoutFailure = CLIError(
                     .ioError, "send to \(self.destinationName): timed out (nothing moved for \(seconds) s)")
             }
-            sender.cancel()
+            self.cancelTransfer?()
         }
     }
 
@@ -189,7 +223,7 @@ final class SendSession: Interruptible {
     func interrupt(_ signal: Int32) {
         guard summary == nil, self.signal == nil else { return }
         self.signal = signal
-        sender?.cancel()
+        cancelTransfer?()
     }
 
     private func finished(_ summary: TransferSummary) {
@@ -244,7 +278,9 @@ final class SendSession: Interruptible {
         let outcome = session.outcome(of: summary)
         if !outcome.message.isEmpty { Terminal.report(outcome.message) }
         if let format = options.stats {
-            let report = SendStatsReport(summary: summary, destination: session.destinationName, options: options)
+            let streams = session.parallel.map { Array($0.bytesPerStream.prefix($0.streamsUsed)) }
+            let report = SendStatsReport(
+                summary: summary, destination: session.destinationName, options: options, streamBytes: streams)
             Terminal.write(format == .json ? report.json + "\n" : report.text, to: 2)
         }
         return outcome.status

@@ -184,6 +184,8 @@ struct SendOptions: Sendable {
     var resume = true
     var quiet = false
     var auth = TransferAuth.code(file: nil)
+    /// Connections for the transfer (`--streams`); 1 sends over one.
+    var streams = 1
 
     static let name = OptionSpec(
         "name", value: .required("NAME"), help: "the name to store standard input under\n(with the path -)")
@@ -201,6 +203,11 @@ struct SendOptions: Sendable {
             "timeout", value: .required("SECONDS"),
             help: "give up when nothing moves for SECONDS\n(also when connecting)"),
         noResume, name,
+        OptionSpec(
+            "streams", short: "P", value: .required("N"),
+            help:
+                "spread the transfer over N connections (1 to \(maxStreams)):\nfiles shared out, large files sent in ranges\nat once (default 1)"
+        ),
         OptionSpec(
             "code-file", value: .required("FILE"),
             help: "read the receiver's pairing code from FILE\n(default: $SLUICE_CODE, else ask on the terminal)"),
@@ -253,7 +260,18 @@ struct SendOptions: Sendable {
         rateLimit = try CommonOptions.rateLimit(parsed)
         timeoutSeconds = try CommonOptions.timeoutSeconds(parsed)
         resume = !parsed.has("no-resume")
+        if let option = parsed.last("streams") {
+            let text = option.value ?? ""
+            guard let n = Int(text), (1...Self.maxStreams).contains(n) else {
+                throw UsageError(
+                    "\(option.spelling) '\(text)': must be a number of connections from 1 to \(Self.maxStreams)")
+            }
+            streams = n
+        }
     }
+
+    /// The most connections `--streams` takes (the protocol's limit).
+    static let maxStreams = 64
 
     var libraryOptions: TransferSendOptions {
         TransferSendOptions(
@@ -281,6 +299,8 @@ struct ReceiveOptions: Sendable {
     var stats: StatsFormat?
     var quiet = false
     var auth = TransferAuth.code(file: nil)
+    /// Offer parallel streams (`--no-streams` hides them).
+    var streams = true
 
     static let parser = ArgumentParser([
         OptionSpec(
@@ -300,6 +320,11 @@ struct ReceiveOptions: Sendable {
         ),
         OptionSpec("no-resume", help: "never continue interrupted files: start over"),
         OptionSpec("no-fsync", help: "do not flush each file to disk before\nanswering"),
+        OptionSpec(
+            "no-streams",
+            help:
+                "do not offer parallel streams: answer as a\nreceiver of the first protocol version, so a\n'send --streams' uses one connection (for tests)"
+        ),
         OptionSpec(
             "timeout", value: .required("SECONDS"),
             help: "drop a sender silent for SECONDS\n(default \(Int(defaultIdleSeconds)))"),
@@ -339,6 +364,7 @@ struct ReceiveOptions: Sendable {
         }
         resume = !parsed.has("no-resume")
         fsync = !parsed.has("no-fsync")
+        streams = !parsed.has("no-streams")
         if let seconds = try CommonOptions.timeoutSeconds(parsed) { idleSeconds = seconds }
         stats = try CommonOptions.statsFormat(parsed)
         quiet = parsed.has("quiet")
@@ -347,6 +373,6 @@ struct ReceiveOptions: Sendable {
     var libraryOptions: TransferReceiveOptions {
         TransferReceiveOptions(
             overwrite: overwrite, maxSize: maxSize, resume: resume, fsync: fsync,
-            idleTimeout: .nanoseconds(Int64(idleSeconds * 1e9)), maxSessions: maxSessions)
+            idleTimeout: .nanoseconds(Int64(idleSeconds * 1e9)), maxSessions: maxSessions, streams: streams)
     }
 }

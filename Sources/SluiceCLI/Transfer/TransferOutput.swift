@@ -25,7 +25,7 @@ enum TransferText {
 /// The progress line of `sluice send`, redrawn ten times a second on stderr: files done of
 /// all, then bytes, time, rate, and with the total known a bar, percent and ETA (as `copy`'s).
 final class TransferProgressDisplay {
-    private let sender: TransferSender
+    private let sender: any TransferProgressSource
     private let output: (String) -> Void
     private var timer: LoopTimer?
     private var samples: [(time: Double, bytes: UInt64)] = []
@@ -35,7 +35,7 @@ final class TransferProgressDisplay {
     /// False when a stream of unknown length is among the sources: no bar, percent or ETA.
     private let sizeKnown: Bool
 
-    init(sender: TransferSender, sizeKnown: Bool, output: @escaping (String) -> Void) {
+    init(sender: any TransferProgressSource, sizeKnown: Bool, output: @escaping (String) -> Void) {
         self.sender = sender
         self.sizeKnown = sizeKnown
         self.output = output
@@ -102,9 +102,12 @@ struct SendStatsReport {
     var chunkSize: ChunkSize
     var compressionLevel: Int?
     var rateLimit: Int?
+    /// With `--streams`: the bytes written to each connection used.
+    var streamBytes: [UInt64]?
 
-    init(summary: TransferSummary, destination: String, options: SendOptions) {
+    init(summary: TransferSummary, destination: String, options: SendOptions, streamBytes: [UInt64]? = nil) {
         self.summary = summary
+        self.streamBytes = streamBytes
         self.destination = destination
         chunkSize = options.chunkSize
         compressionLevel = options.compressionLevel
@@ -144,6 +147,10 @@ struct SendStatsReport {
         ]
         if let compressionLevel { fields.append(("compression_level", "\(compressionLevel)")) }
         if let rateLimit { fields.append(("rate_limit", "\(rateLimit)")) }
+        if let streamBytes {
+            fields.append(("streams", "\(streamBytes.count)"))
+            fields.append(("stream_bytes", "[" + streamBytes.map(String.init).joined(separator: ",") + "]"))
+        }
         return "{" + fields.map { "\(Format.jsonString($0.0)):\($0.1)" }.joined(separator: ",") + "}"
     }
 
@@ -162,6 +169,10 @@ struct SendStatsReport {
         ]
         if let compressionLevel { rows.append(("compression", "deflate:\(compressionLevel)")) }
         if let rateLimit { rows.append(("rate limit", Format.rate(Double(rateLimit)))) }
+        if let streamBytes {
+            let each = streamBytes.map { Format.bytes($0) }.joined(separator: ", ")
+            rows.append(("streams", "\(streamBytes.count) (on the wire: \(each))"))
+        }
         return StatsTable.render(rows)
     }
 }
@@ -185,7 +196,7 @@ struct ReceiveStatsReport {
         for result in report.results {
             switch result.outcome {
             case .stored:
-                if result.isDirectory { directories += 1 } else { files += 1 }
+                if result.isDirectory { directories += 1 } else if !result.rangeOnly { files += 1 }
                 resumedBytes += result.resumedBytes
             case .refused: refused += 1
             case .failed: failed += 1

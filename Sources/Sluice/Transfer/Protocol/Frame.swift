@@ -8,6 +8,10 @@ enum Frame: Equatable, Sendable {
     case end(size: UInt64, digest: [UInt8])
     case abort(reason: String)
     case bye
+    case join(TransferJoin)
+    case range(RangeHeader)
+    case rangeEnd(length: UInt64, digest: [UInt8], fileDigest: [UInt8])
+    case joined
     case accept(offset: UInt64)
     case stored
     case refused(code: Wire.RefusalCode, reason: String)
@@ -22,6 +26,10 @@ enum Frame: Equatable, Sendable {
         case .end: return .end
         case .abort: return .abort
         case .bye: return .bye
+        case .join: return .join
+        case .range: return .range
+        case .rangeEnd: return .rangeEnd
+        case .joined: return .joined
         case .accept: return .accept
         case .stored: return .stored
         case .refused: return .refused
@@ -39,6 +47,11 @@ enum Frame: Equatable, Sendable {
         case .end(let size, let digest): return MessageWriter.end(size: size, digest: digest)
         case .abort(let reason): return MessageWriter.text(.abort, reason)
         case .bye: return MessageWriter.message(.bye)
+        case .join(let join): return MessageWriter.join(join)
+        case .range(let header): return MessageWriter.range(header)
+        case .rangeEnd(let length, let digest, let fileDigest):
+            return MessageWriter.rangeEnd(length: length, digest: digest, fileDigest: fileDigest)
+        case .joined: return MessageWriter.message(.joined)
         case .accept(let offset): return MessageWriter.accept(offset: offset)
         case .stored: return MessageWriter.message(.stored)
         case .refused(let code, let reason): return MessageWriter.answer(.refused, code: code.rawValue, reason: reason)
@@ -55,23 +68,26 @@ enum Frame: Equatable, Sendable {
 /// Who sent the bytes a decoder reads: each side accepts only the message types its peer may
 /// send.
 enum FrameDirection: Sendable {
-    /// Sender → receiver: HELLO, FILE, DIR, DATA, END, ABORT, BYE, ERROR.
+    /// Sender → receiver: HELLO, FILE, DIR, DATA, END, ABORT, BYE, JOIN, RANGE, RANGE-END,
+    /// ERROR.
     case toReceiver
-    /// Receiver → sender: HELLO, ACCEPT, STORED, REFUSED, FAILED, BYE, ERROR.
+    /// Receiver → sender: HELLO, ACCEPT, STORED, REFUSED, FAILED, JOINED, BYE, ERROR.
     case toSender
 
     func allows(_ type: Wire.MessageType) -> Bool {
         switch (self, type) {
         case (_, .hello), (_, .bye), (_, .error): return true
         case (.toReceiver, .file), (.toReceiver, .directory), (.toReceiver, .data), (.toReceiver, .end),
-            (.toReceiver, .abort):
+            (.toReceiver, .abort), (.toReceiver, .join), (.toReceiver, .range), (.toReceiver, .rangeEnd):
             return true
-        case (.toReceiver, .accept), (.toReceiver, .stored), (.toReceiver, .refused), (.toReceiver, .failed):
+        case (.toReceiver, .accept), (.toReceiver, .stored), (.toReceiver, .refused), (.toReceiver, .failed),
+            (.toReceiver, .joined):
             return false
-        case (.toSender, .accept), (.toSender, .stored), (.toSender, .refused), (.toSender, .failed):
+        case (.toSender, .accept), (.toSender, .stored), (.toSender, .refused), (.toSender, .failed),
+            (.toSender, .joined):
             return true
         case (.toSender, .file), (.toSender, .directory), (.toSender, .data), (.toSender, .end),
-            (.toSender, .abort):
+            (.toSender, .abort), (.toSender, .join), (.toSender, .range), (.toSender, .rangeEnd):
             return false
         }
     }
@@ -208,6 +224,17 @@ struct FrameDecoder: Sendable {
             return .abort(reason: Wire.printable(reader.rest()))
         case .bye:
             return .bye
+        case .join:
+            return MessageReader.join(payload).map(Frame.join)
+        case .range:
+            return MessageReader.range(payload).map(Frame.range)
+        case .rangeEnd:
+            guard payload.count == Wire.MessageType.rangeEnd.maxPayload, let length = reader.u64(),
+                let digest = reader.raw(SHA256Digest.byteCount)
+            else { return nil }
+            return .rangeEnd(length: length, digest: digest, fileDigest: reader.rest())
+        case .joined:
+            return .joined
         case .accept:
             guard payload.count == 8, let offset = reader.u64() else { return nil }
             return .accept(offset: offset)

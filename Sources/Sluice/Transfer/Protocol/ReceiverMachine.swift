@@ -58,6 +58,17 @@ enum ReceiverAction: Equatable, Sendable {
     /// Check the SHA-256 against `digest`, set mode and mtime, flush, rename into place;
     /// answer `.committed`.
     case commitFile(digest: [UInt8])
+    /// Join the transfer of several connections `join` names (create it for index 0); answer
+    /// `.transferJoined`.
+    case joinTransfer(TransferJoin)
+    /// Open (or share) the temporary file of a range's file, checking the range against the
+    /// other ranges of the file in the transfer; answer `.fileOpened` with the offset within
+    /// the range that is held.
+    case openRange(EntryRequest, ByteRange)
+    /// Check the range's SHA-256 against `digest`; when it completes the file, the whole
+    /// file's against `fileDigest`, then commit it as `commitFile` does; answer
+    /// `.rangeCommitted`.
+    case commitRange(digest: [UInt8], fileDigest: [UInt8])
     /// Forget the file being received: its partial data stays for a resume when `keep`.
     case dropFile(keep: Bool)
     /// An entry was answered.
@@ -80,6 +91,11 @@ enum ReceiverOutcome: Equatable, Sendable {
     case dataFinished
     /// Verified and moved into place (nil), or why not.
     case committed(EntryRejection?)
+    /// Joined the transfer (nil), or why not (the reason goes to the sender in ERROR).
+    case transferJoined(String?)
+    /// The range verified (nil) — and the file stored when `fileStored` (it was the last
+    /// range in), `resumed` bytes of it held from an interrupted transfer — or why not.
+    case rangeCommitted(EntryRejection?, fileStored: Bool, resumed: UInt64? = nil)
     case directoriesSettled
     case timedOut
     /// The peer closed its sending direction.
@@ -101,6 +117,11 @@ struct ReceiverMachine: Sendable {
         var overwrite = false
         var maxSize: UInt64?
         var resume = true
+        /// Offer the `streams` capability (one transfer over several connections).
+        var streams = false
+        /// Serve this connection only as part of a transfer it joins (`receive --once` after
+        /// its first connection): any other first message is refused.
+        var mustJoin = false
     }
 
     /// The file being received.
@@ -113,14 +134,21 @@ struct ReceiverMachine: Sendable {
         /// From END: the size and digest the sender computed.
         var endSize: UInt64 = 0
         var endDigest: [UInt8] = []
+        /// For a RANGE: the range (`offset` and `received` count within it), and the whole
+        /// file's digest from RANGE-END.
+        var range: ByteRange?
+        var endFileDigest: [UInt8] = []
 
         var total: UInt64 { offset + received }
         var header: EntryHeader { request.header }
+        /// The bytes this entry carries when known: the range's length, or the file's size.
+        var expected: UInt64? { range?.length ?? (header.sizeKnown ? header.size : nil) }
     }
 
     enum Pending: Equatable, Sendable {
         case directory(EntryRequest)
         case file(EntryRequest)
+        case range(EntryRequest, ByteRange)
     }
 
     enum State: Equatable, Sendable {
@@ -128,6 +156,8 @@ struct ReceiverMachine: Sendable {
         case awaitingHello
         /// Between entries.
         case idle
+        /// JOIN is with the receiver's transfers.
+        case joining(TransferJoin)
         /// A DIR or FILE is with the store.
         case storing(Pending)
         case receiving(IncomingFile)
@@ -147,6 +177,8 @@ struct ReceiverMachine: Sendable {
     /// Entries announced by the sender, and answers sent.
     private(set) var entriesAnnounced = 0
     private(set) var entriesAnswered = 0
+    /// The transfer of several connections this one joined.
+    private(set) var joined: TransferJoin?
 
     init(settings: Settings) {
         self.settings = settings
@@ -156,6 +188,7 @@ struct ReceiverMachine: Sendable {
     var capabilities: Set<String> {
         var set: Set<String> = [Wire.Capability.sha256, Wire.Capability.deflate]
         if settings.resume { set.insert(Wire.Capability.resume) }
+        if settings.streams { set.insert(Wire.Capability.streams) }
         return set
     }
 
@@ -163,7 +196,7 @@ struct ReceiverMachine: Sendable {
     var acceptsMessages: Bool {
         switch state {
         case .awaitingMagic, .awaitingHello, .idle, .receiving, .discarding: return true
-        case .storing, .finishing, .committing, .settling, .ended: return false
+        case .joining, .storing, .finishing, .committing, .settling, .ended: return false
         }
     }
 
@@ -205,13 +238,16 @@ struct ReceiverMachine: Sendable {
         case .receiving: return [.deliverData]
         case .discarding: return []
         case .awaitingMagic, .awaitingHello, .idle: return violation("DATA outside a file")
-        case .storing, .finishing, .committing, .settling, .ended: return unexpectedInput("DATA")
+        case .joining, .storing, .finishing, .committing, .settling, .ended: return unexpectedInput("DATA")
         }
     }
 
     private mutating func received(_ frame: Frame) -> [ReceiverAction] {
+        if settings.mustJoin, joined == nil, case .idle = state, frame.type != .join, frame.type != .error {
+            return violation("this receiver serves one transfer (--once); connection refused")
+        }
         switch (state, frame) {
-        case (.ended, _), (.storing, _), (.finishing, _), (.committing, _), (.settling, _):
+        case (.ended, _), (.joining, _), (.storing, _), (.finishing, _), (.committing, _), (.settling, _):
             return unexpectedInput(frame.type.name)
         case (.awaitingMagic, _):
             return violation("\(frame.type.name) before the magic")
@@ -224,8 +260,19 @@ struct ReceiverMachine: Sendable {
             state = .idle
             return []
         case (.awaitingHello, .file), (.awaitingHello, .directory), (.awaitingHello, .end),
-            (.awaitingHello, .abort), (.awaitingHello, .bye):
+            (.awaitingHello, .abort), (.awaitingHello, .bye), (.awaitingHello, .join), (.awaitingHello, .range),
+            (.awaitingHello, .rangeEnd):
             return violation("\(frame.type.name) before HELLO")
+
+        case (.idle, .join(let join)):
+            guard settings.streams else { return violation("JOIN: this receiver does not offer streams") }
+            guard joined == nil, entriesAnnounced == 0 else { return violation("JOIN after the transfer began") }
+            state = .joining(join)
+            return [.joinTransfer(join)]
+        case (.idle, .range(let header)):
+            guard joined != nil else { return violation("RANGE outside a transfer of several connections") }
+            entriesAnnounced += 1
+            return startRange(header)
 
         case (.idle, .file(let header)):
             entriesAnnounced += 1
@@ -246,10 +293,11 @@ struct ReceiverMachine: Sendable {
         case (.idle, .bye):
             state = .settling
             return [.settleDirectories]
-        case (.idle, .hello), (.idle, .end), (.idle, .abort):
+        case (.idle, .hello), (.idle, .end), (.idle, .abort), (.idle, .rangeEnd):
             return violation("\(frame.type.name) between entries")
 
         case (.receiving(var file), .end(let size, let digest)):
+            guard file.range == nil else { return violation("END for a range (RANGE-END expected)") }
             file.endSize = size
             file.endDigest = digest
             state = .finishing(file)
@@ -261,18 +309,27 @@ struct ReceiverMachine: Sendable {
                     .failed(.aborted, "aborted by the sender: \(reason)"), path: file.request.relative,
                     isDirectory: false, size: file.header.sizeKnown ? file.header.size : file.total,
                     resumed: file.offset)
-        case (.receiving, .hello), (.receiving, .file), (.receiving, .directory), (.receiving, .bye):
+        case (.receiving(var file), .rangeEnd(let length, let digest, let fileDigest)):
+            guard file.range != nil else { return violation("RANGE-END for a whole file (END expected)") }
+            file.endSize = length
+            file.endDigest = digest
+            file.endFileDigest = fileDigest
+            state = .finishing(file)
+            return [.finishData]
+        case (.receiving, .hello), (.receiving, .file), (.receiving, .directory), (.receiving, .bye),
+            (.receiving, .join), (.receiving, .range):
             return violation("\(frame.type.name) in the middle of a file")
 
-        case (.discarding, .end), (.discarding, .abort):
+        case (.discarding, .end), (.discarding, .abort), (.discarding, .rangeEnd):
             state = .idle
             return []
-        case (.discarding, .hello), (.discarding, .file), (.discarding, .directory), (.discarding, .bye):
+        case (.discarding, .hello), (.discarding, .file), (.discarding, .directory), (.discarding, .bye),
+            (.discarding, .join), (.discarding, .range):
             return violation("\(frame.type.name) in the middle of a file")
 
         case (_, .error(let reason)):
             return end(.peerError(reason))
-        case (_, .accept), (_, .stored), (_, .refused), (_, .failed):
+        case (_, .accept), (_, .stored), (_, .refused), (_, .failed), (_, .joined):
             // The decoder lets none of these through from a sender; kept explicit all the same.
             return violation("\(frame.type.name) is not a message a sender sends")
         }
@@ -298,6 +355,38 @@ struct ReceiverMachine: Sendable {
         }
     }
 
+    /// A RANGE: checked against the file's announced size here, against the transfer's other
+    /// ranges by the session (`openRange`).
+    private mutating func startRange(_ message: RangeHeader) -> [ReceiverAction] {
+        let header = message.entry
+        let range = message.range
+        switch PathCheck.components(header.path) {
+        case .failure(let refusal):
+            return answer(
+                .refused(.invalidPath, "invalid path: \(refusal.reason)"), path: Wire.printable(header.path),
+                isDirectory: false, size: nil)
+        case .success(let components):
+            let relative = components.joined(separator: "/")
+            let refuse = { (reason: String) in (EntryRejection.refused(.invalidRange, reason), relative) }
+            var problem: (EntryRejection, String)?
+            if !header.sizeKnown || header.compressed {
+                problem = refuse("a range needs a known size and uncompressed data")
+            } else if range.length == 0 {
+                problem = refuse("empty range")
+            } else if range.end.map({ $0 > header.size }) ?? true {
+                problem = refuse("\(range) outside the announced size (\(header.size) bytes)")
+            } else if let maxSize = settings.maxSize, header.size > maxSize {
+                problem = (.refused(.tooLarge, "too large: \(header.size) bytes, the limit is \(maxSize)"), relative)
+            }
+            if let (rejection, path) = problem {
+                return answer(rejection, path: path, isDirectory: false, size: header.size)
+            }
+            let request = EntryRequest(components: components, relative: relative, header: header)
+            state = .storing(.range(request, range))
+            return [.openRange(request, range)]
+        }
+    }
+
     // MARK: Data
 
     /// The file's data path decoded `count` more bytes: may they be written? When not, the
@@ -312,11 +401,11 @@ struct ReceiverMachine: Sendable {
         case .finishing(let f):
             file = f
             finishing = true
-        case .awaitingMagic, .awaitingHello, .idle, .storing, .committing, .discarding, .settling, .ended:
+        case .awaitingMagic, .awaitingHello, .idle, .joining, .storing, .committing, .discarding, .settling, .ended:
             return (false, [])
         }
         let newTotal = file.total + UInt64(count)
-        let size = file.header.sizeKnown ? file.header.size : nil
+        let size = file.expected
         if let size, newTotal > size {
             state = finishing ? .idle : .discarding
             return (
@@ -360,11 +449,40 @@ struct ReceiverMachine: Sendable {
             let detail: String
             switch state {
             case .awaitingMagic, .awaitingHello: detail = "connection closed before the handshake"
-            case .idle, .storing, .settling: detail = "connection closed without goodbye"
+            case .idle, .joining, .storing, .settling: detail = "connection closed without goodbye"
             case .receiving, .finishing, .committing, .discarding: detail = "connection closed in the middle of a file"
             case .ended: detail = "connection closed"
             }
             return end(.closedEarly(detail))
+
+        case (.joining(let join), .transferJoined(let refusal)):
+            if let refusal { return violation(refusal) }
+            joined = join
+            state = .idle
+            return [.send(.joined)]
+        case (.storing(.range(let request, let range)), .fileOpened(let result)):
+            switch result {
+            case .success(let offset):
+                guard offset <= range.length else {
+                    state = .idle
+                    return [.dropFile(keep: false)]
+                        + answer(
+                            .failed(.io, "held partial data is larger than the range"), path: request.relative,
+                            isDirectory: false, size: request.header.size)
+                }
+                state = .receiving(IncomingFile(request: request, offset: offset, range: range))
+                return [.send(.accept(offset: offset))]
+            case .failure(let rejection):
+                state = .idle
+                return answer(rejection, path: request.relative, isDirectory: false, size: request.header.size)
+            }
+        case (.committing(let file), .rangeCommitted(let rejection, let fileStored, let resumed))
+        where file.range != nil:
+            state = .idle
+            // STORED for a range that is not the last says only that the range is in.
+            return answer(
+                rejection, path: file.request.relative, isDirectory: false, size: file.header.size,
+                resumed: resumed ?? file.offset, rangeOnly: rejection == nil && !fileStored)
 
         case (.storing(.directory(let request)), .directoryMade(let rejection)):
             state = .idle
@@ -396,12 +514,11 @@ struct ReceiverMachine: Sendable {
             state = .idle
             return [.dropFile(keep: false)] + answerFile(file, rejection)
         case (.finishing(let file), .dataFinished):
-            if file.header.sizeKnown && file.total != file.header.size {
+            if let expected = file.expected, file.total != expected {
                 state = .idle
                 return [.dropFile(keep: false)]
                     + answerFile(
-                        file,
-                        .failed(.data, "size mismatch: announced \(file.header.size) bytes, received \(file.total)"))
+                        file, .failed(.data, "size mismatch: announced \(expected) bytes, received \(file.total)"))
             }
             if file.endSize != file.total {
                 state = .idle
@@ -411,6 +528,9 @@ struct ReceiverMachine: Sendable {
                     )
             }
             state = .committing(file)
+            if file.range != nil {
+                return [.commitRange(digest: file.endDigest, fileDigest: file.endFileDigest)]
+            }
             return [.commitFile(digest: file.endDigest)]
         case (.committing(let file), .committed(let rejection)):
             state = .idle
@@ -418,8 +538,8 @@ struct ReceiverMachine: Sendable {
         case (.settling, .directoriesSettled):
             return [.send(.bye)] + end(.goodbye)
 
-        case (.awaitingMagic, _), (.awaitingHello, _), (.idle, _), (.storing, _), (.receiving, _), (.finishing, _),
-            (.committing, _), (.discarding, _), (.settling, _):
+        case (.awaitingMagic, _), (.awaitingHello, _), (.idle, _), (.joining, _), (.storing, _), (.receiving, _),
+            (.finishing, _), (.committing, _), (.discarding, _), (.settling, _):
             // An outcome nobody asked for: a bug in the session, not the peer's doing. It ends
             // this session only.
             assertionFailure("receiver machine: outcome \(outcome) in state \(state)")
@@ -433,12 +553,14 @@ struct ReceiverMachine: Sendable {
 
     /// Answers an entry: STORED when `rejection` is nil, else REFUSED or FAILED.
     private mutating func answer(
-        _ rejection: EntryRejection?, path: String, isDirectory: Bool, size: UInt64?, resumed: UInt64 = 0
+        _ rejection: EntryRejection?, path: String, isDirectory: Bool, size: UInt64?, resumed: UInt64 = 0,
+        rangeOnly: Bool = false
     ) -> [ReceiverAction] {
         entriesAnswered += 1
-        let result = TransferFileResult(
+        var result = TransferFileResult(
             path: path, isDirectory: isDirectory, size: size, resumedBytes: resumed,
             outcome: rejection?.outcome ?? .stored)
+        result.rangeOnly = rangeOnly
         return [.send(rejection?.frame ?? .stored), .report(result)]
     }
 
@@ -467,11 +589,11 @@ struct ReceiverMachine: Sendable {
     private mutating func end(_ how: SessionEnd) -> [ReceiverAction] {
         var actions: [ReceiverAction] = []
         switch state {
-        case .receiving, .finishing, .committing, .storing(.file):
+        case .receiving, .finishing, .committing, .storing(.file), .storing(.range):
             // An interrupted file keeps its partial data for a resume (the store decides
             // whether it may be kept).
             actions.append(.dropFile(keep: true))
-        case .awaitingMagic, .awaitingHello, .idle, .storing(.directory), .discarding, .settling, .ended:
+        case .awaitingMagic, .awaitingHello, .idle, .joining, .storing(.directory), .discarding, .settling, .ended:
             break
         }
         state = .ended(how)

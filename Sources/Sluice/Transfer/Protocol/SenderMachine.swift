@@ -14,8 +14,14 @@ enum SenderAction: Equatable, Sendable {
     /// `.entryOpened`.
     case openEntry(Int)
     /// Send entry `index`'s data from `offset` (hashing the held prefix first), compressed or
-    /// not; answer with `.dataEnded` or `.readFailed`.
-    case startData(index: Int, offset: UInt64, compressed: Bool)
+    /// not; answer with `.dataEnded` or `.readFailed`. For a range, `offset` counts from the
+    /// range's start, only the range is sent, and the answer is `.rangeEnded`.
+    case startData(index: Int, offset: UInt64, compressed: Bool, range: ByteRange?)
+    /// The receiver does not offer `streams`: this connection sends every entry alone, and no
+    /// other connection is to be opened.
+    case streamsDeclined
+    /// The receiver admitted this connection to the transfer (JOINED).
+    case joined
     /// Stop sending entry `index`'s data and close it (answered before its end, or aborted).
     case stopData(Int)
     /// Entry `index` has its outcome.
@@ -29,6 +35,9 @@ enum SenderOutcome: Equatable, Sendable {
     case entryOpened(Int, Result<OpenedEntry, LocalFailure>)
     /// All of the current file's bytes went out, with their size and SHA-256 (whole file).
     case dataEnded(size: UInt64, digest: [UInt8])
+    /// All of the current range's bytes went out: its length and SHA-256, and the whole
+    /// file's SHA-256.
+    case rangeEnded(length: UInt64, digest: [UInt8], fileDigest: [UInt8])
     /// The current file could not be read further.
     case readFailed(String)
     case peerClosed
@@ -72,6 +81,20 @@ struct SenderMachine: Sendable {
         var size: UInt64?
         var resumable: Bool
         var compressed: Bool
+        var range: ByteRange? = nil
+    }
+
+    /// One piece of work of a connection: an entry, whole, or one range of a file (whose size
+    /// at planning was `fileSize`).
+    enum Work: Equatable, Sendable {
+        case entry(Int)
+        case range(Int, ByteRange, fileSize: UInt64)
+
+        var index: Int {
+            switch self {
+            case .entry(let index), .range(let index, _, _): return index
+            }
+        }
     }
 
     enum State: Equatable, Sendable {
@@ -79,6 +102,8 @@ struct SenderMachine: Sendable {
         case awaitingHello
         /// Between files: the next entry may be announced.
         case ready
+        /// JOIN was sent: waiting for JOINED.
+        case joining
         /// Entry `index` is being opened.
         case opening(Int)
         /// FILE was sent: waiting for ACCEPT (or an answer).
@@ -91,6 +116,12 @@ struct SenderMachine: Sendable {
 
     let settings: Settings
     let entries: [Entry]
+    /// What this connection sends, in order; by default every entry, whole.
+    private(set) var work: [Work]
+    /// For a connection of a transfer over several: which one it is, and what it sends
+    /// instead when the receiver does not offer `streams` (nil: it must).
+    private(set) var join: TransferJoin?
+    private let fallback: [Work]?
     private(set) var state = State.awaitingMagic
     private(set) var peerCapabilities: Set<String> = []
     private(set) var next = 0
@@ -100,11 +131,18 @@ struct SenderMachine: Sendable {
     private var localFailures: [Int: String] = [:]
     private(set) var settled: [Bool]
 
-    init(entries: [Entry], settings: Settings) {
+    init(entries: [Entry], settings: Settings, work: [Work]? = nil, join: TransferJoin? = nil, fallback: [Work]? = nil)
+    {
         self.entries = entries
         self.settings = settings
+        self.work = work ?? entries.indices.map(Work.entry)
+        self.join = join
+        self.fallback = fallback
         settled = Array(repeating: false, count: entries.count)
     }
+
+    /// True when the next `proceed()` would say goodbye.
+    var workDone: Bool { next >= work.count }
 
     var capabilities: Set<String> {
         var set: Set<String> = [Wire.Capability.sha256, Wire.Capability.deflate]
@@ -137,13 +175,18 @@ struct SenderMachine: Sendable {
     /// Announces the next entry, or says goodbye after the last.
     mutating func proceed() -> [SenderAction] {
         guard case .ready = state else { return [] }
-        guard next < entries.count else {
+        guard next < work.count else {
             state = .byeSent
             return [.send(.bye)]
         }
-        let index = next
+        let item = work[next]
         next += 1
+        let index = item.index
         let entry = entries[index]
+        if case .range = item {
+            state = .opening(index)
+            return [.openEntry(index)]
+        }
         if entry.isDirectory {
             unanswered.append(index)
             return [
@@ -190,8 +233,24 @@ struct SenderMachine: Sendable {
                 return violation("no common digest (sha256 required)")
             }
             peerCapabilities = capabilities
+            guard let join else {
+                state = .ready
+                return []
+            }
+            guard capabilities.contains(Wire.Capability.streams) else {
+                guard let fallback else { return violation("the receiver does not offer streams") }
+                work = fallback
+                self.join = nil
+                state = .ready
+                return [.streamsDeclined]
+            }
+            state = .joining
+            return [.send(.join(join))]
+        case (.joining, .joined):
             state = .ready
-            return []
+            return [.joined]
+        case (_, .joined):
+            return violation("unexpected JOINED")
         case (.awaitingHello, _):
             return violation("\(frame.type.name) before HELLO")
         case (_, .hello):
@@ -199,11 +258,16 @@ struct SenderMachine: Sendable {
 
         case (.awaitingAccept(let file), .accept(let offset)):
             guard unanswered.last == file.index else { return violation("unexpected ACCEPT") }
-            guard offset == 0 || (file.resumable && offset <= (file.size ?? 0)) else {
+            guard file.range != nil || offset == 0 || (file.resumable && offset <= (file.size ?? 0)) else {
                 return violation("ACCEPT offset \(offset) out of range")
             }
+            if let range = file.range {
+                guard offset == 0 || (file.resumable && offset <= range.length) else {
+                    return violation("ACCEPT offset \(offset) out of the range")
+                }
+            }
             state = .sending(file)
-            return [.startData(index: file.index, offset: offset, compressed: file.compressed)]
+            return [.startData(index: file.index, offset: offset, compressed: file.compressed, range: file.range)]
         case (_, .accept):
             return violation("unexpected ACCEPT")
 
@@ -216,7 +280,7 @@ struct SenderMachine: Sendable {
         case (_, .bye):
             return violation("goodbye before the sender's")
 
-        case (_, .file), (_, .directory), (_, .end), (_, .abort):
+        case (_, .file), (_, .directory), (_, .end), (_, .abort), (_, .join), (_, .range), (_, .rangeEnd):
             return violation("\(frame.type.name) is not a message a receiver sends")
         }
     }
@@ -242,7 +306,7 @@ struct SenderMachine: Sendable {
             } else {
                 outcome = .failed(reason: reason, kind: code == .data ? .data : .io)
             }
-        case .hello, .file, .directory, .end, .abort, .bye, .accept, .error:
+        case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined:
             return violation("\(frame.type.name) is not an answer")
         }
         unanswered.removeFirst()
@@ -259,7 +323,7 @@ struct SenderMachine: Sendable {
             state = .ready
         case .byeSent where unanswered.isEmpty:
             break
-        case .awaitingMagic, .awaitingHello, .ready, .opening, .awaitingAccept, .sending, .byeSent, .ended:
+        case .awaitingMagic, .awaitingHello, .joining, .ready, .opening, .awaitingAccept, .sending, .byeSent, .ended:
             break
         }
         return actions
@@ -286,6 +350,24 @@ struct SenderMachine: Sendable {
                 return [.settle(index, .failed(reason: failure.reason, kind: .io))]
             case .success(let info):
                 let entry = entries[index]
+                if case .range(_, let range, let planned) = work[next - 1] {
+                    guard info.size == planned else {
+                        state = .ready
+                        settled[index] = true
+                        let reason = "the file changed size since it was listed (\(planned) bytes)"
+                        return [.settle(index, .failed(reason: reason, kind: .io))]
+                    }
+                    let resumable = settings.resume && peerCapabilities.contains(Wire.Capability.resume)
+                    var flags = Wire.FileFlags.sizeKnown
+                    if resumable { flags |= Wire.FileFlags.resumable }
+                    let header = EntryHeader(
+                        flags: flags, size: planned, mode: info.mode, mtimeSeconds: info.mtimeSeconds,
+                        mtimeNanoseconds: info.mtimeNanoseconds, path: Array(entry.relative.utf8))
+                    unanswered.append(index)
+                    state = .awaitingAccept(
+                        CurrentFile(index: index, size: planned, resumable: resumable, compressed: false, range: range))
+                    return [.send(.range(RangeHeader(range: range, entry: header)))]
+                }
                 let resumable =
                     settings.resume && entry.seekable && info.size != nil
                     && peerCapabilities.contains(Wire.Capability.resume)
@@ -302,7 +384,13 @@ struct SenderMachine: Sendable {
                     CurrentFile(index: index, size: info.size, resumable: resumable, compressed: compressed))
                 return [.send(.file(header))]
             }
-        case (.sending(let file), .dataEnded(let size, let digest)):
+        case (.sending(let file), .rangeEnded(let length, let digest, let fileDigest)) where file.range != nil:
+            if length != file.range?.length {
+                localFailures[file.index] = "the file changed size while being sent"
+            }
+            state = .ready
+            return [.stopData(file.index), .send(.rangeEnd(length: length, digest: digest, fileDigest: fileDigest))]
+        case (.sending(let file), .dataEnded(let size, let digest)) where file.range == nil:
             if let announced = file.size, announced != size {
                 // The file changed size while being sent: END says what was sent; the receiver
                 // refuses the mismatch.
@@ -315,8 +403,8 @@ struct SenderMachine: Sendable {
             state = .ready
             return [.stopData(file.index), .send(.abort(reason: reason))]
 
-        case (.awaitingMagic, _), (.awaitingHello, _), (.ready, _), (.opening, _), (.awaitingAccept, _), (.sending, _),
-            (.byeSent, _):
+        case (.awaitingMagic, _), (.awaitingHello, _), (.joining, _), (.ready, _), (.opening, _), (.awaitingAccept, _),
+            (.sending, _), (.byeSent, _):
             assertionFailure("sender machine: outcome \(outcome) in state \(state)")
             return end(
                 .connectionFailed(
@@ -341,7 +429,7 @@ struct SenderMachine: Sendable {
         switch state {
         case .sending(let file), .awaitingAccept(let file):
             actions.append(.stopData(file.index))
-        case .awaitingMagic, .awaitingHello, .ready, .opening, .byeSent, .ended:
+        case .awaitingMagic, .awaitingHello, .joining, .ready, .opening, .byeSent, .ended:
             break
         }
         state = .ended(how)

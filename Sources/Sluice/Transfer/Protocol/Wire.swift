@@ -27,16 +27,22 @@ enum Wire {
 
     /// How the ERROR of a receiver serving all the sessions it allows begins.
     static let busyPrefix = "busy:"
+    /// The most connections one transfer may use (`streams` capability), and the bytes of a
+    /// transfer id.
+    static let maxStreams = 64
+    static let transferIDBytes = 16
 
     /// Capabilities announced in HELLO.
     enum Capability {
         static let sha256 = "sha256"
         static let deflate = "deflate"
         static let resume = "resume"
+        /// One transfer over several connections: JOIN, RANGE, RANGE-END and JOINED.
+        static let streams = "streams"
     }
 
-    /// Message types. Sender → receiver: 0x01, 0x10–0x15, 0x7F. Receiver → sender: 0x01,
-    /// 0x15, 0x20–0x23, 0x7F.
+    /// Message types. Sender → receiver: 0x01, 0x10–0x18, 0x7F. Receiver → sender: 0x01,
+    /// 0x15, 0x20–0x24, 0x7F.
     enum MessageType: UInt8, Sendable {
         case hello = 0x01
         case file = 0x10
@@ -45,10 +51,14 @@ enum Wire {
         case end = 0x13
         case abort = 0x14
         case bye = 0x15
+        case join = 0x16
+        case range = 0x17
+        case rangeEnd = 0x18
         case accept = 0x20
         case stored = 0x21
         case refused = 0x22
         case failed = 0x23
+        case joined = 0x24
         case error = 0x7F
 
         /// The message's name in `sluice-protocol(7)`: `HELLO`, `FILE`, …
@@ -65,6 +75,10 @@ enum Wire {
             case .stored: return "STORED"
             case .refused: return "REFUSED"
             case .failed: return "FAILED"
+            case .join: return "JOIN"
+            case .range: return "RANGE"
+            case .rangeEnd: return "RANGE-END"
+            case .joined: return "JOINED"
             case .error: return "ERROR"
             }
         }
@@ -77,7 +91,10 @@ enum Wire {
             case .file, .directory: return Wire.maxControlPayload
             case .end: return 8 + SHA256Digest.byteCount
             case .accept: return 8
-            case .stored, .bye: return 0
+            case .join: return Wire.transferIDBytes + 4
+            case .range: return 16 + Wire.maxControlPayload
+            case .rangeEnd: return 8 + 2 * SHA256Digest.byteCount
+            case .stored, .bye, .joined: return 0
             case .refused, .failed: return 1 + Wire.maxReasonBytes
             case .abort, .error: return Wire.maxReasonBytes
             }
@@ -99,6 +116,9 @@ enum Wire {
         case invalidPath = 3
         case busy = 4
         case other = 5
+        /// A RANGE outside the file's announced size, overlapping another, or of another
+        /// version of the file.
+        case invalidRange = 6
     }
 
     /// FAILED codes.
@@ -121,6 +141,39 @@ struct EntryHeader: Equatable, Sendable {
     var sizeKnown: Bool { flags & Wire.FileFlags.sizeKnown != 0 }
     var compressed: Bool { flags & Wire.FileFlags.compressed != 0 }
     var resumable: Bool { flags & Wire.FileFlags.resumable != 0 }
+}
+
+/// Which connection of a transfer over several this is (JOIN): the transfer's random id, the
+/// connection's index and the number of connections.
+struct TransferJoin: Hashable, Sendable {
+    var id: [UInt8]
+    var index: Int
+    var count: Int
+}
+
+/// Bytes `start ..< start + length` of a file.
+struct ByteRange: Hashable, Sendable, CustomStringConvertible {
+    var start: UInt64
+    var length: UInt64
+
+    /// The end, or nil when `start + length` overflows.
+    var end: UInt64? {
+        let (sum, overflow) = start.addingReportingOverflow(length)
+        return overflow ? nil : sum
+    }
+
+    func overlaps(_ other: ByteRange) -> Bool {
+        guard let end, let otherEnd = other.end else { return true }
+        return start < otherEnd && other.start < end
+    }
+
+    var description: String { "bytes \(start)+\(length)" }
+}
+
+/// A RANGE message: one range of a file, with the file's header.
+struct RangeHeader: Equatable, Sendable {
+    var range: ByteRange
+    var entry: EntryHeader
 }
 
 /// Builds messages into a byte array.
@@ -168,6 +221,31 @@ struct MessageWriter {
             w.u32(header.mtimeNanoseconds)
             w.u16(UInt16(header.path.count))
             w.raw(header.path)
+        }
+    }
+
+    static func join(_ join: TransferJoin) -> [UInt8] {
+        message(.join) { w in
+            w.raw(join.id)
+            w.u16(UInt16(join.index))
+            w.u16(UInt16(join.count))
+        }
+    }
+
+    static func range(_ header: RangeHeader) -> [UInt8] {
+        let entry = MessageWriter.entry(.file, header.entry).dropFirst(Wire.frameHeaderSize)
+        return message(.range) { w in
+            w.u64(header.range.start)
+            w.u64(header.range.length)
+            w.raw(entry)
+        }
+    }
+
+    static func rangeEnd(length: UInt64, digest: [UInt8], fileDigest: [UInt8]) -> [UInt8] {
+        message(.rangeEnd) { w in
+            w.u64(length)
+            w.raw(digest)
+            w.raw(fileDigest)
         }
     }
 
@@ -263,6 +341,26 @@ struct MessageReader {
         }
         guard r.atEnd else { return nil }
         return (version, capabilities)
+    }
+
+    /// A JOIN payload: exactly the id, an index below the count, a count of 2 to
+    /// `Wire.maxStreams`.
+    static func join(_ payload: UnsafeRawBufferPointer) -> TransferJoin? {
+        var r = MessageReader(payload)
+        guard payload.count == Wire.MessageType.join.maxPayload, let id = r.raw(Wire.transferIDBytes),
+            let index = r.u16(), let count = r.u16(), (2...Wire.maxStreams).contains(Int(count)), index < count
+        else { return nil }
+        return TransferJoin(id: id, index: Int(index), count: Int(count))
+    }
+
+    /// A RANGE payload: start and length, then a FILE payload. The range itself is checked
+    /// against the size by the receiver machine (a refusal, not a malformed message).
+    static func range(_ payload: UnsafeRawBufferPointer) -> RangeHeader? {
+        var r = MessageReader(payload)
+        guard payload.count >= 16, let start = r.u64(), let length = r.u64(),
+            let entry = MessageReader.entry(.file, UnsafeRawBufferPointer(rebasing: payload[16...]))
+        else { return nil }
+        return RangeHeader(range: ByteRange(start: start, length: length), entry: entry)
     }
 
     /// A FILE or DIR payload, or nil if malformed (lengths that do not add up, a path longer

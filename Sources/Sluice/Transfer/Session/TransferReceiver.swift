@@ -173,6 +173,63 @@ public final class TransferReceiver {
         store.pool.shutdown()
     }
 
+    // MARK: Transfers over several connections
+
+    /// Transfers of several connections in progress, by id; and the transfer of each session
+    /// that joined one.
+    private var groups: [[UInt8]: TransferGroup] = [:]
+    private var groupOfSession: [Int: TransferGroup] = [:]
+
+    /// When set, every new connection must join the transfer that session `id` started
+    /// (`JOIN` with its transfer id) and is refused otherwise: a `receive --once` serves the
+    /// connections of its one transfer and nothing else.
+    public var onlyTransferOfSession: Int?
+
+    /// True while session `id` is part of a transfer over several connections.
+    public func isInTransfer(_ id: Int) -> Bool { groupOfSession[id] != nil }
+
+    /// Session `session` asks to join (or, as index 0, create) transfer `join.id`: the
+    /// transfer, or why not (the text goes to the peer in ERROR).
+    func join(_ join: TransferJoin, session: Int) -> Result<TransferGroup, JoinRefusal> {
+        if let only = onlyTransferOfSession, only != session {
+            guard let group = groupOfSession[only], group.id == join.id else {
+                return .failure(JoinRefusal("this receiver serves one transfer (--once); connection refused"))
+            }
+        }
+        let group: TransferGroup
+        if join.index == 0 {
+            guard groups[join.id] == nil else { return .failure(JoinRefusal("JOIN: transfer id already in use")) }
+            guard join.count <= options.maxSessions else {
+                return .failure(
+                    JoinRefusal(
+                        "\(Wire.busyPrefix) \(join.count) connections asked; this receiver serves "
+                            + "\(options.maxSessions) sessions at once"))
+            }
+            group = TransferGroup(id: join.id, count: join.count)
+            groups[join.id] = group
+        } else {
+            guard let found = groups[join.id] else { return .failure(JoinRefusal("JOIN: unknown transfer id")) }
+            group = found
+        }
+        if let refusal = group.admit(join, session: session) { return .failure(JoinRefusal(refusal)) }
+        groupOfSession[session] = group
+        return .success(group)
+    }
+
+    /// The session left its transfer; the last one out closes the files it left unfinished
+    /// (kept for a resume where they may be).
+    private func leaveTransfer(_ session: Int) {
+        guard let group = groupOfSession.removeValue(forKey: session), group.leave(session) else { return }
+        groups[group.id] = nil
+        for file in group.files.values where !file.finished {
+            file.finished = true
+            guard let opened = file.opened else { continue }
+            let progress = file.progress
+            store.pool.submit { [store] in store.abandonRanged(opened, held: progress, keep: true) }
+        }
+        group.files.removeAll()
+    }
+
     /// Ends every session (interrupted files keep their partial data for a later resume).
     public func closeAllSessions() {
         for session in Array(sessions.values) { session.cancel() }
@@ -182,6 +239,7 @@ public final class TransferReceiver {
         if let address = addresses.removeValue(forKey: report.id), report.error?.code == .authenticationFailed {
             throttle.recordFailure(address)
         }
+        leaveTransfer(report.id)
         onSessionEnd?(report)
     }
 
@@ -209,14 +267,29 @@ final class ActiveFile {
     var busy = false
     /// Dropped while busy: abandon it (keeping the partial when true) once the work is done.
     var abandonWhenIdle: Bool?
+    /// For a range: the file shared with the other connections of the transfer, the range,
+    /// and the bytes of it held from an interrupted transfer.
+    let shared: SharedFile?
+    let range: ByteRange?
+    let held: UInt64
+    /// Where this session's bytes start in the file.
+    let base: UInt64
 
-    init(opened: OpenedFile, request: EntryRequest, inflate: StageDriver?) {
+    init(
+        opened: OpenedFile, request: EntryRequest, inflate: StageDriver?, shared: SharedFile? = nil,
+        range: ByteRange? = nil, held: UInt64 = 0
+    ) {
         self.opened = opened
         self.request = request
         self.inflate = inflate
+        self.shared = shared
+        self.range = range
+        self.held = held
+        base = range.map { $0.start + held } ?? opened.offset
+        writebackStarted = base
     }
 
-    var position: UInt64 { opened.offset + written }
+    var position: UInt64 { base + written }
 }
 
 /// One connection to a `TransferReceiver`: runs a `ReceiverMachine` on the loop, feeding it
@@ -255,6 +328,8 @@ final class ReceiverSession: WireConnectionOwner {
     private var finishBlocked = false
     private var ended = false
     private var scratchStorage: UnsafeMutableRawBufferPointer?
+    /// The transfer of several connections this session joined.
+    private var group: TransferGroup?
 
     var isEnded: Bool { ended }
 
@@ -266,7 +341,9 @@ final class ReceiverSession: WireConnectionOwner {
         store = receiver.store
         options = receiver.options
         machine = ReceiverMachine(
-            settings: .init(overwrite: options.overwrite, maxSize: options.maxSize, resume: options.resume))
+            settings: .init(
+                overwrite: options.overwrite, maxSize: options.maxSize, resume: options.resume,
+                streams: options.streams, mustJoin: receiver.onlyTransferOfSession.map { $0 != id } ?? false))
         hasher = DigestWorker(loop: loop)
         connection = WireConnection(
             input: input, output: output, inboundCapacity: Self.initialInbound,
@@ -512,6 +589,12 @@ final class ReceiverSession: WireConnectionOwner {
                 finishData()
             case .commitFile(let digest):
                 commitFile(expecting: digest)
+            case .joinTransfer(let join):
+                joinTransfer(join)
+            case .openRange(let request, let range):
+                openRange(request, range)
+            case .commitRange(let digest, let fileDigest):
+                commitRange(expecting: digest, file: fileDigest)
             case .dropFile(let keep):
                 dropFile(keep: keep)
             case .report(let result):
@@ -646,6 +729,10 @@ final class ReceiverSession: WireConnectionOwner {
         guard let file else { return }
         self.file = nil
         hasher.discardFilling()
+        if file.shared != nil {
+            dropRange(file)
+            return
+        }
         guard !file.busy else {
             // A worker has the descriptors: it abandons the file when done (a commit in
             // progress finishes and closes them itself).
@@ -713,7 +800,174 @@ final class ReceiverSession: WireConnectionOwner {
         }
         let report = TransferSessionReport(
             id: id, peer: peer, results: results, bytes: bytesStored,
-            seconds: Double(monotonicNanoseconds() - started) / 1e9, error: error)
+            seconds: Double(monotonicNanoseconds() - started) / 1e9, error: error, streamIndex: machine.joined?.index)
         receiver?.sessionEnded(self, report: report)
     }
+}
+
+// MARK: Ranges of a transfer over several connections
+
+extension ReceiverSession {
+    /// JOIN: admitted to the transfer (JOINED), or refused (ERROR, and the connection closes).
+    fileprivate func joinTransfer(_ join: TransferJoin) {
+        guard let receiver else {
+            perform(machine.handle(.transferJoined("the receiver is shutting down")))
+            return
+        }
+        switch receiver.join(join, session: id) {
+        case .success(let group):
+            self.group = group
+            perform(machine.handle(.transferJoined(nil)))
+        case .failure(let refusal):
+            perform(machine.handle(.transferJoined(refusal.reason)))
+        }
+    }
+
+    /// RANGE: admitted against the file's other ranges, then received into the file the
+    /// transfer shares (opened by the first of its ranges to arrive).
+    fileprivate func openRange(_ request: EntryRequest, _ range: ByteRange) {
+        guard let group else { return }
+        let shared: SharedFile
+        if let found = group.files[request.relative] {
+            shared = found
+        } else {
+            guard group.openFiles < TransferGroup.maxOpenFiles else {
+                let reason = "busy: \(TransferGroup.maxOpenFiles) files of this transfer are being received in ranges"
+                perform(machine.handle(.fileOpened(.failure(.refused(.busy, reason)))))
+                return
+            }
+            shared = SharedFile(relative: request.relative, header: request.header)
+            group.files[request.relative] = shared
+            let store = self.store
+            let (overwrite, resume) = (options.overwrite, options.resume)
+            store.pool.submit(
+                { store.openRangedFile(request, overwrite: overwrite, resume: resume) }, completingOn: loop
+            ) {
+                result in shared.didOpen(result)
+            }
+        }
+        if let refusal = shared.admit(range, of: request.header) {
+            perform(machine.handle(.fileOpened(.failure(refusal))))
+            return
+        }
+        shared.whenOpen { [self] in
+            guard !ended else { return }
+            guard let opened = shared.opened else {
+                perform(machine.handle(.fileOpened(.failure(shared.failure ?? .failed(.io, "cannot open the file")))))
+                pump()
+                return
+            }
+            let held = shared.heldBytes(of: range)
+            let file = ActiveFile(
+                opened: opened, request: request, inflate: nil, shared: shared, range: range, held: held)
+            self.file = file
+            connection.inbound.grow(to: Self.fileInbound)
+            guard held > 0 else {
+                perform(machine.handle(.fileOpened(.success(0))))
+                pump()
+                return
+            }
+            file.busy = true
+            hasher.hashRange(file.digest, of: opened.fd, from: range.start, length: held) { [self] ok in
+                file.busy = false
+                if file.abandonWhenIdle != nil {
+                    releaseRange(file)
+                    return
+                }
+                guard !ended, self.file === file else { return }
+                if ok {
+                    perform(machine.handle(.fileOpened(.success(held))))
+                } else {
+                    self.file = nil
+                    releaseRange(file, holding: 0)
+                    let reason = "read \(quoted(opened.display)): cannot read the held part of the range"
+                    perform(machine.handle(.fileOpened(.failure(.failed(.io, reason)))))
+                }
+                pump()
+            }
+        }
+    }
+
+    /// RANGE-END and the data checked by the machine: verify the range's SHA-256; when it was
+    /// the last range of the file, read the whole file back and verify its SHA-256, then move
+    /// it into place.
+    fileprivate func commitRange(expecting digest: [UInt8], file fileDigest: [UInt8]) {
+        guard let file, let shared = file.shared, let range = file.range else { return }
+        hasher.finalize(file.digest) { [self] computed in
+            guard !ended, self.file === file else { return }
+            guard computed == digest else {
+                self.file = nil
+                releaseRange(file, holding: 0)
+                perform(
+                    machine.handle(.rangeCommitted(.failed(.data, "SHA-256 mismatch (\(range))"), fileStored: false)))
+                pump()
+                return
+            }
+            guard shared.verify(range) else {
+                self.file = nil
+                perform(machine.handle(.rangeCommitted(nil, fileStored: false)))
+                pump()
+                return
+            }
+            // Every range is in: the whole file, read back, must match the sender's digest.
+            // From here this session owns the file's descriptors (the transfer leaves it be).
+            shared.finished = true
+            let whole = SHA256Digest()
+            file.busy = true
+            hasher.hashRange(whole, of: file.opened.fd, from: 0, length: shared.header.size) { _ in }
+            hasher.finalize(whole) { [self] computed in
+                guard computed == fileDigest else {
+                    file.busy = false
+                    if self.file === file { self.file = nil }
+                    let opened = file.opened
+                    store.pool.submit { [store] in store.abandon(opened, keep: false) }
+                    guard !ended else { return }
+                    perform(
+                        machine.handle(
+                            .rangeCommitted(.failed(.data, "SHA-256 mismatch (whole file)"), fileStored: false)))
+                    pump()
+                    return
+                }
+                let store = self.store
+                let (overwrite, fsync) = (options.overwrite, options.fsync)
+                let (request, opened, header) = (file.request, file.opened, shared.header)
+                store.pool.submit(
+                    {
+                        store.commitRanged(
+                            opened, header: header, relative: request.relative, overwrite: overwrite, fsync: fsync)
+                    },
+                    completingOn: loop
+                ) { [self] rejection in
+                    file.busy = false
+                    if self.file === file { self.file = nil }
+                    guard !ended else { return }
+                    perform(
+                        machine.handle(
+                            .rangeCommitted(rejection, fileStored: rejection == nil, resumed: shared.heldTotal)))
+                    pump()
+                }
+            }
+        }
+    }
+
+    /// The range is dropped (the connection ended, or the range failed): the shared file
+    /// keeps what the range holds, for a resume; the transfer closes it when it ends.
+    fileprivate func dropRange(_ file: ActiveFile) {
+        guard !file.busy else {
+            file.abandonWhenIdle = true
+            return
+        }
+        releaseRange(file)
+    }
+
+    fileprivate func releaseRange(_ file: ActiveFile, holding bytes: UInt64? = nil) {
+        guard let shared = file.shared, let range = file.range, !shared.finished else { return }
+        shared.note(range, holds: bytes ?? (file.held + file.written))
+    }
+}
+
+/// Why a connection may not join a transfer: the text its ERROR carries.
+struct JoinRefusal: Error {
+    var reason: String
+    init(_ reason: String) { self.reason = reason }
 }

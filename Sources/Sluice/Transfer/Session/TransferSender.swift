@@ -70,29 +70,66 @@ public final class TransferSender: WireConnectionOwner {
     }
 
     /// A sender of `sources`: paths and streams.
-    public init(
+    public convenience init(
         sources: [TransferSource], options: TransferSendOptions = TransferSendOptions(),
         warning: ((String) -> Void)? = nil
     ) throws(SluiceError) {
-        self.options = options
         var warnings: [String] = []
-        entries = try SourceTree.entries(sources) { text in
+        let entries = try SourceTree.entries(sources) { text in
             warnings.append(text)
             warning?(text)
         }
+        self.init(entries: entries, options: options, work: nil, join: nil, fallback: nil)
         self.warnings = warnings
+    }
+
+    /// One connection of a transfer over several (`ParallelTransferSender`): sends `work` of
+    /// `entries` after joining the transfer as `join`, or `fallback` alone when the receiver
+    /// does not offer `streams`.
+    init(
+        entries: [OutgoingEntry], options: TransferSendOptions, work: [SenderMachine.Work]?, join: TransferJoin?,
+        fallback: [SenderMachine.Work]?
+    ) {
+        self.options = options
+        self.entries = entries
         outcomes = Array(repeating: nil, count: entries.count)
         sizes = entries.map(\.size)
         resumed = Array(repeating: 0, count: entries.count)
         machine = SenderMachine(
-            entries: entries.map { entry in
-                let seekable: Bool
-                if case .file = entry.kind { seekable = true } else { seekable = false }
-                return SenderMachine.Entry(
-                    relative: entry.relative, isDirectory: entry.isDirectory, seekable: seekable, mode: entry.mode,
-                    mtimeSeconds: entry.mtimeSeconds, mtimeNanoseconds: entry.mtimeNanoseconds)
-            }, settings: .init(compress: options.compress, resume: options.resume))
+            entries: Self.machineEntries(entries), settings: .init(compress: options.compress, resume: options.resume),
+            work: work, join: join, fallback: fallback)
     }
+
+    /// The entries as the sender machine knows them.
+    static func machineEntries(_ entries: [OutgoingEntry]) -> [SenderMachine.Entry] {
+        entries.map { entry in
+            let seekable: Bool
+            if case .file = entry.kind { seekable = true } else { seekable = false }
+            return SenderMachine.Entry(
+                relative: entry.relative, isDirectory: entry.isDirectory, seekable: seekable, mode: entry.mode,
+                mtimeSeconds: entry.mtimeSeconds, mtimeNanoseconds: entry.mtimeNanoseconds)
+        }
+    }
+
+    // MARK: Hooks of a transfer over several connections
+
+    /// Called as each entry (or range of an entry) is answered, with its index.
+    var onSettle: ((Int, TransferOutcome) -> Void)?
+    /// The receiver admitted the connection to the transfer; or offers no `streams`.
+    var onJoined: (() -> Void)?
+    var onStreamsDeclined: (() -> Void)?
+    /// Computes the SHA-256 of a whole file (entry index) whose range was sent: once per file
+    /// for all the connections.
+    var fileDigest: ((Int, @escaping ([UInt8]?) -> Void) -> Void)?
+    /// While set, BYE waits: the receiver settles directory attributes at this connection's
+    /// BYE, which must come after the other connections' files.
+    var holdGoodbye = false {
+        didSet { if !holdGoodbye { advance() } }
+    }
+    /// Bytes written to the connection.
+    var bytesWritten: UInt64 { connection?.bytesWritten ?? 0 }
+    /// Bytes of entry `index` the receiver held and were not sent again.
+    func resumedBytes(of index: Int) -> UInt64 { resumed[index] }
 
     deinit { rawBuffer?.deallocate() }
 
@@ -193,7 +230,9 @@ public final class TransferSender: WireConnectionOwner {
     /// Announces entries while the machine may and the outbound buffer has room for them.
     private func advance() {
         guard let connection else { return }
-        while machine.canProceed, !ended, connection.outbound.freeSpace >= 2 * Wire.maxControlPayload {
+        while machine.canProceed, !ended, connection.outbound.freeSpace >= 2 * Wire.maxControlPayload,
+            !(holdGoodbye && machine.workDone)
+        {
             perform(machine.proceed())
         }
     }
@@ -207,12 +246,17 @@ public final class TransferSender: WireConnectionOwner {
                 connection?.send(frame.encoded)
             case .openEntry(let index):
                 openEntry(index)
-            case .startData(let index, let offset, let compressed):
-                startData(index, offset: offset, compressed: compressed)
+            case .startData(let index, let offset, let compressed, let range):
+                startData(index, offset: offset, compressed: compressed, range: range)
+            case .streamsDeclined:
+                onStreamsDeclined?()
+            case .joined:
+                onJoined?()
             case .stopData(let index):
                 if current?.index == index { closeCurrent() }
             case .settle(let index, let outcome):
                 outcomes[index] = outcome
+                onSettle?(index, outcome)
                 onFileResult?(result(index))
             case .end(let how):
                 end(how)
@@ -273,9 +317,25 @@ public final class TransferSender: WireConnectionOwner {
     }
 
     /// ACCEPT arrived: hash the prefix the receiver holds (on a worker), then send the rest.
-    private func startData(_ index: Int, offset: UInt64, compressed: Bool) {
+    private func startData(_ index: Int, offset: UInt64, compressed: Bool, range: ByteRange?) {
         guard let file = current, file.index == index, let hasher else { return }
         file.compressed = compressed
+        if let range, let fd = file.fd {
+            file.range = range
+            file.position = range.start + offset
+            resumed[index] += offset
+            resumedBytes += offset
+            bytesDone += offset
+            guard offset > 0 else {
+                file.ready = true
+                produce()
+                return
+            }
+            hasher.hashRange(file.digest, of: fd, from: range.start, length: offset) { [weak self] ok in
+                self?.prefixHashed(file, ok)
+            }
+            return
+        }
         if compressed {
             let made = Result { () throws(SluiceError) in
                 try ParallelDeflate(format: .deflate, level: options.compressionLevel, threads: options.threads)
@@ -307,15 +367,20 @@ public final class TransferSender: WireConnectionOwner {
         resumedBytes += offset
         bytesDone += offset
         hasher.hashPrefix(file.digest, of: fd, length: offset) { [weak self] ok in
-            guard let self, self.current === file, !self.ended else { return }
-            guard ok else {
-                self.perform(self.machine.handle(.readFailed("read \(quoted(self.localPath(file))): \(Errno.current)")))
-                self.advance()
-                return
-            }
-            file.ready = true
-            self.produce()
+            self?.prefixHashed(file, ok)
         }
+    }
+
+    /// The held part is hashed: the rest may go out.
+    private func prefixHashed(_ file: OutgoingFile, _ ok: Bool) {
+        guard current === file, !ended else { return }
+        guard ok else {
+            perform(machine.handle(.readFailed("read \(quoted(localPath(file))): \(Errno.current)")))
+            advance()
+            return
+        }
+        file.ready = true
+        produce()
     }
 
     private func localPath(_ file: OutgoingFile) -> String {
@@ -335,7 +400,7 @@ public final class TransferSender: WireConnectionOwner {
     /// Reads the next bytes of the current file into `buffer`.
     private func readSource(_ file: OutgoingFile, into buffer: UnsafeMutableRawBufferPointer) -> ReadResult {
         if let fd = file.fd {
-            let size = file.size ?? 0
+            let size = file.range?.end ?? file.size ?? 0
             guard file.position < size else { return .end }
             let want = Int(min(UInt64(buffer.count), size - file.position))
             let position = off_t(file.position)
@@ -458,8 +523,29 @@ public final class TransferSender: WireConnectionOwner {
         if file.size == nil { sizes[file.index] = file.position }
         hasher.finalize(file.digest) { [weak self] digest in
             guard let self, self.current === file, !self.ended else { return }
-            self.perform(self.machine.handle(.dataEnded(size: file.position, digest: digest)))
-            self.advance()
+            guard let range = file.range else {
+                self.perform(self.machine.handle(.dataEnded(size: file.position, digest: digest)))
+                self.advance()
+                return
+            }
+            // A range: its END carries the whole file's digest too, computed once for all.
+            guard let fileDigest = self.fileDigest else {
+                // Ranges come only from a ParallelTransferSender, which sets it.
+                self.perform(self.machine.handle(.readFailed("internal: no whole-file digest for a range")))
+                self.advance()
+                return
+            }
+            fileDigest(file.index) { [weak self] whole in
+                guard let self, self.current === file, !self.ended else { return }
+                if let whole {
+                    let length = file.position - range.start
+                    self.perform(self.machine.handle(.rangeEnded(length: length, digest: digest, fileDigest: whole)))
+                } else {
+                    self.perform(
+                        self.machine.handle(.readFailed("read \(quoted(self.localPath(file))): cannot hash it")))
+                }
+                self.advance()
+            }
         }
     }
 
@@ -558,6 +644,8 @@ final class OutgoingFile {
     let size: UInt64?
     let digest = SHA256Digest()
     var compressed = false
+    /// For a range: only these bytes are sent.
+    var range: ByteRange?
     /// ACCEPT arrived and the held prefix is hashed: data may go out.
     var ready = false
     /// Bytes read from the source (the resumed prefix included).

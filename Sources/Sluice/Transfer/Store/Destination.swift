@@ -172,13 +172,12 @@ final class Destination: @unchecked Sendable {
         return st.st_mode & S_IFMT
     }
 
-    /// Opens (creating it) the temporary file of `header` under `parent`, locked against a
-    /// concurrent transfer of the same file. Returns the descriptor and the offset to resume
-    /// from: the length of a partial left by an interrupted transfer of the same file (same
-    /// size and mtime, marked by `resumeAttribute`), else 0 with the file emptied.
-    static func openTemporary(
-        _ parent: Int32, _ temporary: String, header: EntryHeader, resume: Bool, display: String
-    ) -> Result<(fd: Int32, offset: UInt64, resumable: Bool), EntryRejection> {
+    /// Opens (creating it) temporary file `temporary` under `parent` without following a link,
+    /// a fresh one when the name is linked elsewhere, and locks it against a concurrent transfer
+    /// of the same file (`flock`). Returns the descriptor and its status.
+    static func openLocked(_ parent: Int32, _ temporary: String, display: String)
+        -> Result<(Int32, stat), EntryRejection>
+    {
         var flags = O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC
         var fd: Int32 = -1
         var st = stat()
@@ -227,6 +226,23 @@ final class Destination: @unchecked Sendable {
             closeDescriptor(fd)
             return .failure(.failed(.io, error.description))
         }
+        return .success((fd, st))
+    }
+
+    /// Opens (creating it) the temporary file of `header` under `parent`, locked against a
+    /// concurrent transfer of the same file. Returns the descriptor and the offset to resume
+    /// from: the length of a partial left by an interrupted transfer of the same file (same
+    /// size and mtime, marked by `resumeAttribute`), else 0 with the file emptied.
+    static func openTemporary(
+        _ parent: Int32, _ temporary: String, header: EntryHeader, resume: Bool, display: String
+    ) -> Result<(fd: Int32, offset: UInt64, resumable: Bool), EntryRejection> {
+        let fd: Int32
+        var st: stat
+        switch openLocked(parent, temporary, display: display) {
+        case .failure(let rejection): return .failure(rejection)
+        case .success(let (descriptor, status)): (fd, st) = (descriptor, status)
+        }
+        let descriptor = fd
         let resumable = resume && header.sizeKnown && header.resumable
         var offset: UInt64 = 0
         if resumable && st.st_size > 0 && UInt64(st.st_size) <= header.size {

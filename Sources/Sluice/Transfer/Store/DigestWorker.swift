@@ -104,6 +104,15 @@ final class DigestWorker: @unchecked Sendable {
     /// prefix), on the worker, in order with the other jobs; `completion` on the loop says
     /// whether they could all be read.
     func hashPrefix(_ digest: SHA256Digest, of fd: Int32, length: UInt64, _ completion: @escaping (Bool) -> Void) {
+        hashRange(digest, of: fd, from: 0, length: length, completion)
+    }
+
+    /// Reads `length` bytes of `fd` from offset `start` and adds them to `digest` (a resumed
+    /// range's held part, or a whole file read back), as `hashPrefix` does.
+    func hashRange(
+        _ digest: SHA256Digest, of fd: Int32, from start: UInt64, length: UInt64,
+        _ completion: @escaping (Bool) -> Void
+    ) {
         submitFilling()
         let size = slotSize
         let box = UncheckedBox(completion)
@@ -115,7 +124,9 @@ final class DigestWorker: @unchecked Sendable {
             while position < length {
                 let want = Int(min(UInt64(size), length - position))
                 var n = -1
-                repeat { n = pread(fd, buffer.baseAddress, want, off_t(position)) } while n < 0 && errno == EINTR
+                repeat {
+                    n = pread(fd, buffer.baseAddress, want, off_t(start + position))
+                } while n < 0 && errno == EINTR
                 if n <= 0 {
                     ok = false
                     break

@@ -46,17 +46,10 @@ final class ReceiverStore: @unchecked Sendable {
     /// final name. The offset is what a resumable partial holds.
     func openFile(_ request: EntryRequest, overwrite: Bool, resume: Bool) -> Result<OpenedFile, EntryRejection> {
         let parent: Int32
-        switch destination.openParent(of: request.components, relative: request.relative) {
+        let name: String
+        switch openParent(for: request, overwrite: overwrite) {
         case .failure(let rejection): return .failure(rejection)
-        case .success(let (fd, _)): parent = fd
-        }
-        guard let name = request.components.last else {
-            closeDescriptor(parent)
-            return .failure(.refused(.invalidPath, "invalid path: empty path"))
-        }
-        if let kind = Destination.existing(parent, name), kind == S_IFDIR || !overwrite {
-            closeDescriptor(parent)
-            return .failure(.refused(.exists, kind == S_IFDIR ? "exists (a directory)" : "exists"))
+        case .success(let (fd, last)): (parent, name) = (fd, last)
         }
         let temporary = Destination.temporaryName(for: name)
         let opened = Destination.openTemporary(
@@ -95,6 +88,26 @@ final class ReceiverStore: @unchecked Sendable {
         guard case .failure(let error) = reserved, let errno = reserved.failureErrno else { return nil }
         guard [ENOSPC, EDQUOT, EFBIG].contains(errno.rawValue) else { return nil }
         return .failed(.io, error.description)
+    }
+
+    /// Opens the directory that will hold `request`'s file (creating missing ones) and checks
+    /// what is at its final name: nothing, or a file that `overwrite` allows replacing.
+    /// Returns the directory's descriptor (to close) and the file's name in it.
+    func openParent(for request: EntryRequest, overwrite: Bool) -> Result<(Int32, String), EntryRejection> {
+        let parent: Int32
+        switch destination.openParent(of: request.components, relative: request.relative) {
+        case .failure(let rejection): return .failure(rejection)
+        case .success(let (fd, _)): parent = fd
+        }
+        guard let name = request.components.last else {
+            closeDescriptor(parent)
+            return .failure(.refused(.invalidPath, "invalid path: empty path"))
+        }
+        if let kind = Destination.existing(parent, name), kind == S_IFDIR || !overwrite {
+            closeDescriptor(parent)
+            return .failure(.refused(.exists, kind == S_IFDIR ? "exists (a directory)" : "exists"))
+        }
+        return .success((parent, name))
     }
 
     /// Gives the finished file its mode and mtime, flushes it when `fsync`, and moves it to its

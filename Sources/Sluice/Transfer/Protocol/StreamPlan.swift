@@ -1,0 +1,73 @@
+/// How a transfer over several connections shares out its entries: pure, so that the same
+/// sources and count always give the same ranges (a resume finds the ranges it left).
+///
+/// - Directories go first on connection 0, in order (before anything is stored under them),
+///   and streams of unknown size last on it.
+/// - A regular file of at least two minimum ranges is split into up to `streams` ranges of
+///   equal length (rounded up to 64 KiB), range `k` on connection `k`; these files come next
+///   on every connection, in the same order, so that all the ranges of a file travel at once.
+/// - Other files go, whole, to the connection with the fewest bytes planned so far.
+enum StreamPlan {
+    /// The smallest range a file is split into.
+    static let minimumRange: UInt64 = 256 << 10
+    /// Range lengths are multiples of this (but the last).
+    static let rangeAlignment: UInt64 = 64 << 10
+
+    /// The work of each of `streams` connections for `entries` whose sizes at listing were
+    /// `sizes` (nil: unknown, a stream).
+    static func plan(
+        entries: [SenderMachine.Entry], sizes: [UInt64?], streams: Int, minimumRange: UInt64 = minimumRange
+    ) -> [[SenderMachine.Work]] {
+        precondition(streams >= 1 && entries.count == sizes.count, "StreamPlan: a caller's error")
+        var work = Array(repeating: [SenderMachine.Work](), count: streams)
+        var load = Array(repeating: UInt64(0), count: streams)
+        var whole: [Int] = []
+        var unknown: [Int] = []
+        for (index, entry) in entries.enumerated() {
+            if entry.isDirectory {
+                work[0].append(.entry(index))
+            } else if !entry.seekable || sizes[index] == nil {
+                unknown.append(index)
+            } else {
+                whole.append(index)
+            }
+        }
+        var small: [Int] = []
+        for index in whole {
+            let size = sizes[index] ?? 0
+            let ranges = ranges(of: size, streams: streams, minimumRange: minimumRange)
+            guard ranges.count > 1 else {
+                small.append(index)
+                continue
+            }
+            for (k, range) in ranges.enumerated() {
+                work[k].append(.range(index, range, fileSize: size))
+                load[k] += range.length
+            }
+        }
+        for index in small {
+            let target = load.indices.min { load[$0] < load[$1] } ?? 0
+            work[target].append(.entry(index))
+            load[target] += sizes[index] ?? 0
+        }
+        work[0] += unknown.map(SenderMachine.Work.entry)
+        return work
+    }
+
+    /// The ranges a file of `size` bytes is split into: one (the whole file) when it is smaller
+    /// than two minimum ranges.
+    static func ranges(of size: UInt64, streams: Int, minimumRange: UInt64 = minimumRange) -> [ByteRange] {
+        let pieces = min(UInt64(streams), size / max(minimumRange, 1))
+        guard pieces > 1 else { return [ByteRange(start: 0, length: size)] }
+        var length = (size + pieces - 1) / pieces
+        length = (length + rangeAlignment - 1) / rangeAlignment * rangeAlignment
+        var out: [ByteRange] = []
+        var start: UInt64 = 0
+        while start < size {
+            let this = min(length, size - start)
+            out.append(ByteRange(start: start, length: this))
+            start += this
+        }
+        return out
+    }
+}

@@ -1,0 +1,296 @@
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Something that reports a transfer's progress: a `TransferSender` or a
+/// `ParallelTransferSender`.
+public protocol TransferProgressSource: AnyObject {
+    var progress: TransferProgress { get }
+}
+
+extension TransferSender: TransferProgressSource {}
+
+/// Sends one transfer over several connections to a `TransferReceiver` that offers parallel
+/// streams (`sluice send --streams N`): where one connection is capped (per-flow shaping, a
+/// long path with a small window), N of them carry about N times as much.
+///
+/// ```swift
+/// let sender = try ParallelTransferSender(paths: ["big.iso", "photos"], streams: 4)
+/// sender.start(connect: { Socket.connect(host: "backup.local", port: 9000) }, on: loop) { summary in
+///     print(summary.files, summary.error as Any)
+/// }
+/// loop.run()
+/// ```
+///
+/// The first connection joins the receiver under a random transfer id (JOIN, inside the same
+/// authenticated connection as everything else) and sends the directories; the others join the
+/// same id once it is admitted. Files are shared out: each large file is split into ranges, one
+/// per connection, each range sent at once with its own SHA-256 and the whole file's, written in
+/// place by the receiver and renamed into place when every range is in and the whole file
+/// verifies; smaller files go whole to the least loaded connection. A connection that fails
+/// fails only its own ranges and files; the receiver keeps what every range holds, and the
+/// next send of the same files resumes each range where it stopped. A receiver that does not
+/// offer streams gets everything over the first connection, as from a `TransferSender`.
+public final class ParallelTransferSender: TransferProgressSource {
+    public let options: TransferSendOptions
+    /// Connections asked for.
+    public let streams: Int
+    /// Warnings found while listing the sources.
+    public private(set) var warnings: [String] = []
+    /// Called as each entry is answered (a file in ranges once all its ranges are).
+    public var onFileResult: ((TransferFileResult) -> Void)?
+    public var onWarning: ((String) -> Void)?
+    /// Called for each connection once it has joined the transfer (its index).
+    public var onStreamJoined: ((Int) -> Void)?
+
+    private let entries: [OutgoingEntry]
+    private let plans: [[SenderMachine.Work]]
+    /// Ranges per entry split into ranges, and their answers so far.
+    private var rangeCounts: [Int: Int] = [:]
+    private var rangeOutcomes: [Int: [TransferOutcome]] = [:]
+    private var outcomes: [TransferOutcome?]
+    private var senders: [TransferSender] = []
+    private var summaries: [Int: TransferSummary] = [:]
+    private var connect: (() -> (ReadStream, WriteStream))?
+    private var loop: EventLoop?
+    private var completion: ((TransferSummary) -> Void)?
+    private var started: UInt64 = 0
+    private var joined = false
+    private var declined = false
+    private var directoriesLeft: Int
+    private var othersStarted = false
+    private var cancelled = false
+    private var done = false
+    private var digests: [Int: DigestState] = [:]
+    private var digestWorker: DigestWorker?
+    private var transferID: [UInt8]?
+
+    private enum DigestState {
+        case computing([([UInt8]?) -> Void])
+        case done([UInt8]?)
+    }
+
+    /// A sender of `paths` over `streams` connections.
+    public convenience init(
+        paths: [String], streams: Int, options: TransferSendOptions = TransferSendOptions(),
+        warning: ((String) -> Void)? = nil
+    ) throws(SluiceError) {
+        try self.init(sources: paths.map { .path($0) }, streams: streams, options: options, warning: warning)
+    }
+
+    /// A sender of `sources` over `streams` connections (2 to 64; streams of unknown size go
+    /// whole over the first).
+    public init(
+        sources: [TransferSource], streams: Int, options: TransferSendOptions = TransferSendOptions(),
+        warning: ((String) -> Void)? = nil
+    ) throws(SluiceError) {
+        precondition((2...Wire.maxStreams).contains(streams), "streams must be 2...\(Wire.maxStreams)")
+        self.options = options
+        self.streams = streams
+        var warnings: [String] = []
+        entries = try SourceTree.entries(sources) { text in
+            warnings.append(text)
+            warning?(text)
+        }
+        self.warnings = warnings
+        outcomes = Array(repeating: nil, count: entries.count)
+        directoriesLeft = entries.filter(\.isDirectory).count
+        plans = StreamPlan.plan(
+            entries: TransferSender.machineEntries(entries), sizes: entries.map(\.size), streams: streams)
+        for case .range(let index, _, _) in plans.joined() { rangeCounts[index, default: 0] += 1 }
+    }
+
+    /// The entries to send, as relative paths.
+    public var paths: [String] { entries.map(\.relative) }
+
+    /// Connections used: `streams`, or 1 when the receiver offers no streams.
+    public var streamsUsed: Int { declined ? 1 : streams }
+
+    /// Bytes written to each connection so far (protocol included).
+    public var bytesPerStream: [UInt64] { senders.map(\.bytesWritten) }
+
+    public var progress: TransferProgress {
+        let parts = senders.map(\.progress)
+        let files = entries.indices.filter { !entries[$0].isDirectory }
+        return TransferProgress(
+            bytesDone: parts.reduce(0) { $0 + $1.bytesDone },
+            bytesTotal: entries.reduce(0) { $0 + ($1.size ?? 0) },
+            bytesSent: parts.reduce(0) { $0 + $1.bytesSent },
+            filesDone: files.filter { outcomes[$0] != nil }.count, filesTotal: files.count,
+            currentPath: parts.lazy.compactMap(\.currentPath).first,
+            seconds: started == 0 ? 0 : Double(monotonicNanoseconds() - started) / 1e9)
+    }
+
+    /// Starts the transfer on `loop` (call on its thread): `connect` makes each connection
+    /// (its streams opened here if not yet open; over TLS, secured by the caller). `completion`
+    /// runs once, when every connection has ended.
+    public func start(
+        connect: @escaping () -> (ReadStream, WriteStream), on loop: EventLoop,
+        completion: @escaping (TransferSummary) -> Void
+    ) {
+        precondition(self.loop == nil, "a ParallelTransferSender runs once (a caller's error)")
+        self.loop = loop
+        self.connect = connect
+        self.completion = completion
+        started = monotonicNanoseconds()
+        digestWorker = DigestWorker(loop: loop)
+        // The system generator is the kernel's CSPRNG (getrandom): an id nobody can guess.
+        var random = SystemRandomNumberGenerator()
+        let id = (0..<Wire.transferIDBytes).map { _ in UInt8.random(in: 0...255, using: &random) }
+        transferID = id
+        let first = TransferSender(
+            entries: entries, options: options, work: plans[0], join: TransferJoin(id: id, index: 0, count: streams),
+            fallback: entries.indices.map(SenderMachine.Work.entry))
+        first.holdGoodbye = true
+        first.onJoined = { [weak self] in
+            guard let self else { return }
+            self.joined = true
+            self.onStreamJoined?(0)
+            self.startOthers()
+        }
+        first.onStreamsDeclined = { [weak self] in
+            guard let self else { return }
+            self.declined = true
+            self.warn("the receiver does not offer parallel streams: sending over one connection")
+            first.holdGoodbye = false
+        }
+        run(first, index: 0)
+    }
+
+    /// Stops every connection; files cut off are kept by the receiver for a resume.
+    public func cancel() {
+        cancelled = true
+        for sender in senders { sender.cancel() }
+    }
+
+    private func run(_ sender: TransferSender, index: Int) {
+        guard let connect, let loop else { return }
+        senders.append(sender)
+        sender.onWarning = { [weak self] text in self?.warn(text) }
+        sender.onSettle = { [weak self] entry, outcome in self?.settled(entry, outcome, on: index) }
+        sender.fileDigest = { [weak self] entry, completion in self?.fileDigest(entry, completion) }
+        let (input, output) = connect()
+        sender.start(input: input, output: output, on: loop) { [weak self] summary in
+            self?.ended(index, summary)
+        }
+    }
+
+    /// The first connection joined and its directories are answered: the others may join.
+    private func startOthers() {
+        guard let id = transferID, joined, directoriesLeft == 0, !othersStarted, !cancelled, !done else { return }
+        othersStarted = true
+        for index in 1..<streams {
+            let sender = TransferSender(
+                entries: entries, options: options, work: plans[index],
+                join: TransferJoin(id: id, index: index, count: streams), fallback: nil)
+            sender.onJoined = { [weak self] in self?.onStreamJoined?(index) }
+            run(sender, index: index)
+        }
+    }
+
+    private func settled(_ entry: Int, _ outcome: TransferOutcome, on stream: Int) {
+        if entries[entry].isDirectory && stream == 0 {
+            directoriesLeft -= 1
+            if directoriesLeft == 0 { startOthers() }
+        }
+        guard let count = rangeCounts[entry], !declined else {
+            finish(entry, outcome)
+            return
+        }
+        rangeOutcomes[entry, default: []].append(outcome)
+        let answers = rangeOutcomes[entry] ?? []
+        guard answers.count == count else { return }
+        finish(entry, answers.first { !$0.isStored } ?? .stored)
+    }
+
+    private func finish(_ entry: Int, _ outcome: TransferOutcome) {
+        guard outcomes[entry] == nil else { return }
+        outcomes[entry] = outcome
+        onFileResult?(result(entry))
+    }
+
+    private func result(_ entry: Int) -> TransferFileResult {
+        let resumed = senders.reduce(UInt64(0)) { total, sender in
+            total + sender.resumedBytes(of: entry)
+        }
+        return TransferFileResult(
+            path: entries[entry].relative, isDirectory: entries[entry].isDirectory, size: entries[entry].size,
+            resumedBytes: resumed, outcome: outcomes[entry] ?? .failed(reason: "not answered", kind: .io))
+    }
+
+    private func warn(_ text: String) {
+        warnings.append(text)
+        onWarning?(text)
+    }
+
+    /// The whole file's SHA-256, computed once on a worker however many ranges ask.
+    private func fileDigest(_ entry: Int, _ completion: @escaping ([UInt8]?) -> Void) {
+        switch digests[entry] {
+        case .done(let digest):
+            completion(digest)
+            return
+        case .computing(let waiting):
+            digests[entry] = .computing(waiting + [completion])
+            return
+        case nil:
+            digests[entry] = .computing([completion])
+        }
+        guard case .file(let path) = entries[entry].kind, let worker = digestWorker,
+            case .success(let fd) = Sluice.openFile(path, flags: O_RDONLY | O_NOFOLLOW | O_CLOEXEC, permissions: 0)
+        else {
+            digestDone(entry, nil)
+            return
+        }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else {
+            closeDescriptor(fd)
+            digestDone(entry, nil)
+            return
+        }
+        let digest = SHA256Digest()
+        worker.hashPrefix(digest, of: fd, length: UInt64(st.st_size)) { [weak self] ok in
+            closeDescriptor(fd)
+            guard ok else {
+                self?.digestDone(entry, nil)
+                return
+            }
+            worker.finalize(digest) { [weak self] value in self?.digestDone(entry, value) }
+        }
+    }
+
+    private func digestDone(_ entry: Int, _ digest: [UInt8]?) {
+        guard case .computing(let waiting) = digests[entry] else { return }
+        digests[entry] = .done(digest)
+        for completion in waiting { completion(digest) }
+    }
+
+    // MARK: Ending
+
+    private func ended(_ index: Int, _ summary: TransferSummary) {
+        summaries[index] = summary
+        if index == 0 && !othersStarted {
+            // The first connection ended before the others could join: they never will.
+            othersStarted = true
+        }
+        let running = senders.indices.filter { summaries[$0] == nil }
+        if running == [0] { senders[0].holdGoodbye = false }
+        guard running.isEmpty, !done else { return }
+        done = true
+        for entry in entries.indices where outcomes[entry] == nil {
+            let reasons = summaries.keys.sorted().compactMap { summaries[$0]?.error?.description }
+            finish(entry, .failed(reason: "not transferred: " + (reasons.first ?? "no answer"), kind: .io))
+        }
+        let ordered = summaries.keys.sorted().compactMap { summaries[$0] }
+        let stored = entries.indices.filter { outcomes[$0] == .stored }
+        let total = TransferSummary(
+            files: stored.filter { !entries[$0].isDirectory }.count,
+            directories: stored.filter { entries[$0].isDirectory }.count,
+            bytes: ordered.reduce(0) { $0 + $1.bytes }, bytesSent: ordered.reduce(0) { $0 + $1.bytesSent },
+            resumedBytes: ordered.reduce(0) { $0 + $1.resumedBytes },
+            seconds: Double(monotonicNanoseconds() - started) / 1e9, results: entries.indices.map(result),
+            error: ordered.lazy.compactMap(\.error).first)
+        let finished = completion
+        completion = nil
+        finished?(total)
+    }
+}
