@@ -21,6 +21,32 @@ extern int renameat2(int olddirfd, const char *oldpath, int newdirfd, const char
 #ifndef RENAME_NOREPLACE
 #define RENAME_NOREPLACE (1 << 0)
 #endif
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)
+#endif
+
+/* cachestat(2) (Linux 6.5): how many of a file's cached pages are dirty. Before a replaced
+   file's pages are dropped: dropping dirty ones would start writing back a file about to be
+   deleted. Returns -1 with errno ENOSYS on older kernels. */
+#include <errno.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#if !defined(__NR_cachestat) && (defined(__x86_64__) || defined(__aarch64__))
+#define __NR_cachestat 451 /* newer than Debian 12's kernel headers; the same on both */
+#endif
+static inline int sluice_dirty_pages(int fd, unsigned long long *dirty) {
+#ifdef __NR_cachestat
+    struct { unsigned long long off, len; } range = {0, 0};
+    struct { unsigned long long cache, dirty, writeback, evicted, recently_evicted; } stat;
+    long rc = syscall(__NR_cachestat, fd, &range, &stat, 0);
+    if (rc == 0) *dirty = stat.dirty + stat.writeback;
+    return (int)rc;
+#else
+    (void)fd; (void)dirty;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
 
 /* sync_file_range(2), likewise: the receiver starts writeback of a file while it arrives, so
    the fsync at its end waits for the tail only. */

@@ -53,7 +53,8 @@ final class CopySession: Interruptible {
     init(options: CopyOptions, loop: EventLoop) {
         self.options = options
         self.loop = loop
-        openOptions = OpenOptions(force: options.force, append: options.append, timeoutSeconds: options.timeoutSeconds)
+        openOptions = OpenOptions(
+            force: options.force, append: options.append, flush: options.fsync, timeoutSeconds: options.timeoutSeconds)
     }
 
     /// Whether to draw progress, given whether stderr is a terminal.
@@ -124,6 +125,7 @@ final class CopySession: Interruptible {
             end(CLIError(.usage, "\(options.destination.displayName(as: .destination)): input file is output file"))
             return
         }
+        destinationFile?.releaseReplacedCache(unlessIdentity: source.fileIdentity)
         let pipelineOptions = PipelineOptions(chunkSize: options.chunkSize, rateLimit: options.rateLimit)
         let pipeline = Pipeline(source: source, stages: stages, sink: sink, options: pipelineOptions)
         self.pipeline = pipeline
@@ -152,11 +154,20 @@ final class CopySession: Interruptible {
         }
         do {
             try destinationFile?.commit()
+            if options.fsync, case .standardIO = options.destination { try Self.flushStandardOutput() }
         } catch {
             end(error)
             return
         }
         end(CLIError(.ok, ""))
+    }
+
+    /// `--fsync` with stdout: flushed when it is a file; a pipe or terminal has nothing to flush.
+    private static func flushStandardOutput() throws(CLIError) {
+        guard Glibc.fsync(1) != 0 else { return }
+        let error = Errno.current
+        guard error != .invalidArgument, error != .readOnlyFileSystem else { return }
+        throw CLIError(SluiceError(.system(error), operation: "fsync", subject: "stdout"), during: .creatingDestination)
     }
 
     /// A connect that fails surfaces as the stream's error once the pipeline runs: before any

@@ -48,6 +48,8 @@ enum CommonOptions {
         "timeout", value: .required("SECONDS"), help: "give up when no byte moves for SECONDS\n(also when connecting)")
     static let force = OptionSpec("force", short: "f", help: "replace an existing destination file")
     static let append = OptionSpec("append", help: "append to the destination file, in place")
+    static let fsync = OptionSpec(
+        "fsync", help: "flush the destination file to disk before it\ntakes its name (survives a crash)")
     static let quiet = OptionSpec("quiet", short: "q", help: "no progress; print only errors (and --stats)")
     static let help = OptionSpec("help", short: "h", help: "show this help and exit")
     static let version = OptionSpec("version", help: "show the version and exit")
@@ -166,6 +168,8 @@ struct CopyOptions: Hashable, Sendable {
     var timeoutSeconds: Double?
     var force = false
     var append = false
+    /// Flush the destination file to disk before it takes its name (`--fsync`).
+    var fsync = false
     var quiet = false
     /// Compression threads (`--threads`); nil: one per core.
     var threads: Int?
@@ -176,7 +180,7 @@ struct CopyOptions: Hashable, Sendable {
         ] + CommonOptions.levels + [
             CommonOptions.threads, CommonOptions.progress,
             CommonOptions.noProgress, CommonOptions.stats, CommonOptions.rateLimit, CommonOptions.timeout,
-            CommonOptions.force, CommonOptions.append, CommonOptions.quiet, CommonOptions.help,
+            CommonOptions.force, CommonOptions.append, CommonOptions.fsync, CommonOptions.quiet, CommonOptions.help,
             CommonOptions.version,
         ])
 
@@ -222,11 +226,12 @@ struct CopyOptions: Hashable, Sendable {
         if force && append {
             throw UsageError("--force and --append cannot be used together")
         }
-        if append {
+        fsync = parsed.has("fsync")
+        for (used, flag) in [(append, "--append"), (fsync, "--fsync")] where used {
             switch destination {
             case .file, .standardIO: break
             case .tcpConnect, .tcpListen, .unixConnect, .unixListen, .tlsConnect, .tlsListen:
-                throw UsageError("--append needs a file destination, not \(destination)")
+                throw UsageError("\(flag) needs a file destination, not \(destination)")
             }
         }
     }

@@ -14,6 +14,10 @@ import Sluice
 /// - `append` writes in place, at the end of the file (created if missing).
 /// - An existing file that is not a regular file (`/dev/null`, a FIFO, a terminal) is written
 ///   in place: there is nothing to replace.
+/// - A replaced file takes its name by exchange (`FileReplacement`): as fast as `cat >
+///   existing`, and an interrupted copy leaves the old file or the new one at the name.
+/// - With `flush` (`--fsync`), the data is on disk before the file takes its final name, and
+///   the directory after: a crash then leaves the old file or the whole new one.
 final class DestinationFile {
     /// How the destination is written.
     enum Plan: Hashable, Sendable {
@@ -32,6 +36,8 @@ final class DestinationFile {
     private(set) var temporaryPath: String?
     /// The stream to write: over the temporary file, or the file itself.
     let stream: WriteStream
+    /// Whether `commit()` flushes the file (and its directory) to disk.
+    let flush: Bool
 
     /// Decides how `path` is written, without touching anything: throws 73 when the file exists
     /// without `force`/`append`, or is a directory.
@@ -69,10 +75,11 @@ final class DestinationFile {
     }
 
     /// Plans and opens the destination: creates the temporary file, or opens the file in place.
-    init(path requestedPath: String, force: Bool, append: Bool) throws(CLIError) {
+    init(path requestedPath: String, force: Bool, append: Bool, flush: Bool = false) throws(CLIError) {
         let (path, plan) = try Self.plan(path: requestedPath, force: force, append: append)
         self.path = path
         self.plan = plan
+        self.flush = flush
         switch plan {
         case .viaTemporary:
             let (fd, temporary) = try Self.createTemporary(near: path, displayName: requestedPath)
@@ -114,12 +121,22 @@ final class DestinationFile {
             during: .creatingDestination)
     }
 
-    /// Gives the written file its final name. Without `replacing`, fails with 73 if a file of
-    /// that name appeared while copying (and removes the temporary file).
+    /// Gives the written file its final name (flushing it first with `flush`). Without
+    /// `replacing`, fails with 73 if a file of that name appeared while copying (and removes
+    /// the temporary file).
     func commit() throws(CLIError) {
-        guard case .viaTemporary(let replacing) = plan, let temporary = temporaryPath else { return }
+        guard case .viaTemporary(let replacing) = plan, let temporary = temporaryPath else {
+            if flush, plan == .append { try flushToDisk(path) }
+            return
+        }
+        if flush { try flushToDisk(temporary) }
         if replacing {
-            guard rename(temporary, path) == 0 else { throw failure("rename", .current) }
+            do {
+                try FileReplacement.replace(temporary, with: path, display: path)
+            } catch {
+                discard()
+                throw CLIError(error, during: .creatingDestination)
+            }
         } else if link(temporary, path) == 0 {
             unlink(temporary)
         } else {
@@ -137,6 +154,31 @@ final class DestinationFile {
             guard rename(temporary, path) == 0 else { throw failure("rename", .current) }
         }
         temporaryPath = nil
+        if flush { try flushToDisk(directory(of: path)) }
+    }
+
+    /// Gives the pages of the file about to be replaced back to the kernel before the copy
+    /// needs new ones (`FileReplacement.releaseCache`). Not when it is also the source.
+    func releaseReplacedCache(unlessIdentity source: (dev_t, ino_t)?) {
+        guard plan == .viaTemporary(replacing: true) else { return }
+        var info = stat()
+        if let source, stat(path, &info) == 0, info.st_dev == source.0, info.st_ino == source.1 { return }
+        FileReplacement.releaseCache(ofReplaced: path)
+    }
+
+    private func flushToDisk(_ file: String) throws(CLIError) {
+        do {
+            try FileReplacement.flush(file, display: file == path || file == temporaryPath ? path : file)
+        } catch {
+            discard()
+            throw CLIError(error, during: .creatingDestination)
+        }
+    }
+
+    /// The directory holding `path` (`.` for a bare name).
+    private func directory(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
     }
 
     private func failure(_ operation: String, _ error: Errno) -> CLIError {

@@ -15,6 +15,8 @@ enum OpenedEndpoint {
 struct OpenOptions: Sendable {
     var force = false
     var append = false
+    /// Flush a file destination to disk before it takes its name (`--fsync`).
+    var flush = false
     /// For connecting and accepting (`--timeout`).
     var timeoutSeconds: Double?
 }
@@ -55,7 +57,8 @@ extension Endpoint {
             }
         case (.file(let path), .destination):
             do {
-                let file = try DestinationFile(path: path, force: options.force, append: options.append)
+                let file = try DestinationFile(
+                    path: path, force: options.force, append: options.append, flush: options.flush)
                 file.stream.open()
                 if file.stream.streamStatus == .error, let error = file.stream.streamError {
                     file.discard()

@@ -273,16 +273,19 @@ final class Destination: @unchecked Sendable {
         return .success((fd, offset, resumable))
     }
 
-    /// Moves the finished temporary file to its final name within `parent`: `renameat` when
-    /// replacing is allowed, otherwise `renameat2(RENAME_NOREPLACE)` (or `linkat` + `unlinkat`
+    /// Moves the finished temporary file to its final name within `parent`: an exchange (or
+    /// `renameat`) when replacing is allowed, otherwise `renameat2(RENAME_NOREPLACE)` (or `linkat` + `unlinkat`
     /// where the file system lacks it), so an existing file is never replaced.
     static func commit(_ parent: Int32, _ temporary: String, _ name: String, overwrite: Bool, display: String)
         -> Result<Void, EntryRejection>
     {
         let renamed: Result<Int32, SluiceError>
         if overwrite {
+            // By exchange where the file system can: atomic like a rename, without the
+            // flush ext4 makes a rename over a file wait for (`FileReplacement`).
             renamed = Result { () throws(SluiceError) in
-                try syscallValue("rename", display) { renameat(parent, temporary, parent, name) }
+                try FileReplacement.replace(temporary, with: name, in: parent, display: display)
+                return 0
             }
         } else {
             renamed = Result { () throws(SluiceError) in

@@ -103,9 +103,13 @@ final class ReceiverStore: @unchecked Sendable {
             closeDescriptor(parent)
             return .failure(.refused(.invalidPath, "invalid path: empty path"))
         }
-        if let kind = Destination.existing(parent, name), kind == S_IFDIR || !overwrite {
-            closeDescriptor(parent)
-            return .failure(.refused(.exists, kind == S_IFDIR ? "exists (a directory)" : "exists"))
+        if let kind = Destination.existing(parent, name) {
+            if kind == S_IFDIR || !overwrite {
+                closeDescriptor(parent)
+                return .failure(.refused(.exists, kind == S_IFDIR ? "exists (a directory)" : "exists"))
+            }
+            // Its pages would otherwise stay cached until the new file replaces it.
+            FileReplacement.releaseCache(ofReplaced: name, in: parent)
         }
         return .success((parent, name))
     }
