@@ -68,9 +68,12 @@ final class Running: @unchecked Sendable {
     private var errData = Data()
     private let group = DispatchGroup()
 
-    init(_ executable: URL = sluiceBinary, _ arguments: [String]) throws {
+    init(_ executable: URL = sluiceBinary, _ arguments: [String], environment: [String: String] = [:]) throws {
         precondition(brokenPipesIgnored)
         process.executableURL = executable
+        if !environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        }
         process.arguments = executable == sluiceBinary ? withTestKey(arguments) : arguments
         process.standardInput = input
         process.standardOutput = output

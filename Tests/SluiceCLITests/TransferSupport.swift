@@ -16,9 +16,12 @@ final class ReceiverProcess: @unchecked Sendable {
     /// Starts `sluice receive ARGUMENTS --listen 127.0.0.1:0` (unless `--listen` is given).
     /// With `pairingCode`, the receiver makes a one-time code (printed on stderr) instead of
     /// using the tests' key file.
-    init(_ arguments: [String], pairingCode: Bool = false) throws {
+    init(_ arguments: [String], pairingCode: Bool = false, environment: [String: String] = [:]) throws {
         precondition(brokenPipesIgnored)
         process.executableURL = sluiceBinary
+        if !environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        }
         var arguments = ["receive"] + arguments
         if !arguments.contains("--listen") { arguments += ["--listen", "127.0.0.1:0"] }
         process.arguments = pairingCode ? arguments : withTestKey(arguments)

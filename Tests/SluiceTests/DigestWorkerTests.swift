@@ -10,7 +10,7 @@ import Testing
 
 /// Feeds `bytes` to `worker` in steps of `step`, as a session does: only what `room` allows,
 /// running the loop (never blocking it) until `onRoom` says a slot is free again.
-private func feed(_ worker: DigestWorker, _ digest: SHA256Digest, _ bytes: [UInt8], step: Int, loop: EventLoop) {
+private func feed(_ worker: DigestWorker, _ digest: FileDigest, _ bytes: [UInt8], step: Int, loop: EventLoop) {
     var offset = 0
     var roomCame = false
     worker.onRoom = { roomCame = true }
@@ -30,7 +30,7 @@ private func feed(_ worker: DigestWorker, _ digest: SHA256Digest, _ bytes: [UInt
 }
 
 /// The digest, once the worker has finished it and said so on the loop.
-private func finish(_ worker: DigestWorker, _ digest: SHA256Digest, loop: EventLoop) -> [UInt8]? {
+private func finish(_ worker: DigestWorker, _ digest: FileDigest, loop: EventLoop) -> [UInt8]? {
     var result: [UInt8]?
     worker.finalize(digest) { result = $0 }
     let deadline = ContinuousClock.now.advanced(by: .seconds(60))
@@ -40,47 +40,62 @@ private func finish(_ worker: DigestWorker, _ digest: SHA256Digest, loop: EventL
 
 @Suite("DigestWorker", .ownThreads)
 struct DigestWorkerTests {
-    /// The known SHA-256 of "abc" (FIPS 180-2, appendix B.1).
-    @Test("Matches the FIPS 180-2 test vector through the worker")
-    func knownVector() throws {
+    /// The known SHA-256 of "abc" (FIPS 180-2, appendix B.1), and XXH3-128's of "" and "abc"
+    /// (xxHash 0.8's reference values).
+    @Test(
+        "Matches known vectors through the worker",
+        arguments: [
+            (TransferDigest.sha256, "abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
+            (.xxh128, "", "99aa06d3014798d86001c324468d497f"),
+            (.xxh128, "abc", "06b05ab6733a618578af5f94892f3950"),
+        ])
+    func knownVector(algorithm: TransferDigest, input: String, hex: String) throws {
+        guard algorithm.isAvailable else { return }  // XXH3-128 without libxxhash: SHA-256 only
         let loop = try EventLoop()
         let worker = DigestWorker(loop: loop, slotSize: 2, slotCount: 2)
-        let digest = SHA256Digest()
-        feed(worker, digest, Array("abc".utf8), step: 3, loop: loop)
+        let digest = FileDigest(algorithm)
+        feed(worker, digest, Array(input.utf8), step: 3, loop: loop)
         let got = try #require(finish(worker, digest, loop: loop))
-        #expect(SHA256Digest.hex(got) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        #expect(got.count == algorithm.byteCount)
+        #expect(SHA256Digest.hex(got) == hex)
+        #expect(FileDigest.hash(algorithm, Array(input.utf8)) == got)
     }
 
     @Test(
         "Any update sizes against any slot sizes give the one-shot digest, never past the room",
-        arguments: [(512, 1), (4096, 3), (1 << 20, 4), (65536, 2)])
-    func updateSizes(slotSize: Int, slotCount: Int) throws {
+        arguments: TransferDigest.offered, [(512, 1), (4096, 3), (1 << 20, 4), (65536, 2)])
+    func updateSizes(algorithm: TransferDigest, slots: (Int, Int)) throws {
+        let (slotSize, slotCount) = slots
         let loop = try EventLoop()
         let bytes = randomBytes(1_000_003)
-        let expected = SHA256Digest.hash(bytes)
+        let expected = FileDigest.hash(algorithm, bytes)
         for step in [7, 511, 512, 65_536, 1_048_576, 1_000_003] {
             let worker = DigestWorker(loop: loop, slotSize: slotSize, slotCount: slotCount)
             #expect(worker.capacity == slotSize * slotCount)
-            let digest = SHA256Digest()
+            let digest = FileDigest(algorithm)
             feed(worker, digest, bytes, step: step, loop: loop)
             #expect(finish(worker, digest, loop: loop) == expected, "step \(step), slots \(slotCount) × \(slotSize)")
         }
     }
 
-    @Test("Digests that follow one another on one worker stay apart; the slots are reused")
-    func manyDigests() throws {
+    @Test(
+        "Digests that follow one another on one worker stay apart; the slots are reused",
+        arguments: TransferDigest.offered)
+    func manyDigests(algorithm: TransferDigest) throws {
         let loop = try EventLoop()
         let worker = DigestWorker(loop: loop, slotSize: 8192, slotCount: 2)
         for size in [0, 1, 8191, 8192, 8193, 100_000, 5] {
             let bytes = randomBytes(size)
-            let digest = SHA256Digest()
+            let digest = FileDigest(algorithm)
             feed(worker, digest, bytes, step: 4096, loop: loop)
-            #expect(finish(worker, digest, loop: loop) == SHA256Digest.hash(bytes), "size \(size)")
+            #expect(finish(worker, digest, loop: loop) == FileDigest.hash(algorithm, bytes), "size \(size)")
         }
     }
 
-    @Test("A file's prefix hashed on the worker, then more bytes; an unreadable prefix says so")
-    func prefixThenBytes() throws {
+    @Test(
+        "A file's prefix hashed on the worker, then more bytes; an unreadable prefix says so",
+        arguments: TransferDigest.offered)
+    func prefixThenBytes(algorithm: TransferDigest) throws {
         try withTemporaryDirectory { root in
             let loop = try EventLoop()
             let path = root + "/partial"
@@ -91,19 +106,19 @@ struct DigestWorkerTests {
             #expect(fd >= 0)
             defer { close(fd) }
             let worker = DigestWorker(loop: loop, slotSize: 65536, slotCount: 3)
-            let digest = SHA256Digest()
+            let digest = FileDigest(algorithm)
             var read: Bool?
             worker.hashPrefix(digest, of: fd, length: UInt64(prefix.count)) { read = $0 }
             feed(worker, digest, rest, step: 10_000, loop: loop)
-            #expect(finish(worker, digest, loop: loop) == SHA256Digest.hash(prefix + rest))
+            #expect(finish(worker, digest, loop: loop) == FileDigest.hash(algorithm, prefix + rest))
             #expect(read == true)
             // A prefix longer than the file cannot be read: false, and the worker goes on.
-            let other = SHA256Digest()
+            let other = FileDigest(algorithm)
             var readOther: Bool?
             worker.hashPrefix(other, of: fd, length: UInt64(prefix.count) + 1) { readOther = $0 }
-            let again = SHA256Digest()
+            let again = FileDigest(algorithm)
             feed(worker, again, rest, step: 70_000, loop: loop)
-            #expect(finish(worker, again, loop: loop) == SHA256Digest.hash(rest))
+            #expect(finish(worker, again, loop: loop) == FileDigest.hash(algorithm, rest))
             #expect(readOther == false)
         }
     }

@@ -460,7 +460,8 @@ struct SenderMachineTests {
 
     @Test("A whole send: directory, file with a resumed offset, goodbye")
     func legalSend() {
-        var machine = SenderMachine(entries: Self.entries, settings: .init(compress: false, resume: true))
+        var machine = SenderMachine(
+            entries: Self.entries, settings: .init(compress: false, resume: true, digests: [.sha256]))
         #expect(machine.start() == [.send(.hello(version: 1, capabilities: ["sha256", "deflate", "resume"]))])
         #expect(machine.received(.magic).isEmpty)
         #expect(machine.received(.frame(.hello(version: 1, capabilities: ["sha256", "resume"]))).isEmpty)

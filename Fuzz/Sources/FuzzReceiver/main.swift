@@ -349,7 +349,7 @@ final class Session {
             return
         }
         let name = file.request.relative
-        if SHA256Digest.hash(file.content) != digest {
+        if FileDigest.hash(machine.digest, file.content) != digest {
             self.file = nil
             handle(.committed(.failed(.data, "SHA-256 mismatch")))
         } else if store.directories.contains(name) || (store.files[name] != nil && !machine.settings.overwrite) {
@@ -395,7 +395,7 @@ extension Session {
             return
         }
         self.file = nil
-        guard SHA256Digest.hash(file.content) == digest else {
+        guard FileDigest.hash(machine.digest, file.content) == digest else {
             handle(.rangeCommitted(.failed(.data, "SHA-256 mismatch (\(range))"), fileStored: false))
             return
         }
@@ -408,7 +408,7 @@ extension Session {
             return
         }
         let whole = entry.verified.sorted { $0.key.start < $1.key.start }.flatMap(\.value)
-        guard SHA256Digest.hash(whole) == fileDigest else {
+        guard FileDigest.hash(machine.digest, whole) == fileDigest else {
             handle(.rangeCommitted(.failed(.data, "SHA-256 mismatch (whole file)"), fileStored: false))
             return
         }

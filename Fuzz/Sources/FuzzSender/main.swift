@@ -85,13 +85,16 @@ final class Session {
                     handle(.readFailed("read \"\(index)\": Input/output error"))
                 } else if let range {
                     let length = choices.below(16) == 0 ? range.length + 1 : range.length
-                    let digest = SHA256Digest.hash([UInt8(truncatingIfNeeded: index)])
+                    let digest = FileDigest.hash(machine.digest, [UInt8(truncatingIfNeeded: index)])
                     handle(.rangeEnded(length: length, digest: digest, fileDigest: digest))
                 } else {
                     let size = (sizes[index] ?? nil) ?? UInt64(choices.below(4096))
                     // Now and then the file changed size while it was read.
                     let sentSize = choices.below(16) == 0 ? size + 1 : max(size, offset)
-                    handle(.dataEnded(size: sentSize, digest: SHA256Digest.hash([UInt8(truncatingIfNeeded: index)])))
+                    handle(
+                        .dataEnded(
+                            size: sentSize, digest: FileDigest.hash(machine.digest, [UInt8(truncatingIfNeeded: index)]))
+                    )
                 }
             } else if machine.canProceed {
                 perform(machine.proceed())

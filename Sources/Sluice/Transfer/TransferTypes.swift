@@ -137,6 +137,8 @@ public struct TransferSummary: Sendable {
     /// Why the transfer as a whole failed (connect failed, connection reset, protocol
     /// violation, cancelled), or nil when every entry was answered.
     public var error: SluiceError?
+    /// The digest files were checked with, as agreed with the receiver (nil when no HELLO came).
+    public var digest: TransferDigest? = nil
 
     /// True when the connection completed and every entry was stored.
     public var succeeded: Bool { error == nil && results.allSatisfy { $0.outcome.isStored } }

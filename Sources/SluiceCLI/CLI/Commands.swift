@@ -73,13 +73,19 @@ enum SluiceCommand {
             """
     }
 
-    /// `sluice --version`: the version, then the compression engines present and those missing.
+    /// `sluice --version`: the version, then the compression engines and transfer digests
+    /// present and those missing.
     static var versionText: String {
         var lines = ["sluice \(version)"]
         let engines = CompressionEngine.allCases.map { engine in
             engine.version.map { "\(engine) \($0)" } ?? "no \(engine)"
         }
         lines.append("engines: " + engines.joined(separator: ", "))
+        let digests = TransferDigest.allCases.map { digest in
+            digest.isAvailable
+                ? digest.libraryVersion.map { "\(digest) (libxxhash \($0))" } ?? "\(digest)" : "no \(digest)"
+        }
+        lines.append("transfer digests: " + digests.joined(separator: ", "))
         let threads = WorkerPool.shared.threadCount
         lines.append("worker threads: \(threads) (one per core)")
         return lines.joined(separator: "\n") + "\n"

@@ -145,6 +145,7 @@ struct SendStatsReport {
             ("rate", Format.jsonNumber(rate)),
             ("chunk_size", "\(chunkSize.bytes)"),
         ]
+        if let digest = summary.digest { fields.append(("digest", Format.jsonString(digest.rawValue))) }
         if let compressionLevel { fields.append(("compression_level", "\(compressionLevel)")) }
         if let rateLimit { fields.append(("rate_limit", "\(rateLimit)")) }
         if let streamBytes {
@@ -167,6 +168,7 @@ struct SendStatsReport {
             ("rate", Format.rate(rate)),
             ("chunk size", "\(chunkSize) (\(chunkSize.bytes) bytes)"),
         ]
+        if let digest = summary.digest { rows.append(("digest", digest.description)) }
         if let compressionLevel { rows.append(("compression", "deflate:\(compressionLevel)")) }
         if let rateLimit { rows.append(("rate limit", Format.rate(Double(rateLimit)))) }
         if let streamBytes {

@@ -218,7 +218,10 @@ struct FrameDecoder: Sendable {
         case .directory:
             return MessageReader.entry(.directory, payload).map(Frame.directory)
         case .end:
-            guard payload.count == Wire.MessageType.end.maxPayload, let size = reader.u64() else { return nil }
+            // The digest is the agreed one's size: the machine checks which.
+            guard TransferDigest.allCases.contains(where: { payload.count == 8 + $0.byteCount }),
+                let size = reader.u64()
+            else { return nil }
             return .end(size: size, digest: reader.rest())
         case .abort:
             return .abort(reason: Wire.printable(reader.rest()))
@@ -229,8 +232,8 @@ struct FrameDecoder: Sendable {
         case .range:
             return MessageReader.range(payload).map(Frame.range)
         case .rangeEnd:
-            guard payload.count == Wire.MessageType.rangeEnd.maxPayload, let length = reader.u64(),
-                let digest = reader.raw(SHA256Digest.byteCount)
+            guard let algorithm = TransferDigest.allCases.first(where: { payload.count == 8 + 2 * $0.byteCount }),
+                let length = reader.u64(), let digest = reader.raw(algorithm.byteCount)
             else { return nil }
             return .rangeEnd(length: length, digest: digest, fileDigest: reader.rest())
         case .joined:

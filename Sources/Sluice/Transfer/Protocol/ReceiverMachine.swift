@@ -122,6 +122,8 @@ struct ReceiverMachine: Sendable {
         /// Serve this connection only as part of a transfer it joins (`receive --once` after
         /// its first connection): any other first message is refused.
         var mustJoin = false
+        /// The digests offered, the preferred first (SHA-256 among them).
+        var digests = TransferDigest.offered
     }
 
     /// The file being received.
@@ -179,6 +181,8 @@ struct ReceiverMachine: Sendable {
     private(set) var entriesAnswered = 0
     /// The transfer of several connections this one joined.
     private(set) var joined: TransferJoin?
+    /// The digest agreed in HELLO: END and RANGE-END carry digests of its size.
+    private(set) var digest = TransferDigest.sha256
 
     init(settings: Settings) {
         self.settings = settings
@@ -186,7 +190,8 @@ struct ReceiverMachine: Sendable {
 
     /// The capabilities this receiver announces.
     var capabilities: Set<String> {
-        var set: Set<String> = [Wire.Capability.sha256, Wire.Capability.deflate]
+        var set: Set<String> = [Wire.Capability.deflate]
+        set.formUnion(settings.digests.map(\.capability))
         if settings.resume { set.insert(Wire.Capability.resume) }
         if settings.streams { set.insert(Wire.Capability.streams) }
         return set
@@ -254,9 +259,10 @@ struct ReceiverMachine: Sendable {
 
         case (.awaitingHello, .hello(let version, let capabilities)):
             guard version >= 1 else { return violation("unsupported protocol version \(version)") }
-            guard capabilities.contains(Wire.Capability.sha256) else {
+            guard let agreed = TransferDigest.agreed(offered: settings.digests, peer: capabilities) else {
                 return violation("no common digest (sha256 required)")
             }
+            digest = agreed
             state = .idle
             return []
         case (.awaitingHello, .file), (.awaitingHello, .directory), (.awaitingHello, .end),
@@ -298,6 +304,9 @@ struct ReceiverMachine: Sendable {
 
         case (.receiving(var file), .end(let size, let digest)):
             guard file.range == nil else { return violation("END for a range (RANGE-END expected)") }
+            guard digest.count == self.digest.byteCount else {
+                return violation("END with a \(digest.count)-byte digest (\(self.digest) agreed)")
+            }
             file.endSize = size
             file.endDigest = digest
             state = .finishing(file)
@@ -311,6 +320,9 @@ struct ReceiverMachine: Sendable {
                     resumed: file.offset)
         case (.receiving(var file), .rangeEnd(let length, let digest, let fileDigest)):
             guard file.range != nil else { return violation("RANGE-END for a whole file (END expected)") }
+            guard digest.count == self.digest.byteCount else {
+                return violation("RANGE-END with \(digest.count)-byte digests (\(self.digest) agreed)")
+            }
             file.endSize = length
             file.endDigest = digest
             file.endFileDigest = fileDigest

@@ -63,6 +63,8 @@ struct SenderMachine: Sendable {
     struct Settings: Equatable, Sendable {
         var compress = false
         var resume = true
+        /// The digests offered, the preferred first (SHA-256 among them).
+        var digests = TransferDigest.offered
     }
 
     /// One entry as the machine knows it before it is opened.
@@ -124,6 +126,8 @@ struct SenderMachine: Sendable {
     private let fallback: [Work]?
     private(set) var state = State.awaitingMagic
     private(set) var peerCapabilities: Set<String> = []
+    /// The digest agreed in HELLO, for every END and RANGE-END of this connection.
+    private(set) var digest = TransferDigest.sha256
     private(set) var next = 0
     /// Announced entries without an answer yet, oldest first.
     private(set) var unanswered: [Int] = []
@@ -145,7 +149,8 @@ struct SenderMachine: Sendable {
     var workDone: Bool { next >= work.count }
 
     var capabilities: Set<String> {
-        var set: Set<String> = [Wire.Capability.sha256, Wire.Capability.deflate]
+        var set: Set<String> = [Wire.Capability.deflate]
+        set.formUnion(settings.digests.map(\.capability))
         if settings.resume { set.insert(Wire.Capability.resume) }
         return set
     }
@@ -229,9 +234,10 @@ struct SenderMachine: Sendable {
 
         case (.awaitingHello, .hello(let version, let capabilities)):
             guard version >= 1 else { return violation("unsupported protocol version \(version)") }
-            guard capabilities.contains(Wire.Capability.sha256) else {
+            guard let agreed = TransferDigest.agreed(offered: settings.digests, peer: capabilities) else {
                 return violation("no common digest (sha256 required)")
             }
+            digest = agreed
             peerCapabilities = capabilities
             guard let join else {
                 state = .ready

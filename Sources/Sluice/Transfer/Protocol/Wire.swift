@@ -35,6 +35,8 @@ enum Wire {
     /// Capabilities announced in HELLO.
     enum Capability {
         static let sha256 = "sha256"
+        /// XXH3-128 instead of SHA-256 for every digest (`TransferDigest`), when both offer it.
+        static let xxh128 = "xxh128"
         static let deflate = "deflate"
         static let resume = "resume"
         /// One transfer over several connections: JOIN, RANGE, RANGE-END and JOINED.
@@ -89,11 +91,11 @@ enum Wire {
             case .data: return Wire.maxDataPayload
             case .hello: return 2 + 1 + Wire.maxCapabilities * (1 + Wire.maxCapabilityBytes)
             case .file, .directory: return Wire.maxControlPayload
-            case .end: return 8 + SHA256Digest.byteCount
+            case .end: return 8 + TransferDigest.sha256.byteCount
             case .accept: return 8
             case .join: return Wire.transferIDBytes + 4
             case .range: return 16 + Wire.maxControlPayload
-            case .rangeEnd: return 8 + 2 * SHA256Digest.byteCount
+            case .rangeEnd: return 8 + 2 * TransferDigest.sha256.byteCount
             case .stored, .bye, .joined: return 0
             case .refused, .failed: return 1 + Wire.maxReasonBytes
             case .abort, .error: return Wire.maxReasonBytes

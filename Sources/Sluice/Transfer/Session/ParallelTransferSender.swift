@@ -61,9 +61,16 @@ public final class ParallelTransferSender: TransferProgressSource {
     private var othersStarted = false
     private var cancelled = false
     private var done = false
-    private var digests: [Int: DigestState] = [:]
+    /// Whole-file digests by entry and algorithm (every connection agrees on the same one with
+    /// one receiver; keyed by both all the same).
+    private var digests: [DigestKey: DigestState] = [:]
     private var digestWorker: DigestWorker?
     private var transferID: [UInt8]?
+
+    private struct DigestKey: Hashable {
+        var entry: Int
+        var algorithm: TransferDigest
+    }
 
     private enum DigestState {
         case computing([([UInt8]?) -> Void])
@@ -168,7 +175,9 @@ public final class ParallelTransferSender: TransferProgressSource {
         senders.append(sender)
         sender.onWarning = { [weak self] text in self?.warn(text) }
         sender.onSettle = { [weak self] entry, outcome in self?.settled(entry, outcome, on: index) }
-        sender.fileDigest = { [weak self] entry, completion in self?.fileDigest(entry, completion) }
+        sender.fileDigest = { [weak self] entry, algorithm, completion in
+            self?.fileDigest(entry, algorithm, completion)
+        }
         let (input, output) = connect()
         sender.start(input: input, output: output, on: loop) { [weak self] summary in
             self?.ended(index, summary)
@@ -223,44 +232,45 @@ public final class ParallelTransferSender: TransferProgressSource {
         onWarning?(text)
     }
 
-    /// The whole file's SHA-256, computed once on a worker however many ranges ask.
-    private func fileDigest(_ entry: Int, _ completion: @escaping ([UInt8]?) -> Void) {
-        switch digests[entry] {
+    /// The whole file's digest, computed once on a worker however many ranges ask.
+    private func fileDigest(_ entry: Int, _ algorithm: TransferDigest, _ completion: @escaping ([UInt8]?) -> Void) {
+        let key = DigestKey(entry: entry, algorithm: algorithm)
+        switch digests[key] {
         case .done(let digest):
             completion(digest)
             return
         case .computing(let waiting):
-            digests[entry] = .computing(waiting + [completion])
+            digests[key] = .computing(waiting + [completion])
             return
         case nil:
-            digests[entry] = .computing([completion])
+            digests[key] = .computing([completion])
         }
         guard case .file(let path) = entries[entry].kind, let worker = digestWorker,
             case .success(let fd) = Sluice.openFile(path, flags: O_RDONLY | O_NOFOLLOW | O_CLOEXEC, permissions: 0)
         else {
-            digestDone(entry, nil)
+            digestDone(key, nil)
             return
         }
         var st = stat()
         guard fstat(fd, &st) == 0 else {
             closeDescriptor(fd)
-            digestDone(entry, nil)
+            digestDone(key, nil)
             return
         }
-        let digest = SHA256Digest()
+        let digest = FileDigest(algorithm)
         worker.hashPrefix(digest, of: fd, length: UInt64(st.st_size)) { [weak self] ok in
             closeDescriptor(fd)
             guard ok else {
-                self?.digestDone(entry, nil)
+                self?.digestDone(key, nil)
                 return
             }
-            worker.finalize(digest) { [weak self] value in self?.digestDone(entry, value) }
+            worker.finalize(digest) { [weak self] value in self?.digestDone(key, value) }
         }
     }
 
-    private func digestDone(_ entry: Int, _ digest: [UInt8]?) {
-        guard case .computing(let waiting) = digests[entry] else { return }
-        digests[entry] = .done(digest)
+    private func digestDone(_ key: DigestKey, _ digest: [UInt8]?) {
+        guard case .computing(let waiting) = digests[key] else { return }
+        digests[key] = .done(digest)
         for completion in waiting { completion(digest) }
     }
 
@@ -288,7 +298,7 @@ public final class ParallelTransferSender: TransferProgressSource {
             bytes: ordered.reduce(0) { $0 + $1.bytes }, bytesSent: ordered.reduce(0) { $0 + $1.bytesSent },
             resumedBytes: ordered.reduce(0) { $0 + $1.resumedBytes },
             seconds: Double(monotonicNanoseconds() - started) / 1e9, results: entries.indices.map(result),
-            error: ordered.lazy.compactMap(\.error).first)
+            error: ordered.lazy.compactMap(\.error).first, digest: ordered.lazy.compactMap(\.digest).first)
         let finished = completion
         completion = nil
         finished?(total)

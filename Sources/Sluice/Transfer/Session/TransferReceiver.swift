@@ -255,7 +255,8 @@ public final class TransferReceiver {
 final class ActiveFile {
     let opened: OpenedFile
     let request: EntryRequest
-    let digest = SHA256Digest()
+    /// The digest agreed with the sender, of what the file holds.
+    let digest: FileDigest
     /// Decompresses the file's data, when it comes compressed (the stage driver `copy` uses).
     let inflate: StageDriver?
     /// Bytes written to the temporary file (after the held prefix).
@@ -276,9 +277,10 @@ final class ActiveFile {
     let base: UInt64
 
     init(
-        opened: OpenedFile, request: EntryRequest, inflate: StageDriver?, shared: SharedFile? = nil,
-        range: ByteRange? = nil, held: UInt64 = 0
+        opened: OpenedFile, request: EntryRequest, digest: TransferDigest, inflate: StageDriver?,
+        shared: SharedFile? = nil, range: ByteRange? = nil, held: UInt64 = 0
     ) {
+        self.digest = FileDigest(digest)
         self.opened = opened
         self.request = request
         self.inflate = inflate
@@ -660,7 +662,7 @@ final class ReceiverSession: WireConnectionOwner {
                 return
             }
         }
-        let file = ActiveFile(opened: opened, request: request, inflate: inflate)
+        let file = ActiveFile(opened: opened, request: request, digest: machine.digest, inflate: inflate)
         self.file = file
         connection.inbound.grow(to: Self.fileInbound)
         guard opened.offset > 0 else {
@@ -701,7 +703,7 @@ final class ReceiverSession: WireConnectionOwner {
                 let what =
                     file.opened.offset > 0
                     ? " (held partial data or data in transit altered)" : " (data altered in transit)"
-                perform(machine.handle(.committed(.failed(.data, "SHA-256 mismatch\(what)"))))
+                perform(machine.handle(.committed(.failed(.data, "\(machine.digest) mismatch\(what)"))))
                 pump()
                 return
             }
@@ -859,7 +861,8 @@ extension ReceiverSession {
             }
             let held = shared.heldBytes(of: range)
             let file = ActiveFile(
-                opened: opened, request: request, inflate: nil, shared: shared, range: range, held: held)
+                opened: opened, request: request, digest: machine.digest, inflate: nil, shared: shared, range: range,
+                held: held)
             self.file = file
             connection.inbound.grow(to: Self.fileInbound)
             guard held > 0 else {
@@ -899,7 +902,8 @@ extension ReceiverSession {
                 self.file = nil
                 releaseRange(file, holding: 0)
                 perform(
-                    machine.handle(.rangeCommitted(.failed(.data, "SHA-256 mismatch (\(range))"), fileStored: false)))
+                    machine.handle(
+                        .rangeCommitted(.failed(.data, "\(machine.digest) mismatch (\(range))"), fileStored: false)))
                 pump()
                 return
             }
@@ -912,7 +916,7 @@ extension ReceiverSession {
             // Every range is in: the whole file, read back, must match the sender's digest.
             // From here this session owns the file's descriptors (the transfer leaves it be).
             shared.finished = true
-            let whole = SHA256Digest()
+            let whole = FileDigest(machine.digest)
             file.busy = true
             hasher.hashRange(whole, of: file.opened.fd, from: 0, length: shared.header.size) { _ in }
             hasher.finalize(whole) { [self] computed in
@@ -924,7 +928,8 @@ extension ReceiverSession {
                     guard !ended else { return }
                     perform(
                         machine.handle(
-                            .rangeCommitted(.failed(.data, "SHA-256 mismatch (whole file)"), fileStored: false)))
+                            .rangeCommitted(
+                                .failed(.data, "\(machine.digest) mismatch (whole file)"), fileStored: false)))
                     pump()
                     return
                 }

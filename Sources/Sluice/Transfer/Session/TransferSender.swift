@@ -118,9 +118,9 @@ public final class TransferSender: WireConnectionOwner {
     /// The receiver admitted the connection to the transfer; or offers no `streams`.
     var onJoined: (() -> Void)?
     var onStreamsDeclined: (() -> Void)?
-    /// Computes the SHA-256 of a whole file (entry index) whose range was sent: once per file
-    /// for all the connections.
-    var fileDigest: ((Int, @escaping ([UInt8]?) -> Void) -> Void)?
+    /// Computes the digest (the one agreed) of a whole file (entry index) whose range was sent:
+    /// once per file and digest for all the connections.
+    var fileDigest: ((Int, TransferDigest, @escaping ([UInt8]?) -> Void) -> Void)?
     /// While set, BYE waits: the receiver settles directory attributes at this connection's
     /// BYE, which must come after the other connections' files.
     var holdGoodbye = false {
@@ -300,13 +300,13 @@ public final class TransferSender: WireConnectionOwner {
                 return
             }
             sizes[index] = UInt64(st.st_size)
-            current = OutgoingFile(index: index, fd: fd, stream: nil, size: UInt64(st.st_size))
+            current = OutgoingFile(index: index, fd: fd, stream: nil, size: UInt64(st.st_size), digest: machine.digest)
             let info = OpenedEntry(
                 size: UInt64(st.st_size), mode: UInt32(st.st_mode & 0o7777), mtimeSeconds: Int64(st.st_mtim.tv_sec),
                 mtimeNanoseconds: UInt32(st.st_mtim.tv_nsec))
             perform(machine.handle(.entryOpened(index, .success(info))))
         case .stream(let stream):
-            current = OutgoingFile(index: index, fd: nil, stream: stream, size: nil)
+            current = OutgoingFile(index: index, fd: nil, stream: stream, size: nil, digest: machine.digest)
             stream.delegate = sourceWatcher
             if let loop { stream.schedule(on: loop) }
             if stream.streamStatus == .notOpen { stream.open() }
@@ -535,7 +535,7 @@ public final class TransferSender: WireConnectionOwner {
                 self.advance()
                 return
             }
-            fileDigest(file.index) { [weak self] whole in
+            fileDigest(file.index, self.machine.digest) { [weak self] whole in
                 guard let self, self.current === file, !self.ended else { return }
                 if let whole {
                     let length = file.position - range.start
@@ -629,7 +629,8 @@ public final class TransferSender: WireConnectionOwner {
             directories: stored.filter { entries[$0].isDirectory }.count,
             bytes: bytesSentOfFiles, bytesSent: connection?.bytesWritten ?? 0, resumedBytes: resumedBytes,
             seconds: started == 0 ? 0 : Double(monotonicNanoseconds() - started) / 1e9,
-            results: entries.indices.map(result), error: error)
+            results: entries.indices.map(result), error: error,
+            digest: machine.peerCapabilities.isEmpty ? nil : machine.digest)
         let done = completion
         completion = nil
         done?(summary)
@@ -642,7 +643,8 @@ final class OutgoingFile {
     let fd: Int32?
     let stream: ReadStream?
     let size: UInt64?
-    let digest = SHA256Digest()
+    /// The digest agreed with the receiver, of the bytes read.
+    let digest: FileDigest
     var compressed = false
     /// For a range: only these bytes are sent.
     var range: ByteRange?
@@ -657,7 +659,8 @@ final class OutgoingFile {
     /// For a stream: `hasBytesAvailable` came and no read has answered it yet.
     var streamReadable = false
 
-    init(index: Int, fd: Int32?, stream: ReadStream?, size: UInt64?) {
+    init(index: Int, fd: Int32?, stream: ReadStream?, size: UInt64?, digest: TransferDigest) {
+        self.digest = FileDigest(digest)
         self.index = index
         self.fd = fd
         self.stream = stream

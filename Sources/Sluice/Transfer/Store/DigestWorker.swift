@@ -37,7 +37,7 @@ final class DigestWorker: @unchecked Sendable {
     /// Loop thread only: the slot being filled, how much it holds and for which digest.
     private var filling: UnsafeMutableRawBufferPointer?
     private var filled = 0
-    private var fillingDigest: SHA256Digest?
+    private var fillingDigest: FileDigest?
 
     /// Called on the loop's thread when room came back after `room` was found short.
     var onRoom: (() -> Void)?
@@ -83,7 +83,7 @@ final class DigestWorker: @unchecked Sendable {
 
     /// Queues `bytes` (copied) for `digest`. The caller has checked `room` (an internal
     /// invariant: a session never hands more).
-    func update(_ digest: SHA256Digest, _ bytes: UnsafeRawBufferPointer) {
+    func update(_ digest: FileDigest, _ bytes: UnsafeRawBufferPointer) {
         if fillingDigest !== digest { submitFilling() }
         var rest = bytes
         while !rest.isEmpty {
@@ -103,14 +103,14 @@ final class DigestWorker: @unchecked Sendable {
     /// Reads `length` bytes of `fd` from offset 0 and adds them to `digest` (a resumed file's
     /// prefix), on the worker, in order with the other jobs; `completion` on the loop says
     /// whether they could all be read.
-    func hashPrefix(_ digest: SHA256Digest, of fd: Int32, length: UInt64, _ completion: @escaping (Bool) -> Void) {
+    func hashPrefix(_ digest: FileDigest, of fd: Int32, length: UInt64, _ completion: @escaping (Bool) -> Void) {
         hashRange(digest, of: fd, from: 0, length: length, completion)
     }
 
     /// Reads `length` bytes of `fd` from offset `start` and adds them to `digest` (a resumed
     /// range's held part, or a whole file read back), as `hashPrefix` does.
     func hashRange(
-        _ digest: SHA256Digest, of fd: Int32, from start: UInt64, length: UInt64,
+        _ digest: FileDigest, of fd: Int32, from start: UInt64, length: UInt64,
         _ completion: @escaping (Bool) -> Void
     ) {
         submitFilling()
@@ -140,7 +140,7 @@ final class DigestWorker: @unchecked Sendable {
     }
 
     /// The digest of everything queued for it, on the loop once its jobs have run.
-    func finalize(_ digest: SHA256Digest, _ completion: @escaping ([UInt8]) -> Void) {
+    func finalize(_ digest: FileDigest, _ completion: @escaping ([UInt8]) -> Void) {
         if fillingDigest === digest { submitFilling() }
         let box = UncheckedBox(completion)
         loop.retainSource()
