@@ -4,6 +4,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sluice_digests.h"
+
 /// The optional compression engines, loaded with dlopen at run time so that one build runs on
 /// machines with and without them. Support for each is compiled in only where its header was
 /// found at build time (libzstd-dev, libisal-dev): `sluice_*_compiled` says whether it was.
