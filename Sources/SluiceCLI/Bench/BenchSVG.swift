@@ -51,6 +51,10 @@ struct BenchChart {
         var points: [(x: Double, y: Double, note: String)]
         var colour: String
         var width = 2.0
+        /// A dash pattern (`stroke-dasharray`), for series past the palette's colours.
+        var dash: String? = nil
+
+        var dashAttribute: String { dash.map { " stroke-dasharray=\"\($0)\"" } ?? "" }
     }
 
     var title: String
@@ -138,7 +142,7 @@ struct BenchChart {
         let points = item.points.map { "\(n(px($0.x))),\(n(py($0.y)))" }.joined(separator: " ")
         if item.points.count > 1 {
             out += "<polyline points=\"\(points)\" fill=\"none\" stroke=\"\(item.colour)\" "
-            out += "stroke-width=\"\(n(item.width))\" stroke-linejoin=\"round\"/>\n"
+            out += "stroke-width=\"\(n(item.width))\" stroke-linejoin=\"round\"\(item.dashAttribute)/>\n"
         }
         for point in item.points {
             out += "<circle cx=\"\(n(px(point.x)))\" cy=\"\(n(py(point.y)))\" r=\"\(n(item.width + 1.5))\" "
@@ -154,7 +158,7 @@ struct BenchChart {
         let x = Self.right + 20
         for item in series.prefix(Self.legendLimit) {
             out += "<line x1=\"\(n(x))\" y1=\"\(n(y))\" x2=\"\(n(x + 24))\" y2=\"\(n(y))\" stroke=\"\(item.colour)\" "
-            out += "stroke-width=\"\(n(item.width))\"/>\n"
+            out += "stroke-width=\"\(n(item.width))\"\(item.dashAttribute)/>\n"
             out += "<circle cx=\"\(n(x + 12))\" cy=\"\(n(y))\" r=\"\(n(item.width + 1.5))\" fill=\"\(item.colour)\"/>\n"
             out += "<text x=\"\(n(x + 32))\" y=\"\(n(y + 4))\">\(Self.escape(item.title))</text>\n"
             y += 20
@@ -241,7 +245,7 @@ extension BenchChart {
                 Series(
                     id: "stream-\(i + 1)", kind: "stream", title: several ? "stream \(i + 1)" : "the stream",
                     points: points(stream.intervals), colour: streamPalette[i % streamPalette.count],
-                    width: several ? 1.5 : 2))
+                    width: several ? 1.5 : 2, dash: Self.dash(i / streamPalette.count)))
         }
         if several {
             series.append(
@@ -262,6 +266,12 @@ extension BenchChart {
                 label: "MB/s in each interval (10^6 bytes a second)", scale: .linear(0...(yTicks.last?.value ?? 1)),
                 ticks: yTicks.map { ($0.value, $0.label) }),
             series: series)
+    }
+
+    /// The dash pattern of the `round`th pass through the palette: none for the first.
+    static func dash(_ round: Int) -> String? {
+        guard round > 0 else { return nil }
+        return ["6 3", "2 3", "8 3 2 3", "1 2"][(round - 1) % 4]
     }
 
     /// A log axis over whole decades that hold `values`, ticked at 1, 2 and 5 of each.
