@@ -198,8 +198,12 @@ if [ -f "$OUT" ]; then earlier=$(sed -n '/^## Earlier runs/,$p' "$OUT"); fi
     echo
     echo "## Local matrix (\`sluice bench --size 256M\`)"
     echo
+    echo "Drawn by the same run: [matrix.svg](matrix.svg) (MB/s against chunk size, both on log scales, a line per path)."
+    echo
+    echo '![the local matrix](matrix.svg)'
+    echo
     echo '```'
-    "$SLUICE" bench --size 256M
+    "$SLUICE" bench --size 256M --svg "$ROOT/Benchmarks/matrix.svg" --force
     echo '```'
     if [ -n "$earlier" ]; then
         echo

@@ -2,6 +2,11 @@ import Foundation
 import TestThreads
 import Testing
 
+@testable import SluiceCLI
+
+#if canImport(FoundationXML)
+    import FoundationXML
+#endif
 #if canImport(Glibc)
     import Glibc
 #endif
@@ -15,6 +20,50 @@ func benchServer(_ extra: [String] = []) throws -> (Running, UInt16) {
 
 func jsonObject(_ text: some StringProtocol) throws -> [String: Any] {
     try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])
+}
+
+/// The series of a `bench --svg` picture, read back with Foundation's XML parser (which fails
+/// on anything that is not well-formed XML): each `<g class="series">`'s `data-series`, its
+/// `data-kind` and how many points it holds.
+final class PictureSeries: NSObject, XMLParserDelegate {
+    struct Series: Equatable {
+        var id: String
+        var kind: String
+        var points = 0
+    }
+
+    private(set) var series: [Series] = []
+    private(set) var root: String?
+    private var depthInSeries = 0
+
+    /// Parses `data`; throws when it is not well-formed.
+    static func read(_ data: Data) throws -> PictureSeries {
+        let reader = PictureSeries()
+        let parser = XMLParser(data: data)
+        parser.delegate = reader
+        guard parser.parse() else {
+            throw ReceiverError(message: "not well-formed XML: \(parser.parserError.map { "\($0)" } ?? "?")")
+        }
+        return reader
+    }
+
+    func parser(
+        _ parser: XMLParser, didStartElement name: String, namespaceURI: String?, qualifiedName: String?,
+        attributes: [String: String] = [:]
+    ) {
+        if root == nil { root = name }
+        if depthInSeries > 0 {
+            depthInSeries += 1
+            if name == "circle" { series[series.count - 1].points += 1 }
+        } else if name == "g", attributes["class"] == "series" {
+            series.append(Series(id: attributes["data-series"] ?? "", kind: attributes["data-kind"] ?? ""))
+            depthInSeries = 1
+        }
+    }
+
+    func parser(_ parser: XMLParser, didEndElement name: String, namespaceURI: String?, qualifiedName: String?) {
+        if depthInSeries > 0 { depthInSeries -= 1 }
+    }
 }
 
 @Suite(.ownThreads) struct BenchCommandTests {
@@ -100,6 +149,10 @@ func jsonObject(_ text: some StringProtocol) throws -> [String: Any] {
     @Test(arguments: [
         ["bench", "--size", "12Q"], ["bench", "--seconds", "2"], ["bench", "--listen", "9", "tcp:h:1"],
         ["bench", "--once"], ["bench", "file:x"], ["bench", "-b", "511"], ["bench", "--json", "--json-stream"],
+        ["bench", "-P", "0", "tcp:127.0.0.1:1"], ["bench", "-P", "200", "tcp:127.0.0.1:1"],
+        ["bench", "-P", "x", "tcp:127.0.0.1:1"], ["bench", "--parallel=-1", "tcp:127.0.0.1:1"],
+        ["bench", "-P", "2"], ["bench", "--listen", "0", "-P", "2"], ["bench", "--listen", "0", "--svg", "x.svg"],
+        ["bench", "--force"], ["bench", "--svg", ""],
     ])
     func usageErrors(arguments: [String]) throws {
         let outcome = try sluice(arguments)
@@ -112,5 +165,152 @@ func jsonObject(_ text: some StringProtocol) throws -> [String: Any] {
         let outcome = try sluice("bench", "tcp:127.0.0.1:\(try freePort())", "--seconds", "1")
         #expect(outcome.status == 69)
         #expect(outcome.stderrText.contains("127.0.0.1"))
+    }
+
+    @Test func parallelRunReportsEachStreamAndTheirSumAndTheServerServesTheWholeRun() throws {
+        let (server, port) = try benchServer(["--json"])
+        let client = try sluiceWhenListening(
+            on: port, ["bench", "tcp:127.0.0.1:\(port)", "-P", "4", "--seconds", "0.5", "--json"])
+        #expect(client.status == 0, "\(client.stderrText)")
+        // --once ends after the run's four connections, not after the first.
+        let served = server.wait(within: .seconds(60))
+        #expect(served.status == 0, "\(served.stderrText)")
+        let mine = try jsonObject(client.stdoutText)
+        #expect(mine["parallel"] as? Int == 4)
+        let streams = try #require(mine["streams"] as? [[String: Any]])
+        #expect(streams.count == 4)
+        #expect(streams.compactMap { $0["stream"] as? Int } == [1, 2, 3, 4])
+        let bytes = try #require(mine["bytes"] as? Int)
+        let each = streams.compactMap { $0["bytes"] as? Int }
+        #expect(each.count == 4 && each.allSatisfy { $0 > 0 })
+        #expect(each.reduce(0, +) == bytes)
+        #expect(mine["server_bytes"] as? Int == bytes)
+        for stream in streams {
+            #expect(stream["server_bytes"] as? Int == stream["bytes"] as? Int)
+            let intervals = try #require(stream["intervals"] as? [[String: Any]])
+            #expect(intervals.reduce(0) { $0 + ($1["bytes"] as? Int ?? 0) } == stream["bytes"] as? Int)
+        }
+        let sums = try #require(mine["intervals"] as? [[String: Any]])
+        #expect(sums.reduce(0) { $0 + ($1["bytes"] as? Int ?? 0) } == bytes)
+        #expect((mine["cpu_seconds_per_gib"] as? Double ?? -1) >= 0)
+        #expect(mine["cpu_user_seconds"] is Double && mine["cpu_system_seconds"] is Double)
+
+        let lines = try served.stdoutText.split(separator: "\n").map { try jsonObject($0) }
+        #expect(lines.count == 5)
+        let members = lines.filter { $0["sum"] == nil }
+        #expect(Set(members.compactMap { $0["stream"] as? Int }) == [1, 2, 3, 4])
+        #expect(members.allSatisfy { $0["streams"] as? Int == 4 })
+        #expect(members.reduce(0) { $0 + ($1["bytes"] as? Int ?? 0) } == bytes)
+        let sum = try #require(lines.last)
+        #expect(sum["sum"] as? Bool == true)
+        #expect(sum["streams"] as? Int == 4)
+        #expect(sum["bytes"] as? Int == bytes)
+        #expect((sum["cpu_seconds_per_gib"] as? Double ?? -1) >= 0)
+    }
+
+    @Test func parallelReverseTextAndItsPicture() throws {
+        try withTemporaryDirectory { dir in
+            let (server, port) = try benchServer()
+            let client = try sluiceWhenListening(
+                on: port,
+                [
+                    "bench", "tcp:127.0.0.1:\(port)", "--parallel", "2", "--reverse", "--seconds", "0.5",
+                    "--interval", "0.1", "--svg", "\(dir)/run.svg",
+                ])
+            #expect(client.status == 0, "\(client.stderrText)")
+            #expect(server.wait(within: .seconds(60)).status == 0)
+            let lines = client.stdoutText.split(separator: "\n")
+            #expect(lines.first?.hasSuffix(", 2 streams") == true)
+            func total(_ prefix: String) -> Int? {
+                lines.last { $0.hasPrefix(prefix + " received ") }
+                    .flatMap { $0.dropFirst(prefix.count + 10).split(separator: " ").first }.flatMap { Int($0) }
+            }
+            let one = try #require(total("[  1]"))
+            let two = try #require(total("[  2]"))
+            #expect(total("[SUM]") == one + two)
+            #expect(lines.contains { $0.hasPrefix("[SUM] [") })  // a sum line per interval
+            #expect(lines.last?.hasPrefix("CPU ") == true)
+
+            let picture = try PictureSeries.read(try #require(contents("\(dir)/run.svg")))
+            #expect(picture.root == "svg")
+            #expect(picture.series.map(\.id) == ["stream-1", "stream-2", "sum"])
+            #expect(picture.series.map(\.kind) == ["stream", "stream", "sum"])
+            #expect(picture.series.allSatisfy { $0.points >= 2 })  // intervals of 0.1 s in 0.5 s
+            #expect(directoryEntries(dir) == ["run.svg"])
+        }
+    }
+
+    @Test func matrixPictureHasOneSeriesPerPathAndIsNotReplacedWithoutForce() throws {
+        try withTemporaryDirectory { dir in
+            let path = "\(dir)/matrix.svg"
+            let outcome = try sluice("bench", "--json", "--size", "1M", "-b", "64K", "--svg", path)
+            #expect(outcome.status == 0, "\(outcome.stderrText)")
+            let report = try jsonObject(outcome.stdoutText)
+            let results = try #require(report["results"] as? [[String: Any]])
+            for cell in results {
+                #expect((cell["cpu_seconds_per_gib"] as? Double ?? -1) >= 0)
+                #expect(cell["cpu_user_seconds"] is Double)
+            }
+            let paths = results.compactMap { $0["path"] as? String }
+            let picture = try PictureSeries.read(try #require(contents(path)))
+            #expect(picture.root == "svg")
+            #expect(picture.series.map(\.id) == paths)
+            #expect(picture.series.allSatisfy { $0.kind == "path" && $0.points == 1 })
+
+            let before = contents(path)
+            let refused = try sluice("bench", "--size", "1M", "-b", "64K", "--svg", path)
+            #expect(refused.status == 73)
+            #expect(refused.stderrLines.count == 1 && refused.stderrText.hasPrefix("sluice: "))
+            #expect(refused.stdout.isEmpty)  // refused before measuring
+            #expect(contents(path) == before)
+            let forced = try sluice("bench", "--size", "1M", "-b", "4K", "--svg", path, "-f")
+            #expect(forced.status == 0, "\(forced.stderrText)")
+            #expect(contents(path) != before)
+            #expect(directoryEntries(dir) == ["matrix.svg"])
+
+            let nowhere = try sluice("bench", "--size", "1M", "-b", "64K", "--svg", "\(dir)/missing/matrix.svg")
+            #expect(nowhere.status == 73, "\(nowhere.stderrText)")
+            #expect(nowhere.stderrLines.count == 1)
+        }
+    }
+
+    @Test func helloParserRefusesWhatItDoesNotKnow() {
+        let plain = BenchHello(reverse: true, compress: false, milliseconds: 1500)
+        #expect(plain.bytes.count == BenchHello.size)
+        #expect(BenchHello(header: plain.bytes) == plain)
+        let grouped = BenchHello(
+            reverse: false, compress: true, milliseconds: 10, group: .init(id: 0xDEAD_BEEF, count: 128, index: 127))
+        #expect(grouped.bytes.count == BenchHello.size + BenchHello.groupSize)
+        var read = BenchHello(header: Array(grouped.bytes.prefix(BenchHello.size)))
+        #expect(read?.expectsGroup == true)
+        #expect(read?.readGroup(Array(grouped.bytes.suffix(BenchHello.groupSize))) == true)
+        #expect(read == grouped)
+        // Counts of 0 or above 128, an index past the count, a group the header did not announce.
+        for (count, index) in [(0, 0), (129, 0), (4, 4), (65535, 65535)] {
+            var hello = BenchHello(header: Array(grouped.bytes.prefix(BenchHello.size)))
+            var tail: [UInt8] = [0, 0, 0, 1]
+            tail += [UInt8(count >> 8), UInt8(count & 255), UInt8(index >> 8), UInt8(index & 255)]
+            #expect(hello?.readGroup(tail) == false)
+        }
+        var unannounced = BenchHello(header: plain.bytes)
+        #expect(unannounced?.readGroup(Array(grouped.bytes.suffix(BenchHello.groupSize))) == false)
+        // Garbage, short input and unknown flags are refused, never trusted.
+        var state: UInt64 = 0x9E37_79B9_7F4A_7C15
+        for round in 0..<2000 {
+            state ^= state << 13
+            state ^= state >> 7
+            state ^= state << 17
+            var bytes = grouped.bytes
+            bytes[Int(state % UInt64(bytes.count))] ^= UInt8(truncatingIfNeeded: state >> 8) | 1
+            let cut = round % 3 == 0 ? Int(state >> 32) % bytes.count : bytes.count
+            let header = Array(bytes.prefix(min(cut, BenchHello.size)))
+            guard var hello = BenchHello(header: header) else { continue }
+            #expect(header.count == BenchHello.size && hello.milliseconds <= 3_600_000)
+            if hello.readGroup(Array(bytes.dropFirst(BenchHello.size).prefix(cut - BenchHello.size))),
+                let group = hello.group
+            {
+                #expect((1...BenchHello.maxStreams).contains(group.count) && group.index < group.count)
+            }
+        }
     }
 }

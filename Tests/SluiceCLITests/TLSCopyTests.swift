@@ -342,6 +342,17 @@ private func sluiceWhenListening(_ port: some BinaryInteger, _ arguments: [Strin
         let report = try #require(lastJSONObject(outcome.stdoutText))
         #expect(report["tls_protocol"] as? String == "TLSv1.3")
         #expect((report["tls_cipher"] as? String)?.hasPrefix("TLS_") == true)
+        // -P: each connection makes its own handshake and checks the pin.
+        let parallel = try sluice(["bench", "--json", "--seconds", "0.3", "-P", "3", "tls:\(address),pin=\(pin)"])
+        #expect(parallel.status == 0, "\(parallel.stderrText)")
+        let run = try #require(lastJSONObject(parallel.stdoutText))
+        #expect((run["streams"] as? [[String: Any]])?.count == 3)
+        #expect(run["tls_protocol"] as? String == "TLSv1.3")
+        #expect(run["server_bytes"] as? Int == run["bytes"] as? Int)
+        let wrongParallel = try sluice([
+            "bench", "--seconds", "0.2", "-P", "2", "tls:\(address),pin=sha256:" + String(repeating: "0", count: 64),
+        ])
+        #expect(wrongParallel.status == 77, "\(wrongParallel.stderrText)")
         kill(server.process.processIdentifier, SIGINT)
         _ = server.wait(seconds: 10)
     }

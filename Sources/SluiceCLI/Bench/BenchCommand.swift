@@ -22,14 +22,21 @@ enum BenchCommand: Command {
         for reference, a bare read/write loop; memory → TCP loopback → discard,
         TCP with gzip -1 and gunzip, gzip -d) at each chunk size through the real
         pipeline, and print MB/s (10^6 bytes a second), the best chunk size of
-        each path, and the peak memory. With
+        each path with its CPU seconds per GiB, and the peak memory. With
         --listen, serve bench clients; with tcp:HOST:PORT, send to such a server
         (or receive from it with --reverse) for --seconds, reporting every
-        --interval. Both sides report the same byte count.
+        --interval. Both sides report the same byte count. With -P N the client
+        runs N connections at once and reports each and their sum ([SUM]), as
+        iperf3 -P does; the server reports each connection and the sum.
 
         The source/sink columns say which side the pipeline waited on: "source"
         is time the sink sat with nothing to write, "sink" is time the source sat
-        with a full queue.
+        with a full queue. CPU s/GiB is the process's CPU time (user + system,
+        every thread) per GiB moved.
+
+        --svg FILE draws the matrix (MB/s against chunk size, one line per path)
+        or a client's run (MB/s in each interval, one line per stream and the
+        sum) as a plain SVG picture that a browser opens.
 
         Options:
         \(BenchOptions.parser.helpLines().joined(separator: "\n"))
@@ -70,6 +77,9 @@ enum BenchCommand: Command {
     // MARK: The local matrix
 
     private static func runMatrix(_ options: BenchOptions) throws {
+        let picture = try options.svg.map { path throws(CLIError) in
+            try BenchPictureFile(path: path, force: options.force)
+        }
         let showProgress = CopySession.showsProgress(options.progress, stderrIsTerminal: Terminal.isTerminal(2))
         let total = BenchPath.allCases.count * options.chunkSizes.count
         var done = 0
@@ -86,6 +96,7 @@ enum BenchCommand: Command {
             cells = try bench.run()
         } catch {
             if showProgress { Terminal.write("\r\u{1B}[K", to: 2) }
+            picture?.discard()
             throw CLIError(.ioError, "bench: \(error)")
         }
         if showProgress { Terminal.write("\r\u{1B}[K", to: 2) }
@@ -95,10 +106,19 @@ enum BenchCommand: Command {
         } else {
             Terminal.write(matrixTable(cells, options: options, peakRSS: rss), to: 1)
         }
+        if let picture {
+            let threads = options.threads ?? WorkerPool.shared.threadCount
+            let chart = BenchChart.matrix(
+                cells, title: "sluice bench: the local matrix, \(Format.bytes(UInt64(options.size))) per cell",
+                subtitle: pictureSubtitle(), rowTitle: { $0.title(threads: threads) })
+            try picture.write(chart.render())
+        }
     }
 
     static func matrixTable(_ cells: [BenchCell], options: BenchOptions, peakRSS: Int) -> String {
-        let width = 24
+        let threads = options.threads ?? WorkerPool.shared.threadCount
+        // Wide enough for the longest row title (a compression row names its engine).
+        let width = max(24, (BenchPath.allCases.map { $0.title(threads: threads).count }.max() ?? 0) + 2)
         func pad(_ text: String, _ n: Int, left: Bool = false) -> String {
             let count = text.count
             guard count < n else { return text }
@@ -109,19 +129,20 @@ enum BenchCommand: Command {
         out += "\(machineDescription())\n\n"
         out += pad("MB/s", width, left: true)
         for chunk in options.chunkSizes { out += pad(chunk.description, 9) }
-        out += pad("best", 7) + "   waits at best (source/sink)\n"
-        let threads = options.threads ?? WorkerPool.shared.threadCount
+        out += pad("best", 7) + pad("CPU s/GiB", 11) + "   waits at best (source/sink)\n"
         for path in BenchPath.allCases {
             let row = cells.filter { $0.path == path }
             guard let best = row.max(by: { $0.bytesPerSecond < $1.bytesPerSecond }) else { continue }
             out += pad(path.title(threads: threads), width, left: true)
             for cell in row { out += pad(Format.fixed(cell.bytesPerSecond / 1e6, 0), 9) }
             out += pad(best.chunkSize.description, 7)
+            out += pad(Format.fixed(best.cpu.secondsPerGiB(best.bytes), 2), 11)
             let waited = best.seconds > 0 ? 100 / best.seconds : 0
             out +=
                 "   \(Format.fixed(best.sourceBoundSeconds * waited, 0))% / \(Format.fixed(best.sinkBoundSeconds * waited, 0))%\n"
         }
         out += "\npeak RSS \(Format.bytes(UInt64(peakRSS))): bounded by chunk size and queue depth, not by --size\n"
+        out += "CPU s/GiB: CPU seconds (user + system) of the whole process per GiB moved, at the best chunk size\n"
         return out
     }
 
@@ -131,7 +152,8 @@ enum BenchCommand: Command {
                 + "\"bytes\": \(cell.bytes), \"seconds\": \(Format.jsonNumber(cell.seconds)), "
                 + "\"bytes_per_second\": \(Format.jsonNumber(cell.bytesPerSecond)), "
                 + "\"source_bound_seconds\": \(Format.jsonNumber(cell.sourceBoundSeconds)), "
-                + "\"sink_bound_seconds\": \(Format.jsonNumber(cell.sinkBoundSeconds))}"
+                + "\"sink_bound_seconds\": \(Format.jsonNumber(cell.sinkBoundSeconds)), "
+                + cell.cpu.jsonFields(bytes: cell.bytes) + "}"
         }
         let best = BenchPath.allCases.compactMap { path -> String? in
             guard let top = cells.filter({ $0.path == path }).max(by: { $0.bytesPerSecond < $1.bytesPerSecond })
@@ -156,79 +178,195 @@ enum BenchCommand: Command {
         let server = NetworkBenchServer(
             listener: listener, chunkSize: options.chunkSizes.count == 1 ? options.chunkSizes[0] : .default,
             once: options.once, tls: context,
-            onSession: { report, peer in
+            onSession: { report, peer, group in
+                let place = group.map { " [\($0.index + 1)/\($0.count)]" } ?? ""
+                if options.json {
+                    var fields = ["\"peer\": \(Format.jsonString(peer.description))"]
+                    if let group { fields += ["\"stream\": \(group.index + 1)", "\"streams\": \(group.count)"] }
+                    fields.append(rateJSON(bytes: report.bytes, seconds: report.seconds))
+                    if let cpu = report.cpu { fields.append(cpu.jsonFields(bytes: report.bytes)) }
+                    Terminal.write("{" + fields.joined(separator: ", ") + "}\n", to: 1)
+                } else {
+                    let cpu = report.cpu.map { "; " + $0.text(bytes: report.bytes) } ?? ""
+                    Terminal.write(
+                        "\(peer)\(place): \(rateText(bytes: report.bytes, seconds: report.seconds))\(cpu)\n", to: 1)
+                }
+            },
+            onGroup: { sum, peer in
+                let host = peer.host ?? peer.description
                 if options.json {
                     Terminal.write(
-                        "{\"peer\": \(Format.jsonString(peer.description)), \"bytes\": \(report.bytes), "
-                            + "\"seconds\": \(Format.jsonNumber(report.seconds)), "
-                            + "\"bytes_per_second\": \(Format.jsonNumber(report.bytesPerSecond))}\n", to: 1)
+                        "{\"peer\": \(Format.jsonString(host)), \"sum\": true, \"streams\": \(sum.streams), "
+                            + "\"expected_streams\": \(sum.expected), \(rateJSON(bytes: sum.bytes, seconds: sum.seconds)), "
+                            + sum.cpu.jsonFields(bytes: sum.bytes) + "}\n", to: 1)
                 } else {
+                    let count = sum.streams == sum.expected ? "\(sum.streams)" : "\(sum.streams) of \(sum.expected)"
                     Terminal.write(
-                        "\(peer): \(report.bytes) bytes in \(Format.seconds(report.seconds)) s, "
-                            + "\(Format.fixed(report.bytesPerSecond / 1e6, 1)) MB/s "
-                            + "(\(Format.fixed(report.bytesPerSecond * 8 / 1e9, 2)) Gbit/s)\n", to: 1)
+                        "\(host) [SUM, \(count) streams]: \(rateText(bytes: sum.bytes, seconds: sum.seconds)); "
+                            + sum.cpu.text(bytes: sum.bytes) + "\n", to: 1)
                 }
             },
             onError: { Terminal.report("bench: \($0)") })
         try server.run()
     }
 
+    /// `123 bytes in 1.5 s, 82.0 MB/s (0.66 Gbit/s)`.
+    private static func rateText(bytes: UInt64, seconds: Double) -> String {
+        let rate = seconds > 0 ? Double(bytes) / seconds : 0
+        return "\(bytes) bytes in \(Format.seconds(seconds)) s, \(Format.fixed(rate / 1e6, 1)) MB/s "
+            + "(\(Format.fixed(rate * 8 / 1e9, 2)) Gbit/s)"
+    }
+
+    private static func rateJSON(bytes: UInt64, seconds: Double) -> String {
+        "\"bytes\": \(bytes), \"seconds\": \(Format.jsonNumber(seconds)), "
+            + "\"bytes_per_second\": \(Format.jsonNumber(seconds > 0 ? Double(bytes) / seconds : 0))"
+    }
+
     private static func runClient(_ options: BenchOptions, host: String, port: UInt16) throws {
         let chunk = options.chunkSizes.count == 1 ? options.chunkSizes[0] : .default
-        if !options.json && !options.jsonStream && !options.quiet {
-            let what = options.reverse ? "receiving from" : "sending to"
-            Terminal.write(
-                "sluice bench: \(what) \(host):\(port) for \(Format.seconds(options.seconds)) s, chunk \(chunk)"
-                    + (options.compress ? ", gzip -1" : "") + "\n", to: 1)
+        let streams = options.parallel
+        let what = options.reverse ? "receiving from" : "sending to"
+        let heading =
+            "sluice bench: \(what) \(host):\(port) for \(Format.seconds(options.seconds)) s, chunk \(chunk)"
+            + (options.compress ? ", gzip -1" : "") + (streams > 1 ? ", \(streams) streams" : "")
+        let text = !options.json && !options.jsonStream && !options.quiet
+        let picture = try options.svg.map { path throws(CLIError) in
+            try BenchPictureFile(path: path, force: options.force)
         }
+        if text { Terminal.write(heading + "\n", to: 1) }
         let client = NetworkBenchClient(
             host: host, port: port, seconds: options.seconds, chunkSize: chunk, compress: options.compress,
             reverse: options.reverse, interval: options.interval,
             timeout: options.timeoutSeconds.map { .milliseconds(Int64($0 * 1000)) },
             tls: try options.tls?.makeContext(role: .client, host: host, operand: "tls:\(host):\(port)"),
-            onInterval: { slice in
+            streams: streams,
+            onInterval: { tick in
                 if options.jsonStream {
-                    Terminal.write("{\"type\": \"interval\", " + intervalJSON(slice) + "}\n", to: 1)
-                } else if !options.json && !options.quiet {
-                    Terminal.write(
-                        "[\(Format.fixed(slice.start, 1))-\(Format.fixed(slice.end, 1)) s] "
-                            + "\(Format.bytes(slice.bytes))  \(Format.fixed(slice.bytesPerSecond / 1e6, 1)) MB/s  "
-                            + "\(Format.fixed(slice.bytesPerSecond * 8 / 1e9, 2)) Gbit/s\n", to: 1)
+                    for (i, slice) in tick.streams.enumerated() {
+                        Terminal.write(
+                            "{\"type\": \"interval\", \"stream\": \(i + 1), " + intervalJSON(slice) + "}\n", to: 1)
+                    }
+                    if streams > 1 {
+                        Terminal.write("{\"type\": \"interval_sum\", " + intervalJSON(tick.sum) + "}\n", to: 1)
+                    }
+                } else if text {
+                    var lines = ""
+                    for (i, slice) in tick.streams.enumerated() {
+                        lines += (streams > 1 ? streamLabel(i) + " " : "") + intervalText(slice)
+                    }
+                    if streams > 1 { lines += "[SUM] " + intervalText(tick.sum) }
+                    Terminal.write(lines, to: 1)
                 }
             })
-        let report: NetworkReport
+        let report: NetworkRunReport
         do {
             report = try client.run()
         } catch let error as BenchFailure {
+            picture?.discard()
             let status: ExitStatus = error.error?.code == .authenticationFailed ? .notPermitted : .unavailable
             throw CLIError(status, "bench: \(error.description)")
+        } catch {
+            picture?.discard()
+            throw error
         }
-        let summary =
-            "\"bytes\": \(report.bytes), \"seconds\": \(Format.jsonNumber(report.seconds)), "
-            + "\"bytes_per_second\": \(Format.jsonNumber(report.bytesPerSecond)), "
+        if options.json {
+            Terminal.write("{" + runJSON(report, options: options, chunk: chunk, intervals: true) + "}\n", to: 1)
+        } else if options.jsonStream {
+            Terminal.write(
+                "{\"type\": \"summary\", " + runJSON(report, options: options, chunk: chunk, intervals: false) + "}\n",
+                to: 1)
+        } else if !options.quiet {
+            Terminal.write(runText(report, options: options), to: 1)
+        }
+        if let picture {
+            let chart = BenchChart.intervals(report, title: heading, subtitle: pictureSubtitle())
+            try picture.write(chart.render())
+        }
+    }
+
+    /// `[  1]`, as iperf3 numbers its streams.
+    private static func streamLabel(_ index: Int) -> String {
+        let number = String(index + 1)
+        return "[" + String(repeating: " ", count: max(0, 3 - number.count)) + number + "]"
+    }
+
+    private static func intervalText(_ slice: NetworkReport.Interval) -> String {
+        "[\(Format.fixed(slice.start, 1))-\(Format.fixed(slice.end, 1)) s] "
+            + "\(Format.bytes(slice.bytes))  \(Format.fixed(slice.bytesPerSecond / 1e6, 1)) MB/s  "
+            + "\(Format.fixed(slice.bytesPerSecond * 8 / 1e9, 2)) Gbit/s\n"
+    }
+
+    /// The client's final report: each stream and the sum (one stream: as before `-P`), then
+    /// the CPU time per GiB.
+    private static func runText(_ report: NetworkRunReport, options: BenchOptions) -> String {
+        let verb = options.reverse ? "received" : "sent"
+        func line(_ bytes: UInt64, _ seconds: Double, _ rate: Double) -> String {
+            "\(verb) \(bytes) bytes in \(Format.seconds(seconds)) s: \(Format.fixed(rate / 1e6, 1)) MB/s "
+                + "(\(Format.fixed(rate * 8 / 1e9, 2)) Gbit/s)"
+        }
+        var text = ""
+        if report.streams.count == 1 {
+            text += line(report.bytes, report.seconds, report.bytesPerSecond) + "\n"
+            if let peer = report.peerBytes { text += "server received \(peer) bytes\n" }
+        } else {
+            text += String(repeating: "- ", count: 30) + "\n"
+            for (i, stream) in report.streams.enumerated() {
+                text += streamLabel(i) + " " + line(stream.bytes, stream.seconds, stream.bytesPerSecond)
+                text += stream.peerBytes.map { "; server received \($0) bytes" } ?? ""
+                text += "\n"
+            }
+            text += "[SUM] " + line(report.bytes, report.seconds, report.bytesPerSecond)
+            text += report.peerBytes.map { "; server received \($0) bytes" } ?? ""
+            text += "\n"
+        }
+        text += report.cpu.text(bytes: report.bytes) + " (this client; the server reports its own)\n"
+        return text
+    }
+
+    /// The summary's fields: the sum at the top level (the one stream's figures without
+    /// `-P`), then `streams`, each stream's figures.
+    private static func runJSON(_ report: NetworkRunReport, options: BenchOptions, chunk: ChunkSize, intervals: Bool)
+        -> String
+    {
+        func slices(_ list: [NetworkReport.Interval]) -> String {
+            "[" + list.map { "{" + intervalJSON($0) + "}" }.joined(separator: ", ") + "]"
+        }
+        let streams = report.streams.enumerated().map { i, stream in
+            "{\"stream\": \(i + 1), \(rateJSON(bytes: stream.bytes, seconds: stream.seconds)), "
+                + "\"server_bytes\": \(stream.peerBytes.map(String.init) ?? "null"), "
+                + "\"source_bound_seconds\": \(Format.jsonNumber(stream.sourceBoundSeconds)), "
+                + "\"sink_bound_seconds\": \(Format.jsonNumber(stream.sinkBoundSeconds))"
+                + (intervals ? ", \"intervals\": " + slices(stream.intervals) : "") + "}"
+        }
+        var fields =
+            rateJSON(bytes: report.bytes, seconds: report.seconds) + ", "
             + "\"server_bytes\": \(report.peerBytes.map(String.init) ?? "null"), "
             + "\"reverse\": \(options.reverse), \"compress\": \(options.compress), \"chunk_size\": \(chunk.bytes), "
+            + "\"parallel\": \(report.streams.count), "
             + "\"source_bound_seconds\": \(Format.jsonNumber(report.sourceBoundSeconds)), "
             + "\"sink_bound_seconds\": \(Format.jsonNumber(report.sinkBoundSeconds)), "
             + "\"tls_protocol\": \(report.tls.map { Format.jsonString($0.protocol) } ?? "null"), "
-            + "\"tls_cipher\": \(report.tls.map { Format.jsonString($0.cipher) } ?? "null")"
-        if options.json {
-            let intervals = report.intervals.map { "{" + intervalJSON($0) + "}" }.joined(separator: ", ")
-            Terminal.write("{" + summary + ", \"intervals\": [" + intervals + "]}\n", to: 1)
-        } else if options.jsonStream {
-            Terminal.write("{\"type\": \"summary\", " + summary + "}\n", to: 1)
-        } else if !options.quiet {
-            var text = "\(options.reverse ? "received" : "sent") \(report.bytes) bytes in "
-            text += "\(Format.seconds(report.seconds)) s: \(Format.fixed(report.bytesPerSecond / 1e6, 1)) MB/s "
-            text += "(\(Format.fixed(report.bytesPerSecond * 8 / 1e9, 2)) Gbit/s)\n"
-            if let peer = report.peerBytes { text += "server received \(peer) bytes\n" }
-            Terminal.write(text, to: 1)
-        }
+            + "\"tls_cipher\": \(report.tls.map { Format.jsonString($0.cipher) } ?? "null"), "
+            + report.cpu.jsonFields(bytes: report.bytes) + ", "
+            + "\"streams\": [" + streams.joined(separator: ", ") + "]"
+        if intervals { fields += ", \"intervals\": " + slices(report.intervals) }
+        return fields
     }
 
     private static func intervalJSON(_ slice: NetworkReport.Interval) -> String {
         "\"start\": \(Format.jsonNumber(slice.start)), \"end\": \(Format.jsonNumber(slice.end)), "
             + "\"bytes\": \(slice.bytes), \"bytes_per_second\": \(Format.jsonNumber(slice.bytesPerSecond))"
+    }
+
+    /// The machine, the version and the time, under a picture's title.
+    private static func pictureSubtitle() -> String {
+        var now = time(nil)
+        var parts = tm()
+        gmtime_r(&now, &parts)
+        var buffer = [CChar](repeating: 0, count: 32)
+        let count = strftime(&buffer, buffer.count, "%Y-%m-%d %H:%M UTC", &parts)
+        let date = String(decoding: buffer.prefix(count).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return "\(machineDescription()); sluice \(SluiceCommand.version); \(date)"
     }
 
     // MARK: The machine

@@ -25,6 +25,11 @@ struct BenchOptions: Hashable, Sendable {
     var timeoutSeconds: Double?
     /// TLS 1.3 (`--tls`, or a `tls:` operand with its options).
     var tls: TLSEndpointOptions?
+    /// Client: connections run at once (`-P`, `--parallel`).
+    var parallel = 1
+    /// Where to draw the measurement (`--svg`), and whether to replace a file there (`-f`).
+    var svg: String?
+    var force = false
 
     static let size = OptionSpec(
         "size", value: .required("SIZE"), help: "bytes per cell of the local matrix (default 128M)")
@@ -32,7 +37,8 @@ struct BenchOptions: Hashable, Sendable {
     static let jsonStream = OptionSpec("json-stream", help: "client: one JSON line per interval, then a summary")
     static let listen = OptionSpec(
         "listen", value: .required("[HOST:]PORT"), help: "be the network server (port 0: any free port)")
-    static let once = OptionSpec("once", help: "server: exit after one client")
+    static let once = OptionSpec(
+        "once", help: "server: exit after one client run (one\nconnection, or the N of a client's -P N)")
     static let seconds = OptionSpec(
         "seconds", value: .required("N"), help: "client: send (or receive) for N seconds (default 5)")
     static let interval = OptionSpec(
@@ -40,14 +46,21 @@ struct BenchOptions: Hashable, Sendable {
     static let reverse = OptionSpec("reverse", help: "client: the server sends, the client receives")
     static let tls = OptionSpec(
         "tls",
-        help: "TLS 1.3: the server makes a throwaway certificate and prints its pin; the client"
-            + " checks it as tls: does (write tls:HOST:PORT,pin=sha256:HEX)")
+        help: "TLS 1.3: the server makes a throwaway\ncertificate and prints its pin; the client\n"
+            + "checks it as tls: does (tls:HOST:PORT,pin=sha256:HEX);\nwith -P, a handshake per connection")
     static let compress = OptionSpec(
         "compress", short: "z", help: "client: gzip -1 on the sending side, gunzip on the other")
+    static let parallel = OptionSpec(
+        "parallel", short: "P", value: .required("N"),
+        help: "client: run N connections at once (1 to \(BenchHello.maxStreams)),\nreport each and their sum")
+    static let svg = OptionSpec(
+        "svg", value: .required("FILE"),
+        help: "draw the local matrix, or the client's rate per\ninterval, as an SVG picture in FILE")
+    static let force = OptionSpec("force", short: "f", help: "replace an existing --svg FILE")
 
     static let parser = ArgumentParser([
-        CommonOptions.chunkSize, size, json, jsonStream, listen, once, seconds, interval, reverse, compress, tls,
-        CommonOptions.threads,
+        CommonOptions.chunkSize, size, json, jsonStream, listen, once, seconds, interval, reverse, compress, parallel,
+        tls, svg, force, CommonOptions.threads,
         CommonOptions.progress, CommonOptions.noProgress, CommonOptions.timeout, CommonOptions.quiet,
         CommonOptions.help, CommonOptions.version,
     ])
@@ -110,8 +123,26 @@ struct BenchOptions: Hashable, Sendable {
         case "no-progress": progress = .off
         default: progress = quiet ? .off : .auto
         }
+        if let option = parsed.last("parallel") {
+            let text = option.value ?? ""
+            guard text.count <= 3, text.allSatisfy({ $0.isASCII && $0.isNumber }), let n = Int(text),
+                (1...BenchHello.maxStreams).contains(n)
+            else {
+                throw UsageError(
+                    "\(option.spelling) '\(text)': must be a number of connections from 1 to \(BenchHello.maxStreams)")
+            }
+            parallel = n
+        }
+        svg = parsed.value("svg")
+        force = parsed.has("force")
+        if svg == "" { throw UsageError("--svg '': the picture needs a file name") }
         if json && jsonStream { throw UsageError("--json and --json-stream cannot be used together") }
-        let clientOnly = ["seconds", "interval", "reverse", "compress", "json-stream"].filter(parsed.has)
+        if force && svg == nil { throw UsageError("--force replaces an existing --svg FILE: give --svg FILE") }
+        if case .server = mode, parsed.has("svg") {
+            throw UsageError(
+                "--svg draws the local matrix or a client's run; a server has nothing to draw (draw on the client)")
+        }
+        let clientOnly = ["seconds", "interval", "reverse", "compress", "json-stream", "parallel"].filter(parsed.has)
         if case .client = mode {
         } else if let option = clientOnly.first {
             throw UsageError("--\(option) is for the client: sluice bench [options] tcp:HOST:PORT")

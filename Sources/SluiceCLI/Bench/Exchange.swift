@@ -106,3 +106,87 @@ extension Array where Element == UInt8 {
         return value
     }
 }
+
+/// The first bytes a bench client sends on each connection: magic, flags and how long to run
+/// (16 bytes); with the `group` flag, 8 more that say which run of several connections
+/// (`bench -P N`) this one belongs to. A single-stream client sends the 16 bytes alone, as
+/// before groups existed, so a server of either age serves it.
+///
+/// Read by the server from anyone who connects: every field is bounded here, and anything
+/// else is refused (nil), never trusted.
+struct BenchHello: Hashable, Sendable {
+    static let magic = Array("SLBENCH1".utf8)
+    /// The header every client sends.
+    static let size = 16
+    /// The group's bytes after the header, when the header's `group` flag is set.
+    static let groupSize = 8
+    /// The most connections one run may have (`-P`).
+    static let maxStreams = 128
+
+    private static let reverseFlag: UInt32 = 1
+    private static let compressFlag: UInt32 = 2
+    private static let groupFlag: UInt32 = 4
+
+    /// One connection of a run of `count` (`bench -P`): the run's random id and this
+    /// connection's place in it, from 0.
+    struct Group: Hashable, Sendable {
+        var id: UInt32
+        var count: Int
+        var index: Int
+    }
+
+    var reverse: Bool
+    var compress: Bool
+    var milliseconds: UInt32
+    var group: Group?
+
+    init(reverse: Bool, compress: Bool, milliseconds: UInt32, group: Group? = nil) {
+        self.reverse = reverse
+        self.compress = compress
+        self.milliseconds = milliseconds
+        self.group = group
+        expectsGroup = group != nil
+    }
+
+    var bytes: [UInt8] {
+        var out = Self.magic
+        var flags = (reverse ? Self.reverseFlag : 0) | (compress ? Self.compressFlag : 0)
+        if group != nil { flags |= Self.groupFlag }
+        out.appendBigEndian(flags)
+        out.appendBigEndian(milliseconds)
+        if let group {
+            out.appendBigEndian(group.id)
+            out.appendBigEndian(UInt16(truncatingIfNeeded: group.count))
+            out.appendBigEndian(UInt16(truncatingIfNeeded: group.index))
+        }
+        return out
+    }
+
+    /// Parses the 16-byte header; nil if it is not a bench client's. A header with the group
+    /// flag leaves `group` nil and `expectsGroup` true: the caller reads `groupSize` more bytes
+    /// and passes them to `readGroup`.
+    init?(header bytes: [UInt8]) {
+        guard bytes.count == Self.size, Array(bytes[0..<8]) == Self.magic else { return nil }
+        let flags = bytes.readBigEndian(UInt32.self, at: 8)
+        guard flags & ~(Self.reverseFlag | Self.compressFlag | Self.groupFlag) == 0 else { return nil }
+        reverse = flags & Self.reverseFlag != 0
+        compress = flags & Self.compressFlag != 0
+        expectsGroup = flags & Self.groupFlag != 0
+        milliseconds = bytes.readBigEndian(UInt32.self, at: 12)
+        guard milliseconds <= 3_600_000 else { return nil }
+    }
+
+    /// The header said a group follows.
+    private(set) var expectsGroup = false
+
+    /// Reads the group's 8 bytes: false (and no group) unless its count is 1 to `maxStreams`
+    /// and its index below the count.
+    mutating func readGroup(_ bytes: [UInt8]) -> Bool {
+        guard expectsGroup, bytes.count == Self.groupSize else { return false }
+        let count = Int(bytes.readBigEndian(UInt16.self, at: 4))
+        let index = Int(bytes.readBigEndian(UInt16.self, at: 6))
+        guard (1...Self.maxStreams).contains(count), index < count else { return false }
+        group = Group(id: bytes.readBigEndian(UInt32.self, at: 0), count: count, index: index)
+        return true
+    }
+}

@@ -58,6 +58,9 @@ struct BenchCell: Sendable {
     var seconds: Double
     var sourceBoundSeconds: Double
     var sinkBoundSeconds: Double
+    /// The CPU time the whole process used for the cell (both ends of a loopback row, and the
+    /// worker threads of a compression row).
+    var cpu = BenchCPUTime.zero
 
     var bytesPerSecond: Double { seconds > 0 ? Double(bytes) / seconds : 0 }
 }
@@ -97,44 +100,56 @@ struct LocalBench {
                 let cell: BenchCell
                 switch path {
                 case .memory:
-                    cell = try runLocal(
-                        path, chunk, source: .repeating(random, count: UInt64(size)), stages: [],
-                        sink: .toScratch(capacity: chunk.bytes))
+                    cell = try measured {
+                        try runLocal(
+                            path, chunk, source: .repeating(random, count: UInt64(size)), stages: [],
+                            sink: .toScratch(capacity: chunk.bytes))
+                    }
                 case .file, .fileBare:
                     // File I/O here is at the mercy of the page cache's writeback: best of three.
                     if sourceFile == nil { sourceFile = try makeFile(dir + "/source", pattern: random) }
                     let destination = dir + "/copy"
                     var best: BenchCell?
                     for _ in 0..<3 {
-                        let attempt: BenchCell
-                        if path == .file {
-                            attempt = try runLocal(
-                                path, chunk, source: .file(atPath: sourceFile!), stages: [],
-                                sink: .file(atPath: destination))
-                        } else {
-                            attempt = try runBareLoop(chunk, from: sourceFile!, to: destination)
+                        let attempt = try measured {
+                            if path == .file {
+                                return try runLocal(
+                                    path, chunk, source: .file(atPath: sourceFile!), stages: [],
+                                    sink: .file(atPath: destination))
+                            }
+                            return try runBareLoop(chunk, from: sourceFile!, to: destination)
                         }
                         Self.flushAndRemove(destination)
                         if best == nil || attempt.seconds < best!.seconds { best = attempt }
                     }
                     cell = best!
                 case .tcp:
-                    cell = try runLoopback(path, chunk, pattern: random)
+                    cell = try measured { try runLoopback(path, chunk, pattern: random) }
                 case .tcpGzip, .tcpZstd:
-                    cell = try runLoopback(path, chunk, pattern: text)
+                    cell = try measured { try runLoopback(path, chunk, pattern: text) }
                 case .gunzip:
                     // One gzip member of the text, repeated: concatenated members are one gzip
                     // stream, so any size decompresses from bounded memory.
                     if gzipped == nil { gzipped = try compress(text, count: text.count) }
                     let members = UInt64(max(1, size / text.count))
-                    cell = try runLocal(
-                        path, chunk, source: .repeating(gzipped!, count: UInt64(gzipped!.count) * members),
-                        stages: try path.decompressor, sink: .discard(), countWritten: true)
+                    let input = gzipped!
+                    cell = try measured {
+                        try runLocal(
+                            path, chunk, source: .repeating(input, count: UInt64(input.count) * members),
+                            stages: try path.decompressor, sink: .discard(), countWritten: true)
+                    }
                 }
                 cells.append(cell)
             }
         }
         return cells
+    }
+
+    /// The cell `body` measures, with the CPU time it took.
+    private func measured(_ body: () throws -> BenchCell) throws -> BenchCell {
+        var (cell, cpu) = try BenchCPUTime.measure(body)
+        cell.cpu = cpu
+        return cell
     }
 
     private func makeFile(_ path: String, pattern: [UInt8]) throws -> String {
