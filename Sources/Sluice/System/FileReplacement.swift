@@ -25,9 +25,9 @@ import CSluiceLinux
 ///   back first. ``releaseCache(ofReplaced:)`` gives them back at the start instead.
 ///
 /// What a crash (power loss, kernel panic) leaves is the file system's business: without
-/// ``flush(_:)`` of the new file before the exchange, the final name may hold the new file with
-/// its data not yet on disk — as after `cat > existing`. With it, and the directory flushed
-/// after, the final name holds the old file or the complete new one.
+/// ``flush(_:in:display:)`` of the new file before the exchange, the final name may hold the
+/// new file with its data not yet on disk — as after `cat > existing`. With it, and the
+/// directory flushed after, the final name holds the old file or the complete new one.
 public enum FileReplacement {
     /// How `replace` gave the file its name.
     public enum Method: Hashable, Sendable {
