@@ -325,17 +325,28 @@ final class ZeroCopyDriver {
         }
     }
 
-    /// After a fallback: reads bytes still held in the pipe into `buffer` (`read(2)`), so that
-    /// read/write goes on with them first.
+    /// After a fallback: reads bytes still held in the pipe into `buffer` (`read(2)`), filling
+    /// it unless the pipe empties first, so that read/write goes on with them first.
     func drain(into buffer: UnsafeMutableRawBufferPointer) -> Result<Int, SluiceError> {
-        guard let pipe, held > 0 else { return .success(0) }
-        let count = min(buffer.count, held)
-        let readEnd = pipe.read
-        let result = Result { () throws(SluiceError) in
-            try syscallValue("read", source.name) { Glibc.read(readEnd, buffer.baseAddress, count) }
+        var filled = 0
+        while let pipe, held > 0, filled < buffer.count {
+            let count = min(buffer.count - filled, held)
+            let readEnd = pipe.read
+            let start = buffer.baseAddress.map { $0 + filled }
+            let result = Result { () throws(SluiceError) in
+                try syscallValue("read", source.name) { Glibc.read(readEnd, start, count) }
+            }
+            switch result {
+            case .success(let n) where n > 0:
+                held -= n
+                filled += n
+            case .success:
+                return .success(filled)
+            case .failure(let error):
+                return .failure(error)
+            }
         }
-        if case .success(let n) = result { held -= n }
-        return result
+        return .success(filled)
     }
 
     // MARK: Helpers

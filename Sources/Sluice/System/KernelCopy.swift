@@ -46,7 +46,7 @@ func makeKernelPipe(capacity: Int, subject: String) throws(SluiceError) -> (read
         ends.withUnsafeMutableBufferPointer { pipe2($0.baseAddress, O_CLOEXEC | O_NONBLOCK) }
     }
     let (readEnd, writeEnd) = (ends[0], ends[1])
-    let current = Int(fcntl(writeEnd, F_GETPIPE_SZ))
+    let current = max(4096, Int(fcntl(writeEnd, F_GETPIPE_SZ)))
     var wanted = capacity
     while wanted > current && fcntl(writeEnd, F_SETPIPE_SZ, Int32(clamping: wanted)) < 0 {
         wanted /= 2
