@@ -73,21 +73,22 @@ enum DescriptorKind: Hashable, Sendable {
     /// The kind of `fd` (`fstat`, `F_GETFL`, `SO_TYPE`).
     init(of fd: Int32) {
         var info = stat()
-        guard fstat(fd, &info) == 0 else {
+        guard (try? syscallValue("fstat", "fd \(fd)") { fstat(fd, &info) }) != nil else {
             self = .other("a descriptor that cannot be inspected")
             return
         }
         switch info.st_mode & S_IFMT {
         case S_IFREG:
-            let flags = fcntl(fd, F_GETFL)
-            self = .regularFile(size: Int64(info.st_size), appending: flags >= 0 && flags & O_APPEND != 0)
+            let flags = (try? syscallValue("fcntl", "fd \(fd)") { fcntl(fd, F_GETFL) }) ?? 0
+            self = .regularFile(size: Int64(info.st_size), appending: flags & O_APPEND != 0)
         case S_IFIFO:
             self = .pipe
         case S_IFSOCK:
             var type: Int32 = 0
             var length = socklen_t(MemoryLayout<Int32>.size)
             let isStream =
-                getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) == 0 && type == Int32(SOCK_STREAM.rawValue)
+                (try? syscallValue("getsockopt", "fd \(fd)") { getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) })
+                != nil && type == Int32(SOCK_STREAM.rawValue)
             self = isStream ? .socket : .other("a socket that is not a stream")
         case S_IFCHR:
             // /dev/null is character device 1:3 (Linux's encoding of makedev(1, 3)).

@@ -46,13 +46,17 @@ func makeKernelPipe(capacity: Int, subject: String) throws(SluiceError) -> (read
         ends.withUnsafeMutableBufferPointer { pipe2($0.baseAddress, O_CLOEXEC | O_NONBLOCK) }
     }
     let (readEnd, writeEnd) = (ends[0], ends[1])
-    let current = max(4096, Int(fcntl(writeEnd, F_GETPIPE_SZ)))
+    // A size the kernel will not give (EPERM above the limit, EBUSY below what the pipe holds)
+    // is no failure: the pipe keeps the size it has.
+    func size() -> Int { Int((try? syscallValue("fcntl", subject) { fcntl(writeEnd, F_GETPIPE_SZ) }) ?? 4096) }
+    let current = max(4096, size())
     var wanted = capacity
-    while wanted > current && fcntl(writeEnd, F_SETPIPE_SZ, Int32(clamping: wanted)) < 0 {
+    while wanted > current
+        && (try? syscallValue("fcntl", subject) { fcntl(writeEnd, F_SETPIPE_SZ, Int32(clamping: wanted)) }) == nil
+    {
         wanted /= 2
     }
-    let got = Int(fcntl(writeEnd, F_GETPIPE_SZ))
-    return (readEnd, writeEnd, got > 0 ? got : 4096)
+    return (readEnd, writeEnd, size())
 }
 
 /// Runs `call` (a write to a pipe or socket whose reader may be gone) without a `SIGPIPE`
