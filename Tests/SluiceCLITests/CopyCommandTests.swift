@@ -99,9 +99,11 @@ import Testing
 
     // MARK: Sources and destinations
 
-    @Test func missingSourceIsNoInput() throws {
+    /// The same whichever path the bytes would have taken (zero-copy or not, with a report).
+    @Test(arguments: [[], ["--no-zero-copy"], ["--stats=json"]])
+    func missingSourceIsNoInput(options: [String]) throws {
         try withTemporaryDirectory { dir in
-            let outcome = try sluice("copy", "\(dir)/missing", "\(dir)/out")
+            let outcome = try sluice(["copy"] + options + ["\(dir)/missing", "\(dir)/out"])
             #expect(outcome.status == 66)
             #expect(outcome.stderrLines.count == 1)
             #expect(outcome.stderrText.contains("\(dir)/missing"))

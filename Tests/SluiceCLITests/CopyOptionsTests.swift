@@ -26,6 +26,7 @@ import Testing
         #expect(o.stats == nil)
         #expect(o.rateLimit == nil && o.timeoutSeconds == nil)
         #expect(!o.force && !o.append && !o.quiet)
+        #expect(o.zeroCopy)
     }
 
     @Test func everyOption() throws {
@@ -40,6 +41,7 @@ import Testing
         #expect(o.source == .standardIO)
         #expect(try options("--stats", "a", "b").stats == .text)
         #expect(try options("--append", "a", "b").append)
+        #expect(try options("a", "--no-zero-copy", "b").zeroCopy == false)
     }
 
     @Test func compressionValues() throws {

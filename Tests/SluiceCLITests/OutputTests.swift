@@ -147,6 +147,42 @@ import Testing
         #expect(back.ratio == 4)
     }
 
+    @Test func pathFallbacksAndCPUInBothFormats() throws {
+        let options = try CopyOptions(try CopyOptions.parser.parse(["a", "b"]))
+        var pipelineResult = result(read: 1 << 30, written: 1 << 30)
+        pipelineResult.path = .sendfile
+        pipelineResult.fallbacks = [
+            CopyFallback(refused: .copyFileRange, next: .sendfile, afterBytes: 4096, reason: Errno(rawValue: EXDEV))
+        ]
+        let cpu = CPUTime(userSeconds: 0.25, systemSeconds: 0.5)
+        let report = StatsReport(result: pipelineResult, options: options, stageName: nil, cpu: cpu)
+        #expect(
+            report.pathText
+                == "zero-copy (sendfile); copy_file_range refused after 4096 bytes: Invalid cross-device link (errno 18)"
+        )
+        #expect(report.text.contains("cpu seconds           0.750 (user 0.250, system 0.500), 0.750 per GiB\n"))
+        let object = try #require(
+            try JSONSerialization.jsonObject(with: Data(report.json.utf8)) as? [String: Any])
+        #expect(object["path"] as? String == "sendfile")
+        #expect(object["zero_copy"] as? Bool == true)
+        let fallback = try #require((object["fallbacks"] as? [[String: Any]])?.first)
+        #expect(fallback["refused"] as? String == "copy_file_range")
+        #expect(fallback["after_bytes"] as? Int == 4096)
+        #expect(fallback["errno"] as? Int == 18)
+        #expect(fallback["reason"] as? String == "Invalid cross-device link")
+        #expect(object["cpu_seconds"] as? Double == 0.75)
+        #expect(object["cpu_seconds_per_gib"] as? Double == 0.75)
+        // Without a measurement (a report made by hand), no CPU keys; read/write says why.
+        pipelineResult.path = .readWrite
+        pipelineResult.fallbacks = []
+        pipelineResult.pathNote = "a stage transforms the bytes"
+        let plain = StatsReport(result: pipelineResult, options: options, stageName: nil)
+        #expect(plain.pathText == "read/write (a stage transforms the bytes)")
+        #expect(!plain.json.contains("cpu_"))
+        #expect(CPUReport(cpu: cpu, bytes: 0).secondsPerGiB == nil)
+        #expect(CPUReport(cpu: cpu, bytes: 0).jsonFields.last?.1 == "null")
+    }
+
     @Test func textIsAnAlignedBlock() throws {
         let options = try CopyOptions(try CopyOptions.parser.parse(["a", "b"]))
         let text = StatsReport(result: result(read: 10, written: 10), options: options, stageName: nil).text

@@ -18,13 +18,21 @@ public struct PipelineOptions: Sendable {
     /// Close the source and sink when done (a socket sink is shut down for writing, so the peer
     /// sees end of stream).
     public var closesStreams: Bool
+    /// Move the bytes inside the kernel where nothing needs to see them: with no stage, no tap
+    /// and no rate limit, between plain descriptors (files, pipes, TCP and Unix-domain sockets,
+    /// `/dev/null`), with `copy_file_range`, `sendfile` or `splice` (see `CopyPath`), falling
+    /// back to read/write where the kernel refuses. On by default; the bytes are the same.
+    public var zeroCopy: Bool
+    /// For tests: a refusal to script into the zero-copy calls.
+    var zeroCopyFault: ZeroCopyFault?
 
     public init(
         chunkSize: ChunkSize = .default,
         depth: Int? = nil,
         rateLimit: Int? = nil,
         removeCreatedSinkOnFailure: Bool = true,
-        closesStreams: Bool = true
+        closesStreams: Bool = true,
+        zeroCopy: Bool = true
     ) {
         let depth = depth ?? Self.defaultDepth(for: chunkSize)
         precondition(depth >= 1, "pipeline depth must be at least 1")
@@ -34,6 +42,7 @@ public struct PipelineOptions: Sendable {
         self.rateLimit = rateLimit
         self.removeCreatedSinkOnFailure = removeCreatedSinkOnFailure
         self.closesStreams = closesStreams
+        self.zeroCopy = zeroCopy
     }
 }
 
@@ -86,6 +95,13 @@ public struct PipelineResult: Sendable {
     /// The bound that `peakInFlightBytes` never exceeds: `(stages + 1) × depth × chunkSize`.
     public var inFlightLimit: Int
     public var error: PipelineError?
+    /// How the bytes moved: the zero-copy call in use at the end, or read/write.
+    public var path: CopyPath = .readWrite
+    /// The zero-copy calls the kernel refused on the way, in order (each says what came next).
+    public var fallbacks: [CopyFallback] = []
+    /// Why the pipeline chose read/write from the start, when it did: `zero-copy turned off`,
+    /// `a stage transforms the bytes`, `the destination is a terminal or device`, …
+    public var pathNote: String?
 
     public var succeeded: Bool { error == nil }
 }
@@ -161,6 +177,19 @@ public final class Pipeline: ByteStreamDelegate {
     /// A running pipeline keeps itself alive (its streams hold it only weakly, as their delegate).
     private var retainedWhileRunning: Pipeline?
 
+    /// The zero-copy side: `.undecided` until both ends are open (a socket may still be
+    /// connecting), then `.active` with the driver that makes the kernel's calls; nil while
+    /// (and once) the bytes go through read/write.
+    private enum ZeroCopyState {
+        case undecided
+        case active(ZeroCopyDriver)
+    }
+    private var zeroCopy: ZeroCopyState?
+    /// How the bytes move now: a zero-copy call, or read/write.
+    public private(set) var path: CopyPath = .readWrite
+    private var fallbacks: [CopyFallback] = []
+    private var pathNote: String?
+
     /// A pipeline from `source` through `stages` to `sink`. `sourceTaps` see the bytes read,
     /// `sinkTaps` the bytes written.
     public init(
@@ -201,9 +230,15 @@ public final class Pipeline: ByteStreamDelegate {
         (stages.count + 1) * options.depth * options.chunkSize.bytes + drivers.reduce(0) { $0 + $1.heldLimit }
     }
 
-    /// Bytes held in the queues and in the stages' jobs now.
+    /// Bytes held in the queues and in the stages' jobs now (on the zero-copy path: in the
+    /// pipeline's pipe).
     public var inFlightBytes: Int {
-        hot.queues.reduce(0) { $0 + $1.bytes } + drivers.reduce(0) { $0 + $1.heldBytes }
+        hot.queues.reduce(0) { $0 + $1.bytes } + drivers.reduce(0) { $0 + $1.heldBytes } + kernelHeldBytes
+    }
+
+    private var kernelHeldBytes: Int {
+        if case .active(let driver) = zeroCopy { return driver.held }
+        return 0
     }
 
     /// True while the sink has been offered space with nothing to write.
@@ -230,6 +265,7 @@ public final class Pipeline: ByteStreamDelegate {
         retainedWhileRunning = self
         started = monotonicNanoseconds()
         hot.bucket = options.rateLimit.map { TokenBucket(bytesPerSecond: $0, now: started) }
+        zeroCopy = mayMoveInKernel() ? .undecided : nil
         for driver in drivers {
             driver.attach(to: loop) { [weak self] in self?.pump() }
         }
@@ -248,6 +284,9 @@ public final class Pipeline: ByteStreamDelegate {
             fail(location, stream.streamError!)
             return
         }
+        if case .undecided = zeroCopy, source.streamStatus == .open, sink.streamStatus == .open {
+            decideZeroCopy()
+        }
     }
 
     /// Stops the pipeline: both ends are closed and the result carries a `.cancelled` error.
@@ -260,6 +299,7 @@ public final class Pipeline: ByteStreamDelegate {
 
     public func stream(_ stream: ByteStream, handle event: StreamEvent) {
         guard !hot.isFinished else { return }
+        if zeroCopy != nil, zeroCopyEvent(stream, event) { return }
         if stream === source {
             switch event {
             case .hasBytesAvailable:
@@ -520,6 +560,285 @@ public final class Pipeline: ByteStreamDelegate {
         }
     }
 
+    // MARK: Zero-copy
+
+    /// Whether the bytes may move inside the kernel: nothing needs to see them, and both ends
+    /// are plain descriptors. Otherwise notes why not.
+    private func mayMoveInKernel() -> Bool {
+        if !options.zeroCopy {
+            pathNote = "zero-copy turned off"
+        } else if !stages.isEmpty {
+            pathNote = "a stage transforms the bytes"
+        } else if options.rateLimit != nil {
+            pathNote = "a rate limit meters the bytes"
+        } else if !sourceTaps.isEmpty || !sinkTaps.isEmpty {
+            pathNote = "a tap sees the bytes"
+        } else if !source.offersKernelCopy || !sink.offersKernelCopy {
+            pathNote = "an end is not a file, pipe or socket"
+        } else {
+            pathNote = nil
+        }
+        return pathNote == nil
+    }
+
+    /// Both ends are open: chooses the kernel's calls for what they are, or read/write.
+    private func decideZeroCopy() {
+        zeroCopy = nil
+        guard source.streamStatus == .open, sink.streamStatus == .open,
+            let sourceFD = source.kernelCopyDescriptor, let sinkFD = sink.kernelCopyDescriptor
+        else {
+            pathNote = "an end is not open"
+            return
+        }
+        let sourceEnd = (fd: sourceFD, name: source.name, kind: DescriptorKind(of: sourceFD))
+        let sinkEnd = (fd: sinkFD, name: sink.name, kind: DescriptorKind(of: sinkFD))
+        switch ZeroCopyPlan(source: sourceEnd.kind, sink: sinkEnd.kind) {
+        case .readWrite(let because):
+            pathNote = because
+        case .kernel(let route):
+            let capacity = options.depth * options.chunkSize.bytes
+            let fault = options.zeroCopyFault
+            let made = Result { () throws(SluiceError) in
+                try ZeroCopyDriver(route: route, source: sourceEnd, sink: sinkEnd, pipeCapacity: capacity, fault: fault)
+            }
+            switch made {
+            case .success(let driver):
+                zeroCopy = .active(driver)
+                path = driver.path
+            case .failure(let error):
+                pathNote = "no pipe to splice through (\(error.reason))"
+            }
+        }
+    }
+
+    private func isActive(_ driver: ZeroCopyDriver) -> Bool {
+        if case .active(let current) = zeroCopy, current === driver { return true }
+        return false
+    }
+
+    /// Handles `event` while the bytes move (or may yet move) inside the kernel; false when it
+    /// is read/write's to handle. The offers are kept in the backpressure flags, as read/write
+    /// keeps them: the source's while it waits for the sink (sink-bound time), the sink's while
+    /// it waits for the source (source-bound time). Every offer is either kept or answered by a
+    /// call, after which its stream is re-armed, so read/write can take over at any point.
+    private func zeroCopyEvent(_ stream: ByteStream, _ event: StreamEvent) -> Bool {
+        if case .undecided = zeroCopy {
+            if source.streamStatus == .opening || sink.streamStatus == .opening {
+                // An end is still connecting: keep the offer for whichever path it will be.
+                switch event {
+                case .hasBytesAvailable where stream === source:
+                    hot.sourceWaiting.set()
+                    return true
+                case .hasSpaceAvailable where stream === sink:
+                    hot.pendingWrite.set()
+                    return true
+                default:
+                    return false
+                }
+            }
+            decideZeroCopy()
+            if zeroCopy == nil { pump() }  // read/write: act on the offers kept meanwhile
+        }
+        guard case .active(let driver) = zeroCopy else { return false }
+        switch event {
+        case .hasBytesAvailable where stream === source:
+            hot.sourceWaiting.set()
+        case .hasSpaceAvailable where stream === sink:
+            hot.pendingWrite.set()
+        case .errorOccurred:
+            return false
+        case .endEncountered where stream === sink:
+            return false
+        default:
+            break  // openCompleted
+        }
+        kernelPump(driver)
+        return true
+    }
+
+    /// Moves bytes inside the kernel while the offers allow: on a direct route when both ends
+    /// have one; through the pipe when the sink has one and the pipe bytes, or the source has
+    /// one and the pipe room.
+    private func kernelPump(_ driver: ZeroCopyDriver) {
+        var again = true
+        while again && !hot.isFinished && isActive(driver) {
+            again = false
+            if !driver.route.throughPipe {
+                guard hot.sourceWaiting.isSet && hot.pendingWrite.isSet else { break }
+                hot.sourceWaiting.take()
+                hot.pendingWrite.take()
+                moveDirect(driver)
+                continue
+            }
+            if hot.pendingWrite.isSet && driver.held > 0 {
+                hot.pendingWrite.take()
+                spliceOut(driver)
+                again = true
+            }
+            if !hot.isFinished, isActive(driver), hot.sourceWaiting.isSet, !driver.sourceDone, !driver.pipeFull,
+                driver.room > 0
+            {
+                hot.sourceWaiting.take()
+                spliceIn(driver)
+                again = true
+            }
+            if !hot.isFinished, isActive(driver), driver.sourceDone, driver.held == 0 {
+                succeed()
+                return
+            }
+        }
+        // Fell back: read/write goes on with the offers kept and the bytes drained.
+        if zeroCopy == nil && !hot.isFinished { pump() }
+    }
+
+    /// Source to sink in one call per chunk, up to `depth` calls while each moves a whole chunk.
+    private func moveDirect(_ driver: ZeroCopyDriver) {
+        let chunk = options.chunkSize.bytes
+        moving: for _ in 0..<options.depth {
+            let outcome = driver.moveDirect(upTo: chunk, written: hot.bytesWritten)
+            switch outcome {
+            case .moved(let n):
+                hot.bytesRead += UInt64(n)
+                hot.bytesWritten += UInt64(n)
+                hot.peakInFlightBytes = max(hot.peakInFlightBytes, n)
+                path = driver.path
+                if n < chunk { break moving }
+            case .end:
+                source.reachedEnd()
+                succeed()
+                return
+            case .wouldBlock:
+                // The end that would block waits for its event; the other keeps its offer.
+                switch driver.route.blockingEnd {
+                case .source?:
+                    source.rearm()
+                    hot.pendingWrite.set()
+                case .sink?:
+                    sink.rearm()
+                    hot.sourceWaiting.set()
+                case nil, .stage?:
+                    source.rearm()
+                    sink.rearm()
+                }
+                return
+            case .fellBack, .failed:
+                stopKernelMoves(driver, outcome, keepingSourceOffer: true, keepingSinkOffer: true)
+                return
+            }
+        }
+        source.rearm()
+        sink.rearm()
+    }
+
+    /// Socket into the pipe, up to `depth` calls while each fills what it asked; the pipe is
+    /// spliced on to the sink in between whenever the sink has an offer.
+    private func spliceIn(_ driver: ZeroCopyDriver) {
+        let chunk = options.chunkSize.bytes
+        reading: for _ in 0..<options.depth {
+            guard driver.room > 0 else { break reading }
+            let ask = min(chunk, driver.room)
+            let outcome = driver.spliceIn(upTo: ask, read: hot.bytesRead, written: hot.bytesWritten)
+            switch outcome {
+            case .moved(let n):
+                hot.bytesRead += UInt64(n)
+                hot.peakInFlightBytes = max(hot.peakInFlightBytes, driver.held)
+                if hot.pendingWrite.isSet {
+                    hot.pendingWrite.take()
+                    spliceOut(driver)
+                    guard !hot.isFinished, isActive(driver) else {
+                        if !hot.isFinished { source.rearm() }  // this offer was answered
+                        return
+                    }
+                }
+                if n < ask { break reading }
+            case .end:
+                source.reachedEnd()
+                return
+            case .wouldBlock:
+                if driver.held == 0 {
+                    source.rearm()  // nothing to read now
+                } else {
+                    // The socket is drained, or the pipe's slots are full: wait for a splice out.
+                    driver.pipeFull = true
+                    hot.sourceWaiting.set()
+                }
+                return
+            case .fellBack, .failed:
+                stopKernelMoves(driver, outcome, keepingSourceOffer: true, keepingSinkOffer: false)
+                return
+            }
+        }
+        source.rearm()
+    }
+
+    /// The pipe into the sink, up to `depth` calls while each moves what it asked.
+    private func spliceOut(_ driver: ZeroCopyDriver) {
+        let chunk = options.chunkSize.bytes
+        writing: for _ in 0..<options.depth {
+            guard driver.held > 0 else { break writing }
+            let ask = min(chunk, driver.held)
+            let outcome = driver.spliceOut(upTo: ask, written: hot.bytesWritten)
+            switch outcome {
+            case .moved(let n):
+                hot.bytesWritten += UInt64(n)
+                if n < ask { break writing }  // the sink took less: it may be full
+            case .wouldBlock, .end:
+                break writing
+            case .fellBack, .failed:
+                stopKernelMoves(driver, outcome, keepingSourceOffer: false, keepingSinkOffer: true)
+                return
+            }
+        }
+        sink.rearm()
+    }
+
+    /// A call ended the kernel's moves: an end failed, or the kernel refused every call and
+    /// read/write takes over, with the offers the call was answering kept for it.
+    private func stopKernelMoves(
+        _ driver: ZeroCopyDriver, _ outcome: ZeroCopyDriver.Outcome, keepingSourceOffer: Bool,
+        keepingSinkOffer: Bool
+    ) {
+        if case .failed(let location, let error) = outcome {
+            fail(location, error)
+            return
+        }
+        if keepingSourceOffer { hot.sourceWaiting.set() }
+        if keepingSinkOffer { hot.pendingWrite.set() }
+        fallBack(driver)
+    }
+
+    /// The kernel refused every call: read/write takes over where it stopped, with the bytes
+    /// still in the pipeline's pipe queued first.
+    private func fallBack(_ driver: ZeroCopyDriver) {
+        fallbacks = driver.fallbacks
+        path = .readWrite
+        zeroCopy = nil
+        defer { driver.close() }
+        while driver.held > 0 {
+            let chunk = takeChunk()
+            switch driver.drain(into: chunk.storage) {
+            case .success(let n) where n > 0:
+                chunk.end = n
+                hot.queues[0].pushSealed(chunk)
+            case .success:
+                recycle(chunk)
+                fail(
+                    .source,
+                    SluiceError(
+                        .system(.ioError), operation: "read", subject: source.name,
+                        detail: "the splice pipe came up short"
+                    ))
+                return
+            case .failure(let error):
+                recycle(chunk)
+                fail(.source, error)
+                return
+            }
+        }
+        if driver.sourceDone { hot.queues[0].producerDone = true }
+        notePeak()
+    }
+
     // MARK: Ending
 
     private func succeed() {
@@ -552,12 +871,19 @@ public final class Pipeline: ByteStreamDelegate {
         for tap in sourceTaps { tap.finish() }
         for tap in sinkTaps { tap.finish() }
         hot.isFinished = true
+        if case .active(let driver) = zeroCopy {
+            path = driver.path
+            fallbacks = driver.fallbacks
+            driver.close()
+        }
+        zeroCopy = nil
         result = PipelineResult(
             bytesRead: hot.bytesRead, bytesWritten: hot.bytesWritten, stages: drivers.map(\.statistics),
             elapsedSeconds: started == 0 ? 0 : Double(now - started) / 1e9,
             sourceBoundSeconds: Double(hot.pendingWrite.totalNanoseconds) / 1e9,
             sinkBoundSeconds: Double(hot.sourceWaiting.totalNanoseconds) / 1e9,
-            peakInFlightBytes: hot.peakInFlightBytes, inFlightLimit: inFlightLimit, error: error)
+            peakInFlightBytes: hot.peakInFlightBytes, inFlightLimit: inFlightLimit, error: error,
+            path: path, fallbacks: fallbacks, pathNote: pathNote)
         source.delegate = nil
         sink.delegate = nil
         if options.closesStreams || error != nil {

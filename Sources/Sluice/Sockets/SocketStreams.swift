@@ -452,6 +452,9 @@ final class SocketReadStream: ReadStream {
         return (try? pollDescriptor(fd, events: Int16(POLLIN), timeoutMilliseconds: 0)) ?? 0 != 0
     }
 
+    override var offersKernelCopy: Bool { true }
+    override var kernelCopyDescriptor: Int32? { core.channel.flatMap { $0.closed ? nil : $0.fd } }
+
     override func closePrimitive() { core.streamClosed(self, side: .reader) }
     override func attach(to loop: EventLoop) {
         core.attach(self, to: loop)
@@ -491,6 +494,9 @@ final class SocketWriteStream: WriteStream {
         guard let fd = try? core.descriptor(for: self, "poll") else { return false }
         return (try? pollDescriptor(fd, events: Int16(POLLOUT), timeoutMilliseconds: 0)) ?? 0 != 0
     }
+
+    override var offersKernelCopy: Bool { true }
+    override var kernelCopyDescriptor: Int32? { core.channel.flatMap { $0.closed ? nil : $0.fd } }
 
     override func closePrimitive() { core.streamClosed(self, side: .writer) }
     override func attach(to loop: EventLoop) {

@@ -375,4 +375,10 @@ public class ByteStream: ReadyClient {
     var isReadyWithoutKernel: Bool { true }
     /// For ready-queue read kinds: the end is known without a read (memory, bound pair).
     var isAtEndWithoutReading: Bool { false }
+    /// A plain descriptor underneath (a file, pipe or socket: not memory, TLS or a custom
+    /// stream), whose bytes a pipeline may move inside the kernel instead of through `read`
+    /// and `write` (see `CopyPath`).
+    var offersKernelCopy: Bool { false }
+    /// That descriptor, while the stream is open.
+    var kernelCopyDescriptor: Int32? { nil }
 }

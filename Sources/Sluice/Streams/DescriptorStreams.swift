@@ -89,6 +89,9 @@ final class DescriptorReadStream: ReadStream {
         return (try? pollDescriptor(channel.fd, events: Int16(POLLIN), timeoutMilliseconds: 0)) ?? 0 != 0
     }
 
+    override var offersKernelCopy: Bool { true }
+    override var kernelCopyDescriptor: Int32? { channel.flatMap { $0.closed ? nil : $0.fd } }
+
     override func closePrimitive() { channel?.streamClosed(.reader) }
     override func attach(to loop: EventLoop) {
         channel?.attach(self, to: loop)
@@ -218,6 +221,9 @@ final class DescriptorWriteStream: WriteStream {
         if channel.isRegularFile { return true }
         return (try? pollDescriptor(channel.fd, events: Int16(POLLOUT), timeoutMilliseconds: 0)) ?? 0 != 0
     }
+
+    override var offersKernelCopy: Bool { true }
+    override var kernelCopyDescriptor: Int32? { channel.flatMap { $0.closed ? nil : $0.fd } }
 
     override func closePrimitive() { channel?.streamClosed(.writer) }
     override func attach(to loop: EventLoop) {

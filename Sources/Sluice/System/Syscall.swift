@@ -101,26 +101,10 @@ enum ProcessSetup {
 /// `write(2)` to a descriptor that may be a pipe, FIFO or socket whose reader has gone, without
 /// a `SIGPIPE` reaching the process: the signal is blocked on this thread for the call, and a
 /// `SIGPIPE` the write raised is taken off the thread's pending set before the mask is
-/// restored (the technique libcurl and OpenSSL's documentation describe). Returns what `write`
-/// returned, with `errno` preserved.
+/// restored (the technique libcurl and OpenSSL's documentation describe; see
+/// `runSuppressingSIGPIPE`). Returns what `write` returned, with `errno` preserved.
 func writeSuppressingSIGPIPE(_ fd: Int32, _ buffer: UnsafeRawBufferPointer) -> Int {
-    var pipeSet = sigset_t()
-    sigemptyset(&pipeSet)
-    sigaddset(&pipeSet, SIGPIPE)
-    var previous = sigset_t()
-    pthread_sigmask(SIG_BLOCK, &pipeSet, &previous)
-    var pending = sigset_t()
-    sigpending(&pending)
-    let alreadyPending = sigismember(&pending, SIGPIPE) == 1
-    let n = Glibc.write(fd, buffer.baseAddress, buffer.count)
-    let saved = errno
-    if n < 0 && saved == EPIPE && !alreadyPending {
-        var zero = timespec(tv_sec: 0, tv_nsec: 0)
-        while sigtimedwait(&pipeSet, nil, &zero) == -1 && errno == EINTR {}
-    }
-    pthread_sigmask(SIG_SETMASK, &previous, nil)
-    errno = saved
-    return n
+    runSuppressingSIGPIPE(true) { Glibc.write(fd, buffer.baseAddress, buffer.count) }
 }
 
 /// Sets or clears `O_NONBLOCK`, returning the previous flags.

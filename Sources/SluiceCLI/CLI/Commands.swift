@@ -182,6 +182,13 @@ enum CopyCommand: Command {
         an existing file is replaced only with --force. Interrupted, the
         unfinished file is removed.
 
+        Where nothing transforms the bytes (no -z, -d, --rate-limit or TLS) and
+        both ends are files, pipes, TCP or Unix-domain sockets or /dev/null, the
+        kernel moves them itself (copy_file_range, sendfile, splice), without
+        copying them through sluice; where it refuses, read/write goes on from
+        the same byte. --no-zero-copy always reads and writes. --stats names the
+        path taken and the CPU seconds used, also per GiB.
+
         Options:
         \(CopyOptions.parser.helpLines().joined(separator: "\n"))
 

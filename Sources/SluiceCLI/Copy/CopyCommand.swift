@@ -126,7 +126,8 @@ final class CopySession: Interruptible {
             return
         }
         destinationFile?.releaseReplacedCache(unlessIdentity: source.fileIdentity)
-        let pipelineOptions = PipelineOptions(chunkSize: options.chunkSize, rateLimit: options.rateLimit)
+        let pipelineOptions = PipelineOptions(
+            chunkSize: options.chunkSize, rateLimit: options.rateLimit, zeroCopy: options.zeroCopy)
         let pipeline = Pipeline(source: source, stages: stages, sink: sink, options: pipelineOptions)
         self.pipeline = pipeline
         if Self.showsProgress(options.progress, stderrIsTerminal: Terminal.isTerminal(2)) {
@@ -272,6 +273,7 @@ final class CopySession: Interruptible {
 
     /// Runs a copy to its end and returns the exit status; prints the error or the report.
     static func run(_ options: CopyOptions) -> ExitStatus {
+        let cpuBefore = CPUTime.process()
         guard let loop = makeCommandLoop() else { return .ioError }
         let session = CopySession(options: options, loop: loop)
         SignalWatcher.shared.route(to: session, on: loop)
@@ -289,7 +291,9 @@ final class CopySession: Interruptible {
             return outcome.status
         }
         if let format = options.stats, let result = session.result {
-            var report = StatsReport(result: result, options: options, stageName: session.stages.first?.name)
+            var report = StatsReport(
+                result: result, options: options, stageName: session.stages.first?.name,
+                cpu: CPUTime.process() - cpuBefore)
             report.tls = session.negotiatedTLS
             Terminal.write(format == .json ? report.json + "\n" : report.text, to: 2)
         }

@@ -50,6 +50,11 @@ enum CommonOptions {
     static let append = OptionSpec("append", help: "append to the destination file, in place")
     static let fsync = OptionSpec(
         "fsync", help: "flush the destination file to disk before it\ntakes its name (survives a crash)")
+    static let noZeroCopy = OptionSpec(
+        "no-zero-copy",
+        help:
+            "read and write the bytes even where the kernel\ncould move them itself (copy_file_range,\nsendfile, splice)"
+    )
     static let quiet = OptionSpec("quiet", short: "q", help: "no progress; print only errors (and --stats)")
     static let help = OptionSpec("help", short: "h", help: "show this help and exit")
     static let version = OptionSpec("version", help: "show the version and exit")
@@ -173,6 +178,8 @@ struct CopyOptions: Hashable, Sendable {
     var quiet = false
     /// Compression threads (`--threads`); nil: one per core.
     var threads: Int?
+    /// Let the kernel move the bytes where nothing transforms them (off: `--no-zero-copy`).
+    var zeroCopy = true
 
     static let parser = ArgumentParser(
         [
@@ -180,7 +187,8 @@ struct CopyOptions: Hashable, Sendable {
         ] + CommonOptions.levels + [
             CommonOptions.threads, CommonOptions.progress,
             CommonOptions.noProgress, CommonOptions.stats, CommonOptions.rateLimit, CommonOptions.timeout,
-            CommonOptions.force, CommonOptions.append, CommonOptions.fsync, CommonOptions.quiet, CommonOptions.help,
+            CommonOptions.force, CommonOptions.append, CommonOptions.fsync, CommonOptions.noZeroCopy,
+            CommonOptions.quiet, CommonOptions.help,
             CommonOptions.version,
         ])
 
@@ -223,6 +231,7 @@ struct CopyOptions: Hashable, Sendable {
         timeoutSeconds = try CommonOptions.timeoutSeconds(parsed)
         force = parsed.has("force")
         append = parsed.has("append")
+        zeroCopy = !parsed.has("no-zero-copy")
         if force && append {
             throw UsageError("--force and --append cannot be used together")
         }

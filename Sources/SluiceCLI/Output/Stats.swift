@@ -16,8 +16,15 @@ struct StatsReport: Sendable {
     var peakInFlightBytes: Int
     /// The TLS protocol and cipher negotiated by a `tls:`/`tls-listen:` endpoint.
     var tls: (protocol: String, cipher: String)?
+    /// How the bytes moved: a zero-copy call or read/write, the refusals on the way, and why
+    /// read/write was chosen from the start, when it was.
+    var path: CopyPath
+    var fallbacks: [CopyFallback]
+    var pathNote: String?
+    /// The CPU time the copy used, when measured.
+    var cpu: CPUTime?
 
-    init(result: PipelineResult, options: CopyOptions, stageName: String?) {
+    init(result: PipelineResult, options: CopyOptions, stageName: String?, cpu: CPUTime? = nil) {
         source = options.source.displayName(as: .source)
         destination = options.destination.displayName(as: .destination)
         bytesRead = result.bytesRead
@@ -28,6 +35,10 @@ struct StatsReport: Sendable {
         sinkBoundSeconds = result.sinkBoundSeconds
         rateLimit = options.rateLimit
         peakInFlightBytes = result.peakInFlightBytes
+        path = result.path
+        fallbacks = result.fallbacks
+        pathNote = result.pathNote
+        self.cpu = cpu
         switch options.transform {
         case .compress(let spec)?: stage = (stageName ?? spec.format.rawValue, spec.description, true)
         case .decompress(let spec)?: stage = (stageName ?? "inflate", spec.description, false)
@@ -43,6 +54,35 @@ struct StatsReport: Sendable {
         guard let stage else { return nil }
         let (raw, compressed) = stage.sourceIsRaw ? (bytesRead, bytesWritten) : (bytesWritten, bytesRead)
         return compressed > 0 ? Double(raw) / Double(compressed) : 0
+    }
+
+    /// The raw (uncompressed) bytes: what CPU seconds per GiB are counted against.
+    var rawBytes: UInt64 {
+        guard let stage else { return bytesRead }
+        return stage.sourceIsRaw ? bytesRead : bytesWritten
+    }
+
+    var cpuReport: CPUReport? { cpu.map { CPUReport(cpu: $0, bytes: rawBytes) } }
+
+    /// `zero-copy (sendfile); copy_file_range refused after 0 bytes: Invalid cross-device link
+    /// (errno 18)`, `read/write (a stage transforms the bytes)`.
+    var pathText: String {
+        var text = path.isZeroCopy ? "zero-copy (\(path))" : "read/write"
+        if let pathNote, fallbacks.isEmpty { text += " (\(pathNote))" }
+        for fallback in fallbacks {
+            text += "; \(fallback.refused) refused after \(fallback.afterBytes) bytes: \(fallback.reason)"
+        }
+        return text
+    }
+
+    /// The fallbacks as a JSON array of objects.
+    private var fallbacksJSON: String {
+        let objects = fallbacks.map { fallback in
+            "{\"refused\":\(Format.jsonString(fallback.refused.rawValue)),\"next\":\(Format.jsonString(fallback.next.rawValue)),"
+                + "\"after_bytes\":\(fallback.afterBytes),\"errno\":\(fallback.reason.rawValue),"
+                + "\"reason\":\(Format.jsonString(fallback.reason.message))}"
+        }
+        return "[" + objects.joined(separator: ",") + "]"
     }
 
     var bottleneck: Bottleneck? {
@@ -62,7 +102,11 @@ struct StatsReport: Sendable {
             ("chunk_size", "\(chunkSize.bytes)"),
             ("read_rate", Format.jsonNumber(readRate)),
             ("write_rate", Format.jsonNumber(writeRate)),
+            ("path", Format.jsonString(path.rawValue)),
+            ("zero_copy", path.isZeroCopy ? "true" : "false"),
+            ("fallbacks", fallbacksJSON),
         ]
+        if let pathNote { fields.append(("path_note", Format.jsonString(pathNote))) }
         if let stage, let ratio {
             fields.append(("stage", Format.jsonString(stage.name)))
             fields.append(("stage_settings", Format.jsonString(stage.settings)))
@@ -79,6 +123,7 @@ struct StatsReport: Sendable {
             fields.append(("tls_protocol", Format.jsonString(tls.protocol)))
             fields.append(("tls_cipher", Format.jsonString(tls.cipher)))
         }
+        if let cpuReport { fields += cpuReport.jsonFields }
         return "{" + fields.map { "\(Format.jsonString($0.0)):\($0.1)" }.joined(separator: ",") + "}"
     }
 
@@ -93,6 +138,7 @@ struct StatsReport: Sendable {
             ("chunk size", "\(chunkSize) (\(chunkSize.bytes) bytes)"),
             ("read rate", Format.rate(readRate)),
             ("write rate", Format.rate(writeRate)),
+            ("path", pathText),
         ]
         if let stage, let ratio {
             rows.append(("stage", "\(stage.name) (\(stage.settings))"))
@@ -105,6 +151,7 @@ struct StatsReport: Sendable {
         ]
         if let rateLimit { rows.append(("rate limit", Format.rate(Double(rateLimit)))) }
         if let tls { rows.append(("tls", "\(tls.protocol) \(tls.cipher)")) }
+        if let cpuReport { rows.append(("cpu seconds", cpuReport.text)) }
         let width = rows.map(\.0.count).max()! + 2
         return rows.map { $0.0 + String(repeating: " ", count: width - $0.0.count) + $0.1 + "\n" }.joined()
     }
