@@ -136,7 +136,7 @@ enum BenchCommand: Command {
             out += pad(path.title(threads: threads), width, left: true)
             for cell in row { out += pad(Format.fixed(cell.bytesPerSecond / 1e6, 0), 9) }
             out += pad(best.chunkSize.description, 7)
-            out += pad(Format.fixed(best.cpu.secondsPerGiB(best.bytes), 2), 11)
+            out += pad(Format.fixed(best.cpu.secondsPerGiB(best.bytes) ?? 0, 2), 11)
             let waited = best.seconds > 0 ? 100 / best.seconds : 0
             out +=
                 "   \(Format.fixed(best.sourceBoundSeconds * waited, 0))% / \(Format.fixed(best.sinkBoundSeconds * waited, 0))%\n"

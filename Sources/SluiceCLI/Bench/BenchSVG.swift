@@ -212,7 +212,7 @@ extension BenchChart {
                         return (
                             Double(cell.chunkSize.bytes), mbps,
                             "\(cell.chunkSize): \(Format.fixed(mbps, 0)) MB/s, "
-                                + "\(Format.fixed(cell.cpu.secondsPerGiB(cell.bytes), 2)) CPU s per GiB"
+                                + "\(Format.fixed(cell.cpu.secondsPerGiB(cell.bytes) ?? 0, 2)) CPU s per GiB"
                         )
                     }, colour: palette[series.count % palette.count]))
         }

@@ -5,6 +5,7 @@ import Sluice
 enum BenchPath: String, CaseIterable, Sendable {
     case memory = "memory"
     case file = "file"
+    case fileZeroCopy = "file-zero-copy"
     case fileBare = "file-bare"
     case tcp = "tcp"
     case tcpGzip = "tcp-gzip1"
@@ -21,6 +22,7 @@ enum BenchPath: String, CaseIterable, Sendable {
         switch self {
         case .memory: return "memory → memory"
         case .file: return "file → file"
+        case .fileZeroCopy: return "file → file, zero-copy"
         case .fileBare: return "file → file, bare loop"
         case .tcp: return "memory → tcp → discard"
         case .tcpGzip:
@@ -60,7 +62,7 @@ struct BenchCell: Sendable {
     var sinkBoundSeconds: Double
     /// The CPU time the whole process used for the cell (both ends of a loopback row, and the
     /// worker threads of a compression row).
-    var cpu = BenchCPUTime.zero
+    var cpu = CPUTime.zero
 
     var bytesPerSecond: Double { seconds > 0 ? Double(bytes) / seconds : 0 }
 }
@@ -105,17 +107,19 @@ struct LocalBench {
                             path, chunk, source: .repeating(random, count: UInt64(size)), stages: [],
                             sink: .toScratch(capacity: chunk.bytes))
                     }
-                case .file, .fileBare:
+                case .file, .fileZeroCopy, .fileBare:
                     // File I/O here is at the mercy of the page cache's writeback: best of three.
                     if sourceFile == nil { sourceFile = try makeFile(dir + "/source", pattern: random) }
                     let destination = dir + "/copy"
                     var best: BenchCell?
                     for _ in 0..<3 {
                         let attempt = try measured {
-                            if path == .file {
+                            if path != .fileBare {
+                                // `file → file` reads and writes, as the bare loop it is compared
+                                // with does; the zero-copy row lets the kernel copy.
                                 return try runLocal(
                                     path, chunk, source: .file(atPath: sourceFile!), stages: [],
-                                    sink: .file(atPath: destination))
+                                    sink: .file(atPath: destination), zeroCopy: path == .fileZeroCopy)
                             }
                             return try runBareLoop(chunk, from: sourceFile!, to: destination)
                         }
@@ -147,7 +151,7 @@ struct LocalBench {
 
     /// The cell `body` measures, with the CPU time it took.
     private func measured(_ body: () throws -> BenchCell) throws -> BenchCell {
-        var (cell, cpu) = try BenchCPUTime.measure(body)
+        var (cell, cpu) = try CPUTime.measure(body)
         cell.cpu = cpu
         return cell
     }
@@ -234,11 +238,11 @@ struct LocalBench {
 
     private func runLocal(
         _ path: BenchPath, _ chunk: ChunkSize, source: ReadStream, stages: [any Stage], sink: WriteStream,
-        countWritten: Bool = false
+        countWritten: Bool = false, zeroCopy: Bool = false
     ) throws -> BenchCell {
         let loop = try EventLoop()
         let pipeline = Pipeline(
-            source: source, stages: stages, sink: sink, options: PipelineOptions(chunkSize: chunk))
+            source: source, stages: stages, sink: sink, options: PipelineOptions(chunkSize: chunk, zeroCopy: zeroCopy))
         var result: PipelineResult?
         pipeline.start(on: loop) { result = $0 }
         loop.run()

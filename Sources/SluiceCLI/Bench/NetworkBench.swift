@@ -13,7 +13,7 @@ struct NetworkReport: Sendable {
     /// The TLS protocol and cipher negotiated, with `--tls`.
     var tls: (protocol: String, cipher: String)? = nil
     /// The process's CPU time over the session (the server's report of a lone client).
-    var cpu: BenchCPUTime? = nil
+    var cpu: CPUTime? = nil
 
     struct Interval: Sendable {
         var start: Double
@@ -31,7 +31,7 @@ struct NetworkRunReport: Sendable {
     /// The sum of the streams' bytes in each interval.
     var intervals: [NetworkReport.Interval]
     /// The client process's CPU time over the run.
-    var cpu: BenchCPUTime
+    var cpu: CPUTime
     var tls: (protocol: String, cipher: String)?
 
     var bytes: UInt64 { streams.reduce(0) { $0 + $1.bytes } }
@@ -121,7 +121,7 @@ struct NetworkBenchClient {
     var onInterval: (IntervalTick) -> Void
 
     func run() throws -> NetworkRunReport {
-        let (run, cpu) = try BenchCPUTime.measure {
+        let (run, cpu) = try CPUTime.measure {
             let run = try ClientRun(self)
             run.run()
             return run
@@ -318,7 +318,7 @@ struct NetworkGroupReport: Sendable {
     /// From the first connection's hello to the last one's end.
     var seconds: Double
     /// The server process's CPU time over that span.
-    var cpu: BenchCPUTime
+    var cpu: CPUTime
 
     var bytesPerSecond: Double { seconds > 0 ? Double(bytes) / seconds : 0 }
 }
@@ -353,12 +353,12 @@ struct NetworkBenchServer {
                 reader.close()
                 writer.close()
             }
-            var cpuAtStart = BenchCPUTime.zero
+            var cpuAtStart = CPUTime.zero
             func end(_ report: NetworkReport?, _ error: String?, _ group: BenchHello.Group?) {
                 reader.close()
                 writer.close()
                 if var report {
-                    if group == nil { report.cpu = BenchCPUTime.now() - cpuAtStart }
+                    if group == nil { report.cpu = CPUTime.process() - cpuAtStart }
                     onSession(report, peer, group)
                 }
                 if let error { onError("\(peer): \(error)") }
@@ -370,7 +370,7 @@ struct NetworkBenchServer {
             }
             func serve(_ hello: BenchHello) {
                 if let why = admission.admit(ticket, hello, peer: peer) { return refuse(why) }
-                cpuAtStart = BenchCPUTime.now()
+                cpuAtStart = CPUTime.process()
                 do {
                     try Self.serve(
                         hello, reader: reader, writer: writer, patterns: patterns, options: options, on: loop
@@ -464,7 +464,7 @@ final class BenchAdmission {
         var bytes: UInt64 = 0
         var served = 0
         let started = monotonicNanoseconds()
-        let cpu = BenchCPUTime.now()
+        let cpu = CPUTime.process()
         var complete: Bool { joined.count == expected }
     }
 
@@ -541,7 +541,7 @@ final class BenchAdmission {
         runs[key] = nil
         return NetworkGroupReport(
             streams: run.served, expected: run.expected, bytes: run.bytes,
-            seconds: Double(monotonicNanoseconds() - run.started) / 1e9, cpu: BenchCPUTime.now() - run.cpu)
+            seconds: Double(monotonicNanoseconds() - run.started) / 1e9, cpu: CPUTime.process() - run.cpu)
     }
 
     /// With `once`, the run is all here: accept no more, and drop whoever has not spoken.

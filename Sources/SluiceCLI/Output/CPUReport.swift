@@ -37,3 +37,27 @@ struct CPUReport: Hashable, Sendable {
         ]
     }
 }
+
+extension CPUReport {
+    /// As a clause of a bench line: `CPU 1.23 s (user 0.20, system 1.03): 0.31 s per GiB`.
+    var sentence: String {
+        "CPU \(Format.fixed(cpu.totalSeconds, 2)) s (user \(Format.fixed(cpu.userSeconds, 2)), "
+            + "system \(Format.fixed(cpu.systemSeconds, 2))): \(Format.fixed(secondsPerGiB ?? 0, 2)) s per GiB"
+    }
+
+    /// `jsonFields` as the inside of a JSON object: `"cpu_user_seconds":0.1,…`.
+    var jsonMembers: String {
+        jsonFields.map { "\(Format.jsonString($0.0)):\($0.1)" }.joined(separator: ",")
+    }
+}
+
+extension CPUTime {
+    /// No time used.
+    static let zero = CPUTime(userSeconds: 0, systemSeconds: 0)
+
+    /// The bench's clause for this time spent moving `bytes` (`CPUReport.sentence`).
+    func text(bytes: UInt64) -> String { CPUReport(cpu: self, bytes: bytes).sentence }
+
+    /// The bench's JSON members for this time spent moving `bytes` (`CPUReport.jsonMembers`).
+    func jsonFields(bytes: UInt64) -> String { CPUReport(cpu: self, bytes: bytes).jsonMembers }
+}
