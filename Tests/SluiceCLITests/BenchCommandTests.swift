@@ -75,7 +75,10 @@ final class PictureSeries: NSObject, XMLParserDelegate {
         let paths = Set(results.compactMap { $0["path"] as? String })
         let zstd = try sluice("--version").stdoutText.contains("zstd 1.")
         #expect(
-            paths == Set(["memory", "file", "file-zero-copy", "file-bare", "tcp", "tcp-gzip1", "gunzip"] + (zstd ? ["tcp-zstd3"] : [])))
+            paths
+                == Set(
+                    ["memory", "file", "file-zero-copy", "file-bare", "tcp", "tcp-gzip1", "gunzip"]
+                        + (zstd ? ["tcp-zstd3"] : [])))
         for path in paths {
             let sizes = results.filter { $0["path"] as? String == path }.compactMap { $0["chunk_size"] as? Int }
             #expect(sizes == [512, 4096, 65536, 1 << 20, 4 << 20])
