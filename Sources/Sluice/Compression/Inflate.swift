@@ -69,14 +69,16 @@ public struct InflateLimit: Hashable, Sendable {
 /// - zlib and raw deflate input ends with the stream: `process` reports `finished` then, and
 ///   any byte after it is `.corruptData`.
 /// - CRC-32 and size (gzip) or Adler-32 (zlib) are checked; a mismatch or a bad encoding is
-///   `.corruptData` with zlib's message.
+///   `.corruptData` with zlib's message. A runner can take the gzip CRC-32 checks over
+///   (`OutputCheckDeferring`) to compute them on another core: the stage then reports each
+///   member's expected CRC-32 instead, and checks everything else itself.
 /// - `finish` before the end of the stream is `.truncatedData`, including empty input for a
 ///   fixed format. Empty input with `auto` is an empty stream and decodes to nothing.
 /// - The engine is ISA-L's `isal_inflate` where available (about twice zlib's speed; it parses
 ///   the gzip header, and the stage reads the trailer), zlib's `inflate` otherwise. Both follow
 ///   the rules above; ISA-L reads a few bytes past a stream's end, which are given back and
 ///   decoded as what follows it (the trailer, the next member, padding or garbage).
-public final class Inflate: Stage {
+public final class Inflate: OutputCheckDeferring {
     /// The container expected, or `auto`.
     public let format: DecompressionFormat
     /// The bomb guard.
@@ -141,13 +143,20 @@ public final class Inflate: Stage {
     private var carry: [UInt8] = []
     private var state: State
 
+    /// gzip CRC-32 checks are reported through `takeOutputChecks` instead of made here.
+    private var defersChecks = false
+    private var outputChecks: [OutputCheck] = []
     /// The current gzip member's output so far (its size, as the trailer gives it) and, when
     /// ISA-L decodes and the stage checks it, its CRC-32.
     private var memberOut = 0
     private var memberCRC: UInt32 = 0
-    /// A gzip trailer as ISA-L leaves it to be read, little-endian (`trailerCount` bytes so far).
+    /// A gzip trailer, little-endian: as read (`trailerCount` bytes so far), or with zlib the
+    /// last 8 bytes it consumed.
     private var trailer: UInt64 = 0
     private var trailerCount = 0
+    /// zlib and deferred checks: the member's header is not read yet (zlib stops after it,
+    /// `Z_BLOCK`, and stops computing the CRC-32 then: `inflateValidate`).
+    private var zlibHeaderPending = false
     /// Up to two bytes consumed from the input before zlib could be given them.
     private let prefix: UnsafeMutablePointer<UInt8>
     private var prefixStart = 0
@@ -228,13 +237,35 @@ public final class Inflate: Stage {
         sluice_isal_inflate_reset(isal, container)
     }
 
-    /// A gzip member starts: its size, CRC-32 and trailer start over.
+    /// A gzip member starts: its size, CRC-32 and trailer start over; with zlib and deferred
+    /// checks, zlib checks the header's CRC-16 and stops after the header.
     private func startMember() {
         memberOut = 0
         memberCRC = 0
         trailer = 0
         trailerCount = 0
+        zlibHeaderPending = false
+        if defersChecks && !isalDecodes && detectedFormat == .gzip {
+            _ = inflateValidate(stream, 1)
+            zlibHeaderPending = true
+        }
     }
+
+    // MARK: - Deferred checks
+
+    /// Leaves the gzip CRC-32 checks to the caller (see `OutputCheckDeferring`). Call before the
+    /// first byte.
+    public func deferOutputChecks() {
+        defersChecks = true
+        if detectedFormat == .gzip { startMember() }
+    }
+
+    public func takeOutputChecks() -> [OutputCheck] {
+        defer { outputChecks.removeAll() }
+        return outputChecks
+    }
+
+    public var outputNeedsChecks: Bool { defersChecks && detectedFormat == .gzip }
 
     /// Decompresses as much of `input` as fits in `output` (`inflate(Z_NO_FLUSH)`).
     ///
@@ -276,6 +307,7 @@ public final class Inflate: Stage {
         totalIn = 0
         totalOut = 0
         carry = []
+        outputChecks = []
         if let fixed = format.fixed { resetISAL(fixed) }
         if format.fixed == .gzip { startMember() }
     }
@@ -478,13 +510,23 @@ public final class Inflate: Stage {
             state = .ended
             return
         }
-        state = isalDecodes ? .trailer : .betweenMembers
+        if isalDecodes {
+            state = .trailer
+        } else if defersChecks {
+            // zlib read the trailer without checking it: it is the last 8 bytes it consumed.
+            try endMember(crc: UInt32(truncatingIfNeeded: trailer), size: UInt32(truncatingIfNeeded: trailer >> 32))
+        } else {
+            state = .betweenMembers
+        }
     }
 
-    /// Checks a gzip member's trailer (ISA-L leaves it to the stage), as zlib does.
+    /// Checks a gzip member's trailer: its size here, its CRC-32 here or by the caller.
     private func endMember(crc: UInt32, size: UInt32) throws(SluiceError) {
-        guard crc == memberCRC else { throw corrupt("incorrect data check") }
+        if !defersChecks && crc != memberCRC { throw corrupt("incorrect data check") }
         guard size == UInt32(truncatingIfNeeded: memberOut) else { throw corrupt("incorrect length check") }
+        if defersChecks {
+            outputChecks.append(OutputCheck(end: totalOut, crc32: crc, mismatch: corrupt("incorrect data check")))
+        }
         state = .betweenMembers
     }
 
@@ -497,9 +539,22 @@ public final class Inflate: Stage {
         if let max = limit.maxOutputBytes, max - totalOut < room { room = max - totalOut + 1 }
         let space = UnsafeMutableRawBufferPointer(rebasing: output[..<room])
         if isalDecodes, let isal { return try isalStep(isal, input, space) }
-        let (consumed, produced, rc) = zCall(stream, input, space) { inflate($0, Z_NO_FLUSH) }
+        let flush = zlibHeaderPending ? Z_BLOCK : Z_NO_FLUSH
+        let (consumed, produced, rc) = zCall(stream, input, space) { inflate($0, flush) }
         totalIn += consumed
         totalOut += produced
+        if defersChecks && detectedFormat == .gzip {
+            memberOut += produced
+            // The last 8 bytes consumed: the trailer, once zlib reports the end.
+            for byte in input[(consumed - min(consumed, 8))..<consumed] {
+                trailer = trailer >> 8 | UInt64(byte) << 56
+            }
+            if zlibHeaderPending && stream.pointee.data_type & 128 != 0 {
+                // Past the header (its CRC-16 checked): no CRC-32 of the data from here on.
+                zlibHeaderPending = false
+                _ = inflateValidate(stream, 0)
+            }
+        }
 
         let ended: Bool
         switch rc {
@@ -557,7 +612,7 @@ public final class Inflate: Stage {
         totalOut += produced
         if detectedFormat == .gzip {
             memberOut += produced
-            if produced > 0 {
+            if !defersChecks, produced > 0 {
                 memberCRC = sluice_isal_crc32(
                     memberCRC, output.baseAddress!.assumingMemoryBound(to: UInt8.self), UInt64(produced))
             }
