@@ -64,14 +64,29 @@ import Testing
         #expect(error?.reason.contains("incorrect length check") == true, "\(String(describing: error))")
     }
 
-    /// The stages the CLI and a library user would offload: `Inflate` with each engine, and
-    /// `Decompressor` (format detection, the default engine).
+    /// The stages the CLI and a library user would offload, with the checks on a worker of
+    /// their own: `Inflate` with each engine, and `Decompressor` (format detection, the default
+    /// engine).
     static func stages() throws -> [(String, () throws -> OffloadedStage)] {
         var made: [(String, () throws -> OffloadedStage)] = Self.engines.map { engine in
-            ("\(engine)", { OffloadedStage(try Inflate(engine: engine)) })
+            ("\(engine)", { OffloadedStage(try Inflate(engine: engine), checksOnWorkers: true) })
         }
-        made.append(("Decompressor", { OffloadedStage(try Decompressor()) }))
+        made.append(("Decompressor", { OffloadedStage(try Decompressor(), checksOnWorkers: true) }))
         return made
+    }
+
+    /// By default the checks leave the stage only when the pool has a thread beyond the loop's
+    /// and the inflating one's; asked for, when it has a second one; never without a loop.
+    @Test func theChecksLeaveTheStageWhenThePoolHasThreadsForThem() throws {
+        let loop = try EventLoop()
+        for (threads, asked, expected) in [
+            (1, nil, false), (2, nil, false), (3, nil, true), (1, true, false), (2, true, true), (3, false, false),
+        ] as [(Int, Bool?, Bool)] {
+            let stage = OffloadedStage(try Decompressor(), pool: WorkerPool(threads: threads), checksOnWorkers: asked)
+            #expect(!stage.checksOutputOnWorkers)
+            stage.attach(to: loop) {}
+            #expect(stage.checksOutputOnWorkers == expected, "\(threads) threads, asked \(String(describing: asked))")
+        }
     }
 
     @Test func aCRCMismatchFoundByTheCheckingWorkerFailsThePipelineAndRemovesItsFile() throws {

@@ -12,11 +12,15 @@ import Synchronization
 /// called back (`wake`) when there is news for it: output, room for input, the end, an error.
 ///
 /// A stage that can leave the CRC-32 checks of its output to its runner
-/// (`OutputCheckDeferring`: gzip members) has them computed by a second chain on another
-/// worker, over the output ring, while the stage goes on. Output is handed on before it is
-/// checked (as `gzip -d` writes a member before its trailer is read), but the stage reports
-/// `finished` only once every check has passed, and a mismatch fails the stage: a destination
-/// that is committed on success (a file renamed into place) never holds unverified output.
+/// (`OutputCheckDeferring`: gzip members) can have them computed by a second chain on another
+/// worker, over the output ring, while the stage goes on (`checksOnWorkers`). Output is handed
+/// on before it is checked (as `gzip -d` writes a member before its trailer is read), but the
+/// stage reports `finished` only once every check has passed, and a mismatch fails the stage:
+/// a destination that is committed on success (a file renamed into place) never holds
+/// unverified output. That pays only where the check has a core of its own: on two cores, the
+/// loop's thread and the inflating worker already use both, and a third busy thread slows the
+/// inflating one more than the check it takes off it (measured in Benchmarks/RESULTS.md), so
+/// by default the checks leave the stage only when the pool has three threads or more.
 ///
 /// Memory: the two rings (`heldLimit`), whatever the input's size. Without a loop, the stage
 /// runs inline on the caller's thread and checks its own output.
@@ -32,19 +36,27 @@ public final class OffloadedStage: AsynchronousStage {
     private var finishing = false
     private var cancelled = false
 
+    /// Whether output checks leave the stage for a worker of their own: nil decides by the
+    /// pool (three threads or more).
+    private let checksOnWorkers: Bool?
+
     /// Runs `inner` on `pool` with an input ring of `2 × inputBytes` and an output ring of
-    /// `2 × outputBytes`.
+    /// `2 × outputBytes`. `checksOnWorkers`: whether a stage that can defer its CRC-32 checks
+    /// (`OutputCheckDeferring`) leaves them to a worker of their own (when the pool has a second
+    /// thread); nil (the default) does so when the pool has three threads or more.
     public init(
-        _ inner: any Stage, pool: WorkerPool = .shared, inputBytes: Int = 512 * 1024, outputBytes: Int = 2048 * 1024
+        _ inner: any Stage, pool: WorkerPool = .shared, inputBytes: Int = 512 * 1024, outputBytes: Int = 2048 * 1024,
+        checksOnWorkers: Bool? = nil
     ) {
         precondition(inputBytes > 0 && outputBytes > 0, "OffloadedStage buffer sizes must be positive")
         self.inner = inner
         self.pool = pool
+        self.checksOnWorkers = checksOnWorkers
         core = OffloadCore(inner, inputBytes: 2 * inputBytes, outputBytes: 2 * outputBytes)
     }
 
-    /// Whether the CRC-32 checks of the output run on a worker of their own (the stage defers
-    /// them, and the pool has a second thread for them).
+    /// Whether the CRC-32 checks of the output run on a worker of their own (decided when the
+    /// stage is attached to a loop).
     public var checksOutputOnWorkers: Bool { core.verifying }
 
     public func attach(to loop: EventLoop, wake: @escaping () -> Void) {
@@ -52,7 +64,9 @@ public final class OffloadedStage: AsynchronousStage {
         self.wake = wake
         let weak = UncheckedBox(WeakOffloadedStage(self))
         core.notify = { loop.execute { weak.value.stage?.news() } }
-        if pool.threadCount > 1, let deferring = inner as? any OutputCheckDeferring {
+        if pool.threadCount > 1 && checksOnWorkers ?? (pool.threadCount >= 3),
+            let deferring = inner as? any OutputCheckDeferring
+        {
             deferring.deferOutputChecks()
             core.verifying = true
         }

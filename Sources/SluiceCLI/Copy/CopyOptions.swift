@@ -37,6 +37,10 @@ enum CommonOptions {
     static let threads = OptionSpec(
         "threads", short: "T", value: .required("N"),
         help: "compress on N worker threads (default: one per\ncore); the output is the same for any N")
+    /// `copy`'s: decompression runs on the threads too.
+    static let copyThreads = OptionSpec(
+        "threads", short: "T", value: .required("N"),
+        help: "compress or decompress on N worker threads\n(default: one per core); the output is the same\nfor any N")
     static let progress = OptionSpec(
         "progress", short: "p", help: "show progress on stderr (default: when stderr\nis a terminal)")
     static let noProgress = OptionSpec("no-progress", help: "never show progress")
@@ -167,14 +171,14 @@ struct CopyOptions: Hashable, Sendable {
     var force = false
     var append = false
     var quiet = false
-    /// Compression threads (`--threads`); nil: one per core.
+    /// Compression and decompression threads (`--threads`); nil: one per core.
     var threads: Int?
 
     static let parser = ArgumentParser(
         [
             CommonOptions.chunkSize, CommonOptions.compress, CommonOptions.decompress,
         ] + CommonOptions.levels + [
-            CommonOptions.threads, CommonOptions.progress,
+            CommonOptions.copyThreads, CommonOptions.progress,
             CommonOptions.noProgress, CommonOptions.stats, CommonOptions.rateLimit, CommonOptions.timeout,
             CommonOptions.force, CommonOptions.append, CommonOptions.quiet, CommonOptions.help,
             CommonOptions.version,
