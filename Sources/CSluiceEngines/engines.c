@@ -179,6 +179,9 @@ static struct {
     __typeof__(isal_inflate_init) *isal_inflate_init;
     __typeof__(isal_inflate_reset) *isal_inflate_reset;
     __typeof__(isal_inflate) *isal_inflate;
+    __typeof__(isal_gzip_header_init) *isal_gzip_header_init;
+    __typeof__(isal_read_gzip_header) *isal_read_gzip_header;
+    __typeof__(crc32_gzip_refl) *crc32_gzip_refl;
 } isal;
 
 static int isal_loaded;
@@ -192,6 +195,9 @@ static int isal_lookup(void *h) {
     LOOKUP(h, isal, isal_inflate_init);
     LOOKUP(h, isal, isal_inflate_reset);
     LOOKUP(h, isal, isal_inflate);
+    LOOKUP(h, isal, isal_gzip_header_init);
+    LOOKUP(h, isal, isal_read_gzip_header);
+    LOOKUP(h, isal, crc32_gzip_refl);
     return 1;
 }
 
@@ -280,35 +286,62 @@ long sluice_isal_deflate_block(void *ctx, const uint8_t *dict, uint32_t dict_len
     return (long)(out_cap - s->avail_out);
 }
 
+uint32_t sluice_isal_crc32(uint32_t crc, const uint8_t *buf, uint64_t len) {
+    return len ? isal.crc32_gzip_refl(crc, buf, len) : crc;
+}
+
+/* An inflate state, and for SLUICE_ISAL_GZIP_BODY the gzip header being read (kept across
+   calls, so that a header split over several inputs is read as one). */
+struct sluice_isal_inflater {
+    struct inflate_state state;
+    struct isal_gzip_header header;
+    int reading_header;
+};
+
 void *sluice_isal_inflate_create(void) {
     if (!sluice_isal_load()) return NULL;
-    struct inflate_state *s = malloc(sizeof *s);
-    if (!s) return NULL;
-    isal.isal_inflate_init(s);
-    s->crc_flag = ISAL_DEFLATE;
-    return s;
+    struct sluice_isal_inflater *d = malloc(sizeof *d);
+    if (!d) return NULL;
+    isal.isal_inflate_init(&d->state);
+    d->state.crc_flag = ISAL_DEFLATE;
+    d->reading_header = 0;
+    return d;
 }
 
 void sluice_isal_inflate_free(void *ctx) { free(ctx); }
 
 void sluice_isal_inflate_reset(void *ctx, int container) {
-    struct inflate_state *s = ctx;
-    isal.isal_inflate_reset(s);
-    s->crc_flag = (uint32_t)container;
+    struct sluice_isal_inflater *d = ctx;
+    isal.isal_inflate_reset(&d->state);
+    d->reading_header = container == SLUICE_ISAL_GZIP_BODY;
+    if (d->reading_header) isal.isal_gzip_header_init(&d->header);
+    d->state.crc_flag = d->reading_header ? ISAL_DEFLATE : (uint32_t)container;
 }
 
 int sluice_isal_inflate(void *ctx, const uint8_t *in, uint32_t in_len, uint32_t *in_used, uint8_t *out,
                         uint32_t out_cap, uint32_t *out_used, int *ended, uint32_t *unread,
                         uint8_t unread_bytes[8]) {
-    struct inflate_state *s = ctx;
+    struct sluice_isal_inflater *d = ctx;
+    struct inflate_state *s = &d->state;
     s->next_in = (uint8_t *)in;
     s->avail_in = in_len;
     s->next_out = out;
     s->avail_out = out_cap;
-    int rc = isal.isal_inflate(s);
+    int rc = ISAL_DECOMP_OK;
+    if (d->reading_header) {
+        /* What isal_inflate does for ISAL_GZIP, with the header kept across calls; then the
+           body is raw deflate, with no CRC-32 computed (the caller checks the trailer). */
+        rc = isal.isal_read_gzip_header(s, &d->header);
+        if (rc == ISAL_DECOMP_OK) {
+            d->reading_header = 0;
+        } else if (rc > 0) {
+            rc = ISAL_END_INPUT;
+        }
+    }
+    if (!d->reading_header && rc == ISAL_DECOMP_OK) rc = isal.isal_inflate(s);
     *in_used = in_len - s->avail_in;
     *out_used = out_cap - s->avail_out;
-    *ended = s->block_state == ISAL_BLOCK_FINISH ? 1 : 0;
+    *ended = !d->reading_header && s->block_state == ISAL_BLOCK_FINISH ? 1 : 0;
     *unread = 0;
     if (*ended && s->read_in_length > 0) {
         /* The bits of the last byte that are left are its padding; whole bytes beyond it were
@@ -337,6 +370,10 @@ long sluice_isal_deflate_block(void *ctx, const uint8_t *dict, uint32_t dict_len
                                uint32_t in_len, int last, uint8_t *out, uint32_t out_cap) {
     (void)ctx, (void)dict, (void)dict_len, (void)in, (void)in_len, (void)last, (void)out, (void)out_cap;
     return -2;
+}
+uint32_t sluice_isal_crc32(uint32_t crc, const uint8_t *buf, uint64_t len) {
+    (void)buf, (void)len;
+    return crc;
 }
 void *sluice_isal_inflate_create(void) { return NULL; }
 void sluice_isal_inflate_free(void *ctx) { (void)ctx; }

@@ -121,4 +121,46 @@ private let zstdPresent: Bool = {
             }
         }
     }
+
+    /// With three threads or more (`-T3`), gzip's CRC-32 is checked by a worker of its own while
+    /// another inflates (as `pigz -d` does); a mismatch it finds late, after the member's bytes
+    /// were written, still exits 65 with nothing at the destination, as when the inflating
+    /// thread checks (the default on two cores). With each engine, in one member or several.
+    @Test(arguments: ["isal,zstd", "zlib"], ["-T3", "-T2"])
+    func aCRCMismatchFoundByTheCheckingWorkerExits65WithNothingLeft(engines: String, threads: String) throws {
+        try withTemporaryDirectory { dir in
+            try write(Self.data, to: "\(dir)/in")
+            try write(Self.data.prefix(70_001), to: "\(dir)/in2")
+            #expect(try sluice("copy", "-zgzip:6", "\(dir)/in", "\(dir)/a.gz").status == 0)
+            #expect(try sluice("copy", "-zgzip:1", "\(dir)/in2", "\(dir)/b.gz").status == 0)
+            let a = try #require(contents("\(dir)/a.gz"))
+            let b = try #require(contents("\(dir)/b.gz"))
+            var badA = a
+            badA[a.count - 7] ^= 0x01  // in the CRC-32; the size is right
+            var badB = b
+            badB[b.count - 8] ^= 0x80
+            let cases: [(String, Data, String)] = [
+                ("one member", badA, "incorrect data check"),
+                ("first of two", badA + b, "incorrect data check"),
+                ("last of three", a + b + badB, "incorrect data check"),
+                ("garbage after two", a + b + Data([0x1f, 0x8c]), "trailing garbage"),
+            ]
+            for (name, input, reason) in cases {
+                try write(input, to: "\(dir)/bad.gz")
+                let outcome = try sluice(engines: engines, "copy", "-d", threads, "\(dir)/bad.gz", "\(dir)/out")
+                #expect(outcome.status == 65, "\(engines) \(name): \(outcome.stderrText)")
+                #expect(outcome.stderrLines.count == 1, "\(engines) \(name): \(outcome.stderrText)")
+                #expect(outcome.stderrText.hasPrefix("sluice: "), "\(engines) \(name)")
+                #expect(outcome.stderrText.contains("gzip"), "\(engines) \(name): \(outcome.stderrText)")
+                #expect(outcome.stderrText.contains(reason), "\(engines) \(name): \(outcome.stderrText)")
+                #expect(outcome.stderrText.contains("offset"), "\(engines) \(name): \(outcome.stderrText)")
+                #expect(!FileManager.default.fileExists(atPath: "\(dir)/out"), "\(engines) \(name)")
+            }
+            // The same members, undamaged and zero-padded, decode to what went in.
+            try write(a + b + a + Data(count: 512), to: "\(dir)/good.gz")
+            let good = try sluice(engines: engines, "copy", "-d", threads, "\(dir)/good.gz", "\(dir)/out")
+            #expect(good.status == 0, "\(engines): \(good.stderrText)")
+            #expect(contents("\(dir)/out") == Self.data + Self.data.prefix(70_001) + Self.data)
+        }
+    }
 }

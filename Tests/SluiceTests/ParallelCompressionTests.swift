@@ -5,7 +5,7 @@ import Testing
 @testable import Sluice
 
 /// Runs `stages` over `input` in a pipeline on a loop of its own, into memory.
-private func pipe(_ input: [UInt8], _ stages: [any Stage], chunk: Int = 64 * 1024) throws -> (PipelineResult, [UInt8]) {
+func pipe(_ input: [UInt8], _ stages: [any Stage], chunk: Int = 64 * 1024) throws -> (PipelineResult, [UInt8]) {
     let sink = WriteStream.toMemory()
     let pipeline = Pipeline(
         source: .memory(input), stages: stages, sink: sink,
@@ -18,7 +18,7 @@ private func pipe(_ input: [UInt8], _ stages: [any Stage], chunk: Int = 64 * 102
 private func installed(_ path: String) -> Bool { FileManager.default.isExecutableFile(atPath: path) }
 
 /// Text-like bytes (compressible) followed by random ones, `count` in all.
-private func mixed(_ count: Int) -> [UInt8] {
+func mixed(_ count: Int) -> [UInt8] {
     let text = Array(
         (0..<(count / 40 + 1)).map { "record \($0 % 977): the quick brown fox \($0 * 31 % 1013)\n" }.joined().utf8)
     let half = count / 2
@@ -193,7 +193,10 @@ private func mixed(_ count: Int) -> [UInt8] {
     static let inflateEngines = CompressionEngine.allCases.filter { $0 != .zstd && $0.isAvailable }
 
     /// Feeds `input` to `stage` `piece` bytes at a time with small output buffers.
-    static func feed(_ stage: any Stage, _ input: [UInt8], piece: Int) throws -> [UInt8] {
+    /// `afterEachCall` gets the output there was before each call.
+    static func feed(
+        _ stage: any Stage, _ input: [UInt8], piece: Int, afterEachCall: (Int) -> Void = { _ in }
+    ) throws -> [UInt8] {
         var out: [UInt8] = []
         var space = [UInt8](repeating: 0, count: 977)
         var offset = 0
@@ -210,6 +213,7 @@ private func mixed(_ count: Int) -> [UInt8] {
             }
             offset += p.consumed
             out += space[..<p.produced]
+            afterEachCall(out.count - p.produced)
             finished = offset == input.count && p.finished
             if offset < input.count && p.consumed == 0 && p.produced == 0 {
                 throw SluiceError(.invalidArgument, operation: "feed")

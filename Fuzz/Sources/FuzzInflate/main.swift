@@ -6,7 +6,9 @@
 // for, never stall, never exceed its output limit, and decode the same bytes the same way
 // however they are split (compared with one call over the whole input), and whichever engine
 // Inflate uses (zlib and ISA-L must agree on success and output, and both refuse the same
-// inputs).
+// inputs). With the gzip CRC-32 checks deferred (`OutputCheckDeferring`, as `OffloadedStage`
+// runs them on another core) the harness makes them as the runner does, and the verdict and
+// output must be those of the stage checking in line.
 import FuzzDriver
 import FuzzSupport
 import Sluice
@@ -27,14 +29,25 @@ struct Decoded: Equatable {
 /// A decompressor under test, made fresh for each decoding.
 enum Subject {
     case inflate(DecompressionFormat, CompressionEngine)
+    /// Inflate leaving its CRC-32 checks to the harness.
+    case deferred(DecompressionFormat, CompressionEngine)
     case decompressor(DecompressionFormat)
 
     func make() throws(SluiceError) -> any Stage {
         let limit = InflateLimit(maxOutputBytes: outputLimit)
         switch self {
         case .inflate(let format, let engine): return try Inflate(format: format, limit: limit, engine: engine)
+        case .deferred(let format, let engine):
+            let inflate = try Inflate(format: format, limit: limit, engine: engine)
+            inflate.deferOutputChecks()
+            return inflate
         case .decompressor(let format): return try Decompressor(format: format, limit: limit)
         }
+    }
+
+    var defers: Bool {
+        if case .deferred = self { return true }
+        return false
     }
 
     static func detected(_ stage: any Stage) -> String? {
@@ -46,10 +59,53 @@ enum Subject {
     }
 }
 
+/// The deferred checks made as a runner makes them: a CRC-32 of the output from each check's
+/// start to its end, compared with the check's value.
+struct Verifier {
+    /// The stage defers its checks (otherwise the verifier does nothing).
+    let active: Bool
+    private let crc = Checksum(.crc32)
+    private var position = 0
+    private var pending: [OutputCheck] = []
+    /// The first mismatch.
+    private(set) var failure: SluiceError?
+
+    init(active: Bool) { self.active = active }
+
+    /// Takes the checks `stage` reported after a call that began with `before` bytes out, and
+    /// makes those whose bytes are all out.
+    mutating func take(from stage: any Stage, before: Int, output: [UInt8]) {
+        guard active, let deferring = stage as? any OutputCheckDeferring else { return }
+        let new = deferring.takeOutputChecks()
+        // A check is reported no later than the call that makes the first byte after its end.
+        expect(new.allSatisfy { $0.end >= before }, "a check reported after bytes beyond its end")
+        pending += new
+        while let check = pending.first, check.end <= output.count {
+            pending.removeFirst()
+            expect(check.end >= position, "a check ending at \(check.end) before \(position), checked already")
+            guard check.end >= position else { return }
+            output.withUnsafeBytes { crc.observe(UnsafeRawBufferPointer(rebasing: $0[position..<check.end])) }
+            position = check.end
+            if crc.value != check.crc32 && failure == nil { failure = check.mismatch }
+            crc.reset()
+        }
+    }
+
+    /// At the end of a successful decoding: every check made, and the output checked to its end.
+    func finished(output: [UInt8], stage: any Stage) {
+        guard active else { return }
+        expect(pending.isEmpty, "\(pending.count) checks left at the end")
+        if let inflate = stage as? Inflate, inflate.detectedFormat == .gzip, failure == nil {
+            expect(position == output.count, "gzip output checked to \(position) of \(output.count)")
+        }
+    }
+}
+
 /// Decodes `data` in the pieces and buffer sizes `choices` picks (or in one piece into one
 /// buffer), checking the stage's contract on every call.
 func decode(_ data: UnsafeRawBufferPointer, _ subject: Subject, _ choices: inout Choices?) -> Decoded {
     var result = Decoded()
+    var verifier = Verifier(active: subject.defers)
     let stage: any Stage
     do {
         stage = try subject.make()
@@ -91,6 +147,7 @@ func decode(_ data: UnsafeRawBufferPointer, _ subject: Subject, _ choices: inout
                 expect(p.produced >= 0 && p.produced <= room, "produced \(p.produced) into \(room)")
                 expect(p.consumed > 0 || p.produced > 0 || p.finished, "no progress with input and room")
                 result.output.append(contentsOf: out[0..<p.produced])
+                verifier.take(from: stage, before: result.output.count - p.produced, output: result.output)
                 piece = UnsafeRawBufferPointer(rebasing: piece[p.consumed...])
                 if p.finished {
                     ended = true
@@ -108,7 +165,11 @@ func decode(_ data: UnsafeRawBufferPointer, _ subject: Subject, _ choices: inout
             expect(p.consumed == 0, "finish consumed \(p.consumed)")
             expect(p.produced >= 0 && p.produced <= room, "finish produced \(p.produced) into \(room)")
             result.output.append(contentsOf: out[0..<p.produced])
-            if p.finished { break }
+            verifier.take(from: stage, before: result.output.count - p.produced, output: result.output)
+            if p.finished {
+                verifier.finished(output: result.output, stage: stage)
+                break
+            }
             expect(p.produced > 0, "finish neither finished nor produced")
             rounds += 1
             expect(rounds <= outputLimit + 1, "finish never finishes")
@@ -128,6 +189,7 @@ func decode(_ data: UnsafeRawBufferPointer, _ subject: Subject, _ choices: inout
         expect(inflate.totalOut <= outputLimit + 1, "totalOut \(inflate.totalOut)")
         expect(inflate.totalIn <= data.count, "totalIn \(inflate.totalIn) of \(data.count)")
     }
+    if result.error == nil, let failure = verifier.failure { result.error = failure.code }
     result.format = Subject.detected(stage)
     if result.error != nil { result.output = [] }
     return result
@@ -156,14 +218,15 @@ func fuzzInflate(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
     }
     // A quarter through Decompressor (zstd detection first), the rest through Inflate, with
     // ISA-L two times in three where it is installed.
+    // Inflate defers its CRC-32 checks one time in two.
     let subject: Subject
     let pick = seed.below(4)
+    let deferring = seed.below(2) == 0
     if pick == 0 && zstd {
         subject = .decompressor(format == .auto ? .auto : .zstd)
-    } else if pick != 3 && isal {
-        subject = .inflate(format, .isal)
     } else {
-        subject = .inflate(format, .zlib)
+        let engine: CompressionEngine = pick != 3 && isal ? .isal : .zlib
+        subject = deferring ? .deferred(format, engine) : .inflate(format, engine)
     }
     var whole: Choices? = nil
     let reference = decode(data, subject, &whole)
@@ -176,6 +239,12 @@ func fuzzInflate(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
         expect(
             (reference.error == nil) == (other.error == nil) && reference.output == other.output,
             "\(format): \(engine) \(describe(reference)), the other engine \(describe(other))")
+    }
+    if case .deferred(let format, let engine) = subject {
+        let inline = decode(data, .inflate(format, engine), &whole)
+        expect(
+            (reference.error == nil) == (inline.error == nil) && reference.output == inline.output,
+            "\(format) \(engine): checks deferred \(describe(reference)), in line \(describe(inline))")
     }
     return 0
 }

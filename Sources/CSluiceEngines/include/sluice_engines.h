@@ -48,8 +48,19 @@ void sluice_isal_deflate_free(void *ctx);
 long sluice_isal_deflate_block(void *ctx, const uint8_t *dict, uint32_t dict_len, const uint8_t *in,
                                uint32_t in_len, int last, uint8_t *out, uint32_t out_cap);
 
+/// CRC-32 (gzip's, as zlib's crc32) continued from `crc` over `len` bytes: ISA-L's
+/// crc32_gzip_refl. Only once sluice_isal_load() succeeded.
+uint32_t sluice_isal_crc32(uint32_t crc, const uint8_t *buf, uint64_t len);
+
+/// A `container` for sluice_isal_inflate_reset: a gzip member whose header ISA-L reads and checks
+/// (isal_read_gzip_header, as isal_inflate does for ISAL_GZIP) and whose body it decodes as raw
+/// deflate without a CRC-32; the stream ends before the trailer, which is left to the caller
+/// (the bytes ISA-L read of it are given back as `unread`).
+#define SLUICE_ISAL_GZIP_BODY 7
+
 /// ISA-L inflate (isal_inflate) of one stream: `container` 0 raw deflate, 1 gzip (header parsed,
-/// CRC-32 and size checked), 3 zlib (Adler-32 checked) — ISA-L's crc_flag values.
+/// CRC-32 and size checked), 3 zlib (Adler-32 checked) — ISA-L's crc_flag values — or
+/// SLUICE_ISAL_GZIP_BODY.
 void *sluice_isal_inflate_create(void);
 void sluice_isal_inflate_free(void *ctx);
 void sluice_isal_inflate_reset(void *ctx, int container);

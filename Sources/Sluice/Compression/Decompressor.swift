@@ -1,8 +1,10 @@
 /// A decompression stage for every format sluice reads: zstd (`ZstdDecompress`) or gzip, zlib
 /// and raw deflate (`Inflate`), chosen by `format` or, for `auto`, from the first four bytes:
 /// a zstd frame (`28 b5 2f fd`) or skippable frame (`5? 2a 4d 18`) is zstd, anything else goes
-/// to `Inflate`'s own detection. The same `InflateLimit` guards every format.
-public final class Decompressor: Stage {
+/// to `Inflate`'s own detection. The same `InflateLimit` guards every format. gzip's CRC-32
+/// checks can be left to the runner (`OutputCheckDeferring`, passed on to `Inflate`); zstd
+/// checks its frames' checksums itself.
+public final class Decompressor: OutputCheckDeferring {
     public let format: DecompressionFormat
     public let limit: InflateLimit
     /// The stage doing the work, once the format is known.
@@ -12,6 +14,7 @@ public final class Decompressor: Stage {
 
     private var prefix: [UInt8] = []
     private var prefixFed = 0
+    private var defersChecks = false
 
     public init(format: DecompressionFormat = .auto, limit: InflateLimit = .default) throws(SluiceError) {
         self.format = format
@@ -69,9 +72,22 @@ public final class Decompressor: Stage {
         if prefix == zstdMagic || skippable {
             inner = try ZstdDecompress(limit: limit)
         } else {
-            inner = try Inflate(format: .auto, limit: limit)
+            let inflate = try Inflate(format: .auto, limit: limit)
+            if defersChecks { inflate.deferOutputChecks() }
+            inner = inflate
         }
     }
+
+    public func deferOutputChecks() {
+        defersChecks = true
+        (inner as? Inflate)?.deferOutputChecks()
+    }
+
+    public func takeOutputChecks() -> [OutputCheck] {
+        (inner as? Inflate)?.takeOutputChecks() ?? []
+    }
+
+    public var outputNeedsChecks: Bool { (inner as? Inflate)?.outputNeedsChecks ?? false }
 
     /// Feeds the bytes read for detection to the chosen stage.
     private func feedPrefix(into output: UnsafeMutableRawBufferPointer) throws(SluiceError) -> Int {

@@ -68,15 +68,17 @@ public struct InflateLimit: Hashable, Sendable {
 ///   `.corruptData` ("trailing garbage after gzip member").
 /// - zlib and raw deflate input ends with the stream: `process` reports `finished` then, and
 ///   any byte after it is `.corruptData`.
-/// - zlib checks CRC-32 and size (gzip) or Adler-32 (zlib); a mismatch or a bad encoding is
-///   `.corruptData` with zlib's message.
+/// - CRC-32 and size (gzip) or Adler-32 (zlib) are checked; a mismatch or a bad encoding is
+///   `.corruptData` with zlib's message. A runner can take the gzip CRC-32 checks over
+///   (`OutputCheckDeferring`) to compute them on another core: the stage then reports each
+///   member's expected CRC-32 instead, and checks everything else itself.
 /// - `finish` before the end of the stream is `.truncatedData`, including empty input for a
 ///   fixed format. Empty input with `auto` is an empty stream and decodes to nothing.
 /// - The engine is ISA-L's `isal_inflate` where available (about twice zlib's speed; it parses
-///   the gzip header and checks the trailer itself), zlib's `inflate` otherwise. Both follow
+///   the gzip header, and the stage reads the trailer), zlib's `inflate` otherwise. Both follow
 ///   the rules above; ISA-L reads a few bytes past a stream's end, which are given back and
-///   decoded as what follows it (the next member, padding or garbage).
-public final class Inflate: Stage {
+///   decoded as what follows it (the trailer, the next member, padding or garbage).
+public final class Inflate: OutputCheckDeferring {
     /// The container expected, or `auto`.
     public let format: DecompressionFormat
     /// The bomb guard.
@@ -99,6 +101,9 @@ public final class Inflate: Stage {
         case detecting
         /// Inside a stream; `prefix` holds header bytes to feed zlib before the input.
         case inflating
+        /// gzip with ISA-L: the member's deflate data ended; its trailer (CRC-32 and size, 8
+        /// bytes) is read into `trailer`.
+        case trailer
         /// gzip: a member ended; another member, zero padding or the end may follow.
         /// `prefix` holds `1f` when the next member's magic has begun.
         case betweenMembers
@@ -137,6 +142,21 @@ public final class Inflate: Stage {
     /// next input.
     private var carry: [UInt8] = []
     private var state: State
+
+    /// gzip CRC-32 checks are reported through `takeOutputChecks` instead of made here.
+    private var defersChecks = false
+    private var outputChecks: [OutputCheck] = []
+    /// The current gzip member's output so far (its size, as the trailer gives it) and, when
+    /// ISA-L decodes and the stage checks it, its CRC-32.
+    private var memberOut = 0
+    private var memberCRC: UInt32 = 0
+    /// A gzip trailer, little-endian: as read (`trailerCount` bytes so far), or with zlib the
+    /// last 8 bytes it consumed.
+    private var trailer: UInt64 = 0
+    private var trailerCount = 0
+    /// zlib and deferred checks: the member's header is not read yet (zlib stops after it,
+    /// `Z_BLOCK`, and stops computing the CRC-32 then: `inflateValidate`).
+    private var zlibHeaderPending = false
     /// Up to two bytes consumed from the input before zlib could be given them.
     private let prefix: UnsafeMutablePointer<UInt8>
     private var prefixStart = 0
@@ -188,6 +208,7 @@ public final class Inflate: Stage {
         state = format.fixed == nil ? .detecting : .inflating
         prefix = .allocate(capacity: 2)
         if let fixed = format.fixed { resetISAL(fixed) }
+        if format.fixed == .gzip { startMember() }
     }
 
     deinit {
@@ -209,12 +230,42 @@ public final class Inflate: Stage {
         }
         let container: Int32
         switch format {
-        case .gzip: container = 1  // ISAL_GZIP
+        case .gzip: container = SLUICE_ISAL_GZIP_BODY  // the header by ISA-L, the trailer here
         case .zlib: container = 3  // ISAL_ZLIB
         case .deflate: container = 0  // ISAL_DEFLATE
         }
         sluice_isal_inflate_reset(isal, container)
     }
+
+    /// A gzip member starts: its size, CRC-32 and trailer start over; with zlib and deferred
+    /// checks, zlib checks the header's CRC-16 and stops after the header.
+    private func startMember() {
+        memberOut = 0
+        memberCRC = 0
+        trailer = 0
+        trailerCount = 0
+        zlibHeaderPending = false
+        if defersChecks && !isalDecodes && detectedFormat == .gzip {
+            _ = inflateValidate(stream, 1)
+            zlibHeaderPending = true
+        }
+    }
+
+    // MARK: - Deferred checks
+
+    /// Leaves the gzip CRC-32 checks to the caller (see `OutputCheckDeferring`). Call before the
+    /// first byte.
+    public func deferOutputChecks() {
+        defersChecks = true
+        if detectedFormat == .gzip { startMember() }
+    }
+
+    public func takeOutputChecks() -> [OutputCheck] {
+        defer { outputChecks.removeAll() }
+        return outputChecks
+    }
+
+    public var outputNeedsChecks: Bool { defersChecks && detectedFormat == .gzip }
 
     /// Decompresses as much of `input` as fits in `output` (`inflate(Z_NO_FLUSH)`).
     ///
@@ -256,30 +307,40 @@ public final class Inflate: Stage {
         totalIn = 0
         totalOut = 0
         carry = []
+        outputChecks = []
         if let fixed = format.fixed { resetISAL(fixed) }
+        if format.fixed == .gzip { startMember() }
     }
 
     // MARK: - Steps
 
-    /// Decodes the carried bytes first, then `input`.
+    /// Decodes the carried bytes first, then `input`; bytes carried while decoding `input` (ISA-L
+    /// read them ahead in an earlier call) come before the rest of it.
     private func step(_ input: UnsafeRawBufferPointer, _ output: UnsafeMutableRawBufferPointer) throws(SluiceError)
         -> StageProgress
     {
+        var consumed = 0
         var produced = 0
-        while !carry.isEmpty {
-            let held = carry
-            carry = []
-            let p = try held.withUnsafeBytes { bytes in
-                Result { () throws(SluiceError) in
-                    try stepInput(bytes, UnsafeMutableRawBufferPointer(rebasing: output[produced...]))
-                }
-            }.get()
+        while true {
+            while !carry.isEmpty {
+                let held = carry
+                carry = []
+                let p = try held.withUnsafeBytes { bytes in
+                    Result { () throws(SluiceError) in
+                        try stepInput(bytes, UnsafeMutableRawBufferPointer(rebasing: output[produced...]))
+                    }
+                }.get()
+                produced += p.produced
+                carry += held[p.consumed...]
+                if p.consumed == 0 && p.produced == 0 { return StageProgress(consumed: consumed, produced: produced) }
+            }
+            let p = try stepInput(
+                UnsafeRawBufferPointer(rebasing: input[consumed...]),
+                UnsafeMutableRawBufferPointer(rebasing: output[produced...]))
+            consumed += p.consumed
             produced += p.produced
-            carry += held[p.consumed...]
-            if p.consumed == 0 && p.produced == 0 { return StageProgress(consumed: 0, produced: produced) }
+            if carry.isEmpty { return StageProgress(consumed: consumed, produced: produced, finished: p.finished) }
         }
-        let p = try stepInput(input, UnsafeMutableRawBufferPointer(rebasing: output[produced...]))
-        return StageProgress(consumed: p.consumed, produced: produced + p.produced, finished: p.finished)
     }
 
     private func stepInput(_ input: UnsafeRawBufferPointer, _ output: UnsafeMutableRawBufferPointer)
@@ -316,7 +377,9 @@ public final class Inflate: Stage {
                     prefixStart += r.consumed
                     produced += r.produced
                     if r.ended {
-                        endOfStream()
+                        try endOfStream()
+                        // Bytes ISA-L gave back from earlier input come first: `step` feeds them.
+                        if !carry.isEmpty { return StageProgress(consumed: consumed, produced: produced) }
                     } else if r.consumed == 0 && r.produced == 0 {
                         return StageProgress(consumed: consumed, produced: produced)
                     }
@@ -331,7 +394,8 @@ public final class Inflate: Stage {
                 consumed += r.consumed
                 produced += r.produced
                 if r.ended {
-                    endOfStream()
+                    try endOfStream()
+                    if !carry.isEmpty { return StageProgress(consumed: consumed, produced: produced) }
                 } else if r.consumed == 0 && r.produced == 0 {
                     return StageProgress(consumed: consumed, produced: produced)
                 }
@@ -356,7 +420,21 @@ public final class Inflate: Stage {
                     let rc = inflateReset(stream)
                     precondition(rc == Z_OK, "inflateReset returned \(rc)")
                     resetISAL(.gzip)
+                    startMember()
                     state = .inflating
+                }
+
+            case .trailer:
+                guard consumed < input.count else { return StageProgress(consumed: consumed, produced: produced) }
+                while trailerCount < 8 && consumed < input.count {
+                    trailer |= UInt64(input[consumed]) << (8 * trailerCount)
+                    trailerCount += 1
+                    consumed += 1
+                    totalIn += 1
+                }
+                if trailerCount == 8 {
+                    try endMember(
+                        crc: UInt32(truncatingIfNeeded: trailer), size: UInt32(truncatingIfNeeded: trailer >> 32))
                 }
 
             case .padding:
@@ -391,10 +469,9 @@ public final class Inflate: Stage {
             guard !output.isEmpty else { return StageProgress(consumed: 0, produced: 0) }
             let r = try inflateStep(UnsafeRawBufferPointer(start: nil, count: 0), output)
             if r.ended {
-                endOfStream()
-                guard !carry.isEmpty else { return StageProgress(consumed: 0, produced: r.produced, finished: true) }
-                // ISA-L read past the end: what it gave back comes next (another member,
-                // padding or trailing garbage), decoded or refused like any input.
+                try endOfStream()
+                // What ISA-L read past the end comes next (the trailer, another member, padding
+                // or trailing garbage), decoded or refused like any input.
                 let rest = try drain(UnsafeMutableRawBufferPointer(rebasing: output[r.produced...]))
                 return StageProgress(consumed: 0, produced: r.produced + rest.produced, finished: rest.finished)
             }
@@ -402,6 +479,8 @@ public final class Inflate: Stage {
                 throw truncated("input ended before the end of the \(detectedFormat?.rawValue ?? "compressed") stream")
             }
             return StageProgress(consumed: 0, produced: r.produced)
+        case .trailer:
+            throw truncated("input ended before the end of the gzip stream")
         case .betweenMembers:
             guard prefixEnd == 0 else { throw truncated("input ended inside a gzip member header") }
             return StageProgress(consumed: 0, produced: 0, finished: true)
@@ -419,12 +498,36 @@ public final class Inflate: Stage {
         resetISAL(format)
         detectedFormat = format
         state = .inflating
+        if format == .gzip { startMember() }
     }
 
-    private func endOfStream() {
+    /// The deflate data ended: zlib or raw deflate is done; a gzip member's trailer follows
+    /// (ISA-L) or was read by zlib.
+    private func endOfStream() throws(SluiceError) {
         prefixStart = 0
         prefixEnd = 0
-        state = detectedFormat == .gzip ? .betweenMembers : .ended
+        guard detectedFormat == .gzip else {
+            state = .ended
+            return
+        }
+        if isalDecodes {
+            state = .trailer
+        } else if defersChecks {
+            // zlib read the trailer without checking it: it is the last 8 bytes it consumed.
+            try endMember(crc: UInt32(truncatingIfNeeded: trailer), size: UInt32(truncatingIfNeeded: trailer >> 32))
+        } else {
+            state = .betweenMembers
+        }
+    }
+
+    /// Checks a gzip member's trailer: its size here, its CRC-32 here or by the caller.
+    private func endMember(crc: UInt32, size: UInt32) throws(SluiceError) {
+        if !defersChecks && crc != memberCRC { throw corrupt("incorrect data check") }
+        guard size == UInt32(truncatingIfNeeded: memberOut) else { throw corrupt("incorrect length check") }
+        if defersChecks {
+            outputChecks.append(OutputCheck(end: totalOut, crc32: crc, mismatch: corrupt("incorrect data check")))
+        }
+        state = .betweenMembers
     }
 
     /// One `inflate` call. Output space is cut to one byte past `maxOutputBytes`, so a bomb is
@@ -436,9 +539,22 @@ public final class Inflate: Stage {
         if let max = limit.maxOutputBytes, max - totalOut < room { room = max - totalOut + 1 }
         let space = UnsafeMutableRawBufferPointer(rebasing: output[..<room])
         if isalDecodes, let isal { return try isalStep(isal, input, space) }
-        let (consumed, produced, rc) = zCall(stream, input, space) { inflate($0, Z_NO_FLUSH) }
+        let flush = zlibHeaderPending ? Z_BLOCK : Z_NO_FLUSH
+        let (consumed, produced, rc) = zCall(stream, input, space) { inflate($0, flush) }
         totalIn += consumed
         totalOut += produced
+        if defersChecks && detectedFormat == .gzip {
+            memberOut += produced
+            // The last 8 bytes consumed: the trailer, once zlib reports the end.
+            for byte in input[(consumed - min(consumed, 8))..<consumed] {
+                trailer = trailer >> 8 | UInt64(byte) << 56
+            }
+            if zlibHeaderPending && stream.pointee.data_type & 128 != 0 {
+                // Past the header (its CRC-16 checked): no CRC-32 of the data from here on.
+                zlibHeaderPending = false
+                _ = inflateValidate(stream, 0)
+            }
+        }
 
         let ended: Bool
         switch rc {
@@ -488,11 +604,19 @@ public final class Inflate: Stage {
             let fromEarlier = max(0, Int(unread) - consumed)
             if fromEarlier > 0 {
                 withUnsafeBytes(of: unreadBytes) { carry = Array($0[..<fromEarlier]) + carry }
+                totalIn -= fromEarlier  // counted when they were consumed; counted again when decoded
             }
             consumed -= Int(unread) - fromEarlier
         }
         totalIn += consumed
         totalOut += produced
+        if detectedFormat == .gzip {
+            memberOut += produced
+            if !defersChecks, produced > 0 {
+                memberCRC = sluice_isal_crc32(
+                    memberCRC, output.baseAddress!.assumingMemoryBound(to: UInt8.self), UInt64(produced))
+            }
+        }
         switch rc {
         case 0, 1, 2:  // ISAL_DECOMP_OK, ISAL_END_INPUT, ISAL_OUT_OVERFLOW
             break
@@ -503,7 +627,7 @@ public final class Inflate: Stage {
         case -5:
             throw corrupt("unknown compression method at offset \(totalIn)")
         case -6:
-            throw corrupt(detectedFormat == .gzip ? "incorrect data check or length" : "incorrect data check")
+            throw corrupt(detectedFormat == .gzip ? "header crc mismatch" : "incorrect data check")
         default:
             throw corrupt("invalid compressed data near offset \(totalIn) (ISA-L \(rc))")
         }

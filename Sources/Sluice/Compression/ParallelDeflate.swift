@@ -9,8 +9,9 @@ import Foundation
 /// (zlib's `deflate`, or ISA-L's `isal_deflate` at the levels where it is not larger than
 /// zlib's output by more than 2%), primed with the previous 32 KiB of input as its dictionary
 /// (`deflateSetDictionary`) and ended on a byte boundary with a sync flush; only the last
-/// block is final. The CRC-32 (gzip) or Adler-32 (zlib) of each block is computed by its worker
-/// and the values are combined in order (`crc32_combine`, `adler32_combine`). Blocks are
+/// block is final. The CRC-32 (gzip; ISA-L's where present) or Adler-32 (zlib) of each block is
+/// computed by its worker and the values are combined in order (`crc32_combine`,
+/// `adler32_combine`). Blocks are
 /// written in order. The output depends on the level, the block size and the engine, never on
 /// the number of threads.
 ///
@@ -372,7 +373,11 @@ final class DeflateJob: @unchecked Sendable {
 
     /// On a worker: deflates the block and computes its checksum.
     func run(_ contexts: DeflateContexts, _ kind: Checksum.Kind?) {
-        if let kind { check = Checksum.compute(kind, over: data) }
+        switch kind {
+        case .crc32?: check = CRC32.update(0, data)
+        case .adler32?: check = Checksum.compute(.adler32, over: data)
+        case nil: break
+        }
         let context = contexts.take()
         defer { contexts.give(context) }
         switch context {

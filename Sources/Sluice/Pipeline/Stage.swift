@@ -64,3 +64,39 @@ public protocol AsynchronousStage: Stage {
     /// finish on their workers, and their results are freed there.
     func cancel()
 }
+
+/// A check of a stage's output that the stage can leave to whoever runs it: the CRC-32 that a
+/// gzip member's trailer gives for the member's data.
+public struct OutputCheck: Hashable, Sendable {
+    /// Where the checked bytes end, counted in bytes of the stage's output from its first byte.
+    /// They begin where the previous check's bytes ended (or at the first byte).
+    public var end: Int
+    /// The CRC-32 (zlib's `crc32`) the bytes must have.
+    public var crc32: UInt32
+    /// What to report when they do not.
+    public var mismatch: SluiceError
+
+    public init(end: Int, crc32: UInt32, mismatch: SluiceError) {
+        self.end = end
+        self.crc32 = crc32
+        self.mismatch = mismatch
+    }
+}
+
+/// A stage that can leave the CRC-32 checks of its output to whoever runs it, so that they run
+/// on another core while it goes on (`pigz -d` checks on a thread of its own). `OffloadedStage`
+/// does so when its pool has a thread to spare.
+public protocol OutputCheckDeferring: Stage {
+    /// From now on the stage does not compute the CRC-32 of its output: it reports each one
+    /// through `takeOutputChecks()`, and a mismatch is the runner's to report. Everything else
+    /// (headers, sizes, the structure of the data) the stage still checks. Call before the
+    /// first byte.
+    func deferOutputChecks()
+    /// The checks found since the last call, in output order. A check is reported no later than
+    /// the call that produces the first byte after its `end`.
+    func takeOutputChecks() -> [OutputCheck]
+    /// Whether the output so far is covered by such checks (gzip, with its checks deferred): the
+    /// runner must compute its CRC-32. False for output that is checked otherwise (zlib's
+    /// Adler-32, zstd's checksums) or not at all (raw deflate).
+    var outputNeedsChecks: Bool { get }
+}

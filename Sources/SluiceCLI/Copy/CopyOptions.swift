@@ -37,6 +37,10 @@ enum CommonOptions {
     static let threads = OptionSpec(
         "threads", short: "T", value: .required("N"),
         help: "compress on N worker threads (default: one per\ncore); the output is the same for any N")
+    /// `copy`'s: decompression runs on the threads too.
+    static let copyThreads = OptionSpec(
+        "threads", short: "T", value: .required("N"),
+        help: "compress or decompress on N worker threads\n(default: one per core); the output is the same\nfor any N")
     static let progress = OptionSpec(
         "progress", short: "p", help: "show progress on stderr (default: when stderr\nis a terminal)")
     static let noProgress = OptionSpec("no-progress", help: "never show progress")
@@ -176,7 +180,7 @@ struct CopyOptions: Hashable, Sendable {
     /// Flush the destination file to disk before it takes its name (`--fsync`).
     var fsync = false
     var quiet = false
-    /// Compression threads (`--threads`); nil: one per core.
+    /// Compression and decompression threads (`--threads`); nil: one per core.
     var threads: Int?
     /// Let the kernel move the bytes where nothing transforms them (off: `--no-zero-copy`).
     var zeroCopy = true
@@ -185,7 +189,7 @@ struct CopyOptions: Hashable, Sendable {
         [
             CommonOptions.chunkSize, CommonOptions.compress, CommonOptions.decompress,
         ] + CommonOptions.levels + [
-            CommonOptions.threads, CommonOptions.progress,
+            CommonOptions.copyThreads, CommonOptions.progress,
             CommonOptions.noProgress, CommonOptions.stats, CommonOptions.rateLimit, CommonOptions.timeout,
             CommonOptions.force, CommonOptions.append, CommonOptions.fsync, CommonOptions.noZeroCopy,
             CommonOptions.quiet, CommonOptions.help,

@@ -94,8 +94,9 @@ enum Transform: Hashable, Sendable {
     case decompress(DecompressionSpec)
 
     /// The stages of the pipeline for `transform`: none, a compressor or a decompressor, each
-    /// on worker threads (`threads` of them for compression; default: one per core). Throws 69
-    /// (EX_UNAVAILABLE) for zstd where this build or machine lacks it.
+    /// on `threads` worker threads (default: one per core; decompressing gzip on three or more,
+    /// one of them checks the CRC-32s while another inflates). Throws 69 (EX_UNAVAILABLE) for
+    /// zstd where this build or machine lacks it.
     static func stages(for transform: Transform?, threads: Int? = nil) throws(CLIError) -> [any Stage] {
         switch transform {
         case nil:
@@ -116,7 +117,8 @@ enum Transform: Hashable, Sendable {
         case .decompress(let spec):
             let format = DecompressionFormat(rawValue: spec.format.rawValue)!
             do {
-                return [OffloadedStage(try Decompressor(format: format))]
+                let pool = threads.map { WorkerPool.pool(threads: $0) } ?? .shared
+                return [OffloadedStage(try Decompressor(format: format), pool: pool)]
             } catch {
                 throw CLIError(error, during: .copying(.stage(index: 0, name: spec.format.rawValue)))
             }
