@@ -133,7 +133,8 @@ import Testing
     }
 
     /// The stage's chain and the check chain run by hand, in turn: the stage has finished and
-    /// all its output is taken, but it is not done until the checks have run.
+    /// all its output is taken, but it is not done until the checks have run. Each chain
+    /// stops when its slice is over, to run again.
     @Test(arguments: engines, [false, true])
     func theStageIsNotDoneUntilItsOutputIsChecked(engine: CompressionEngine, damaged: Bool) throws {
         let member = try Self.gzip(Self.a)
@@ -148,7 +149,10 @@ import Testing
             s.ended = true
         }
         #expect(core.claimStage())
-        core.runStage()
+        // A slice that is over stops the chain after one call, still running, to be run again.
+        #expect(core.runStage(until: 0))
+        #expect(core.shared.withLock { $0.running && $0.outWritten > 0 })
+        #expect(!core.runStage(until: nil))
         let written = core.shared.withLock { s in
             s.outDrained = s.outWritten
             return s.outWritten
@@ -157,7 +161,9 @@ import Testing
         #expect(core.shared.withLock { $0.innerFinished && $0.failure == nil })
         #expect(!core.isDone, "done before its output was checked")
         #expect(core.claimChecks())
-        core.runChecks()
+        #expect(core.runChecks(until: 0))
+        #expect(core.shared.withLock { $0.checking })
+        #expect(!core.runChecks(until: nil))
         let failure = core.shared.withLock { $0.failure }
         if damaged {
             #expect(failure?.reason.contains("incorrect data check") == true, "\(String(describing: failure))")

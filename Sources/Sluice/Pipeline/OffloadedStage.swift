@@ -142,18 +142,41 @@ public final class OffloadedStage: AsynchronousStage {
     /// Starts the stage's chain and the check chain where they have work and are not running.
     private func startWork() {
         guard !cancelled else { return }
-        guard let loop else {
+        guard loop != nil else {
             // Inline: one chain on this thread, its output checked by the stage itself.
-            if core.claimStage() { core.runStage() }
+            if core.claimStage() { _ = core.runStage(until: nil) }
             return
         }
-        if core.claimStage() {
-            let core = core
-            pool.submit({ core.runStage() }, completingOn: loop) { [weak self] _ in self?.news() }
+        let core = core
+        if core.claimStage() { run { core.runStage(until: $0) } }
+        if core.claimChecks() { run { core.runChecks(until: $0) } }
+    }
+
+    /// Runs a chain on the pool in slices of `OffloadCore.slice`: a chain that has more to do
+    /// when its slice is over goes to the back of the pool's queue, so that other work there
+    /// (disk calls, hashing, other stages) never waits long behind a stream that keeps coming.
+    /// The loop hears when the chain has stopped; until then it keeps the loop's `run()` going.
+    private func run(_ chain: @escaping @Sendable (UInt64) -> Bool) {
+        guard let loop else { return }
+        loop.retainSource()
+        let weak = UncheckedBox(WeakOffloadedStage(self))
+        Self.slice(pool, chain) {
+            loop.execute {
+                loop.releaseSource()
+                weak.value.stage?.news()
+            }
         }
-        if core.claimChecks() {
-            let core = core
-            pool.submit({ core.runChecks() }, completingOn: loop) { [weak self] _ in self?.news() }
+    }
+
+    private static func slice(
+        _ pool: WorkerPool, _ chain: @escaping @Sendable (UInt64) -> Bool, then done: @escaping @Sendable () -> Void
+    ) {
+        pool.submit {
+            if chain(monotonicNanoseconds() + OffloadCore.slice) {
+                slice(pool, chain, then: done)
+            } else {
+                done()
+            }
         }
     }
 
@@ -208,6 +231,12 @@ final class OffloadCore: @unchecked Sendable {
         var wantsNews = false
     }
     let shared = Mutex(Shared())
+
+    /// How long a chain runs before it lets the pool's other work go first: 4 ms.
+    static let slice: UInt64 = 4_000_000
+    /// The most output one call makes (2 MiB: a few milliseconds of inflate), so that a slice
+    /// ends near its time.
+    static let callOutput = 2 << 20
 
     init(_ inner: any Stage, inputBytes: Int, outputBytes: Int) {
         self.inner = inner
@@ -291,7 +320,9 @@ final class OffloadCore: @unchecked Sendable {
 
     /// Runs the stage from the input ring into the output ring, call after call, until there
     /// is no input (and the input has not ended), no room, an error, or the stage finished.
-    func runStage() {
+    /// Returns true when it stopped at `deadline` with work left (still `running`: the caller
+    /// runs it again), false when it stopped (no longer `running`).
+    func runStage(until deadline: UInt64?) -> Bool {
         while let call = nextCall() {
             var progress = StageProgress(consumed: 0, produced: 0)
             var failure: SluiceError?
@@ -333,8 +364,10 @@ final class OffloadCore: @unchecked Sendable {
                 return (takeWish(&s), false)
             }
             if tell { notify?() }
-            if stop { return }
+            if stop { return false }
+            if let deadline, monotonicNanoseconds() >= deadline { return true }
         }
+        return false
     }
 
     /// The next call's input (nil: call `finish`) and output space, or nil when the chain
@@ -353,7 +386,8 @@ final class OffloadCore: @unchecked Sendable {
                 return nil
             }
             let inAt = s.inRead % input.count
-            return (inAt, min(pending, input.count - inAt), outAt, min(free, output.count - outAt))
+            let room = min(free, output.count - outAt, Self.callOutput)
+            return (inAt, min(pending, input.count - inAt), outAt, room)
         }
         guard let plan else { return nil }
         let out = UnsafeMutableRawBufferPointer(rebasing: output[plan.outAt..<plan.outAt + plan.outCount])
@@ -364,8 +398,9 @@ final class OffloadCore: @unchecked Sendable {
     // MARK: The check chain
 
     /// Computes the CRC-32 of the output, member by member, and compares it with the stage's
-    /// checks, until every byte written so far is checked or one fails.
-    func runChecks() {
+    /// checks, until every byte written so far is checked or one fails (false: no longer
+    /// `checking`), or until `deadline` (true: the caller runs it again).
+    func runChecks(until deadline: UInt64?) -> Bool {
         while true {
             let plan = shared.withLock { s -> (at: Int, count: Int)? in
                 while let check = s.checks.first, check.end <= s.outChecked {
@@ -380,17 +415,18 @@ final class OffloadCore: @unchecked Sendable {
                     return nil
                 }
                 let at = s.outChecked % output.count
-                var count = min(s.outWritten - s.outChecked, output.count - at)
+                var count = min(s.outWritten - s.outChecked, output.count - at, Self.callOutput)
                 if let check = s.checks.first { count = min(count, check.end - s.outChecked) }
                 return (at, count)
             }
-            guard let plan else { return }
+            guard let plan else { return false }
             crc = CRC32.update(crc, UnsafeRawBufferPointer(rebasing: output[plan.at..<plan.at + plan.count]))
             let tell = shared.withLock { s -> Bool in
                 s.outChecked += plan.count
                 return takeWish(&s)
             }
             if tell { notify?() }
+            if let deadline, monotonicNanoseconds() >= deadline { return true }
         }
     }
 
