@@ -107,13 +107,19 @@ struct TransferSafetyTests {
         }
     }
 
-    /// Sends `path` rate-limited and cancels it after `after`; returns the partial's size.
-    private func interrupt(_ harness: TransferHarness, _ path: String, after: Duration) throws -> TransferSummary {
+    /// Sends `path` rate-limited and cancels it once the receiver's partial `partial` holds at
+    /// least `atLeast` bytes: waiting for that, not for a time that a loaded machine may not keep.
+    private func interrupt(
+        _ harness: TransferHarness, _ path: String, partial: String, atLeast: Int = 256 << 10
+    ) throws -> TransferSummary {
         let sessionsBefore = harness.reports.count
         let (sender, box) = try harness.startSender(
             [.path(path)], options: TransferSendOptions(chunkSize: try ChunkSize(65536), rateLimit: 4 << 20))
-        harness.loop.schedule(after: after) { sender.cancel() }
-        runLoop(harness.loop, for: .seconds(10)) { box.summary != nil && harness.reports.count > sessionsBefore }
+        let watch = harness.loop.schedule(after: .milliseconds(5), repeating: .milliseconds(5)) {
+            if (FileInfo(partial)?.size ?? 0) >= atLeast { sender.cancel() }
+        }
+        runLoop(harness.loop, for: .seconds(20)) { box.summary != nil && harness.reports.count > sessionsBefore }
+        watch.cancel()
         return try #require(box.summary)
     }
 
@@ -125,7 +131,7 @@ struct TransferSafetyTests {
             let bytes = randomBytes(4 << 20, seed: 5)
             try writeFile(root + "/big.bin", bytes, mtime: (1_600_000_000, 42))
             let harness = try TransferHarness(directory: dst)
-            let cut = try interrupt(harness, root + "/big.bin", after: .milliseconds(500))
+            let cut = try interrupt(harness, root + "/big.bin", partial: dst + "/.big.bin.sluice-part")
             #expect(cut.error?.code == .cancelled)
             #expect(cut.files == 0)
             #expect(!fileExists(dst + "/big.bin"))
@@ -151,7 +157,7 @@ struct TransferSafetyTests {
             let bytes = randomBytes(4 << 20, seed: 6)
             try writeFile(root + "/big.bin", bytes, mtime: (1_600_000_000, 0))
             let harness = try TransferHarness(directory: dst)
-            _ = try interrupt(harness, root + "/big.bin", after: .milliseconds(300))
+            _ = try interrupt(harness, root + "/big.bin", partial: dst + "/.big.bin.sluice-part")
             #expect(fileExists(dst + "/.big.bin.sluice-part"))
             let summary = try harness.send(paths: [root + "/big.bin"], options: TransferSendOptions(resume: false))
             #expect(summary.succeeded)
@@ -160,7 +166,7 @@ struct TransferSafetyTests {
 
             // Interrupted again, then the source's mtime changes: no resume.
             unlink(dst + "/big.bin")
-            _ = try interrupt(harness, root + "/big.bin", after: .milliseconds(300))
+            _ = try interrupt(harness, root + "/big.bin", partial: dst + "/.big.bin.sluice-part")
             try writeFile(root + "/big.bin", bytes, mtime: (1_600_000_001, 0))
             let changed = try harness.send(paths: [root + "/big.bin"])
             #expect(changed.succeeded)
@@ -169,7 +175,7 @@ struct TransferSafetyTests {
 
             // A stale partial longer than the new source is cut to what arrives, not kept past it.
             unlink(dst + "/big.bin")
-            _ = try interrupt(harness, root + "/big.bin", after: .milliseconds(300))
+            _ = try interrupt(harness, root + "/big.bin", partial: dst + "/.big.bin.sluice-part")
             let stale = try #require(FileInfo(dst + "/.big.bin.sluice-part"))
             let small = Array(bytes[0..<(stale.size / 2)])
             try writeFile(root + "/big.bin", small)
@@ -190,7 +196,7 @@ struct TransferSafetyTests {
             let bytes = randomBytes(4 << 20, seed: 8)
             try writeFile(root + "/big.bin", bytes)
             let harness = try TransferHarness(directory: dst)
-            _ = try interrupt(harness, root + "/big.bin", after: .milliseconds(500))
+            _ = try interrupt(harness, root + "/big.bin", partial: dst + "/.big.bin.sluice-part")
             let partialPath = dst + "/.big.bin.sluice-part"
             let partial = try #require(FileInfo(partialPath))
             #expect(partial.size > 1000)
