@@ -374,7 +374,11 @@ final class DeflateJob: @unchecked Sendable {
     /// On a worker: deflates the block and computes its checksum.
     func run(_ contexts: DeflateContexts, _ kind: Checksum.Kind?) {
         switch kind {
-        case .crc32?: check = CRC32.update(0, data)
+        case .crc32?:
+            // ISA-L's CRC-32 is several times zlib's, but zlib's deflate runs slower on the
+            // thread after it (≈ 4% more CPU at level 6 on the corpus of Benchmarks/RESULTS.md,
+            // AMD EPYC with AVX-512): a zlib block keeps to zlib's CRC.
+            check = contexts.engine == .isal ? CRC32.update(0, data) : Checksum.update(.crc32, 0, data)
         case .adler32?: check = Checksum.compute(.adler32, over: data)
         case nil: break
         }
@@ -419,7 +423,7 @@ final class DeflateContexts: @unchecked Sendable {
         case isal(UnsafeMutableRawPointer)
     }
 
-    private let engine: CompressionEngine
+    let engine: CompressionEngine
     private let level: Int
     private let lock = NSLock()
     private var free: [Context] = []
