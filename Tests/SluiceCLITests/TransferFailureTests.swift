@@ -60,4 +60,29 @@ import Testing
             #expect(directoryEntries(inbox).isEmpty, "\(directoryEntries(inbox))")
         }
     }
+
+    /// The disk fails in the middle of a file (writes past the receiver's file size limit fail
+    /// with EFBIG, on the worker that writes it): the file fails with the system's reason,
+    /// nothing is left of it, and the session goes on with the next file.
+    @Test func aWriteThatFailsInTheMiddleFailsTheFileAndTheSessionGoesOn() throws {
+        try withTemporaryDirectory { dir in
+            let inbox = "\(dir)/in"
+            mkdir(inbox, 0o755)
+            try write(randomBytes(6 << 20, seed: 32), to: "\(dir)/big.bin")
+            let small = randomBytes(300_000, seed: 33)
+            try write(small, to: "\(dir)/small.bin")
+            let receiver = try ReceiverProcess(["--dir", inbox, "--once"], fileSizeLimit: 2048)
+            let sent = try Running(
+                sluiceBinary, withTestKey(["send", "\(dir)/big.bin", "\(dir)/small.bin", try receiver.address()])
+            ).wait(within: .seconds(60))
+            #expect(sent.status == 74, "\(sent.stderrText)")
+            #expect(sent.stderrText.contains("big.bin"), "\(sent.stderrText)")
+            #expect(sent.stderrText.contains("File too large"), "\(sent.stderrText)")
+            let received = receiver.wait()
+            #expect(received.stderr.contains("File too large"), "\(received.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: "\(inbox)/big.bin"))
+            #expect(contents("\(inbox)/small.bin") == small)
+            #expect(directoryEntries(inbox) == ["small.bin"], "\(directoryEntries(inbox))")
+        }
+    }
 }

@@ -16,7 +16,12 @@ final class ReceiverProcess: @unchecked Sendable {
     /// Starts `sluice receive ARGUMENTS --listen 127.0.0.1:0` (unless `--listen` is given).
     /// With `pairingCode`, the receiver makes a one-time code (printed on stderr) instead of
     /// using the tests' key file.
-    init(_ arguments: [String], pairingCode: Bool = false, environment: [String: String] = [:]) throws {
+    /// With `fileSizeLimit` (KiB), the receiver runs under that `RLIMIT_FSIZE` with `SIGXFSZ`
+    /// ignored: its writes past the limit fail with EFBIG, as on a disk that fills up.
+    init(
+        _ arguments: [String], pairingCode: Bool = false, environment: [String: String] = [:],
+        fileSizeLimit: Int? = nil
+    ) throws {
         precondition(brokenPipesIgnored)
         process.executableURL = sluiceBinary
         if !environment.isEmpty {
@@ -25,6 +30,13 @@ final class ReceiverProcess: @unchecked Sendable {
         var arguments = ["receive"] + arguments
         if !arguments.contains("--listen") { arguments += ["--listen", "127.0.0.1:0"] }
         process.arguments = pairingCode ? arguments : withTestKey(arguments)
+        if let fileSizeLimit {
+            // bash's ulimit counts KiB; an ignored signal stays ignored across exec.
+            process.arguments =
+                ["-c", "trap '' XFSZ; ulimit -f \(fileSizeLimit) && exec \"$0\" \"$@\"", sluiceBinary.path]
+                + (process.arguments ?? [])
+            process.executableURL = URL(fileURLWithPath: "/bin/bash")
+        }
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = FileHandle.nullDevice
         process.standardError = errors

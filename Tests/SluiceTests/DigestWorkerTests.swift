@@ -10,7 +10,10 @@ import Testing
 
 /// Feeds `bytes` to `worker` in steps of `step`, as a session does: only what `room` allows,
 /// running the loop (never blocking it) until `onRoom` says a slot is free again.
-private func feed(_ worker: DigestWorker, _ digest: FileDigest, _ bytes: [UInt8], step: Int, loop: EventLoop) {
+private func feed(
+    _ worker: DigestWorker, _ digest: FileDigest, _ bytes: [UInt8], step: Int, loop: EventLoop,
+    writingTo target: WriteTarget? = nil, at start: UInt64 = 0
+) {
     var offset = 0
     var roomCame = false
     worker.onRoom = { roomCame = true }
@@ -23,7 +26,9 @@ private func feed(_ worker: DigestWorker, _ digest: FileDigest, _ bytes: [UInt8]
                 continue
             }
             let n = min(want, worker.room)
-            worker.update(digest, UnsafeRawBufferPointer(rebasing: all[offset..<offset + n]))
+            worker.update(
+                digest, UnsafeRawBufferPointer(rebasing: all[offset..<offset + n]), writingTo: target,
+                at: start + UInt64(offset))
             offset += n
         }
     }
@@ -121,5 +126,66 @@ struct DigestWorkerTests {
             #expect(finish(worker, again, loop: loop) == FileDigest.hash(algorithm, rest))
             #expect(readOther == false)
         }
+    }
+
+    @Test(
+        "Writes what it hashes at the target's offsets, after the held bytes; afterQueued waits for the writes",
+        arguments: TransferDigest.offered, [(4096, 1), (65536, 3), (1 << 20, 4)])
+    func writesToTarget(algorithm: TransferDigest, slots: (Int, Int)) throws {
+        try withTemporaryDirectory { root in
+            let loop = try EventLoop()
+            let path = root + "/file"
+            let held = randomBytes(12_345, seed: 7)
+            let bytes = randomBytes(1_000_003)
+            for (index, step) in [1000, 65_536, 1_000_003].enumerated() {
+                try Data(held).write(to: URL(fileURLWithPath: path))
+                let fd = open(path, O_WRONLY)
+                #expect(fd >= 0)
+                defer { close(fd) }
+                // A small writeback window: sync_file_range runs on the worker too.
+                let target = WriteTarget(
+                    fd: fd, display: path, writebackWindow: index == 1 ? 8192 : nil, start: UInt64(held.count))
+                let worker = DigestWorker(loop: loop, slotSize: slots.0, slotCount: slots.1)
+                var failed = false
+                worker.onWriteFailed = { _ in failed = true }
+                let digest = FileDigest(algorithm)
+                feed(worker, digest, bytes, step: step, loop: loop, writingTo: target, at: UInt64(held.count))
+                var sizeWhenIdle: Int?
+                worker.afterQueued {
+                    var info = stat()
+                    sizeWhenIdle = fstat(fd, &info) == 0 ? Int(info.st_size) : nil
+                }
+                while sizeWhenIdle == nil { _ = loop.run(for: .milliseconds(100)) }
+                #expect(sizeWhenIdle == held.count + bytes.count, "step \(step)")
+                #expect(finish(worker, digest, loop: loop) == FileDigest.hash(algorithm, bytes), "step \(step)")
+                #expect(try Array(Data(contentsOf: URL(fileURLWithPath: path))) == held + bytes, "step \(step)")
+                #expect(!failed && target.failure == nil)
+            }
+        }
+    }
+
+    @Test("A failed write is reported once; nothing more is written or hashed for it; the worker goes on")
+    func failedWrite() throws {
+        let loop = try EventLoop()
+        let fd = open("/dev/full", O_WRONLY)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        let target = WriteTarget(fd: fd, display: "/dev/full", writebackWindow: nil, start: 0)
+        let worker = DigestWorker(loop: loop, slotSize: 4096, slotCount: 2)
+        var reports = 0
+        worker.onWriteFailed = { failed in
+            #expect(failed === target)
+            reports += 1
+        }
+        let digest = FileDigest(.sha256)
+        feed(worker, digest, randomBytes(50_000), step: 3000, loop: loop, writingTo: target)
+        #expect(finish(worker, digest, loop: loop) == FileDigest.hash(.sha256, []))
+        #expect(reports == 1)
+        #expect(target.failure?.code == .system(.noSpace))
+        // The next file of the session is hashed as before.
+        let next = FileDigest(.sha256)
+        let bytes = randomBytes(10_000)
+        feed(worker, next, bytes, step: 3000, loop: loop)
+        #expect(finish(worker, next, loop: loop) == FileDigest.hash(.sha256, bytes))
     }
 }

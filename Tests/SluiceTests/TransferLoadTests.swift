@@ -151,6 +151,62 @@ struct TransferLoadTests {
         }
     }
 
+    @Test("With other files being received, writes go to workers: files stored; a failing disk fails only its file")
+    func writesOnWorkers() throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            let src = root + "/src"
+            for path in [dst, src] {
+                try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            }
+            let harness = try TransferHarness(directory: dst)
+            // "bad" lands on a device that is always full: every write to it fails.
+            harness.receiver.store.afterOpen = { relative, fd in
+                guard relative == "bad" else { return }
+                let full = open("/dev/full", O_WRONLY)
+                _ = dup2(full, fd)
+                close(full)
+            }
+            // A session that has started a file and sends nothing more: from now on another
+            // session's file is not the only one being received.
+            let holder = try NeverReadingClient(
+                port: harness.port, first: RawWire.hello() + RawWire.file("held", size: 5), chunk: [],
+                loop: harness.loop)
+            defer { holder.stop() }
+            #expect(runLoop(harness.loop, for: .seconds(20)) { harness.receiver.filesReceiving == 1 })
+            for (name, size) in [("good", 5 << 20), ("small", 1), ("empty", 0)] {
+                try writeFile(src + "/" + name, randomBytes(size, seed: UInt64(size)))
+            }
+            let summary = try harness.send(paths: [src + "/good", src + "/small", src + "/empty"])
+            #expect(summary.succeeded, "\(summary.results)")
+            #expect(harness.receiver.piecesLent > 0, "the writes were made on the loop")
+            for name in ["good", "small", "empty"] { #expect(readFile(dst + "/" + name) == readFile(src + "/" + name)) }
+            try writeFile(src + "/bad", randomBytes(3 << 20, seed: 3))
+            try writeFile(src + "/after", randomBytes(2 << 20, seed: 4))
+            let failed = try harness.send(paths: [src + "/bad", src + "/after"])
+            #expect(!failed.succeeded)
+            #expect(
+                failed.results.first { $0.path == "bad" }?.outcome.description.contains("No space left on device")
+                    == true,
+                "\(failed.results)")
+            #expect(failed.results.first { $0.path == "after" }?.outcome == .stored, "\(failed.results)")
+            #expect(readFile(dst + "/after") == readFile(src + "/after"))
+            #expect(!fileExists(dst + "/bad"))
+            // Compressed, its decompressed bytes go to the worker in copies: the same failure.
+            let compressed = try harness.send(paths: [src + "/bad"], options: TransferSendOptions(compress: true))
+            #expect(
+                compressed.results.first?.outcome.description.contains("No space left on device") == true,
+                "\(compressed.results)")
+            #expect(!fileExists(dst + "/bad"))
+            #expect(
+                !treePaths(dst).contains { $0.contains("bad") }, "the failed file's temporary stays: \(treePaths(dst))")
+            #expect(harness.receiver.activeSessions == 1, "the holding session goes on")
+            #expect(
+                treePaths(dst).filter { !$0.hasPrefix(".") } == ["after", "empty", "good", "small"], "\(treePaths(dst))"
+            )
+        }
+    }
+
     @Test("Beyond --max-sessions a sender is told busy; it is served once a session ends")
     func maxSessions() throws {
         try withTemporaryDirectory { root in

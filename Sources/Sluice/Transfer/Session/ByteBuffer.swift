@@ -4,6 +4,10 @@ struct ByteBuffer {
     private(set) var storage: UnsafeMutableRawBufferPointer
     private(set) var readIndex = 0
     private(set) var writeIndex = 0
+    /// Consumed bytes lent out (to a worker) and not yet returned: while any are out, nothing
+    /// before the read index is overwritten — no compaction, no rewind to the start — so reads
+    /// go on into the tail space only.
+    private(set) var lent = 0
 
     init(capacity: Int) {
         storage = .allocate(byteCount: capacity, alignment: 16)
@@ -14,7 +18,7 @@ struct ByteBuffer {
     /// Moves the unconsumed bytes into a new storage of `capacity` bytes (never smaller than
     /// what they need). No pointer into the old storage may be held across it.
     mutating func grow(to capacity: Int) {
-        guard capacity > self.capacity else { return }
+        guard capacity > self.capacity, lent == 0 else { return }
         let count = readableBytes
         let bigger = UnsafeMutableRawBufferPointer.allocate(byteCount: capacity, alignment: 16)
         if count > 0 {
@@ -46,7 +50,7 @@ struct ByteBuffer {
 
     /// Moves the unconsumed bytes to the start.
     mutating func compact() {
-        if readIndex == 0 { return }
+        if readIndex == 0 || lent > 0 { return }
         let count = readableBytes
         if count > 0 {
             storage.baseAddress!.copyMemory(from: storage.baseAddress! + readIndex, byteCount: count)
@@ -65,7 +69,20 @@ struct ByteBuffer {
     mutating func consume(_ count: Int) {
         precondition(count <= readableBytes, "ByteBuffer: consumed more than readable")
         readIndex += count
-        if readIndex == writeIndex {
+        if readIndex == writeIndex && lent == 0 {
+            readIndex = 0
+            writeIndex = 0
+        }
+    }
+
+    /// Marks bytes about to be consumed as lent: they stay where they are until `returned()`.
+    mutating func lend() { lent += 1 }
+
+    /// One lent piece came back; once all are back, the buffer may compact again.
+    mutating func returned() {
+        precondition(lent > 0, "ByteBuffer: returned more than lent")
+        lent -= 1
+        if lent == 0 && readIndex == writeIndex {
             readIndex = 0
             writeIndex = 0
         }

@@ -43,6 +43,11 @@ public final class TransferReceiver {
 
     let store: ReceiverStore
     private var sessions: [Int: ReceiverSession] = [:]
+    /// Sessions receiving a file now: with more than one, sessions hand their writes to
+    /// workers rather than make the others wait while they write.
+    var filesReceiving = 0
+    /// Pieces of data handed to workers to write, since the start (for tests and statistics).
+    var piecesLent: UInt64 = 0
     private var nextID = 1
     /// Connections turned away because `maxSessions` were being served.
     public private(set) var connectionsRefused = 0
@@ -261,8 +266,13 @@ final class ActiveFile {
     let inflate: StageDriver?
     /// Bytes written to the temporary file (after the held prefix).
     var written: UInt64 = 0
-    /// Where the last `sync_file_range` writeback request ended.
+    /// Where the last `sync_file_range` writeback request ended (a range's writes, made on the
+    /// loop).
     var writebackStarted: UInt64 = 0
+    /// For a file received whole: its writes, made by the session's `DigestWorker`.
+    var target: WriteTarget?
+    /// Its digest was asked for: the commit reports a failed write.
+    var committing = false
     /// A worker holds the file's descriptors (reading back its prefix, or committing it): it
     /// must not be closed under that work.
     var busy = false
@@ -317,7 +327,11 @@ final class ReceiverSession: WireConnectionOwner {
     private var machine: ReceiverMachine
     private var decoder = FrameDecoder(direction: .toReceiver)
     private let hasher: DigestWorker
-    private var file: ActiveFile?
+    private var file: ActiveFile? {
+        didSet {
+            if (oldValue == nil) != (file == nil) { receiver?.filesReceiving += file == nil ? -1 : 1 }
+        }
+    }
     private var results: [TransferFileResult] = []
     private var createdDirectories: [(path: String, mode: UInt32, mtime: timespec)] = []
     private var bytesStored: UInt64 = 0
@@ -328,6 +342,8 @@ final class ReceiverSession: WireConnectionOwner {
     private var dataBlocked = false
     /// `finishData` waits for the hasher to free a slot.
     private var finishBlocked = false
+    /// Pieces of the inbound buffer lent to the hasher's worker, which writes and hashes them.
+    private var piecesLent = 0
     private var ended = false
     private var scratchStorage: UnsafeMutableRawBufferPointer?
     /// The transfer of several connections this session joined.
@@ -354,10 +370,12 @@ final class ReceiverSession: WireConnectionOwner {
         connection.owner = self
         connection.onClose = { [weak receiver] in receiver?.sessionClosed(id) }
         hasher.onRoom = { [weak self] in self?.roomForHashing() }
+        hasher.onWriteFailed = { [weak self] target in self?.writeFailed(target) }
     }
 
     deinit {
         scratchStorage?.deallocate()
+        if file != nil { receiver?.filesReceiving -= 1 }
     }
 
     private var scratch: UnsafeMutableRawBufferPointer {
@@ -387,7 +405,8 @@ final class ReceiverSession: WireConnectionOwner {
         idleTimer = loop.schedule(after: .nanoseconds(Int64(clamping: wait))) { [weak self] in
             guard let self, !self.ended else { return }
             // Waiting for its own disk or hasher is not the peer's silence.
-            let waitingHere = !self.machine.acceptsMessages || self.dataBlocked || self.finishBlocked
+            let waitingHere =
+                !self.machine.acceptsMessages || self.dataBlocked || self.finishBlocked || self.piecesLent > 0
             if !waitingHere && monotonicNanoseconds() - self.connection.lastActivity >= limit {
                 self.perform(self.machine.handle(.timedOut))
             } else {
@@ -454,6 +473,9 @@ final class ReceiverSession: WireConnectionOwner {
     private func deliver(_ piece: UnsafeRawBufferPointer) -> Int {
         guard let file else { return piece.count }
         guard let inflate = file.inflate else {
+            if let target = file.target, piecesLent > 0 || (receiver?.filesReceiving ?? 0) > 1 {
+                return lend(piece, to: file, target)
+            }
             guard hasher.hasRoom(for: 1) else {
                 dataBlocked = true
                 return 0
@@ -493,11 +515,29 @@ final class ReceiverSession: WireConnectionOwner {
             ? .failed(.data, "more data than announced") : .failed(.data, "compressed data: \(error.reason)")
     }
 
-    /// Decoded bytes: if the machine allows them, written at the file's end and hashed.
+    /// Decoded bytes: if the machine allows them, written at the file's end and hashed — by
+    /// the hasher's worker for a file received whole, here for a range.
     private func store(_ bytes: UnsafeRawBufferPointer, to file: ActiveFile) {
         let (allowed, actions) = machine.decoded(bytes.count)
         guard allowed else {
             perform(actions)
+            return
+        }
+        if let target = file.target {
+            if file.inflate != nil {
+                // Decompressed into the scratch buffer, used again at once: copied for the worker.
+                hasher.update(file.digest, bytes, writingTo: target, at: file.position)
+            } else {
+                // Alone, written here (no pieces are lent then: the worker does not hold it).
+                guard target.write(bytes, at: file.position) == .written else {
+                    let reason = target.failure?.description ?? "write \(quoted(file.opened.display)): failed"
+                    perform(machine.handle(.dataFailed(.failed(.io, reason))))
+                    return
+                }
+                hasher.update(file.digest, bytes)
+            }
+            file.written += UInt64(bytes.count)
+            bytesStored += UInt64(bytes.count)
             return
         }
         var done = 0
@@ -528,6 +568,42 @@ final class ReceiverSession: WireConnectionOwner {
                 UInt32(SYNC_FILE_RANGE_WRITE))
             file.writebackStarted = file.position
         }
+    }
+
+    /// A file received whole, uncompressed: its bytes are written and hashed where they lie in
+    /// the inbound buffer, by the hasher's worker, so that the loop goes on receiving meanwhile
+    /// (the page-cache copy and the hash are most of a receiver's work). The buffer keeps lent
+    /// bytes in place until they come back, reading into the space after them only; when that
+    /// is full, this session reads nothing more until they are back. Returns the bytes taken:
+    /// all of them.
+    private func lend(_ piece: UnsafeRawBufferPointer, to file: ActiveFile, _ target: WriteTarget) -> Int {
+        let (allowed, actions) = machine.decoded(piece.count)
+        guard allowed else {
+            perform(actions)
+            return piece.count
+        }
+        let position = file.position
+        file.written += UInt64(piece.count)
+        bytesStored += UInt64(piece.count)
+        piecesLent += 1
+        receiver?.piecesLent += 1
+        connection.inbound.lend()
+        hasher.writeLent(file.digest, piece, to: target, at: position, owner: connection) { [self] written in
+            piecesLent -= 1
+            connection.inbound.returned()
+            if !written { writeFailed(target) }
+            pump()
+        }
+        return piece.count
+    }
+
+    /// The hasher's worker could not write to the file: the file fails (unless its commit,
+    /// already waiting for the worker, reports it).
+    private func writeFailed(_ target: WriteTarget) {
+        guard let file, file.target === target, !file.committing else { return }
+        let reason = target.failure?.description ?? "write \(quoted(file.opened.display)): failed"
+        perform(machine.handle(.dataFailed(.failed(.io, reason))))
+        pump()
     }
 
     /// END arrived: flush the decompressor (when there is one) into the file.
@@ -663,6 +739,9 @@ final class ReceiverSession: WireConnectionOwner {
             }
         }
         let file = ActiveFile(opened: opened, request: request, digest: machine.digest, inflate: inflate)
+        file.target = WriteTarget(
+            fd: opened.fd, display: opened.display, writebackWindow: options.fsync ? Self.writebackWindow : nil,
+            start: file.base)
         self.file = file
         connection.inbound.grow(to: Self.fileInbound)
         guard opened.offset > 0 else {
@@ -694,8 +773,17 @@ final class ReceiverSession: WireConnectionOwner {
 
     private func commitFile(expecting digest: [UInt8]) {
         guard let file else { return }
+        file.committing = true
         hasher.finalize(file.digest) { [self] computed in
             guard !ended, self.file === file else { return }
+            if let failure = file.target?.failure {
+                self.file = nil
+                let abandoned = file.opened
+                store.pool.submit { [store] in store.abandon(abandoned, keep: false) }
+                perform(machine.handle(.committed(.failed(.io, failure.description))))
+                pump()
+                return
+            }
             guard computed == digest else {
                 self.file = nil
                 let abandoned = file.opened
@@ -743,7 +831,8 @@ final class ReceiverSession: WireConnectionOwner {
         }
         let store = self.store
         let abandoned = file.opened
-        store.pool.submit { store.abandon(abandoned, keep: keep) }
+        // Writes still queued for it finish before its descriptors close.
+        hasher.afterQueued { store.pool.submit { store.abandon(abandoned, keep: keep) } }
     }
 
     private func settleDirectories() {

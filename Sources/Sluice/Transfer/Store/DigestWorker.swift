@@ -1,17 +1,22 @@
+import CSluiceLinux
 import Synchronization
 
 #if canImport(Glibc)
     import Glibc
 #endif
 
-/// Hashes a session's bytes on the worker pool, so that its event loop moves bytes while
-/// another core computes their SHA-256, and never waits for it.
+/// Hashes a session's bytes on the worker pool, and writes them to the file being received
+/// when it is given a `WriteTarget`, so that its event loop moves bytes while another core
+/// hashes and copies them into the page cache, and never waits for either (nor for a disk
+/// that holds a `pwrite` up).
 ///
 /// `update` copies bytes into the slot being filled; a full slot becomes a job. Jobs of one
 /// worker run one after another, in order, on `WorkerPool.shared`. Memory is `slotCount ×
 /// slotSize`: `room` says how many bytes `update` takes now, and a session with more to hash
 /// than that stops reading (its socket's window closes) until `onRoom` is called back on its
-/// loop. `finalize` and `hashPrefix` complete through the loop too.
+/// loop. `finalize`, `afterQueued` and `hashPrefix` complete through the loop too, after every
+/// job queued before them: a file's descriptor stays open, and its commit waits, until the
+/// writes queued for it are done.
 final class DigestWorker: @unchecked Sendable {
     private let loop: EventLoop
     private let pool: WorkerPool
@@ -38,9 +43,15 @@ final class DigestWorker: @unchecked Sendable {
     private var filling: UnsafeMutableRawBufferPointer?
     private var filled = 0
     private var fillingDigest: FileDigest?
+    /// Where the slot being filled is written, and at which offset of it the slot starts.
+    private var fillingTarget: WriteTarget?
+    private var fillingOffset: UInt64 = 0
 
     /// Called on the loop's thread when room came back after `room` was found short.
     var onRoom: (() -> Void)?
+    /// Called on the loop's thread, once per target, when a write to it failed: from then on
+    /// nothing more is written to it or hashed for it.
+    var onWriteFailed: ((WriteTarget) -> Void)?
 
     init(loop: EventLoop, pool: WorkerPool = .shared, slotSize: Int = 1 << 20, slotCount: Int = 4) {
         precondition(slotSize > 0 && slotCount > 0, "DigestWorker: slots must be non-empty")
@@ -81,30 +92,85 @@ final class DigestWorker: @unchecked Sendable {
     /// The most bytes `hasRoom` can ever grant at once.
     var capacity: Int { slotSize * slotCount }
 
-    /// Queues `bytes` (copied) for `digest`. The caller has checked `room` (an internal
-    /// invariant: a session never hands more).
+    /// Queues `bytes` (copied) for `digest` and, with a `target`, to be written to it at
+    /// `offset` before they are hashed. The caller has checked `room` (an internal invariant:
+    /// a session never hands more).
     ///
-    /// XXH3-128 runs at memory speed (tens of GB/s): copying the bytes into a slot and handing
-    /// it to another thread would cost more than hashing them, so while nothing of it is queued
-    /// they are hashed here, at once (a MiB in tens of microseconds: no wait for the loop).
-    func update(_ digest: FileDigest, _ bytes: UnsafeRawBufferPointer) {
-        if digest.algorithm == .xxh128, filling == nil, shared.withLock({ $0.chain.isEmpty && !$0.running }) {
+    /// XXH3-128 runs at memory speed (tens of GB/s): when there is nothing to write, copying the
+    /// bytes into a slot and handing it to another thread would cost more than hashing them,
+    /// so while nothing of it is queued they are hashed here, at once (a MiB in tens of
+    /// microseconds: no wait for the loop).
+    func update(
+        _ digest: FileDigest, _ bytes: UnsafeRawBufferPointer, writingTo target: WriteTarget? = nil,
+        at offset: UInt64 = 0
+    ) {
+        if target == nil, digest.algorithm == .xxh128, filling == nil,
+            shared.withLock({ $0.chain.isEmpty && !$0.running })
+        {
             digest.update(bytes)
             return
         }
-        if fillingDigest !== digest { submitFilling() }
+        if fillingDigest !== digest || fillingTarget !== target
+            || (target != nil && fillingOffset + UInt64(filled) != offset)
+        {
+            submitFilling()
+        }
         var rest = bytes
         while !rest.isEmpty {
-            guard let slot = filling ?? takeSlot() else {
-                preconditionFailure("DigestWorker: update beyond room (an internal invariant)")
+            if filling == nil {
+                guard let slot = takeSlot() else {
+                    preconditionFailure("DigestWorker: update beyond room (an internal invariant)")
+                }
+                filling = slot
+                fillingDigest = digest
+                fillingTarget = target
+                fillingOffset = offset + UInt64(bytes.count - rest.count)
             }
-            filling = slot
-            fillingDigest = digest
+            guard let slot = filling else { break }
             let n = min(slot.count - filled, rest.count)
             (slot.baseAddress! + filled).copyMemory(from: rest.baseAddress!, byteCount: n)
             filled += n
             rest = UnsafeRawBufferPointer(rebasing: rest[n...])
             if filled == slot.count { submitFilling() }
+        }
+    }
+
+    /// Writes `bytes` to `target` at `offset`, then hashes them for `digest`, on the worker in
+    /// order with the other jobs, without copying them: they are lent, and the caller leaves
+    /// them untouched (and `owner`, which holds their memory, is kept alive) until
+    /// `completion` runs on the loop, saying whether they were written.
+    func writeLent(
+        _ digest: FileDigest, _ bytes: UnsafeRawBufferPointer, to target: WriteTarget, at offset: UInt64,
+        owner: AnyObject, _ completion: @escaping (Bool) -> Void
+    ) {
+        submitFilling()
+        let lent = UncheckedBox((bytes, owner, completion))
+        loop.retainSource()
+        enqueue { [loop] in
+            let written = target.write(lent.value.0, at: offset) == .written
+            if written { digest.update(lent.value.0) }
+            loop.execute {
+                loop.releaseSource()
+                lent.value.2(written)
+            }
+        }
+    }
+
+    /// Calls `completion` on the loop once every job queued so far has run (at once when none
+    /// is queued): what a file's writes need before its descriptor may be closed.
+    func afterQueued(_ completion: @escaping () -> Void) {
+        submitFilling()
+        if shared.withLock({ $0.chain.isEmpty && !$0.running }) {
+            completion()
+            return
+        }
+        let box = UncheckedBox(completion)
+        loop.retainSource()
+        enqueue { [loop] in
+            loop.execute {
+                loop.releaseSource()
+                box.value()
+            }
         }
     }
 
@@ -166,6 +232,7 @@ final class DigestWorker: @unchecked Sendable {
         guard let slot = filling else { return }
         filling = nil
         fillingDigest = nil
+        fillingTarget = nil
         filled = 0
         let free = Slot(buffer: slot)
         shared.withLock { $0.freeSlots.append(free) }
@@ -185,9 +252,10 @@ final class DigestWorker: @unchecked Sendable {
 
     private func submitFilling() {
         guard let slot = filling, let digest = fillingDigest else { return }
-        let count = filled
+        let (count, target, offset) = (filled, fillingTarget, fillingOffset)
         filling = nil
         fillingDigest = nil
+        fillingTarget = nil
         filled = 0
         let free = Slot(buffer: slot)
         guard count > 0 else {
@@ -195,7 +263,15 @@ final class DigestWorker: @unchecked Sendable {
             return
         }
         enqueue { [self] in
-            digest.update(UnsafeRawBufferPointer(rebasing: free.buffer[0..<count]))
+            let bytes = UnsafeRawBufferPointer(rebasing: free.buffer[0..<count])
+            switch target?.write(bytes, at: offset) {
+            case nil, .written?:
+                digest.update(bytes)
+            case .failedNow?:
+                if let target { loop.execute { [self] in onWriteFailed?(target) } }
+            case .failedBefore?:
+                break
+            }
             let wake = shared.withLock { state -> Bool in
                 state.freeSlots.append(free)
                 defer { state.wantsRoom = false }
@@ -228,5 +304,66 @@ final class DigestWorker: @unchecked Sendable {
             guard let next else { return }
             next()
         }
+    }
+}
+
+/// A file a `DigestWorker` writes the bytes it hashes to: a file received whole, written at
+/// increasing offsets. With `writebackWindow`, writeback of what was written is started (not
+/// waited for) each time that much more was written, so that the fsync at the end of the file
+/// finds little left to write.
+///
+/// Its state changes only in the worker's jobs, which run one after another (the chain's lock
+/// orders them), and is read on the loop only after such a job completed through
+/// `loop.execute`: hence `@unchecked Sendable`.
+final class WriteTarget: @unchecked Sendable {
+    enum Outcome {
+        case written
+        /// This write failed: the first failure, to be reported.
+        case failedNow
+        /// An earlier write failed: nothing more is written.
+        case failedBefore
+    }
+
+    let fd: Int32
+    let display: String
+    let writebackWindow: UInt64?
+    private var writebackStarted: UInt64
+    /// The first write's failure, if any.
+    private(set) var failure: SluiceError?
+
+    /// `fd` stays open until every job that writes to it has run (`DigestWorker.afterQueued`).
+    init(fd: Int32, display: String, writebackWindow: UInt64?, start: UInt64) {
+        self.fd = fd
+        self.display = display
+        self.writebackWindow = writebackWindow
+        writebackStarted = start
+    }
+
+    /// On the worker: writes all of `bytes` at `offset`.
+    func write(_ bytes: UnsafeRawBufferPointer, at offset: UInt64) -> Outcome {
+        guard failure == nil else { return .failedBefore }
+        guard let base = bytes.baseAddress else { return .written }
+        var done = 0
+        while done < bytes.count {
+            let (fd, position) = (fd, off_t(offset) + off_t(done))
+            do {
+                let n = try syscallValue("write", display) { pwrite(fd, base + done, bytes.count - done, position) }
+                guard n > 0 else {
+                    failure = SluiceError(.system(.noSpace), operation: "write", subject: display)
+                    return .failedNow
+                }
+                done += n
+            } catch {
+                failure = error
+                return .failedNow
+            }
+        }
+        let end = offset + UInt64(bytes.count)
+        if let window = writebackWindow, end >= writebackStarted, end - writebackStarted >= window {
+            _ = sync_file_range(
+                fd, off_t(writebackStarted), off_t(end - writebackStarted), UInt32(SYNC_FILE_RANGE_WRITE))
+            writebackStarted = end
+        }
+        return .written
     }
 }

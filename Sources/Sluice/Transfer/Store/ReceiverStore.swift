@@ -28,6 +28,9 @@ final class ReceiverStore: @unchecked Sendable {
     /// Called on the worker before a file is flushed, with its relative path: lets a test
     /// play a slow disk.
     var beforeFsync: (@Sendable (String) -> Void)?
+    /// Called on the worker once a file is opened, with its relative path and descriptor: lets
+    /// a test put a failing device under the descriptor.
+    var afterOpen: (@Sendable (String, Int32) -> Void)?
 
     /// Worker threads for disk work: enough that one stalled flush leaves others to go on.
     static let diskThreads = 4
@@ -69,6 +72,7 @@ final class ReceiverStore: @unchecked Sendable {
                 abandon(file, keep: offset > 0)
                 return .failure(rejection)
             }
+            afterOpen?(request.relative, fd)
             return .success(file)
         }
     }
