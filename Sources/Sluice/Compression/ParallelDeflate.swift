@@ -9,11 +9,10 @@ import Foundation
 /// (zlib's `deflate`, or ISA-L's `isal_deflate` at the levels where it is not larger than
 /// zlib's output by more than 2%), primed with the previous 32 KiB of input as its dictionary
 /// (`deflateSetDictionary`) and ended on a byte boundary with a sync flush; only the last
-/// block is final. The CRC-32 (gzip; ISA-L's where present) or Adler-32 (zlib) of each block is
-/// computed by its worker and the values are combined in order (`crc32_combine`,
-/// `adler32_combine`). Blocks are
-/// written in order. The output depends on the level, the block size and the engine, never on
-/// the number of threads.
+/// block is final. The CRC-32 (gzip: ISA-L's for ISA-L's blocks, zlib's for zlib's) or
+/// Adler-32 (zlib) of each block is computed by its worker and the values are combined in
+/// order (`crc32_combine`, `adler32_combine`). Blocks are written in order. The output depends
+/// on the level, the block size and the engine, never on the number of threads.
 ///
 /// At most `2 × threads` blocks are out at once (input and compressed output), so the stage
 /// holds at most `heldLimit` bytes whatever the input's size. Attached to a loop, the blocks
