@@ -211,6 +211,42 @@ final class PictureSeries: NSObject, XMLParserDelegate {
         #expect((sum["cpu_seconds_per_gib"] as? Double ?? -1) >= 0)
     }
 
+    /// A `-P 2` run whose second connection never comes: with `--once` the server serves the
+    /// first, reports "1 of 2", and ends after `--timeout` rather than wait for good.
+    @Test func onceServerDoesNotWaitForeverForARunsMissingConnection() throws {
+        let (server, port) = try benchServer(["--json", "--timeout", "0.5"])
+        #expect(waitUntil { isListening(port: port) })
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = port.bigEndian
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        try #require(connected == 0)
+        let hello = BenchHello(
+            reverse: false, compress: false, milliseconds: 1000, group: .init(id: 7, count: 2, index: 0))
+        let bytes = hello.bytes + [UInt8](repeating: 0x5a, count: 100_000)
+        #expect(bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } == bytes.count)
+        shutdown(fd, Int32(SHUT_WR))
+        var answer = [UInt8](repeating: 0, count: 4096)
+        while answer.withUnsafeMutableBytes({ recv(fd, $0.baseAddress, $0.count, 0) }) > 0 {}
+        let served = server.wait(within: .seconds(30))
+        #expect(served.status == 0, "\(served.stderrText)")
+        #expect(served.stderrText.contains("1 of the run's 2 connections arrived"), "\(served.stderrText)")
+        let lines = try served.stdoutText.split(separator: "\n").map { try jsonObject($0) }
+        let sum = try #require(lines.last)
+        #expect(sum["sum"] as? Bool == true)
+        #expect(sum["streams"] as? Int == 1)
+        #expect(sum["expected_streams"] as? Int == 2)
+        #expect(sum["bytes"] as? Int == 100_000)
+    }
+
     @Test func parallelReverseTextAndItsPicture() throws {
         try withTemporaryDirectory { dir in
             let (server, port) = try benchServer()

@@ -177,7 +177,7 @@ enum BenchCommand: Command {
         if let pin = context?.localPin { Terminal.write("pin \(pin)\n", to: 2) }
         let server = NetworkBenchServer(
             listener: listener, chunkSize: options.chunkSizes.count == 1 ? options.chunkSizes[0] : .default,
-            once: options.once, tls: context,
+            once: options.once, joinTimeout: .milliseconds(Int64((options.timeoutSeconds ?? 10) * 1000)), tls: context,
             onSession: { report, peer, group in
                 let place = group.map { " [\($0.index + 1)/\($0.count)]" } ?? ""
                 if options.json {

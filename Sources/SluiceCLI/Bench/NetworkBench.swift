@@ -326,11 +326,14 @@ struct NetworkGroupReport: Sendable {
 /// The bench server: accepts clients on one loop; for each connection, discards what it sends
 /// (or sends for the asked time with `reverse`) and reports the bytes and seconds; for a run of
 /// several connections (`bench -P`), also their sum once all have ended. With `once` it serves
-/// one client run — one connection, or the N connections of a `-P N` run — and then ends.
+/// one client run — one connection, or the N connections of a `-P N` run — and then ends; the
+/// connections of a run have `joinTimeout` after the first to arrive, and if some never do the
+/// server serves those that came (the sum says how many of how many) and ends all the same.
 struct NetworkBenchServer {
     var listener: SocketListener
     var chunkSize: ChunkSize
     var once: Bool
+    var joinTimeout: Duration = .seconds(10)
     /// TLS 1.3 with this (server) context; plain TCP when nil.
     var tls: TLSContext?
     /// Each connection's report, with its place in a run of several.
@@ -341,7 +344,13 @@ struct NetworkBenchServer {
 
     func run() throws {
         let loop = try EventLoop()
-        let admission = BenchAdmission(once: once, listener: listener)
+        let admission = BenchAdmission(once: once, listener: listener, loop: loop, joinTimeout: joinTimeout)
+        admission.onIncomplete = { arrived, expected, peer in
+            onError(
+                "\(peer.host ?? peer.description): \(arrived) of the run's \(expected) connections arrived "
+                    + "within \(joinTimeout); serving those")
+        }
+        admission.onGroup = onGroup
         let patterns = BenchPatterns(chunkSize: chunkSize)
         let options = PipelineOptions(chunkSize: chunkSize, closesStreams: false)
         let handler: Socket.ConnectionHandler = { reader, writer, peer in
@@ -458,18 +467,30 @@ final class BenchAdmission {
 
     private struct Run {
         var expected: Int
+        let peer: SocketAddress
         var joined: Set<Int> = []
         var live = 0
         var ended = 0
         var bytes: UInt64 = 0
         var served = 0
+        /// No more connections are awaited: those that never came are not waited for.
+        var closed = false
         let started = monotonicNanoseconds()
         let cpu = CPUTime.process()
-        var complete: Bool { joined.count == expected }
+        var complete: Bool { closed || joined.count == expected }
     }
 
     private let once: Bool
     private let listener: SocketListener
+    private let loop: EventLoop
+    private let joinTimeout: Duration
+    /// With `once`: the deadline for the rest of the run's connections.
+    private var joinTimer: LoopTimer?
+    /// A run's sum, when its last connection ended after the deadline passed (otherwise the
+    /// sum is what `ended` returns).
+    var onGroup: ((NetworkGroupReport, SocketAddress) -> Void)?
+    /// With `once`: the deadline passed before every connection of the run arrived.
+    var onIncomplete: ((_ arrived: Int, _ expected: Int, SocketAddress) -> Void)?
     /// With `once`: the run being served, once its first connection has said so.
     private var onceRun: String??
     private var runs: [String: Run] = [:]
@@ -477,9 +498,11 @@ final class BenchAdmission {
     private var waiting: [Ticket: () -> Void] = [:]
     private var nextTicket = 0
 
-    init(once: Bool, listener: SocketListener) {
+    init(once: Bool, listener: SocketListener, loop: EventLoop, joinTimeout: Duration = .seconds(10)) {
         self.once = once
         self.listener = listener
+        self.loop = loop
+        self.joinTimeout = joinTimeout
     }
 
     /// A connection was accepted; `drop` closes it if the server stops waiting for it.
@@ -502,7 +525,7 @@ final class BenchAdmission {
             guard let key, served == key else { return "the server (--once) is serving another client" }
         }
         if let group = hello.group, let key {
-            var run = runs[key] ?? Run(expected: group.count)
+            var run = runs[key] ?? Run(expected: group.count, peer: peer)
             guard run.expected == group.count, !run.joined.contains(group.index) else {
                 return "not a connection of its run (stream \(group.index + 1) of \(group.count))"
             }
@@ -515,7 +538,13 @@ final class BenchAdmission {
             runs[key] = run
             if once {
                 onceRun = key
-                if run.complete { stopListening() }
+                if run.complete {
+                    joinTimer?.cancel()
+                    joinTimer = nil
+                    stopListening()
+                } else if joinTimer == nil {
+                    joinTimer = loop.schedule(after: joinTimeout) { [weak self] in self?.joinTimedOut(key) }
+                }
             }
         } else if once {
             onceRun = .some(nil)
@@ -534,14 +563,33 @@ final class BenchAdmission {
             run.bytes += report.bytes
             run.served += 1
         }
-        guard run.complete, run.ended == run.expected else {
+        guard run.complete, run.ended == run.joined.count else {
             runs[key] = run
             return nil
         }
         runs[key] = nil
-        return NetworkGroupReport(
+        return Self.sum(run)
+    }
+
+    private static func sum(_ run: Run) -> NetworkGroupReport {
+        NetworkGroupReport(
             streams: run.served, expected: run.expected, bytes: run.bytes,
             seconds: Double(monotonicNanoseconds() - run.started) / 1e9, cpu: CPUTime.process() - run.cpu)
+    }
+
+    /// With `once`, the rest of the run did not come in time: serve those that came, then end.
+    private func joinTimedOut(_ key: String) {
+        joinTimer = nil
+        guard var run = runs[key], !run.complete else { return }
+        run.closed = true
+        stopListening()
+        onIncomplete?(run.joined.count, run.expected, run.peer)
+        if run.ended == run.joined.count {
+            runs[key] = nil
+            onGroup?(Self.sum(run), run.peer)
+        } else {
+            runs[key] = run
+        }
     }
 
     /// With `once`, the run is all here: accept no more, and drop whoever has not spoken.
