@@ -95,6 +95,22 @@ import Testing
         }
     }
 
+    /// A regular file takes a write larger than the page-cache piece (512 KiB) whole, as
+    /// write(2) would: the pieces are the stream's business.
+    @Test func aLargeWriteToAFileIsTakenWhole() throws {
+        try withTemporaryDirectory { dir in
+            let path = dir + "/big"
+            let bytes = randomBytes(3 * PageCacheWrites.maxPiece + 17)
+            let stream = WriteStream.file(atPath: path, mode: .truncate)
+            stream.open()
+            let n = bytes.withUnsafeBufferPointer { stream.write($0.baseAddress!, maxLength: $0.count) }
+            #expect(n == bytes.count)
+            stream.close()
+            let written = try Data(contentsOf: URL(fileURLWithPath: path))
+            #expect(Array(written) == bytes)
+        }
+    }
+
     @Test func outputStreamCreationToFileAppending() throws {
         try withTemporaryDirectory { dir in
             let path = dir + "/out.txt"

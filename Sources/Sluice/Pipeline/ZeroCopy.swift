@@ -279,8 +279,10 @@ final class ZeroCopyDriver {
     /// Splices at most `count` bytes from the pipe into the sink.
     func spliceOut(upTo count: Int, written: UInt64) -> Outcome {
         guard let pipe else { preconditionFailure("splice out of a pipe that is closed") }
+        var most = min(count, held)
+        if case .regularFile = sink.kind { most = PageCacheWrites.piece(most) }
         switch attempt(
-            from: pipe.read, to: sink.fd, upTo: min(count, held), counted: written, side: .sink, written: written,
+            from: pipe.read, to: sink.fd, upTo: most, counted: written, side: .sink, written: written,
             suppress: suppressSIGPIPE)
         {
         case .done(.processed(0)):

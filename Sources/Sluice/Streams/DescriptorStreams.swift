@@ -206,7 +206,23 @@ final class DescriptorWriteStream: WriteStream {
         let channel = channel!
         let fd = channel.fd
         if channel.isRegularFile {
-            return try syscall("write", name) { Glibc.write(fd, buffer.baseAddress, buffer.count) }
+            // Into the page cache in pieces (see PageCacheWrites), all before returning, as one
+            // write(2) would; an error after some pieces is met again by the next write.
+            var done = 0
+            while done < buffer.count {
+                let piece = PageCacheWrites.piece(buffer.count - done)
+                let result: IOResult<Int>
+                do {
+                    result = try syscall("write", name) { Glibc.write(fd, buffer.baseAddress! + done, piece) }
+                } catch {
+                    if done > 0 { return .processed(done) }
+                    throw error
+                }
+                guard case .processed(let n) = result, n > 0 else { return done > 0 ? .processed(done) : result }
+                done += n
+                if n < piece { break }
+            }
+            return .processed(done)
         }
         // A pipe, FIFO, tty or socket: its reader may be gone, and that must be EPIPE, not death.
         return try syscall("write", name) { writeSuppressingSIGPIPE(fd, buffer) }

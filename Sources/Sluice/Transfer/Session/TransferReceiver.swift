@@ -546,7 +546,7 @@ final class ReceiverSession: WireConnectionOwner {
             let fd = file.opened.fd
             let result = Result { () throws(SluiceError) in
                 try syscallValue("write", file.opened.display) {
-                    pwrite(fd, bytes.baseAddress! + done, bytes.count - done, position)
+                    pwrite(fd, bytes.baseAddress! + done, PageCacheWrites.piece(bytes.count - done), position)
                 }
             }
             switch result {

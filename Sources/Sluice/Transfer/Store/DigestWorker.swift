@@ -347,7 +347,8 @@ final class WriteTarget: @unchecked Sendable {
         while done < bytes.count {
             let (fd, position) = (fd, off_t(offset) + off_t(done))
             do {
-                let n = try syscallValue("write", display) { pwrite(fd, base + done, bytes.count - done, position) }
+                let piece = PageCacheWrites.piece(bytes.count - done)
+                let n = try syscallValue("write", display) { pwrite(fd, base + done, piece, position) }
                 guard n > 0 else {
                     failure = SluiceError(.system(.noSpace), operation: "write", subject: display)
                     return .failedNow
