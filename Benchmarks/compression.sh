@@ -20,6 +20,7 @@ for tool in pigz igzip zstd nc bc /usr/bin/time; do
     }
 done
 
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 swift build -c release >/dev/null
 SLUICE=$ROOT/.build/release/sluice
 
@@ -117,8 +118,9 @@ Written by \`Benchmarks/compression.sh\` on $(date -u '+%Y-%m-%d %H:%M') UTC: $R
 the peer alternating, each after a \`sync\`; times are median (min–max) over all rounds, bad ones
 included; the ratio is sluice's time over the peer's, per round, median (min–max). Corpus:
 tar of real files (headers, ICU data, LLVM library, docs), $(stat -c %s "$CORPUS") bytes.
-Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), **shared with other
-engineers' builds while measuring** (load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)).
+Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)); load average
+before the run: $LOAD_BEFORE, at its end: $(cut -d' ' -f1-3 /proc/loadavg) (${MACHINE_NOTE:-anything else
+running on the machine shows there}).
 \`sluice --version\`: $("$SLUICE" --version | tr '\n' ';' | sed 's/;$//').
 
 | measurement | sluice | peer | peer time | ratio | target | verdict |
