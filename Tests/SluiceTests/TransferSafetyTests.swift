@@ -20,6 +20,27 @@ struct TransferSafetyTests {
         return client
     }
 
+    @Test("A size beyond the disk's free space is refused without reserving any of it")
+    func reservationBeyondTheFreeSpace() throws {
+        try withTemporaryDirectory { root in
+            let fd = open(root + "/huge", O_RDWR | O_CREAT, 0o600)
+            try #require(fd >= 0)
+            defer { close(fd) }
+            let rejection = ReceiverStore.reserve(fd, from: 0, to: 15 << 40, display: "huge")
+            #expect(
+                rejection?.outcome.description.contains("No space left on device") == true,
+                "\(String(describing: rejection))")
+            // Nothing was allocated on the way: the disk was never filled for others.
+            var info = stat()
+            #expect(fstat(fd, &info) == 0)
+            #expect(info.st_blocks == 0)
+            // A size that fits is reserved.
+            #expect(ReceiverStore.reserve(fd, from: 0, to: 1 << 20, display: "huge") == nil)
+            #expect(fstat(fd, &info) == 0)
+            #expect(info.st_blocks > 0 && info.st_size == 0)
+        }
+    }
+
     @Test("Hostile paths are refused, garbage drops the connection, and the receiver keeps serving")
     func hostileClients() throws {
         try withTemporaryDirectory { root in

@@ -85,6 +85,17 @@ final class ReceiverStore: @unchecked Sendable {
     /// file system cannot reserve, the file is written as before.
     static func reserve(_ fd: Int32, from offset: UInt64, to size: UInt64, display: String) -> EntryRejection? {
         guard size > offset else { return nil }
+        // More than the disk has free is refused before `fallocate` is asked: ext4 allocates
+        // what it can before it fails, so a peer announcing 15 TiB would fill the disk, and
+        // every other writer on it would meet ENOSPC, until the file was removed.
+        var disk = statvfs()
+        if fstatvfs(fd, &disk) == 0 {
+            let free = UInt64(disk.f_bavail).multipliedReportingOverflow(by: UInt64(disk.f_frsize))
+            if !free.overflow && size - offset > free.partialValue {
+                return .failed(
+                    .io, SluiceError(.system(.noSpace), operation: "fallocate", subject: display).description)
+            }
+        }
         let (start, length) = (off_t(clamping: offset), off_t(clamping: size - offset))
         let reserved = Result { () throws(SluiceError) in
             try syscallValue("fallocate", display) { fallocate(fd, FALLOC_FL_KEEP_SIZE, start, length) }
