@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TestThreads
 import Testing
 
@@ -150,13 +151,16 @@ struct DigestWorkerTests {
                 worker.onWriteFailed = { _ in failed = true }
                 let digest = FileDigest(algorithm)
                 feed(worker, digest, bytes, step: step, loop: loop, writingTo: target, at: UInt64(held.count))
-                var sizeWhenIdle: Int?
+                let sizeWhenIdle = Mutex<Int?>(nil)
+                let idle = DispatchSemaphore(value: 0)
                 worker.afterQueued {
                     var info = stat()
-                    sizeWhenIdle = fstat(fd, &info) == 0 ? Int(info.st_size) : nil
+                    sizeWhenIdle.withLock { $0 = fstat(fd, &info) == 0 ? Int(info.st_size) : -1 }
+                    idle.signal()
                 }
-                while sizeWhenIdle == nil { _ = loop.run(for: .milliseconds(100)) }
-                #expect(sizeWhenIdle == held.count + bytes.count, "step \(step)")
+                // On the worker, without the loop running: it needs nothing from the loop.
+                #expect(idle.wait(timeout: .now() + 60) == .success)
+                #expect(sizeWhenIdle.withLock { $0 } == held.count + bytes.count, "step \(step)")
                 #expect(finish(worker, digest, loop: loop) == FileDigest.hash(algorithm, bytes), "step \(step)")
                 #expect(try Array(Data(contentsOf: URL(fileURLWithPath: path))) == held + bytes, "step \(step)")
                 #expect(!failed && target.failure == nil)

@@ -175,6 +175,7 @@ public final class TransferReceiver {
     /// and removed, or kept for a resume with their unused reserved blocks given back. Call once
     /// the loop has stopped, before the process exits; the receiver stores nothing afterwards.
     public func finishDiskWork() {
+        store.handingOn.wait()
         store.pool.shutdown()
     }
 
@@ -831,8 +832,13 @@ final class ReceiverSession: WireConnectionOwner {
         }
         let store = self.store
         let abandoned = file.opened
-        // Writes still queued for it finish before its descriptors close.
-        hasher.afterQueued { store.pool.submit { store.abandon(abandoned, keep: keep) } }
+        // Writes still queued for it finish before its descriptors close (even when the loop
+        // stops meanwhile: `finishDiskWork` waits for the hand-over).
+        store.handingOn.enter()
+        hasher.afterQueued {
+            store.pool.submit { store.abandon(abandoned, keep: keep) }
+            store.handingOn.leave()
+        }
     }
 
     private func settleDirectories() {

@@ -14,9 +14,9 @@ import Synchronization
 /// worker run one after another, in order, on `WorkerPool.shared`. Memory is `slotCount ×
 /// slotSize`: `room` says how many bytes `update` takes now, and a session with more to hash
 /// than that stops reading (its socket's window closes) until `onRoom` is called back on its
-/// loop. `finalize`, `afterQueued` and `hashPrefix` complete through the loop too, after every
-/// job queued before them: a file's descriptor stays open, and its commit waits, until the
-/// writes queued for it are done.
+/// loop. `finalize` and `hashPrefix` complete through the loop too, and `afterQueued` on the
+/// worker, after every job queued before them: a file's descriptor stays open, and its commit
+/// waits, until the writes queued for it are done.
 final class DigestWorker: @unchecked Sendable {
     private let loop: EventLoop
     private let pool: WorkerPool
@@ -156,22 +156,17 @@ final class DigestWorker: @unchecked Sendable {
         }
     }
 
-    /// Calls `completion` on the loop once every job queued so far has run (at once when none
-    /// is queued): what a file's writes need before its descriptor may be closed.
-    func afterQueued(_ completion: @escaping () -> Void) {
+    /// Calls `completion` once every job queued so far has run: at once, on the caller's
+    /// thread, when none is queued; else on the worker, after them — so it must only hand work
+    /// on (to a pool), never touch the loop's state. What a file's writes need before its
+    /// descriptor may be closed; it runs even when the loop has stopped meanwhile.
+    func afterQueued(_ completion: @escaping @Sendable () -> Void) {
         submitFilling()
         if shared.withLock({ $0.chain.isEmpty && !$0.running }) {
             completion()
             return
         }
-        let box = UncheckedBox(completion)
-        loop.retainSource()
-        enqueue { [loop] in
-            loop.execute {
-                loop.releaseSource()
-                box.value()
-            }
-        }
+        enqueue(completion)
     }
 
     /// Reads `length` bytes of `fd` from offset 0 and adds them to `digest` (a resumed file's

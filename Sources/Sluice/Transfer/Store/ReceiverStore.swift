@@ -1,4 +1,5 @@
 import CSluiceLinux
+import Dispatch
 
 #if canImport(Glibc)
     import Glibc
@@ -34,6 +35,9 @@ final class ReceiverStore: @unchecked Sendable {
 
     /// Worker threads for disk work: enough that one stalled flush leaves others to go on.
     static let diskThreads = 4
+    /// Disk work that is still to be handed to `pool`: abandoning a file once the writes a
+    /// session's worker had queued for it are done. `finishDiskWork` waits for it first.
+    let handingOn = DispatchGroup()
 
     init(destination: Destination, pool: WorkerPool = WorkerPool(threads: ReceiverStore.diskThreads)) {
         self.destination = destination
