@@ -307,9 +307,10 @@ final class DigestWorker: @unchecked Sendable {
 /// waited for) each time that much more was written, so that the fsync at the end of the file
 /// finds little left to write.
 ///
-/// Its state changes only in the worker's jobs, which run one after another (the chain's lock
-/// orders them), and is read on the loop only after such a job completed through
-/// `loop.execute`: hence `@unchecked Sendable`.
+/// Its state changes on one thread at a time: in the worker's jobs, which run one after another
+/// (the chain's lock orders them), or on the loop for a file being received alone — a session
+/// writes in place only while none of its writes is queued. The loop reads it after such a job
+/// completed through `loop.execute`: hence `@unchecked Sendable`.
 final class WriteTarget: @unchecked Sendable {
     enum Outcome {
         case written
