@@ -44,6 +44,7 @@ static struct {
     __typeof__(ZSTD_isError) *ZSTD_isError;
     __typeof__(ZSTD_getErrorName) *ZSTD_getErrorName;
     __typeof__(ZSTD_versionString) *ZSTD_versionString;
+    __typeof__(ZSTD_getFrameContentSize) *ZSTD_getFrameContentSize;
 } zstd;
 
 static int zstd_loaded;
@@ -62,6 +63,7 @@ static int zstd_lookup(void *h) {
     LOOKUP(h, zstd, ZSTD_isError);
     LOOKUP(h, zstd, ZSTD_getErrorName);
     LOOKUP(h, zstd, ZSTD_versionString);
+    LOOKUP(h, zstd, ZSTD_getFrameContentSize);
     return 1;
 }
 
@@ -137,6 +139,13 @@ size_t sluice_zstd_decompress(void *dctx, const void *src, size_t src_size, size
 int sluice_zstd_is_error(size_t code) { return zstd.ZSTD_isError(code) ? 1 : 0; }
 const char *sluice_zstd_error_name(size_t code) { return zstd.ZSTD_getErrorName(code); }
 
+int sluice_zstd_frame_content_size(const void *frame, size_t size, unsigned long long *content_size) {
+    unsigned long long n = zstd.ZSTD_getFrameContentSize(frame, size);
+    if (n == ZSTD_CONTENTSIZE_UNKNOWN || n == ZSTD_CONTENTSIZE_ERROR) return 0;
+    *content_size = n;
+    return 1;
+}
+
 #else
 int sluice_zstd_load(void) { return 0; }
 const char *sluice_zstd_version(void) { return ""; }
@@ -162,6 +171,10 @@ size_t sluice_zstd_decompress(void *dctx, const void *src, size_t src_size, size
     return (size_t)-1;
 }
 int sluice_zstd_is_error(size_t code) { return code == (size_t)-1; }
+int sluice_zstd_frame_content_size(const void *frame, size_t size, unsigned long long *content_size) {
+    (void)frame, (void)size, (void)content_size;
+    return 0;
+}
 const char *sluice_zstd_error_name(size_t code) {
     (void)code;
     return "zstd is not in this build";

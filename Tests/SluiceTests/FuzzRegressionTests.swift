@@ -137,4 +137,26 @@ import Testing
             #expect(error?.code == .corruptData, "\(engine) pieces \(piece): \(String(describing: error))")
         }
     }
+
+    /// Fuzz/Regressions/inflate/zstd-content-size-streamed (after the harness's first byte): a
+    /// zstd frame whose header declares 14 bytes of content and whose one (raw, last) block
+    /// holds none, with the right checksum of nothing. libzstd refused it when it could decode
+    /// the frame at once into a large output buffer, and accepted it streamed through a small
+    /// one; sluice checks the declared size itself, so both are corrupt.
+    @Test func zstdFrameShorterThanItsDeclaredSizeIsCorruptWhateverTheBuffers() throws {
+        guard CompressionEngine.zstd.isAvailable else { return }
+        let found: [UInt8] = [0x28, 0xb5, 0x2f, 0xfd, 0x24, 0x0e, 0x01, 0x00, 0x00, 0x99, 0xe9, 0xd8, 0x51]
+        for (piece, outputSize) in [(found.count, 1 << 18), (found.count, 5), (1, 5), (1, 1 << 18), (4, 1)] {
+            let error = #expect(throws: SluiceError.self) {
+                try drive(ZstdDecompress(), found, piece: piece, outputSize: outputSize)
+            }
+            #expect(error?.code == .corruptData, "pieces \(piece), output \(outputSize): \(String(describing: error))")
+        }
+        // A frame that holds what it declares still decodes, split or not.
+        let good = try drive(ZstdCompress(level: 3), Array("fourteen bytes".utf8), piece: 1 << 20, outputSize: 1 << 16)
+        for (piece, outputSize) in [(good.count, 1 << 18), (1, 5), (3, 1)] {
+            #expect(
+                try drive(ZstdDecompress(), good, piece: piece, outputSize: outputSize) == Array("fourteen bytes".utf8))
+        }
+    }
 }

@@ -38,6 +38,10 @@ void sluice_zstd_dctx_reset(void *dctx);
 size_t sluice_zstd_decompress(void *dctx, const void *src, size_t src_size, size_t *src_pos, void *dst,
                               size_t dst_size, size_t *dst_pos);
 int sluice_zstd_is_error(size_t code);
+/// The content size a zstd frame's header declares (a skippable frame: 0), given the frame's
+/// first bytes (its whole header, or the whole frame if shorter): 1 and the size, or 0 when the
+/// header does not say or cannot be read.
+int sluice_zstd_frame_content_size(const void *frame, size_t size, unsigned long long *content_size);
 const char *sluice_zstd_error_name(size_t code);
 
 /// ISA-L raw deflate of one block (isal_deflate with gzip_flag IGZIP_DEFLATE): `dict` primes

@@ -105,6 +105,13 @@ public final class ZstdDecompress: Stage {
     /// zstd's hint from the last call: 0 when a frame has ended and been flushed.
     private var lastHint = 0
     private var failure: SluiceError?
+    /// The first bytes of the frame being decoded (its header), and `totalOut` when it began:
+    /// at its end, what it decoded is checked against the content size its header declares.
+    /// libzstd checks that when it decodes a frame at once into a large enough buffer, but not
+    /// always when it streams one through a smaller buffer: the verdict must not depend on it.
+    private var frameHeader: [UInt8] = []
+    private var frameStartOut = 0
+    private static let frameHeaderMax = 18
 
     public init(limit: InflateLimit = .default, windowLogMax: Int = ZstdDecompress.defaultWindowLogMax)
         throws(SluiceError)
@@ -157,6 +164,10 @@ public final class ZstdDecompress: Stage {
         var outPos = 0
         let rc = sluice_zstd_decompress(
             context, input.baseAddress, input.count, &inPos, output.baseAddress, room, &outPos)
+        if frameHeader.count < Self.frameHeaderMax, inPos > 0, let base = input.baseAddress {
+            let n = min(inPos, Self.frameHeaderMax - frameHeader.count)
+            frameHeader.append(contentsOf: UnsafeRawBufferPointer(start: base, count: n))
+        }
         totalIn += inPos
         totalOut += outPos
         if sluice_zstd_is_error(rc) != 0 {
@@ -166,6 +177,22 @@ public final class ZstdDecompress: Stage {
             throw failure!
         }
         lastHint = rc
+        if rc == 0 && !frameHeader.isEmpty {
+            // A frame ended (a call never goes past the end of one).
+            var declared: UInt64 = 0
+            let decoded = UInt64(totalOut - frameStartOut)
+            let known = frameHeader.withUnsafeBytes {
+                sluice_zstd_frame_content_size($0.baseAddress, $0.count, &declared) != 0
+            }
+            frameHeader.removeAll(keepingCapacity: true)
+            frameStartOut = totalOut
+            if known && declared != decoded {
+                failure = SluiceError(
+                    .corruptData, operation: "decompress", subject: "zstd",
+                    detail: "a frame declares \(declared) bytes and holds \(decoded), near offset \(totalIn)")
+                throw failure!
+            }
+        }
         do {
             try limit.check(totalIn: totalIn, totalOut: totalOut, operation: "decompress", subject: "zstd")
         } catch {

@@ -38,7 +38,9 @@ struct BenchOptions: Hashable, Sendable {
     static let listen = OptionSpec(
         "listen", value: .required("[HOST:]PORT"), help: "be the network server (port 0: any free port)")
     static let once = OptionSpec(
-        "once", help: "server: exit after one client run (one\nconnection, or the N of a client's -P N)")
+        "once",
+        help: "server: exit after one client run (one\nconnection, or the N of a client's -P N;\n"
+            + "those not in within --timeout, default 10 s,\nof the first are not waited for)")
     static let seconds = OptionSpec(
         "seconds", value: .required("N"), help: "client: send (or receive) for N seconds (default 5)")
     static let interval = OptionSpec(
