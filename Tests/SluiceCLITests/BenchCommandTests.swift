@@ -216,19 +216,8 @@ final class PictureSeries: NSObject, XMLParserDelegate {
     @Test func onceServerDoesNotWaitForeverForARunsMissingConnection() throws {
         let (server, port) = try benchServer(["--json", "--timeout", "0.5"])
         #expect(waitUntil { isListening(port: port) })
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        try #require(fd >= 0)
+        let fd = try #require(connectToLoopback(port: port))
         defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = port.bigEndian
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        try #require(connected == 0)
         let hello = BenchHello(
             reverse: false, compress: false, milliseconds: 1000, group: .init(id: 7, count: 2, index: 0))
         let bytes = hello.bytes + [UInt8](repeating: 0x5a, count: 100_000)

@@ -105,11 +105,3 @@ final class CutRelay: @unchecked Sendable {
         }
     }
 }
-
-private func loopback(port: UInt16) -> sockaddr_in {
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    address.sin_port = port.bigEndian
-    return address
-}

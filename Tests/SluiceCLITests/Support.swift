@@ -196,6 +196,32 @@ func waitUntil(_ limit: Duration = .seconds(10), _ condition: () -> Bool) -> Boo
     return true
 }
 
+/// 127.0.0.1:`port` as a socket address.
+func loopback(port: UInt16) -> sockaddr_in {
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = port.bigEndian
+    return address
+}
+
+/// A blocking TCP socket connected to 127.0.0.1:`port` (to close), or nil if it cannot connect.
+func connectToLoopback(port: UInt16) -> Int32? {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { return nil }
+    var address = loopback(port: port)
+    let connected = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+        }
+    }
+    guard connected else {
+        close(fd)
+        return nil
+    }
+    return fd
+}
+
 /// Whether a socket listens on TCP 127.0.0.1:`port` (a LISTEN line in /proc/net/tcp).
 func isListening(port: UInt16) -> Bool {
     guard let table = try? String(contentsOfFile: "/proc/net/tcp", encoding: .utf8) else { return false }

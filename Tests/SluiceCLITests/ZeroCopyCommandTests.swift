@@ -172,18 +172,7 @@ func copyOverTCP(from: String, to: String, options: [String] = []) throws -> (se
             let port = try freePort()
             let receiver = try Running(sluiceBinary, ["copy", "tcp-listen:127.0.0.1:\(port)", "\(dir)/out"])
             #expect(waitUntil { isListening(port: port) })
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            #expect(fd >= 0)
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_addr.s_addr = inet_addr("127.0.0.1")
-            address.sin_port = port.bigEndian
-            let connected = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
-                }
-            }
-            #expect(connected)
+            let fd = try #require(connectToLoopback(port: port))
             let payload = randomBytes(300_000, seed: 28)
             var sent = 0
             while sent < payload.count {

@@ -1,5 +1,3 @@
-import CSluiceLinux
-
 #if canImport(Glibc)
     import Glibc
 #endif
@@ -267,11 +265,9 @@ final class ActiveFile {
     let inflate: StageDriver?
     /// Bytes written to the temporary file (after the held prefix).
     var written: UInt64 = 0
-    /// Where the last `sync_file_range` writeback request ended (a range's writes, made on the
-    /// loop).
-    var writebackStarted: UInt64 = 0
-    /// For a file received whole: its writes, made by the session's `DigestWorker`.
-    var target: WriteTarget?
+    /// Its writes, with their writeback: made here on the loop, or by the session's
+    /// `DigestWorker` (a file received whole, while others are received too, or compressed).
+    let target: WriteTarget
     /// Its digest was asked for: the commit reports a failed write.
     var committing = false
     /// A worker holds the file's descriptors (reading back its prefix, or committing it): it
@@ -287,9 +283,11 @@ final class ActiveFile {
     /// Where this session's bytes start in the file.
     let base: UInt64
 
+    /// With `writebackWindow`, writeback of what was written is started each time that much
+    /// more has arrived (receive with fsync).
     init(
         opened: OpenedFile, request: EntryRequest, digest: TransferDigest, inflate: StageDriver?,
-        shared: SharedFile? = nil, range: ByteRange? = nil, held: UInt64 = 0
+        writebackWindow: UInt64?, shared: SharedFile? = nil, range: ByteRange? = nil, held: UInt64 = 0
     ) {
         self.digest = FileDigest(digest)
         self.opened = opened
@@ -299,7 +297,7 @@ final class ActiveFile {
         self.range = range
         self.held = held
         base = range.map { $0.start + held } ?? opened.offset
-        writebackStarted = base
+        target = WriteTarget(fd: opened.fd, display: opened.display, writebackWindow: writebackWindow, start: base)
     }
 
     var position: UInt64 { base + written }
@@ -310,6 +308,8 @@ final class ActiveFile {
 final class ReceiverSession: WireConnectionOwner {
     /// With fsync on, writeback of a file is started each time this much more has arrived.
     static let writebackWindow: UInt64 = 8 << 20
+    /// The window of this receiver's files: none without fsync.
+    private var writeback: UInt64? { options.fsync ? Self.writebackWindow : nil }
     /// Buffers of a connection that has only said hello: room for the largest control message.
     static let initialInbound = 16 << 10
     static let initialOutbound = 8 << 10
@@ -474,8 +474,9 @@ final class ReceiverSession: WireConnectionOwner {
     private func deliver(_ piece: UnsafeRawBufferPointer) -> Int {
         guard let file else { return piece.count }
         guard let inflate = file.inflate else {
-            if let target = file.target, piecesLent > 0 || (receiver?.filesReceiving ?? 0) > 1 {
-                return lend(piece, to: file, target)
+            // A range's descriptor belongs to its transfer, which may close it: never lent.
+            if file.shared == nil, piecesLent > 0 || (receiver?.filesReceiving ?? 0) > 1 {
+                return lend(piece, to: file, file.target)
             }
             guard hasher.hasRoom(for: 1) else {
                 dataBlocked = true
@@ -516,59 +517,29 @@ final class ReceiverSession: WireConnectionOwner {
             ? .failed(.data, "more data than announced") : .failed(.data, "compressed data: \(error.reason)")
     }
 
-    /// Decoded bytes: if the machine allows them, written at the file's end and hashed — by
-    /// the hasher's worker for a file received whole, here for a range.
+    /// Decoded bytes: if the machine allows them, written at the file's end and hashed — here,
+    /// or by the hasher's worker for a compressed file.
     private func store(_ bytes: UnsafeRawBufferPointer, to file: ActiveFile) {
         let (allowed, actions) = machine.decoded(bytes.count)
         guard allowed else {
             perform(actions)
             return
         }
-        if let target = file.target {
-            if file.inflate != nil {
-                // Decompressed into the scratch buffer, used again at once: copied for the worker.
-                hasher.update(file.digest, bytes, writingTo: target, at: file.position)
-            } else {
-                // Alone, written here (no pieces are lent then: the worker does not hold it).
-                guard target.write(bytes, at: file.position) == .written else {
-                    let reason = target.failure?.description ?? "write \(quoted(file.opened.display)): failed"
-                    perform(machine.handle(.dataFailed(.failed(.io, reason))))
-                    return
-                }
-                hasher.update(file.digest, bytes)
-            }
-            file.written += UInt64(bytes.count)
-            bytesStored += UInt64(bytes.count)
-            return
-        }
-        var done = 0
-        while done < bytes.count {
-            let position = off_t(file.position + UInt64(done))
-            let fd = file.opened.fd
-            let result = Result { () throws(SluiceError) in
-                try syscallValue("write", file.opened.display) {
-                    pwrite(fd, bytes.baseAddress! + done, PageCacheWrites.piece(bytes.count - done), position)
-                }
-            }
-            switch result {
-            case .success(let n):
-                done += n
-            case .failure(let error):
-                perform(machine.handle(.dataFailed(.failed(.io, error.description))))
+        let target = file.target
+        if file.inflate != nil {
+            // Decompressed into the scratch buffer, used again at once: copied for the worker.
+            hasher.update(file.digest, bytes, writingTo: target, at: file.position)
+        } else {
+            // Written here: no piece of it is lent then, so the worker does not hold it.
+            guard target.write(bytes, at: file.position) == .written else {
+                let reason = target.failure?.description ?? "write \(quoted(file.opened.display)): failed"
+                perform(machine.handle(.dataFailed(.failed(.io, reason))))
                 return
             }
+            hasher.update(file.digest, bytes)
         }
-        hasher.update(file.digest, bytes)
         file.written += UInt64(bytes.count)
         bytesStored += UInt64(bytes.count)
-        if options.fsync && file.position - file.writebackStarted >= Self.writebackWindow {
-            // Start writing to disk what has arrived (without waiting), so the fsync at the
-            // end of the file finds little left to write rather than the whole file.
-            _ = sync_file_range(
-                file.opened.fd, off_t(file.writebackStarted), off_t(file.position - file.writebackStarted),
-                UInt32(SYNC_FILE_RANGE_WRITE))
-            file.writebackStarted = file.position
-        }
     }
 
     /// A file received whole, uncompressed: its bytes are written and hashed where they lie in
@@ -739,10 +710,8 @@ final class ReceiverSession: WireConnectionOwner {
                 return
             }
         }
-        let file = ActiveFile(opened: opened, request: request, digest: machine.digest, inflate: inflate)
-        file.target = WriteTarget(
-            fd: opened.fd, display: opened.display, writebackWindow: options.fsync ? Self.writebackWindow : nil,
-            start: file.base)
+        let file = ActiveFile(
+            opened: opened, request: request, digest: machine.digest, inflate: inflate, writebackWindow: writeback)
         self.file = file
         connection.inbound.grow(to: Self.fileInbound)
         guard opened.offset > 0 else {
@@ -777,7 +746,7 @@ final class ReceiverSession: WireConnectionOwner {
         file.committing = true
         hasher.finalize(file.digest) { [self] computed in
             guard !ended, self.file === file else { return }
-            if let failure = file.target?.failure {
+            if let failure = file.target.failure {
                 self.file = nil
                 let abandoned = file.opened
                 store.pool.submit { [store] in store.abandon(abandoned, keep: false) }
@@ -956,8 +925,8 @@ extension ReceiverSession {
             }
             let held = shared.heldBytes(of: range)
             let file = ActiveFile(
-                opened: opened, request: request, digest: machine.digest, inflate: nil, shared: shared, range: range,
-                held: held)
+                opened: opened, request: request, digest: machine.digest, inflate: nil, writebackWindow: writeback,
+                shared: shared, range: range, held: held)
             self.file = file
             connection.inbound.grow(to: Self.fileInbound)
             guard held > 0 else {

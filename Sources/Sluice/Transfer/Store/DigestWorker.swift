@@ -302,14 +302,14 @@ final class DigestWorker: @unchecked Sendable {
     }
 }
 
-/// A file a `DigestWorker` writes the bytes it hashes to: a file received whole, written at
-/// increasing offsets. With `writebackWindow`, writeback of what was written is started (not
+/// Where a file being received is written: a whole file, or a range of one, at increasing
+/// offsets. With `writebackWindow`, writeback of what was written is started (not
 /// waited for) each time that much more was written, so that the fsync at the end of the file
 /// finds little left to write.
 ///
 /// Its state changes on one thread at a time: in the worker's jobs, which run one after another
-/// (the chain's lock orders them), or on the loop for a file being received alone — a session
-/// writes in place only while none of its writes is queued. The loop reads it after such a job
+/// (the chain's lock orders them), or on the loop (a range, or a file being received alone) — a
+/// session writes in place only while none of its writes is queued. The loop reads it after such a job
 /// completed through `loop.execute`: hence `@unchecked Sendable`.
 final class WriteTarget: @unchecked Sendable {
     enum Outcome {
