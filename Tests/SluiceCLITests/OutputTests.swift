@@ -196,3 +196,42 @@ import Testing
         }
     }
 }
+
+/// The log of a failure that repeats (a listener out of descriptors retrying).
+@Suite struct RepeatedFailureLogTests {
+    final class Lines: @unchecked Sendable {
+        var all: [String] = []
+    }
+
+    @Test func aRepeatedFailureIsOneLineThenOneWhenItEnds() {
+        let lines = Lines()
+        var log = RepeatedFailureLog(operation: "accepting connections") { lines.all.append($0) }
+        log.succeeded(at: 0)
+        #expect(lines.all.isEmpty)
+        for i in 0..<40 { log.failed("accept4: Too many open files", at: UInt64(i) * 100_000_000) }
+        #expect(lines.all == ["accept4: Too many open files"])
+        #expect(log.failing)
+        log.succeeded(at: 4_100_000_000)
+        log.succeeded(at: 4_200_000_000)
+        #expect(
+            lines.all == [
+                "accept4: Too many open files",
+                "accepting connections again after 4.1 s (39 more failures like the one above)",
+            ])
+        #expect(!log.failing)
+    }
+
+    @Test func aDifferentFailureClosesTheFirstAndIsReported() {
+        let lines = Lines()
+        var log = RepeatedFailureLog(operation: "accepting connections") { lines.all.append($0) }
+        log.failed("A", at: 0)
+        log.failed("A", at: 500_000_000)
+        log.failed("B", at: 1_000_000_000)
+        log.succeeded(at: 3_000_000_000)
+        #expect(
+            lines.all == [
+                "A", "the failure above lasted 1.0 s (1 more failure like the one above)", "B",
+                "accepting connections again after 2.0 s",
+            ])
+    }
+}

@@ -85,4 +85,51 @@ import Testing
             #expect(directoryEntries(inbox) == ["small.bin"], "\(directoryEntries(inbox))")
         }
     }
+
+    /// A receiver whose soft open-file limit is below what `--max-sessions` needs raises it
+    /// (up to the hard limit, which it may) and says nothing.
+    @Test func theReceiverRaisesItsOpenFileLimitForMaxSessions() throws {
+        try withTemporaryDirectory { dir in
+            let receiver = try ReceiverProcess(
+                ["--dir", dir, "--max-sessions", "300"], openFileLimit: 100, softOnly: true)
+            _ = try receiver.port()
+            let limits = try String(
+                contentsOfFile: "/proc/\(receiver.process.processIdentifier)/limits", encoding: .utf8)
+            let line = limits.split(separator: "\n").first { $0.hasPrefix("Max open files") } ?? ""
+            let soft = line.split(separator: " ", omittingEmptySubsequences: true).dropFirst(3).first
+            #expect(soft.flatMap { Int($0) } == 300 * 4 + 64, "\(line)")
+            let stopped = receiver.stop()
+            #expect(!stopped.stderr.contains("ulimit"), "\(stopped.stderr)")
+        }
+    }
+
+    /// Out of descriptors (a hard limit of 40 and 60 connections that say nothing), the
+    /// receiver warns at the start, reports the failing accept once instead of ten times a
+    /// second, and once the connections go it accepts again, says after how long, and stores
+    /// what the next sender sends.
+    @Test func aReceiverOutOfDescriptorsSaysSoOnceAndServesAgain() throws {
+        try withTemporaryDirectory { dir in
+            let inbox = "\(dir)/in"
+            mkdir(inbox, 0o755)
+            let data = randomBytes(10_000, seed: 41)
+            try write(data, to: "\(dir)/after.bin")
+            let receiver = try ReceiverProcess(["--dir", inbox, "--max-sessions", "200"], openFileLimit: 40)
+            let port = try receiver.port()
+            #expect(
+                receiver.stderrText.contains("--max-sessions 200 needs up to 864 open files"), "\(receiver.stderrText)")
+            var held: [Int32] = []
+            for _ in 0..<60 {
+                if let fd = connectToLoopback(port: port) { held.append(fd) }
+            }
+            #expect(held.count == 60)
+            #expect(waitUntil { receiver.stderrText.contains("Too many open files") }, "\(receiver.stderrText)")
+            for fd in held { close(fd) }
+            let sent = try Running(sluiceBinary, withTestKey(["send", "\(dir)/after.bin", "127.0.0.1:\(port)"]))
+                .wait(within: .seconds(60))
+            #expect(sent.status == 0, "\(sent.stderrText)")
+            let stopped = receiver.stop()
+            #expect(stopped.stderr.contains("accepting connections again after"), "\(stopped.stderr)")
+            #expect(contents("\(inbox)/after.bin") == data)
+        }
+    }
 }

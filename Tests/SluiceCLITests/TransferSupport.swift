@@ -17,10 +17,12 @@ final class ReceiverProcess: @unchecked Sendable {
     /// With `pairingCode`, the receiver makes a one-time code (printed on stderr) instead of
     /// using the tests' key file.
     /// With `fileSizeLimit` (KiB), the receiver runs under that `RLIMIT_FSIZE` with `SIGXFSZ`
-    /// ignored: its writes past the limit fail with EFBIG, as on a disk that fills up.
+    /// ignored: its writes past the limit fail with EFBIG, as on a disk that fills up. With
+    /// `openFileLimit`, under that `RLIMIT_NOFILE` (`ulimit -n`: soft and hard, or with
+    /// `softOnly` the soft limit alone, which the receiver may raise).
     init(
         _ arguments: [String], pairingCode: Bool = false, environment: [String: String] = [:],
-        fileSizeLimit: Int? = nil
+        fileSizeLimit: Int? = nil, openFileLimit: Int? = nil, softOnly: Bool = false
     ) throws {
         precondition(brokenPipesIgnored)
         process.executableURL = sluiceBinary
@@ -30,10 +32,13 @@ final class ReceiverProcess: @unchecked Sendable {
         var arguments = ["receive"] + arguments
         if !arguments.contains("--listen") { arguments += ["--listen", "127.0.0.1:0"] }
         process.arguments = pairingCode ? arguments : withTestKey(arguments)
-        if let fileSizeLimit {
-            // bash's ulimit counts KiB; an ignored signal stays ignored across exec.
+        var limits: [String] = []
+        // bash's ulimit counts KiB; an ignored signal stays ignored across exec.
+        if let fileSizeLimit { limits.append("trap '' XFSZ; ulimit -f \(fileSizeLimit)") }
+        if let openFileLimit { limits.append("ulimit \(softOnly ? "-S " : "")-n \(openFileLimit)") }
+        if !limits.isEmpty {
             process.arguments =
-                ["-c", "trap '' XFSZ; ulimit -f \(fileSizeLimit) && exec \"$0\" \"$@\"", sluiceBinary.path]
+                ["-c", limits.joined(separator: " && ") + " && exec \"$0\" \"$@\"", sluiceBinary.path]
                 + (process.arguments ?? [])
             process.executableURL = URL(fileURLWithPath: "/bin/bash")
         }

@@ -16,9 +16,10 @@ enum ReceiveCommand: Command {
 
         Listen for 'sluice send' and store what is sent under DIR, serving any
         number of senders at once, until interrupted (or, with --once, after one
-        sender). Each file is written under a temporary name, its SHA-256
-        checked, and renamed into place only when complete; an existing file is
-        never replaced without --overwrite, and nothing is written outside DIR.
+        sender). Each file is written under a temporary name, its digest
+        (XXH3-128 or SHA-256) checked, and renamed into place only when
+        complete; an existing file is never replaced without --overwrite, and
+        nothing is written outside DIR.
         An interrupted file is kept (hidden, as .NAME.sluice-part) and continued
         when it is sent again. Prints the address it listens on, then a line per
         file stored, refused or failed.
@@ -58,6 +59,8 @@ final class ReceiveSession: Interruptible {
     private var onlySession: Int?
     private var signal: Int32?
     private(set) var status: ExitStatus?
+    /// Failures to accept (out of descriptors): the first is reported, its repeats counted.
+    private var acceptFailures = RepeatedFailureLog(operation: "accepting connections")
     private(set) var stats: ReceiveStatsReport
     private let started = monotonicNanoseconds()
 
@@ -67,8 +70,19 @@ final class ReceiveSession: Interruptible {
         stats = ReceiveStatsReport(directory: options.directory, address: options.listen.description)
     }
 
+    /// Descriptors a session may hold (its socket, the file it writes, the partial it resumes,
+    /// a directory), and those the process holds anyway (the loop, its workers, standard I/O).
+    static let descriptorsPerSession = 4
+    static let descriptorsBesides = 64
+
     /// Opens the directory and starts listening (on the loop's thread, before it runs).
     func start() -> CLIError? {
+        let wanted = options.maxSessions * Self.descriptorsPerSession + Self.descriptorsBesides
+        if let limit = OpenFileLimit.raise(to: wanted), limit < wanted {
+            Terminal.report(
+                "warning: --max-sessions \(options.maxSessions) needs up to \(wanted) open files and this process "
+                    + "may have \(limit) (ulimit -n): connections beyond that wait until others end")
+        }
         let opened = Result { () throws(SluiceError) in
             try TransferReceiver(directory: options.directory, options: options.libraryOptions)
         }
@@ -98,7 +112,7 @@ final class ReceiveSession: Interruptible {
             return CLIError(status, "listen on \(options.listen): \(error.reason)")
         }
         self.listener = listener
-        listener.errorHandler = { error in Terminal.report("warning: \(error.description)") }
+        listener.errorHandler = { [weak self] error in self?.acceptFailures.failed("warning: \(error.description)") }
         let key: (PreSharedKey, PairingCode?)?
         switch TransferSecurity.receiverKey(options.auth) {
         case .success(let found): key = found
@@ -132,6 +146,7 @@ final class ReceiveSession: Interruptible {
     }
 
     private func accepted(_ input: ReadStream, _ output: WriteStream, _ peer: SocketAddress) {
+        acceptFailures.succeeded()
         guard let receiver, status == nil else {
             Self.refuse(input, output)
             return

@@ -17,11 +17,11 @@ enum SendCommand: Command {
 
         Send files and directories (recursively, under their base names) to a
         'sluice receive' at HOST:PORT (default host localhost; also [V6]:PORT,
-        tcp:HOST:PORT, unix:PATH). The receiver checks each file's SHA-256 and
-        stores it under its final name only when complete; an interrupted file
-        is continued where it stopped when sent again. Symbolic links inside
-        directories are skipped. With the path -, standard input is sent as one
-        file named NAME (never resumed).
+        tcp:HOST:PORT, unix:PATH). The receiver checks each file's digest
+        (XXH3-128 or SHA-256) and stores it under its final name only when
+        complete; an interrupted file is continued where it stopped when sent
+        again. Symbolic links inside directories are skipped. With the path -,
+        standard input is sent as one file named NAME (never resumed).
 
         Options:
         \(SendOptions.parser.helpLines().joined(separator: "\n"))
