@@ -186,6 +186,30 @@ import Testing
         }
     }
 
+    /// A file appended to while it is sent is stored as it was read, and the sender says so.
+    @Test func aFileThatChangesWhileSentIsStoredAsReadWithAWarning() throws {
+        try withTemporaryDirectory { dir in
+            let inbox = "\(dir)/in"
+            mkdir(inbox, 0o755)
+            let data = randomBytes(4_000_000, seed: 43)
+            try write(data, to: "\(dir)/log")
+            let receiver = try ReceiverProcess(["--dir", inbox])
+            let sending = try Running(
+                sluiceBinary, ["send", "--rate-limit", "1M", "\(dir)/log", try receiver.address()])
+            #expect(waitUntil(.seconds(30)) { fileSize("\(inbox)/.log.sluice-part") ?? 0 > 0 })
+            let handle = try #require(FileHandle(forWritingAtPath: "\(dir)/log"))
+            try handle.seekToEnd()
+            try handle.write(contentsOf: Data("appended\n".utf8))
+            try handle.close()
+            let sent = sending.wait(within: .seconds(60))
+            #expect(sent.status == 0, "\(sent.stderrText)")
+            #expect(sent.stderrText.contains("changed while it was being sent"), "\(sent.stderrText)")
+            #expect(sent.stderrText.contains("4000000 of them"), "\(sent.stderrText)")
+            #expect(contents("\(inbox)/log") == data)
+            _ = receiver.stop()
+        }
+    }
+
     @Test func aKilledSendIsResumed() throws {
         try withTemporaryDirectory { dir in
             let inbox = "\(dir)/in"

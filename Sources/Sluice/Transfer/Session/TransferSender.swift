@@ -301,6 +301,7 @@ public final class TransferSender: WireConnectionOwner {
             }
             sizes[index] = UInt64(st.st_size)
             current = OutgoingFile(index: index, fd: fd, stream: nil, size: UInt64(st.st_size), digest: machine.digest)
+            current?.openedMtime = st.st_mtim
             let info = OpenedEntry(
                 size: UInt64(st.st_size), mode: UInt32(st.st_mode & 0o7777), mtimeSeconds: Int64(st.st_mtim.tv_sec),
                 mtimeNanoseconds: UInt32(st.st_mtim.tv_nsec))
@@ -520,6 +521,7 @@ public final class TransferSender: WireConnectionOwner {
     private func dataEnded(_ file: OutgoingFile) {
         guard let hasher else { return }
         file.finalizing = true
+        warnIfChanged(file)
         if file.size == nil { sizes[file.index] = file.position }
         hasher.finalize(file.digest) { [weak self] digest in
             guard let self, self.current === file, !self.ended else { return }
@@ -547,6 +549,22 @@ public final class TransferSender: WireConnectionOwner {
                 self.advance()
             }
         }
+    }
+
+    /// A whole file written to while it was read is stored as read, which may mix old and new
+    /// bytes (its digest is of what was sent, so the receiver cannot tell): say so, as tar does.
+    /// Ranges are not warned about: the whole file is hashed apart from them, and a change
+    /// usually makes that check fail.
+    private func warnIfChanged(_ file: OutgoingFile) {
+        guard let fd = file.fd, file.range == nil else { return }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { return }
+        let before = file.openedMtime
+        let sameTime = st.st_mtim.tv_sec == before.tv_sec && st.st_mtim.tv_nsec == before.tv_nsec
+        guard !sameTime || UInt64(st.st_size) != file.size else { return }
+        warn(
+            "\(quoted(localPath(file))) changed while it was being sent: the copy stored holds the bytes as they were "
+                + "read, \(file.position) of them")
     }
 
     private func closeCurrent() {
@@ -658,6 +676,8 @@ final class OutgoingFile {
     var finalizing = false
     /// For a stream: `hasBytesAvailable` came and no read has answered it yet.
     var streamReadable = false
+    /// For a file: its mtime when it was opened (and announced).
+    var openedMtime = timespec()
 
     init(index: Int, fd: Int32?, stream: ReadStream?, size: UInt64?, digest: TransferDigest) {
         self.digest = FileDigest(digest)
