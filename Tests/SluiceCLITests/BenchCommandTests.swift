@@ -165,7 +165,7 @@ final class PictureSeries: NSObject, XMLParserDelegate {
     }
 
     @Test func refusedServerIsUnavailable() throws {
-        let outcome = try sluice("bench", "tcp:127.0.0.1:\(try freePort())", "--seconds", "1")
+        let outcome = try withRefusingPort { port in try sluice("bench", "tcp:127.0.0.1:\(port)", "--seconds", "1") }
         #expect(outcome.status == 69)
         #expect(outcome.stderrText.contains("127.0.0.1"))
     }

@@ -8,9 +8,15 @@ import Testing
 
 /// A TCP port that was free a moment ago: bound to 127.0.0.1 port 0, read back, released.
 func freePort() throws -> UInt16 {
+    let (fd, port) = try boundLoopbackSocket()
+    close(fd)
+    return port
+}
+
+/// A TCP socket bound to a free port of 127.0.0.1 (not listening), and the port.
+func boundLoopbackSocket() throws -> (Int32, UInt16) {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     guard fd >= 0 else { throw POSIXError(.EIO) }
-    defer { close(fd) }
     var address = sockaddr_in()
     address.sin_family = sa_family_t(AF_INET)
     address.sin_addr.s_addr = inet_addr("127.0.0.1")
@@ -21,8 +27,20 @@ func freePort() throws -> UInt16 {
             bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
         }
     }
-    guard bound else { throw POSIXError(.EADDRINUSE) }
-    return UInt16(bigEndian: address.sin_port)
+    guard bound else {
+        close(fd)
+        throw POSIXError(.EADDRINUSE)
+    }
+    return (fd, UInt16(bigEndian: address.sin_port))
+}
+
+/// Runs `body` with a port of 127.0.0.1 that refuses connections while it runs: a socket
+/// bound there without SO_REUSEADDR, and not listening, holds it, so no other test's listener
+/// can take it in between (as it could a port from `freePort()`).
+func withRefusingPort<T>(_ body: (UInt16) throws -> T) throws -> T {
+    let (fd, port) = try boundLoopbackSocket()
+    defer { close(fd) }
+    return try body(port)
 }
 
 /// Runs `sluice` once something listens on 127.0.0.1:`port` (a listener started just before
@@ -91,7 +109,9 @@ func waitForFile(_ path: String) {
 
     @Test
     func refusedAndUnknownHostAreUnavailable() throws {
-        let refused = try sluice("copy", "-", "tcp:127.0.0.1:\(try freePort())", stdin: Data("x".utf8))
+        let refused = try withRefusingPort { port in
+            try sluice("copy", "-", "tcp:127.0.0.1:\(port)", stdin: Data("x".utf8))
+        }
         #expect(refused.status == 69)
         #expect(refused.stderrLines.count == 1)
         #expect(refused.stderrText.contains("127.0.0.1"))

@@ -102,4 +102,32 @@ extension ReceiverProcess {
             #expect(contents("\(inbox)/c.bin") == data)
         }
     }
+
+    /// Over TLS, a receiver serving all the senders it allows closes the next connection before
+    /// the handshake (no key checked, nothing spent on it): that sender exits 69 at once and
+    /// says the receiver may be busy, and once the first session ends the next send is stored.
+    @Test func aBusyReceiverTurnsASenderAwayAtOnceOverTLS() throws {
+        try withTemporaryDirectory { dir in
+            let inbox = "\(dir)/in"
+            mkdir(inbox, 0o755)
+            try write(randomBytes(200_000, seed: 44), to: "\(dir)/slow.bin")
+            let data = randomBytes(1000, seed: 45)
+            try write(data, to: "\(dir)/next.bin")
+            let receiver = try ReceiverProcess(["--dir", inbox, "--max-sessions", "1"])
+            let address = try receiver.address()
+            let slow = try Running(sluiceBinary, ["send", "--rate-limit", "2K", "\(dir)/slow.bin", address])
+            #expect(waitUntil(.seconds(30)) { fileSize("\(inbox)/.slow.bin.sluice-part") != nil })
+            let turnedAway = try Running(sluiceBinary, ["send", "\(dir)/next.bin", address]).wait(within: .seconds(20))
+            #expect(turnedAway.status == 69, "\(turnedAway.stderrText)")
+            #expect(
+                turnedAway.stderrText.contains("may be serving all the senders it allows"), "\(turnedAway.stderrText)")
+            slow.signal(SIGINT)
+            _ = slow.wait()
+            #expect(waitUntil { receiver.stderrText.contains("in the middle of a file") }, "\(receiver.stderrText)")
+            let sent = try Running(sluiceBinary, ["send", "\(dir)/next.bin", address]).wait(within: .seconds(20))
+            #expect(sent.status == 0, "\(sent.stderrText)")
+            #expect(contents("\(inbox)/next.bin") == data)
+            _ = receiver.stop()
+        }
+    }
 }

@@ -141,14 +141,15 @@ import Testing
     @Test func failuresBeforeTheTransferHaveTheirStatuses() throws {
         try withTemporaryDirectory { dir in
             try write(Data("x".utf8), to: "\(dir)/a")
-            let port = try freePort()
-            let missing = try sluice("send", "\(dir)/a", "\(dir)/nothere", "127.0.0.1:\(port)")
-            #expect(missing.status == 66)
-            #expect(missing.stderrText == "sluice: \(dir)/nothere: No such file or directory (errno 2)\n")
-            let refused = try sluice("send", "\(dir)/a", "127.0.0.1:\(port)")
-            #expect(refused.status == 69)
-            #expect(refused.stderrText.hasPrefix("sluice: connect 127.0.0.1:\(port): Connection refused"))
-            #expect(refused.stderrLines.count == 1)
+            try withRefusingPort { port in
+                let missing = try sluice("send", "\(dir)/a", "\(dir)/nothere", "127.0.0.1:\(port)")
+                #expect(missing.status == 66)
+                #expect(missing.stderrText == "sluice: \(dir)/nothere: No such file or directory (errno 2)\n")
+                let refused = try sluice("send", "\(dir)/a", "127.0.0.1:\(port)")
+                #expect(refused.status == 69)
+                #expect(refused.stderrText.hasPrefix("sluice: connect 127.0.0.1:\(port): Connection refused"))
+                #expect(refused.stderrLines.count == 1)
+            }
             let noSocket = try sluice("send", "\(dir)/a", "unix:\(dir)/no.sock")
             #expect(noSocket.status == 69)
             let noDirectory = try sluice("receive", "--dir", "\(dir)/absent", "--listen", "127.0.0.1:0")

@@ -351,6 +351,33 @@ func withUnixSocketDirectory<T>(_ body: (String) throws -> T) throws -> T {
         #expect(throws: SluiceError.self) { _ = try listener.accept(timeout: .milliseconds(20)) }
     }
 
+    /// An accepted connection whose streams are dropped, or closed, without ever being opened
+    /// (a server turning it away before a word) is closed: the peer reads its end at once
+    /// instead of waiting on a socket nobody holds.
+    @Test(arguments: [false, true]) func anAcceptedPairNeverOpenedClosesTheConnection(closing: Bool) throws {
+        let listener = try Socket.listen(host: "127.0.0.1", port: 0)
+        defer { listener.close() }
+        let (input, output) = Socket.connect(host: "127.0.0.1", port: listener.port, timeout: .seconds(5))
+        input.open()
+        output.open()
+        defer {
+            input.close()
+            output.close()
+        }
+        do {
+            let (serverInput, serverOutput, _) = try listener.accept(timeout: .seconds(5))
+            if closing {
+                serverInput.close()
+                serverOutput.close()
+            }
+        }
+        // The end comes at once (before the fix, never): wait for it with a deadline.
+        let fd = try #require(input.property(forKey: .fileDescriptor) as? Int32)
+        var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        try #require(poll(&pfd, 1, 10_000) == 1)
+        #expect(try input.readToEnd() == Data())
+    }
+
     @Test func socketOptionsAndAddresses() throws {
         let listener = try Socket.listen(host: "127.0.0.1", port: 0)
         defer { listener.close() }

@@ -238,8 +238,13 @@ final class TLSConnection {
 
     /// The handshake failed: the opening streams fail, the alert (if any) goes out, and the
     /// socket is closed.
-    private func fail(_ error: SluiceError) {
+    private func fail(_ failure: SluiceError) {
         guard case .handshaking = state else { return }
+        var error = failure
+        if let engine, !engine.heardFromPeer, failure.errno == .connectionReset || failure.errno == .brokenPipe {
+            // Reset before a byte came back: turned away before TLS, as when the peer closes.
+            error = TLSEngine.turnedAway(subject: name)
+        }
         timer?.cancel()
         timer = nil
         state = .failed(error)

@@ -31,6 +31,8 @@ final class TLSEngine {
     private let network: OpaquePointer
     private(set) var handshakeDone = false
     private(set) var inputEnded = false
+    /// Whether any ciphertext came from the peer.
+    private(set) var heardFromPeer = false
     /// What the peer was called, for messages.
     let name: String
 
@@ -105,6 +107,7 @@ final class TLSEngine {
 
     /// Records that `count` bytes were written into `inputSpace()`.
     func commitInput(_ count: Int) {
+        if count > 0 { heardFromPeer = true }
         var pointer: UnsafeMutablePointer<CChar>?
         let n = BIO_nwrite(network, &pointer, Int32(count))
         precondition(Int(n) == count, "TLS input commit of \(count) bytes, BIO took \(n) (internal invariant)")
@@ -266,6 +269,7 @@ final class TLSEngine {
             return SluiceError(
                 .authenticationFailed, operation: operation, subject: name, detail: TLSContext.openSSLReason(error))
         }
+        if handshaking && inputEnded && !heardFromPeer { return Self.turnedAway(subject: name) }
         if reason == SSL_R_UNEXPECTED_EOF_WHILE_READING || (error == 0 && inputEnded) {
             let detail =
                 handshaking
@@ -275,6 +279,15 @@ final class TLSEngine {
         }
         let detail = error == 0 ? "OpenSSL error" : TLSContext.openSSLReason(error)
         return SluiceError(.protocolViolation, operation: operation, subject: name, detail: detail)
+    }
+
+    /// The peer closed (or reset) the connection before a byte of the handshake came back: it
+    /// turned the connection away before TLS (too busy, or refusing this address), which a
+    /// later attempt may not meet.
+    static func turnedAway(subject: String) -> SluiceError {
+        SluiceError(
+            .unavailable, operation: "TLS handshake", subject: subject,
+            detail: "the peer closed the connection without answering the handshake")
     }
 
     /// The reasons that mean one side could not authenticate the other.

@@ -25,6 +25,14 @@ final class DescriptorChannel: FDHandler {
     private(set) var closed = false
     private var lastHangup = false
 
+    deinit {
+        // Both streams gone without closing it: dropped unopened (a connection turned away
+        // before anything was read or written), or never closed. The descriptor is still this
+        // channel's; nothing else can reach it any more. (A watched channel is held by its loop,
+        // so it is not watched here.)
+        if ownsDescriptor && !closed { closeDescriptor(fd) }
+    }
+
     init(fd: Int32, ownsDescriptor: Bool) {
         self.fd = fd
         self.ownsDescriptor = ownsDescriptor

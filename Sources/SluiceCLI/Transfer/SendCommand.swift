@@ -252,6 +252,12 @@ final class SendSession: Interruptible {
         let message: String
         if ["connect", "resolve", "send"].contains(error.operation) {
             message = error.description
+        } else if error.operation == "TLS handshake" && error.code == .unavailable {
+            // A receiver turns a connection away before TLS when it serves --max-sessions
+            // senders, or when this address failed to authenticate too often.
+            message =
+                "send to \(destinationName): \(error.description) (the receiver may be serving all the senders "
+                + "it allows, or refusing this address after failed attempts); try again later"
         } else {
             message = "send to \(destinationName): \(error.description)"
         }

@@ -109,8 +109,9 @@ public final class TransferReceiver {
         }
         guard throttle.allows(address), activeSessions < options.maxSessions else {
             if activeSessions >= options.maxSessions { connectionsRefused += 1 } else { connectionsThrottled += 1 }
-            input.close()
-            output.close()
+            // Before TLS there is no way to say why: the connection is closed (what the peer
+            // already sent is read first, so that closing does not reset it).
+            Self.turnAway(input, output, message: nil)
             return nil
         }
         let (reader, writer) = TLS.secure((input, output), context: context)
@@ -132,7 +133,9 @@ public final class TransferReceiver {
     {
         guard activeSessions < options.maxSessions else {
             connectionsRefused += 1
-            Self.turnAway(input, output, limit: options.maxSessions)
+            let reason =
+                "\(Wire.busyPrefix) this receiver serves \(options.maxSessions) sessions at once; try again later"
+            Self.turnAway(input, output, message: Wire.magic + Frame.error(reason: reason).encoded)
             return nil
         }
         let id = nextID
@@ -145,17 +148,13 @@ public final class TransferReceiver {
         return id
     }
 
-    /// Tells a connection beyond the limit that the receiver is busy: the magic and an ERROR
-    /// message (a few bytes that an empty socket buffer takes at once), then what the peer
-    /// already sent is drained so that closing does not reset the connection under its answer.
-    private static func turnAway(_ input: ReadStream, _ output: WriteStream, limit: Int) {
+    /// Turns a connection away: `message` (the magic and an ERROR saying the receiver is busy,
+    /// a few bytes that an empty socket buffer takes at once), if any, then what the peer
+    /// already sent is drained so that closing does not reset the connection under the answer.
+    private static func turnAway(_ input: ReadStream, _ output: WriteStream, message: [UInt8]?) {
         if output.streamStatus == .notOpen { output.open() }
         if input.streamStatus == .notOpen { input.open() }
-        let message =
-            Wire.magic
-            + Frame.error(reason: "\(Wire.busyPrefix) this receiver serves \(limit) sessions at once; try again later")
-            .encoded
-        if output.streamStatus == .open {
+        if let message, output.streamStatus == .open {
             _ = message.withUnsafeBufferPointer { output.write($0.baseAddress!, maxLength: $0.count) }
         }
         output.close()
