@@ -12,15 +12,6 @@ enum OpenFileLimit {
     /// `RLIM_INFINITY` (all ones), which Swift does not import.
     private static let unlimited = rlim_t.max
 
-    /// The soft limit now, or nil when it cannot be read or is unlimited.
-    static var current: Int? {
-        var limit = rlimit()
-        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur != unlimited else {
-            return nil
-        }
-        return Int(clamping: limit.rlim_cur)
-    }
-
     /// Raises the soft limit to `wanted` descriptors, or as far as the hard limit allows; never
     /// lowers it. Returns the soft limit afterwards (nil: unlimited or unknown).
     @discardableResult
