@@ -130,4 +130,32 @@ extension ReceiverProcess {
             _ = receiver.stop()
         }
     }
+
+    /// Connections that never finish a handshake (here: never say a word, past a one-second
+    /// --timeout) count against their address like wrong keys: after five, the address is
+    /// shut out, and even a sender with the key is turned away for the rest of the minute.
+    @Test func handshakesThatTimeOutShutTheAddressOut() throws {
+        try withTemporaryDirectory { dir in
+            let inbox = "\(dir)/in"
+            mkdir(inbox, 0o755)
+            try write(randomBytes(100, seed: 46), to: "\(dir)/x.bin")
+            let receiver = try ReceiverProcess(["--dir", inbox, "--timeout", "1"])
+            let port = try receiver.port()
+            var held: [Int32] = []
+            defer { for fd in held { close(fd) } }
+            for _ in 0..<5 {
+                if let fd = connectToLoopback(port: port) { held.append(fd) }
+            }
+            #expect(held.count == 5)
+            let timedOut = waitUntil(.seconds(30)) {
+                receiver.stderrText.components(separatedBy: "timed out").count - 1 >= 5
+            }
+            #expect(timedOut, "\(receiver.stderrText)")
+            let sent = try Running(sluiceBinary, ["send", "\(dir)/x.bin", "127.0.0.1:\(port)"]).wait(
+                within: .seconds(20))
+            #expect(sent.status == 69, "\(sent.stderrText)")
+            #expect(directoryEntries(inbox).isEmpty)
+            _ = receiver.stop()
+        }
+    }
 }

@@ -88,14 +88,22 @@ public final class TransferReceiver {
     /// From now on, `serve(input:output:from:on:)` secures each connection with TLS 1.3 and the
     /// external pre-shared key `key` (`psk_dhe_ke`: an ephemeral key exchange too, for forward
     /// secrecy), this receiver being the TLS server. A peer without the key fails the
-    /// handshake: no message of the transfer protocol is read from it or sent to it. An address
-    /// whose handshakes fail `throttle.maximumFailures` times within `throttle.window` has its
-    /// connections closed at once until the window passes.
+    /// handshake: no message of the transfer protocol is read from it or sent to it. A
+    /// handshake must be done within `handshakeTimeout` (or the idle timeout, if shorter). An
+    /// address whose handshakes fail or time out `throttle.maximumFailures` times within
+    /// `throttle.window` has its connections closed at once until the window passes, so that a
+    /// peer without the key can neither guess it at speed nor keep the sessions busy with
+    /// connections that never finish a handshake.
     public func useTLS(preSharedKey key: PreSharedKey) throws(SluiceError) {
         var settings = TLSSettings(role: .server)
         settings.preSharedKey = key
+        settings.handshakeTimeout = min(Self.handshakeTimeout, options.idleTimeout ?? Self.handshakeTimeout)
         tlsContext = try TLSContext(settings)
     }
+
+    /// How long a connection has to finish its TLS handshake: one round trip for a sender with
+    /// the key, so a connection still silent after this long is not one.
+    public static let handshakeTimeout: Duration = .seconds(10)
 
     /// Serves one accepted connection from `peer`: over TLS after `useTLS(preSharedKey:)`,
     /// else in plaintext. Returns the session's id, or nil when the connection was turned away
@@ -239,7 +247,12 @@ public final class TransferReceiver {
     }
 
     func sessionEnded(_ session: ReceiverSession, report: TransferSessionReport) {
-        if let address = addresses.removeValue(forKey: report.id), report.error?.code == .authenticationFailed {
+        // Over TLS (where the throttle applies), a session that ended in error without a byte
+        // of the protocol never finished its handshake: a wrong key, a handshake that broke
+        // off, or one not done before a timeout — a peer without the key.
+        if let address = addresses.removeValue(forKey: report.id), report.error != nil,
+            report.error?.code == .authenticationFailed || session.bytesRead == 0
+        {
             throttle.recordFailure(address)
         }
         leaveTransfer(report.id)
@@ -321,6 +334,8 @@ final class ReceiverSession: WireConnectionOwner {
     let peer: String
     private weak var receiver: TransferReceiver?
     private let connection: WireConnection
+    /// Bytes of the protocol read (over TLS, none before the handshake is done).
+    var bytesRead: UInt64 { connection.bytesRead }
     private let loop: EventLoop
     private let store: ReceiverStore
     private let options: TransferReceiveOptions
