@@ -19,6 +19,7 @@
 #   Benchmarks/zerocopy.sh
 #   ROUNDS=7 SIZE_MB=512 Benchmarks/zerocopy.sh
 #   BASELINE=/path/to/sluice-f516f43 Benchmarks/zerocopy.sh   # skip building BASE_REV
+#   BASE_REV=d6f442b BASE_NOTE="main when issue 15 was filed" Benchmarks/zerocopy.sh
 #
 # BASE_REV is built once (git archive into $SLUICE_BENCH_DATA/sluice-BASE_REV, swift build -c
 # release) and kept there. Prints a Markdown section on stdout for RESULTS.md.
@@ -29,6 +30,8 @@ ROUNDS=${ROUNDS:-5}
 SIZE_MB=${SIZE_MB:-1024}
 DATA=${SLUICE_BENCH_DATA:-/tmp/sluice-bench-data}
 BASE_REV=${BASE_REV:-f516f43}
+# What BASE_REV was, for the report.
+BASE_NOTE=${BASE_NOTE:-main before the zero-copy work}
 command -v nc >/dev/null || { apt-get update -qq && apt-get install -y -qq netcat-openbsd >/dev/null; }
 [ -x /usr/bin/time ] || { apt-get update -qq && apt-get install -y -qq time >/dev/null; }
 swift build -c release --product sluice >/dev/null
@@ -212,8 +215,7 @@ cat <<EOF
 
 Machine: $(nproc) cores $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //; s/ [0-9]*-Core.*//'), kernel $(uname -r), $(swift --version 2>&1 | head -1 | sed 's/ (.*//'). $SIZE_MB MiB of random bytes,
 default chunk size (1M). Paths taken: sender \`$send_path\`, receiver \`$recv_path\`, file → file
-\`$file_path\` (from \`--stats=json\`). "today's" is \`sluice\` built from $BASE_REV (main before
-this branch); \`--no-zero-copy\` is this build's read/write path. Ratios are per round, then median
+\`$file_path\` (from \`--stats=json\`). "today's" is \`sluice\` built from $BASE_REV ($BASE_NOTE); \`--no-zero-copy\` is this build's read/write path. Ratios are per round, then median
 and range; CPU is user + system of both ends.
 
 | measure | median | range | target | verdict |

@@ -158,4 +158,36 @@ extension ReceiverProcess {
             _ = receiver.stop()
         }
     }
+
+    /// `receive --once` serves one sender: a connection that closes before its handshake (a
+    /// port scan) and one with a wrong code are not that sender, and the receiver waits on
+    /// for the one with the code, then exits with its status.
+    @Test func onceIsNotUsedUpByAStrangerOrAWrongCode() throws {
+        try withTemporaryDirectory { dir in
+            let inbox = "\(dir)/in"
+            mkdir(inbox, 0o755)
+            let data = randomBytes(20_000, seed: 47)
+            try write(data, to: "\(dir)/a.bin")
+            let receiver = try ReceiverProcess(["--dir", inbox, "--once"], pairingCode: true)
+            let code = try receiver.code()
+            let port = try receiver.port()
+            let scan = try #require(connectToLoopback(port: port))
+            close(scan)
+            #expect(
+                waitUntil { receiver.stderrText.contains("before it began the handshake") }, "\(receiver.stderrText)")
+            let other = try ReceiverProcess(["--dir", inbox, "--once"], pairingCode: true)
+            let wrongCode = try other.code()
+            other.signal(SIGTERM)
+            _ = other.wait()
+            try write(Data((wrongCode + "\n").utf8), to: "\(dir)/wrong")
+            let wrong = try sluice("send", "--code-file", "\(dir)/wrong", "\(dir)/a.bin", "127.0.0.1:\(port)")
+            #expect(wrong.status == 77, "\(wrong.stderrText)")
+            try write(Data((code + "\n").utf8), to: "\(dir)/right")
+            let right = try sluice("send", "--code-file", "\(dir)/right", "\(dir)/a.bin", "127.0.0.1:\(port)")
+            #expect(right.status == 0, "\(right.stderrText)")
+            let ended = receiver.wait()
+            #expect(ended.status == 0, "\(ended.stderr)")
+            #expect(contents("\(inbox)/a.bin") == data)
+        }
+    }
 }

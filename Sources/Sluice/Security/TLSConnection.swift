@@ -241,7 +241,9 @@ final class TLSConnection {
     private func fail(_ failure: SluiceError) {
         guard case .handshaking = state else { return }
         var error = failure
-        if let engine, !engine.heardFromPeer, failure.errno == .connectionReset || failure.errno == .brokenPipe {
+        if let engine, !engine.heardFromPeer, engine.context.settings.role == .client,
+            failure.errno == .connectionReset || failure.errno == .brokenPipe
+        {
             // Reset before a byte came back: turned away before TLS, as when the peer closes.
             error = TLSEngine.turnedAway(subject: name)
         }

@@ -269,7 +269,12 @@ final class TLSEngine {
             return SluiceError(
                 .authenticationFailed, operation: operation, subject: name, detail: TLSContext.openSSLReason(error))
         }
-        if handshaking && inputEnded && !heardFromPeer { return Self.turnedAway(subject: name) }
+        if handshaking && inputEnded && !heardFromPeer {
+            if context.settings.role == .client { return Self.turnedAway(subject: name) }
+            return SluiceError(
+                .protocolViolation, operation: operation, subject: name,
+                detail: "the peer closed the connection before it began the handshake")
+        }
         if reason == SSL_R_UNEXPECTED_EOF_WHILE_READING || (error == 0 && inputEnded) {
             let detail =
                 handshaking

@@ -55,8 +55,6 @@ final class ReceiveSession: Interruptible {
     let loop: EventLoop
     private var receiver: TransferReceiver?
     private var listener: SocketListener?
-    /// With `--once`: the id of the one session served.
-    private var onlySession: Int?
     private var signal: Int32?
     private(set) var status: ExitStatus?
     /// Failures to accept (out of descriptors): the first is reported, its repeats counted.
@@ -95,6 +93,7 @@ final class ReceiveSession: Interruptible {
                 "receive into \(options.directory): \(error.reason)")
         }
         self.receiver = receiver
+        receiver.servesOneTransfer = options.once
         receiver.onEvent = { [weak self] event in self?.event(event) }
         receiver.onSessionEnd = { [weak self] report in self?.sessionEnded(report) }
 
@@ -154,23 +153,21 @@ final class ReceiveSession: Interruptible {
         let id = receiver.serve(input: input, output: output, from: peer, on: loop)
         guard options.once, let id else { return }
         onceServed.insert(id)
-        if onlySession == nil {
-            // The other connections of its transfer (send --streams) may follow; nothing else.
-            onlySession = id
-            receiver.onlyTransferOfSession = id
-        }
     }
 
-    /// With `--once`: sessions served (the first, those joining its transfer, and strangers
-    /// turned away), and the reports of the transfer's sessions.
+    /// With `--once`: sessions served (the transfer's, and strangers: those that never got
+    /// past their handshake or were turned away), and the reports of the transfer's sessions.
+    /// The transfer's first session is the receiver's `onlyTransferOfSession`: the first to
+    /// ask for something, so a port scan or a wrong key before the sender does not end it.
     private var onceServed: Set<Int> = []
     private var onceReports: [TransferSessionReport] = []
     private var onlySessionEnded = false
 
     /// `--once`: the transfer's sessions have all ended: the status is theirs.
     private func onceSessionEnded(_ report: TransferSessionReport) {
-        guard let receiver, let only = onlySession else { return }
+        guard let receiver else { return }
         onceServed.remove(report.id)
+        guard let only = receiver.onlyTransferOfSession else { return }
         if report.id == only || report.streamIndex != nil { onceReports.append(report) }
         if report.id == only { onlySessionEnded = true }
         guard onlySessionEnded, !onceServed.contains(where: receiver.isInTransfer), status == nil else { return }

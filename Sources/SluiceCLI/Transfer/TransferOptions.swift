@@ -310,7 +310,9 @@ struct ReceiveOptions: Sendable {
         ),
         OptionSpec(
             "dir", short: "C", value: .required("DIR"), help: "store into DIR, which must exist\n(default: .)"),
-        OptionSpec("once", help: "serve one sender, then exit with its status"),
+        OptionSpec(
+            "once",
+            help: "serve one sender, then exit with its status\n(connections that fail their handshake do\nnot count)"),
         OptionSpec("overwrite", help: "replace existing files"),
         OptionSpec("max-size", value: .required("SIZE"), help: "refuse files larger than SIZE, like 100M, 4G"),
         OptionSpec(

@@ -119,8 +119,9 @@ struct ReceiverMachine: Sendable {
         var resume = true
         /// Offer the `streams` capability (one transfer over several connections).
         var streams = false
-        /// Serve this connection only as part of a transfer it joins (`receive --once` after
-        /// its first connection): any other first message is refused.
+        /// Serve this connection only as part of a transfer it joins (`receive --once` once
+        /// another connection's transfer is the one served): any other first message after HELLO
+        /// is refused.
         var mustJoin = false
         /// The digests offered, the preferred first (SHA-256 among them).
         var digests = TransferDigest.offered
@@ -174,7 +175,8 @@ struct ReceiverMachine: Sendable {
         case ended(SessionEnd)
     }
 
-    let settings: Settings
+    /// Fixed once the session's first entry or JOIN is decided (`mustJoin` is settled then).
+    var settings: Settings
     private(set) var state = State.awaitingMagic
     /// Entries announced by the sender, and answers sent.
     private(set) var entriesAnnounced = 0
@@ -203,6 +205,13 @@ struct ReceiverMachine: Sendable {
         case .awaitingMagic, .awaitingHello, .idle, .receiving, .discarding: return true
         case .joining, .storing, .finishing, .committing, .settling, .ended: return false
         }
+    }
+
+    /// True when the next message is the session's first after HELLO: its first entry, JOIN
+    /// or BYE, the point where `settings.mustJoin` decides.
+    var awaitsFirstRequest: Bool {
+        guard case .idle = state else { return false }
+        return joined == nil && entriesAnnounced == 0
     }
 
     var hasEnded: Bool {

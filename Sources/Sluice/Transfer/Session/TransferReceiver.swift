@@ -191,10 +191,24 @@ public final class TransferReceiver {
     private var groups: [[UInt8]: TransferGroup] = [:]
     private var groupOfSession: [Int: TransferGroup] = [:]
 
-    /// When set, every new connection must join the transfer that session `id` started
-    /// (`JOIN` with its transfer id) and is refused otherwise: a `receive --once` serves the
-    /// connections of its one transfer and nothing else.
+    /// Serve one transfer only (`receive --once`): the first session to get past its handshake
+    /// and HELLO and ask for something (a file, a directory, JOIN or BYE) becomes
+    /// `onlyTransferOfSession`; from then on every other session must join that session's
+    /// transfer (`JOIN` with its transfer id) and is refused otherwise. A connection that never
+    /// gets that far (a port scan, a wrong key) is served and ends as any other, and claims
+    /// nothing.
+    public var servesOneTransfer = false
+
+    /// When set, every other session must join the transfer that session `id` started and is
+    /// refused otherwise; set by the first session's first request when `servesOneTransfer`.
     public var onlyTransferOfSession: Int?
+
+    /// Session `id` is about to make its first request: whether it must join another's
+    /// transfer (claiming the one transfer served if none has been yet).
+    func mustJoin(_ id: Int) -> Bool {
+        if servesOneTransfer && onlyTransferOfSession == nil { onlyTransferOfSession = id }
+        return onlyTransferOfSession.map { $0 != id } ?? false
+    }
 
     /// True while session `id` is part of a transfer over several connections.
     public func isInTransfer(_ id: Int) -> Bool { groupOfSession[id] != nil }
@@ -376,7 +390,7 @@ final class ReceiverSession: WireConnectionOwner {
         machine = ReceiverMachine(
             settings: .init(
                 overwrite: options.overwrite, maxSize: options.maxSize, resume: options.resume,
-                streams: options.streams, mustJoin: receiver.onlyTransferOfSession.map { $0 != id } ?? false))
+                streams: options.streams))
         hasher = DigestWorker(loop: loop)
         connection = WireConnection(
             input: input, output: output, inboundCapacity: Self.initialInbound,
@@ -466,6 +480,9 @@ final class ReceiverSession: WireConnectionOwner {
                 perform(machine.violated(reason))
                 return
             case .item(let item, let consumed):
+                if machine.awaitsFirstRequest, let receiver {
+                    machine.settings.mustJoin = receiver.mustJoin(id)
+                }
                 let actions = machine.received(item)
                 guard case .data(let piece, _) = item, actions == [.deliverData] else {
                     connection.inbound.consume(consumed)
