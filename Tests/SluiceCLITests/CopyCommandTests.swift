@@ -151,9 +151,31 @@ import Testing
             #expect(noDirectory.stderrLines.count == 1)
             #expect(noDirectory.stderrText.contains("\(dir)/missing/out"))
             try FileManager.default.createDirectory(atPath: "\(dir)/sub", withIntermediateDirectories: false)
-            let directory = try sluice("copy", "-f", "\(dir)/in", "\(dir)/sub")
+            // Standard input has no name to give a file in the directory.
+            let directory = try sluice(["copy", "-f", "-", "\(dir)/sub"], stdin: Data("x".utf8))
             #expect(directory.status == 73)
-            #expect(directory.stderrText == "sluice: \(dir)/sub: is a directory\n")
+            #expect(
+                directory.stderrText
+                    == "sluice: \(dir)/sub: is a directory (name the file to write in it: \(dir)/sub/NAME)\n")
+            #expect(directoryEntries("\(dir)/sub").isEmpty)
+        }
+    }
+
+    /// `copy FILE DIR` writes DIR/FILE's name, as cp does, under the same rules as any file.
+    @Test func aFileCopiedToADirectoryTakesItsName() throws {
+        try withTemporaryDirectory { dir in
+            let data = randomBytes(70_000, seed: 48)
+            try write(data, to: "\(dir)/in.bin")
+            try FileManager.default.createDirectory(atPath: "\(dir)/sub", withIntermediateDirectories: false)
+            let first = try sluice("copy", "\(dir)/in.bin", "\(dir)/sub")
+            #expect(first.status == 0, "\(first.stderrText)")
+            #expect(contents("\(dir)/sub/in.bin") == data)
+            let again = try sluice("copy", "\(dir)/in.bin", "\(dir)/sub/")
+            #expect(again.status == 73)
+            #expect(again.stderrText == "sluice: \(dir)/sub/in.bin: file exists (use --force to replace it)\n")
+            let forced = try sluice("copy", "-f", "file:\(dir)/in.bin", "\(dir)/sub/")
+            #expect(forced.status == 0, "\(forced.stderrText)")
+            #expect(directoryEntries("\(dir)/sub") == ["in.bin"])
         }
     }
 

@@ -180,7 +180,8 @@ enum CopyCommand: Command {
         slows the other down instead of filling memory. A destination file is
         written under a temporary name and renamed into place only when complete;
         an existing file is replaced only with --force. Interrupted, the
-        unfinished file is removed.
+        unfinished file is removed. A file copied to an existing directory takes
+        its name there, as with cp.
 
         Where nothing transforms the bytes (no -z, -d, --rate-limit or TLS) and
         both ends are files, pipes, TCP or Unix-domain sockets or /dev/null, the

@@ -51,7 +51,7 @@ final class CopySession: Interruptible {
     private var cancelOpenings: [CancelOpening] = []
 
     init(options: CopyOptions, loop: EventLoop) {
-        self.options = options
+        self.options = options.intoDirectory()
         self.loop = loop
         openOptions = OpenOptions(
             force: options.force, append: options.append, flush: options.fsync, timeoutSeconds: options.timeoutSeconds)

@@ -1,5 +1,9 @@
 import Sluice
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// When the progress display is drawn.
 enum ProgressMode: Hashable, Sendable {
     /// When stderr is a terminal.
@@ -202,6 +206,20 @@ struct CopyOptions: Hashable, Sendable {
     init(source: Endpoint, destination: Endpoint) {
         self.source = source
         self.destination = destination
+    }
+
+    /// `copy FILE DIR`, DIR an existing directory, writes DIR/(FILE's last component), as cp
+    /// does. Other sources have no name to give the file: DIR stays, and fails as a directory.
+    func intoDirectory() -> CopyOptions {
+        guard case .file(let directory) = destination, case .file(let path) = source else { return self }
+        var info = stat()
+        guard stat(directory, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else { return self }
+        guard let name = path.split(separator: "/").last.map(String.init), name != ".", name != ".." else {
+            return self
+        }
+        var resolved = self
+        resolved.destination = .file(directory.hasSuffix("/") ? directory + name : directory + "/" + name)
+        return resolved
     }
 
     /// Validates parsed arguments (help and version already handled by the caller).

@@ -58,7 +58,8 @@ final class DestinationFile {
         }
         switch info.st_mode & S_IFMT {
         case S_IFDIR:
-            throw CLIError(.cannotCreate, "\(path): is a directory")
+            let example = path.hasSuffix("/") ? path + "NAME" : path + "/NAME"
+            throw CLIError(.cannotCreate, "\(path): is a directory (name the file to write in it: \(example))")
         case S_IFREG:
             var finalPath = path
             var link = stat()
