@@ -46,7 +46,7 @@ final class Destination: @unchecked Sendable {
                 if wasCreated { created.append(sofar) }
             case .failure(let rejection):
                 closeDescriptor(current)
-                return .failure(Destination.describe(rejection, display(sofar), entry: relative))
+                return .failure(Destination.describe(rejection, display(sofar)))
             }
         }
         return .success((current, created))
@@ -91,10 +91,10 @@ final class Destination: @unchecked Sendable {
         return .failure(.system("open", .noSuchFile))
     }
 
-    static func describe(_ failure: StepFailure, _ where_: String, entry: String) -> EntryRejection {
+    static func describe(_ failure: StepFailure, _ where_: String) -> EntryRejection {
         switch failure {
         case .notDirectory:
-            return .refused(.invalidPath, "\(entry): \(where_) is a symbolic link or not a directory")
+            return .refused(.invalidPath, "\(where_) is a symbolic link or not a directory")
         case .system(let call, let errno):
             return .failed(.io, "\(call) \(quoted(where_)): \(errno)")
         }
@@ -116,7 +116,7 @@ final class Destination: @unchecked Sendable {
                 if case .notDirectory = failure {
                     return .failure(.refused(.exists, "exists (not a directory)"))
                 }
-                return .failure(Destination.describe(failure, display(relative), entry: relative))
+                return .failure(Destination.describe(failure, display(relative)))
             }
         }
     }
