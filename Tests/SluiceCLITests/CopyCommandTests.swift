@@ -293,14 +293,17 @@ import Testing
         }
     }
 
-    @Test func terminateRemovesTheUnfinishedDestinationToo() throws {
+    /// SIGTERM, and SIGHUP (an ssh session dropped), clean up as SIGINT does.
+    @Test(arguments: [(SIGTERM, "terminated"), (SIGHUP, "hung up")])
+    func terminateRemovesTheUnfinishedDestinationToo(signal: Int32, word: String) throws {
         try withTemporaryDirectory { dir in
             try write(randomBytes(2 * 1_048_576), to: "\(dir)/in")
             let running = try Running(sluiceBinary, ["copy", "--rate-limit", "100K", "\(dir)/in", "\(dir)/out"])
             #expect(waitUntil { directoryEntries(dir).contains { $0.hasPrefix(".out.sluice-") } })
-            running.signal(SIGTERM)
+            running.signal(signal)
             let outcome = running.wait()
-            #expect(outcome.status == 143)
+            #expect(outcome.status == 128 + signal)
+            #expect(outcome.stderrText == "sluice: copy to \(dir)/out: \(word)\n")
             #expect(directoryEntries(dir) == ["in"])
         }
     }

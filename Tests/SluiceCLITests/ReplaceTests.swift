@@ -24,7 +24,7 @@ import Testing
         return running
     }
 
-    @Test(arguments: [SIGINT, SIGTERM])
+    @Test(arguments: [SIGINT, SIGTERM, SIGHUP])
     func aSignalDuringAReplaceLeavesTheOldFile(signal: Int32) throws {
         try withTemporaryDirectory { dir in
             let old = randomBytes(1_048_576, seed: 1)
@@ -32,7 +32,7 @@ import Testing
             let running = try replacementHalfWay(dir, old: old, new: new)
             running.signal(signal)
             let outcome = running.wait(closingInput: false, within: .seconds(30))
-            #expect(outcome.status == (signal == SIGINT ? 130 : 143))
+            #expect(outcome.status == 128 + signal, "\(outcome.stderrText)")
             #expect(contents("\(dir)/out") == old)
             #expect(directoryEntries(dir) == ["out"])
         }

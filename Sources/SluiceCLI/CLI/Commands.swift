@@ -44,7 +44,7 @@ enum SluiceCommand {
           69 unavailable (connection refused, unknown host); 73 destination exists or
           cannot be created; 74 input/output error (a TLS connection cut without
           close_notify); 77 authentication failed (pin, certificate, name, key);
-          130 interrupted (SIGINT); 143 terminated (SIGTERM)
+          129 hung up (SIGHUP); 130 interrupted (SIGINT); 143 terminated (SIGTERM)
         """
 
     static var help: String {

@@ -1,5 +1,9 @@
 import Sluice
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// The exit statuses of `sluice`, from sysexits(3).
 enum ExitStatus: Int32, Sendable {
     case ok = 0
@@ -17,10 +21,24 @@ enum ExitStatus: Int32, Sendable {
     case ioError = 74
     /// EX_NOPERM: authentication failed (certificate not trusted, name or pin mismatch, wrong key).
     case notPermitted = 77
+    /// 128 + SIGHUP: the terminal went away (an ssh session dropped).
+    case hungUp = 129
     /// 128 + SIGINT.
     case interrupted = 130
     /// 128 + SIGTERM.
     case terminated = 143
+}
+
+extension ExitStatus {
+    /// The status and the word for a signal that stopped a command: SIGHUP, SIGTERM, or
+    /// (anything else) SIGINT.
+    static func stopped(by signal: Int32) -> (status: ExitStatus, word: String) {
+        switch signal {
+        case SIGHUP: return (.hungUp, "hung up")
+        case SIGTERM: return (.terminated, "terminated")
+        default: return (.interrupted, "interrupted")
+        }
+    }
 }
 
 /// A failure of a command: the status to exit with and the one line to print after `sluice: `.

@@ -186,9 +186,8 @@ final class CopySession: Interruptible {
 
     private static func interruption(_ signal: Int32, destination: Endpoint) -> CLIError {
         let name = destination.displayName(as: .destination)
-        let status: ExitStatus = signal == SIGTERM ? .terminated : .interrupted
-        let what = signal == SIGTERM ? "terminated" : "interrupted"
-        return CLIError(status, "copy to \(name): \(what)")
+        let stopped = ExitStatus.stopped(by: signal)
+        return CLIError(stopped.status, "copy to \(name): \(stopped.word)")
     }
 
     /// `--timeout`: fails the copy when no byte moved for that long (and before the pipeline
@@ -227,7 +226,7 @@ final class CopySession: Interruptible {
             ? options.source.displayName(as: .source) : options.destination.displayName(as: .destination)
     }
 
-    /// SIGINT or SIGTERM: cancel the pipeline (its completion cleans up) or, before it runs,
+    /// SIGINT, SIGTERM or SIGHUP: cancel the pipeline (its completion cleans up) or, before it runs,
     /// end at once.
     func interrupt(_ signal: Int32) {
         guard outcome == nil, self.signal == nil else { return }

@@ -6,8 +6,8 @@ import Synchronization
     import Glibc
 #endif
 
-/// Turns SIGINT and SIGTERM into calls of a handler on an ordinary thread, with no signal
-/// handler at all: `install()` blocks both signals before any other thread starts (threads
+/// Turns SIGINT, SIGTERM and SIGHUP (the terminal or ssh session gone) into calls of a handler
+/// on an ordinary thread, with no signal handler at all: `install()` blocks the signals before any other thread starts (threads
 /// inherit the mask, so none of them takes the signal), and a thread of its own waits for
 /// them with `sigwait(2)`. The handler hands the work to the event loop
 /// (`loop.execute { pipeline.cancel() }`), so cancelling happens on the loop's thread.
@@ -27,10 +27,11 @@ final class SignalWatcher: Sendable {
         sigemptyset(&set)
         sigaddset(&set, SIGINT)
         sigaddset(&set, SIGTERM)
+        sigaddset(&set, SIGHUP)
         return set
     }
 
-    /// Blocks SIGINT and SIGTERM and starts the waiting thread. Call first thing in `main`.
+    /// Blocks SIGINT, SIGTERM and SIGHUP and starts the waiting thread. Call first thing in `main`.
     /// Also ignores SIGPIPE for the whole command: the library never does that for its users,
     /// and stdout piped into `head` must end in an EPIPE error, not a signal.
     func install() {
@@ -60,13 +61,13 @@ final class SignalWatcher: Sendable {
     }
 }
 
-/// Something that stops cleanly on SIGINT or SIGTERM, on its loop's thread.
+/// Something that stops cleanly on SIGINT, SIGTERM or SIGHUP, on its loop's thread.
 protocol Interruptible: AnyObject {
     func interrupt(_ signal: Int32)
 }
 
 extension SignalWatcher {
-    /// Hands SIGINT and SIGTERM to `target.interrupt` on `loop`'s thread.
+    /// Hands SIGINT, SIGTERM and SIGHUP to `target.interrupt` on `loop`'s thread.
     func route(to target: any Interruptible, on loop: EventLoop) {
         let box = UncheckedSendable(target)
         setHandler { signal in

@@ -31,8 +31,8 @@ enum ReceiveCommand: Command {
           0 every file stored (--once); 64 usage error; 65 a file failed its
           integrity check (--once); 69 cannot listen on the address; 73 DIR
           missing or not writable, or a file refused (--once); 74 input/output
-          error or connection lost (--once); 130 interrupted (SIGINT);
-          143 terminated (SIGTERM)
+          error or connection lost (--once); 129 hung up (SIGHUP);
+          130 interrupted (SIGINT); 143 terminated (SIGTERM)
 
         """
     }
@@ -237,14 +237,14 @@ final class ReceiveSession: Interruptible {
         if options.once { onceSessionEnded(report) }
     }
 
-    /// SIGINT or SIGTERM: stop listening and end every session; partial files stay for a
+    /// SIGINT, SIGTERM or SIGHUP: stop listening and end every session; partial files stay for a
     /// resume.
     func interrupt(_ signal: Int32) {
         guard self.signal == nil else { return }
         self.signal = signal
         listener?.close()
         receiver?.closeAllSessions()
-        status = signal == SIGTERM ? .terminated : .interrupted
+        status = ExitStatus.stopped(by: signal).status
         loop.stop()
     }
 
@@ -268,7 +268,7 @@ final class ReceiveSession: Interruptible {
             return .ioError
         }
         if let signal = session.signal {
-            Terminal.report("receive into \(options.directory): \(signal == SIGTERM ? "terminated" : "interrupted")")
+            Terminal.report("receive into \(options.directory): \(ExitStatus.stopped(by: signal).word)")
         }
         if let format = options.stats {
             var stats = session.stats

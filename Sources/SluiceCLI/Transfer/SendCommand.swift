@@ -31,7 +31,8 @@ enum SendCommand: Command {
           check; 66 a PATH is missing or unreadable; 69 cannot connect (refused,
           unknown host, timed out, receiver busy); 73 the receiver refused a
           file (it exists, too large, invalid name); 74 connection lost or
-          input/output error; 130 interrupted (SIGINT); 143 terminated (SIGTERM)
+          input/output error; 129 hung up (SIGHUP); 130 interrupted (SIGINT);
+          143 terminated (SIGTERM)
 
         """
     }
@@ -219,7 +220,7 @@ final class SendSession: Interruptible {
         }
     }
 
-    /// SIGINT or SIGTERM: stop sending; the receiver keeps what it has for a resume.
+    /// SIGINT, SIGTERM or SIGHUP: stop sending; the receiver keeps what it has for a resume.
     func interrupt(_ signal: Int32) {
         guard summary == nil, self.signal == nil else { return }
         self.signal = signal
@@ -238,10 +239,8 @@ final class SendSession: Interruptible {
     /// The exit status and, for a failure of the whole transfer, its one-line message.
     func outcome(of summary: TransferSummary) -> CLIError {
         if let signal {
-            let terminated = signal == SIGTERM
-            return CLIError(
-                terminated ? .terminated : .interrupted,
-                "send to \(destinationName): \(terminated ? "terminated" : "interrupted")")
+            let stopped = ExitStatus.stopped(by: signal)
+            return CLIError(stopped.status, "send to \(destinationName): \(stopped.word)")
         }
         if let timeoutFailure { return timeoutFailure }
         guard let error = summary.error else {
