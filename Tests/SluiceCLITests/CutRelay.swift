@@ -18,35 +18,19 @@ final class CutRelay: @unchecked Sendable {
     private let finished = DispatchSemaphore(value: 0)
 
     init(to targetPort: UInt16, cutAfter: Int) throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw POSIXError(.EIO) }
-        var address = loopback(port: 0)
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                bind(fd, pointer, length) == 0 && listen(fd, 1) == 0 && getsockname(fd, pointer, &length) == 0
-            }
-        }
-        guard bound else {
+        let (fd, boundPort) = try boundLoopbackSocket()
+        guard listen(fd, 1) == 0 else {
             close(fd)
             throw POSIXError(.EADDRINUSE)
         }
         listener = fd
-        port = UInt16(bigEndian: address.sin_port)
+        port = boundPort
         Thread.detachNewThread { [self] in
             defer { finished.signal() }
             let client = accept(fd, nil, nil)
             guard client >= 0 else { return }
-            let server = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            var target = loopback(port: targetPort)
-            let connected = withUnsafePointer(to: &target) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    connect(server, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
-                }
-            }
-            guard connected else {
+            guard let server = connectToLoopback(port: targetPort) else {
                 close(client)
-                close(server)
                 return
             }
             relay(client, server, cutAfter: cutAfter)
