@@ -66,6 +66,19 @@ struct ByteBuffer {
         return tailSpace >= count
     }
 
+    /// Makes tail space for a read: compacts only when the bytes moved are no more than the
+    /// space gained, or fewer than `partial` (the most an owner may hold of a message it needs
+    /// the rest of), so that a buffer full of unparsed messages is not moved whole for each
+    /// small message consumed (which cost a MiB of copying per small file received). False when
+    /// there is no tail space and compacting would not pay: the owner has whole messages to
+    /// parse first, and calls again once it has.
+    mutating func reserveForRead(partial: Int) -> Bool {
+        if tailSpace > 0 { return true }
+        guard readableBytes <= readIndex || readableBytes < partial else { return false }
+        compact()
+        return tailSpace > 0
+    }
+
     mutating func consume(_ count: Int) {
         precondition(count <= readableBytes, "ByteBuffer: consumed more than readable")
         readIndex += count

@@ -144,7 +144,10 @@ final class WireConnection: ByteStreamDelegate {
     /// One read if an offer is waiting and there is room; true when bytes arrived.
     private func readOnce() -> Bool {
         guard readOffered, !isClosed, !peerClosed, outbound.readableBytes <= pauseReadingAbove else { return false }
-        guard inbound.reserve(1) else { return false }  // the owner has not consumed: it will call again
+        // The decoder streams DATA: any other message it may wait for the rest of is smaller.
+        guard inbound.reserveForRead(partial: Wire.frameHeaderSize + Wire.maxControlPayload) else {
+            return false  // the owner has not consumed: it will call again
+        }
         readOffered = false
         switch input.tryReadFilling(into: inbound.tail) {
         case .processed(let n) where n > 0:
