@@ -68,6 +68,27 @@ struct DigestWorkerTests {
     }
 
     @Test(
+        "finalizeNow gives a small digest at once, and declines more than its limit waiting in the slot",
+        arguments: TransferDigest.offered)
+    func finalizeNow(algorithm: TransferDigest) throws {
+        let loop = try EventLoop()
+        let small = randomBytes(5000, seed: 3)
+        let worker = DigestWorker(loop: loop, slotSize: 65536, slotCount: 2)
+        let digest = FileDigest(algorithm)
+        feed(worker, digest, small, step: 1000, loop: loop)
+        #expect(worker.finalizeNow(digest) == FileDigest.hash(algorithm, small))
+        // The slot went back: the whole room is there for the next file.
+        #expect(worker.room == worker.capacity)
+        // More than the limit waiting in the slot: hashed on the worker instead.
+        let large = FileDigest(algorithm)
+        feed(worker, large, small, step: 1000, loop: loop)
+        if algorithm == .sha256 {
+            #expect(worker.finalizeNow(large, limit: 4096) == nil)
+        }
+        #expect(finish(worker, large, loop: loop) == FileDigest.hash(algorithm, small))
+    }
+
+    @Test(
         "Any update sizes against any slot sizes give the one-shot digest, never past the room",
         arguments: TransferDigest.offered, [(512, 1), (4096, 3), (1 << 20, 4), (65536, 2)])
     func updateSizes(algorithm: TransferDigest, slots: (Int, Int)) throws {

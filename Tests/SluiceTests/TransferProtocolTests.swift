@@ -73,6 +73,14 @@ func fileHeader(_ path: String, size: UInt64, flags: UInt8 = Wire.FileFlags.size
         flags: flags, size: size, mode: 0o644, mtimeSeconds: 1_700_000_000, mtimeNanoseconds: 5, path: Array(path.utf8))
 }
 
+/// A receiver machine with `settings` that has had the magic and a sender's HELLO (SHA-256).
+func receiverAfterHello(_ settings: ReceiverMachine.Settings) -> ReceiverMachine {
+    var machine = ReceiverMachine(settings: settings)
+    _ = machine.received(.magic)
+    _ = machine.received(.frame(.hello(version: 1, capabilities: ["sha256"])))
+    return machine
+}
+
 func dirHeader(_ path: String) -> EntryHeader {
     EntryHeader(mode: 0o755, mtimeSeconds: 1_700_000_000, mtimeNanoseconds: 0, path: Array(path.utf8))
 }
@@ -278,12 +286,20 @@ struct ReceiverMachineTests {
                 .data([1, 2]),
             ], []
         ),
+        (
+            "discarding an eager file refused at its header",
+            [
+                .magic, .frame(.hello(version: 1, capabilities: ["sha256"])),
+                .frame(.file(fileHeader("..", size: 2, flags: Wire.FileFlags.sizeKnown | Wire.FileFlags.eager))),
+            ], []
+        ),
         ("ended", [.magic, .frame(.error(reason: "x"))], []),
     ]
 
     static let messages: [Decoded] = [
         .magic, .data([1]), .frame(.hello(version: 1, capabilities: ["sha256"])),
         .frame(.file(fileHeader("g", size: 1))),
+        .frame(.file(fileHeader("e", size: 1, flags: Wire.FileFlags.sizeKnown | Wire.FileFlags.eager))),
         .frame(.directory(dirHeader("d"))), .frame(.end(size: 0, digest: Array(repeating: 0, count: 32))),
         .frame(.abort(reason: "a")), .frame(.bye), .frame(.error(reason: "e")), .frame(.accept(offset: 0)),
         .frame(.stored),
@@ -375,11 +391,18 @@ struct ReceiverMachineTests {
                         .frame(.directory(EntryHeader(mode: 0o755, mtimeSeconds: 0, mtimeNanoseconds: 0, path: path))))
                 case 1...4:
                     let size = UInt64.random(in: 0...40, using: &random)
+                    // Resumable, or eager (its data at once), or now and then both (a violation).
+                    let flags: UInt8 =
+                        switch Int.random(in: 0..<9, using: &random) {
+                        case 0...3: Wire.FileFlags.resumable
+                        case 4...7: Wire.FileFlags.eager
+                        default: Wire.FileFlags.resumable | Wire.FileFlags.eager
+                        }
                     items.append(
                         .frame(
                             .file(
                                 EntryHeader(
-                                    flags: Wire.FileFlags.sizeKnown | Wire.FileFlags.resumable, size: size, mode: 0o644,
+                                    flags: Wire.FileFlags.sizeKnown | flags, size: size, mode: 0o644,
                                     mtimeSeconds: 0, mtimeNanoseconds: 0, path: path))))
                     var sent: UInt64 = 0
                     while sent < size, Int.random(in: 0..<10, using: &random) > 0 {
@@ -530,5 +553,183 @@ struct SenderMachineTests {
                 }
             }
         }
+    }
+}
+
+@Suite("Transfer protocol: small files sent eagerly", .ownThreads)
+struct EagerFileTests {
+    static let eager = Wire.FileFlags.sizeKnown | Wire.FileFlags.eager
+    static let digest = [UInt8](repeating: 0, count: 32)
+
+    func receiver(eager: Bool = true) -> ReceiverMachine { receiverAfterHello(.init(eager: eager)) }
+
+    @Test("The receiver offers eager, opens an eager file without sending ACCEPT, and stores it")
+    func receiverStoresEagerFile() {
+        var machine = receiver()
+        #expect(machine.capabilities.contains(Wire.Capability.eager))
+        let header = fileHeader("f", size: 3, flags: Self.eager)
+        let opened = machine.received(.frame(.file(header)))
+        guard case .openFile(let request)? = opened.first else {
+            Issue.record("no openFile: \(opened)")
+            return
+        }
+        #expect(request.header.eager)
+        #expect(machine.handle(.fileOpened(.success(0))).isEmpty, "no ACCEPT for an eager file")
+        #expect(machine.isReceivingFile)
+        let piece: [UInt8] = [1, 2, 3]
+        piece.withUnsafeBytes { #expect(machine.received(.data($0, endsFrame: true)) == [.deliverData]) }
+        #expect(machine.decoded(3).write)
+        #expect(machine.received(.frame(.end(size: 3, digest: Self.digest))) == [.finishData])
+        #expect(machine.handle(.dataFinished) == [.commitFile(digest: Self.digest)])
+        #expect(machine.handle(.committed(nil)).first == .send(.stored))
+        #expect(machine.entriesAnswered == 1 && machine.state == .idle)
+    }
+
+    @Test("An eager file refused at its header or by the store has its data skipped up to END, once answered")
+    func refusedEagerFileSkipsData() {
+        for refusal in ["header", "store", "too large"] {
+            var machine = receiver()
+            if refusal == "too large" { machine.settings.maxSize = 2 }
+            let path = refusal == "header" ? "../x" : "x"
+            var actions = machine.received(.frame(.file(fileHeader(path, size: 3, flags: Self.eager))))
+            if refusal == "store" {
+                #expect(actions.first.map { if case .openFile = $0 { true } else { false } } == true)
+                actions = machine.handle(.fileOpened(.failure(.refused(.exists, "exists"))))
+            }
+            #expect(
+                actions.contains { if case .send(.refused) = $0 { true } else { false } }, "\(refusal): \(actions)")
+            #expect(machine.state == .discarding, "\(refusal)")
+            let piece: [UInt8] = [1, 2, 3]
+            piece.withUnsafeBytes { #expect(machine.received(.data($0, endsFrame: true)).isEmpty) }
+            #expect(machine.received(.frame(.end(size: 3, digest: Self.digest))).isEmpty)
+            #expect(machine.state == .idle && machine.entriesAnswered == 1, "\(refusal): answered once")
+            // The next entry is served as usual.
+            let next = machine.received(.frame(.file(fileHeader("y", size: 1, flags: Self.eager))))
+            #expect(next.first.map { if case .openFile = $0 { true } else { false } } == true, "\(refusal)")
+        }
+    }
+
+    @Test("Eager to a receiver that does not offer it, eager and resumable, or a RANGE flagged eager: violations")
+    func eagerViolations() {
+        var old = receiver(eager: false)
+        #expect(!old.capabilities.contains(Wire.Capability.eager))
+        #expect(
+            old.received(.frame(.file(fileHeader("f", size: 1, flags: Self.eager)))).last
+                == .end(.violation("FILE flagged eager: this receiver does not offer eager")))
+        var both = receiver()
+        #expect(
+            both.received(.frame(.file(fileHeader("f", size: 1, flags: Self.eager | Wire.FileFlags.resumable)))).last
+                == .end(.violation("FILE flagged both eager and resumable")))
+        var joined = ReceiverMachine(settings: .init(streams: true))
+        _ = joined.received(.magic)
+        _ = joined.received(.frame(.hello(version: 1, capabilities: ["sha256", "streams"])))
+        let join = TransferJoin(id: Array(repeating: 1, count: Wire.transferIDBytes), index: 0, count: 2)
+        _ = joined.received(.frame(.join(join)))
+        _ = joined.handle(.transferJoined(nil))
+        let range = RangeHeader(
+            range: ByteRange(start: 0, length: 1), entry: fileHeader("f", size: 2, flags: Self.eager))
+        #expect(
+            joined.received(.frame(.range(range))).last
+                == .end(.violation("RANGE flagged eager (a range waits for ACCEPT)")))
+    }
+
+    static let entries = [
+        SenderMachine.Entry(
+            relative: "small", isDirectory: false, seekable: true, mode: 0o644, mtimeSeconds: 0, mtimeNanoseconds: 0),
+        SenderMachine.Entry(
+            relative: "large", isDirectory: false, seekable: true, mode: 0o644, mtimeSeconds: 0, mtimeNanoseconds: 0),
+    ]
+
+    func sender(receiverOffers capabilities: Set<String>, eager: Bool = true) -> SenderMachine {
+        var machine = SenderMachine(entries: Self.entries, settings: .init(eager: eager))
+        _ = machine.received(.magic)
+        _ = machine.received(.frame(.hello(version: 1, capabilities: capabilities)))
+        return machine
+    }
+
+    @Test("The sender sends a file of at most 64 KiB eagerly, not resumable, and a larger one after ACCEPT")
+    func senderSendsSmallFilesEagerly() {
+        var machine = sender(receiverOffers: ["sha256", "resume", "eager"])
+        #expect(machine.proceed() == [.openEntry(0)])
+        let small = OpenedEntry(size: Wire.eagerLimit, mode: 0o644, mtimeSeconds: 0, mtimeNanoseconds: 0)
+        let announced = machine.handle(.entryOpened(0, .success(small)))
+        guard case .send(.file(let header))? = announced.first else {
+            Issue.record("no FILE: \(announced)")
+            return
+        }
+        #expect(header.eager && !header.resumable)
+        #expect(announced.dropFirst().first == .startData(index: 0, offset: 0, compressed: false, range: nil))
+        #expect(machine.sendingIndex == 0)
+        #expect(
+            machine.handle(.dataEnded(size: Wire.eagerLimit, digest: Self.digest)).last
+                == .send(
+                    .end(
+                        size: Wire.eagerLimit, digest: Self.digest)))
+        // The next entry goes out before the first is answered.
+        #expect(machine.proceed() == [.openEntry(1)])
+        let large = OpenedEntry(size: Wire.eagerLimit + 1, mode: 0o644, mtimeSeconds: 0, mtimeNanoseconds: 0)
+        let waits = machine.handle(.entryOpened(1, .success(large)))
+        guard case .send(.file(let second))? = waits.first, waits.count == 1 else {
+            Issue.record("the large file does not wait for ACCEPT: \(waits)")
+            return
+        }
+        #expect(!second.eager && second.resumable)
+        #expect(machine.received(.frame(.stored)) == [.settle(0, .stored)])
+        #expect(
+            machine.received(.frame(.accept(offset: 0))) == [
+                .startData(index: 1, offset: 0, compressed: false, range: nil)
+            ])
+    }
+
+    @Test("No eager sending to a receiver without it, or when turned off; an ACCEPT for an eager file is a violation")
+    func senderFallsBack() {
+        let small = OpenedEntry(size: 5, mode: 0o644, mtimeSeconds: 0, mtimeNanoseconds: 0)
+        for (capabilities, eager) in [(Set(["sha256", "resume"]), true), (["sha256", "resume", "eager"], false)] {
+            var machine = sender(receiverOffers: capabilities, eager: eager)
+            _ = machine.proceed()
+            let announced = machine.handle(.entryOpened(0, .success(small)))
+            guard case .send(.file(let header))? = announced.first, announced.count == 1 else {
+                Issue.record("\(capabilities) \(eager): \(announced)")
+                continue
+            }
+            #expect(!header.eager && header.resumable)
+        }
+        var machine = sender(receiverOffers: ["sha256", "eager"])
+        _ = machine.proceed()
+        _ = machine.handle(.entryOpened(0, .success(small)))
+        #expect(machine.received(.frame(.accept(offset: 0))).last == .end(.violation("unexpected ACCEPT")))
+    }
+}
+
+@Suite("Transfer protocol: the inbound buffer", .ownThreads)
+struct InboundBufferTests {
+    @Test("A full buffer compacts for a read only when that moves no more than it frees, or holds a partial message")
+    func compactsOnlyWhenItPays() {
+        var buffer = ByteBuffer(capacity: 100)
+        defer { buffer.deallocate() }
+        buffer.produced(100)
+        buffer.consume(10)
+        // 90 bytes to parse, 10 to gain: not now.
+        let ok1 = buffer.reserveForRead(partial: 8)
+        #expect(!ok1)
+        #expect(buffer.readIndex == 10 && buffer.tailSpace == 0)
+        buffer.consume(40)
+        // 50 to move, 50 gained.
+        let ok2 = buffer.reserveForRead(partial: 8)
+        #expect(ok2)
+        #expect(buffer.readIndex == 0 && buffer.readableBytes == 50 && buffer.tailSpace == 50)
+        // What may be a message waiting for its rest is always made room for.
+        buffer.produced(50)
+        buffer.consume(95)
+        let ok3 = buffer.reserveForRead(partial: 8)
+        #expect(ok3)
+        #expect(buffer.readableBytes == 5 && buffer.tailSpace == 95)
+        var partial = ByteBuffer(capacity: 100)
+        defer { partial.deallocate() }
+        partial.produced(100)
+        partial.consume(2)
+        let ok4 = partial.reserveForRead(partial: 99)
+        #expect(ok4)
+        #expect(partial.readIndex == 0 && partial.tailSpace == 2)
     }
 }

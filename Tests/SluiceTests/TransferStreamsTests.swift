@@ -405,11 +405,7 @@ struct StreamsMachineTests {
     }
 
     func joinedReceiver(streams: Bool = true, mustJoin: Bool = false) -> ReceiverMachine {
-        var machine = ReceiverMachine(
-            settings: .init(overwrite: false, maxSize: nil, resume: true, streams: streams, mustJoin: mustJoin))
-        _ = machine.received(.magic)
-        _ = machine.received(.frame(.hello(version: 1, capabilities: ["sha256"])))
-        return machine
+        receiverAfterHello(.init(overwrite: false, maxSize: nil, resume: true, streams: streams, mustJoin: mustJoin))
     }
 
     @Test("Receiver: JOIN, a range in, RANGE-END, answered STORED for the range (not yet the file)")

@@ -113,6 +113,48 @@ struct TransferTests {
         }
     }
 
+    @Test(
+        "Small files go out eagerly, refusals among them skip only their own data, and peers without eager get the same tree",
+        arguments: [(true, true), (false, true), (true, false)])
+    func eagerSmallFiles(receiverEager: Bool, senderEager: Bool) throws {
+        try withTemporaryDirectory { root in
+            let tree = root + "/src/t"
+            let dst = root + "/dst"
+            let fm = FileManager.default
+            for i in 0..<10 { try fm.createDirectory(atPath: tree + "/d\(i)", withIntermediateDirectories: true) }
+            try fm.createDirectory(atPath: dst + "/t/d3", withIntermediateDirectories: true)
+            var expected: [String: [UInt8]] = [:]
+            for i in 0..<300 {
+                // Sizes 0 to 64 KiB + 1: the eager limit and just past it included.
+                let size = i == 7 ? Int(Wire.eagerLimit) : i == 8 ? Int(Wire.eagerLimit) + 1 : (i * 997) % 5000
+                let relative = "t/d\(i % 10)/f\(i)"
+                let bytes = randomBytes(size, seed: UInt64(i + 1))
+                try writeFile(root + "/src/" + relative, bytes)
+                expected[relative] = bytes
+            }
+            // Already at the destination: refused 'exists' while the files around it are stored.
+            let old = Array("old".utf8)
+            try writeFile(dst + "/t/d3/f13", old)
+            expected["t/d3/f13"] = old
+            var options = TransferReceiveOptions(fsync: false, idleTimeout: .seconds(20))
+            options.eager = receiverEager
+            let harness = try TransferHarness(directory: dst, options: options)
+            var sendOptions = TransferSendOptions(chunkSize: try ChunkSize(16384))
+            sendOptions.eager = senderEager
+            let summary = try harness.send(paths: [tree], options: sendOptions)
+            #expect(summary.error == nil, "\(summary.error?.description ?? "")")
+            let refused = summary.results.filter { !$0.outcome.isStored }
+            #expect(refused.map(\.path) == ["t/d3/f13"])
+            #expect(refused.first?.outcome == .refused(reason: "exists"))
+            #expect(summary.results.count == 311)
+            for (relative, bytes) in expected {
+                #expect(readFile(dst + "/" + relative) == bytes, "\(relative)")
+            }
+            #expect(treePaths(dst).filter { $0.contains("sluice-part") } == [])
+            #expect(harness.reports.count == 1 && harness.reports.first?.error == nil)
+        }
+    }
+
     @Test("An existing file is refused 'exists' and left alone; overwrite replaces it")
     func existingFile() throws {
         try withTemporaryDirectory { root in

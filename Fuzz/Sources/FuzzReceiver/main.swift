@@ -453,6 +453,7 @@ func fuzzReceiver(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
     }
     settings.streams = seed.below(2) == 0
     settings.mustJoin = settings.streams && seed.below(8) == 0
+    settings.eager = seed.below(4) != 0
     run(bytes, seed, settings)
     return 0
 }

@@ -134,6 +134,18 @@ func sessions() -> [(String, [UInt8])] {
         $0.file("stdin", binary, flags: 0, piece: 512)
         $0.frame(.bye)
     }
+    add("eager-tree") {
+        $0.hello()
+        let eager = Wire.FileFlags.sizeKnown | Wire.FileFlags.eager
+        $0.directory("src")
+        $0.file("src/a.c", Array("int main(void) { return 0; }\n".utf8), flags: eager)
+        $0.file("src/empty", [], flags: eager)
+        // Refused at its header: its data is skipped up to END.
+        $0.file("../escape", Array(binary[0..<300]), flags: eager)
+        $0.file("src/b.bin", Array(binary[0..<2000]), flags: eager, piece: 512)
+        $0.file("src/large.bin", binary, flags: Wire.FileFlags.sizeKnown | Wire.FileFlags.resumable)
+        $0.frame(.bye)
+    }
     add("resumable") {
         $0.hello()
         $0.file("movie.mkv", binary, flags: Wire.FileFlags.sizeKnown | Wire.FileFlags.resumable)
@@ -251,6 +263,13 @@ func answerSessions() -> [(String, [UInt8])] {
                 .stored, .bye,
             ]
         ),
+        (
+            "eager",
+            [
+                .hello(version: Wire.version, capabilities: ["sha256", "deflate", "resume", "eager"]), .stored,
+                .stored, .accept(offset: 0), .stored, .stored, .refused(code: .exists, reason: "exists"), .bye,
+            ]
+        ),
         ("error", [hello, .stored, .accept(offset: 0), .error(reason: "busy")]),
         (
             "streams",
@@ -297,7 +316,8 @@ case "sessions":
             guard c.below(4) >= 2 else { return false }
             let offered = c.below(2) == 0
             let mustJoin = offered && c.below(8) == 0
-            return !mustJoin && (offered || !streams)
+            // The eager sessions need a receiver offering eager.
+            return !mustJoin && (offered || !streams) && (c.below(4) != 0 || !name.hasPrefix("eager"))
         }
         write([receiver] + bytes, to: "\(root)/receiver/\(name)")
     }

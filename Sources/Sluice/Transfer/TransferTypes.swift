@@ -74,6 +74,9 @@ public struct TransferSendOptions: Sendable {
     public var rateLimit: Int?
     /// Continue a file the receiver holds part of from an interrupted transfer.
     public var resume: Bool
+    /// Send small files eagerly to a receiver that offers `eager`. Off, the sender speaks as
+    /// one published before it; for tests of that.
+    var eager = true
 
     public init(
         compress: Bool = false, compressionLevel: Int = 6, threads: Int? = nil, chunkSize: ChunkSize = .default,
@@ -169,6 +172,9 @@ public struct TransferReceiveOptions: Sendable {
     /// large files in ranges written in place. Off, the receiver speaks as one without it
     /// (version 1 as first published), and a `--streams` sender uses one connection.
     public var streams: Bool
+    /// Offer the `eager` capability (a small file's data follows its FILE at once). Off, the
+    /// receiver speaks as one published before it; for tests of that.
+    var eager = true
 
     public init(
         overwrite: Bool = false, maxSize: UInt64? = nil, resume: Bool = true, fsync: Bool = true,

@@ -119,6 +119,9 @@ struct ReceiverMachine: Sendable {
         var resume = true
         /// Offer the `streams` capability (one transfer over several connections).
         var streams = false
+        /// Offer the `eager` capability (a small file's data follows its FILE without waiting
+        /// for ACCEPT).
+        var eager = true
         /// Serve this connection only as part of a transfer it joins (`receive --once` once
         /// another connection's transfer is the one served): any other first message after HELLO
         /// is refused.
@@ -196,6 +199,7 @@ struct ReceiverMachine: Sendable {
         set.formUnion(settings.digests.map(\.capability))
         if settings.resume { set.insert(Wire.Capability.resume) }
         if settings.streams { set.insert(Wire.Capability.streams) }
+        if settings.eager { set.insert(Wire.Capability.eager) }
         return set
     }
 
@@ -286,10 +290,15 @@ struct ReceiverMachine: Sendable {
             return [.joinTransfer(join)]
         case (.idle, .range(let header)):
             guard joined != nil else { return violation("RANGE outside a transfer of several connections") }
+            guard !header.entry.eager else { return violation("RANGE flagged eager (a range waits for ACCEPT)") }
             entriesAnnounced += 1
             return startRange(header)
 
         case (.idle, .file(let header)):
+            if header.eager {
+                guard settings.eager else { return violation("FILE flagged eager: this receiver does not offer eager") }
+                guard !header.resumable else { return violation("FILE flagged both eager and resumable") }
+            }
             entriesAnnounced += 1
             return startFile(header)
         case (.idle, .directory(let header)):
@@ -357,23 +366,30 @@ struct ReceiverMachine: Sendable {
     }
 
     private mutating func startFile(_ header: EntryHeader) -> [ReceiverAction] {
-        let size = header.sizeKnown ? header.size : nil
         switch PathCheck.components(header.path) {
         case .failure(let refusal):
-            return answer(
-                .refused(.invalidPath, "invalid path: \(refusal.reason)"), path: Wire.printable(header.path),
-                isDirectory: false, size: size)
+            return refuseAtHeader(
+                header, .refused(.invalidPath, "invalid path: \(refusal.reason)"), path: Wire.printable(header.path))
         case .success(let components):
             let relative = components.joined(separator: "/")
             if let maxSize = settings.maxSize, header.sizeKnown, header.size > maxSize {
-                return answer(
-                    .refused(.tooLarge, "too large: \(header.size) bytes, the limit is \(maxSize)"), path: relative,
-                    isDirectory: false, size: size)
+                return refuseAtHeader(
+                    header, .refused(.tooLarge, "too large: \(header.size) bytes, the limit is \(maxSize)"),
+                    path: relative)
             }
             let request = EntryRequest(components: components, relative: relative, header: header)
             state = .storing(.file(request))
             return [.openFile(request)]
         }
+    }
+
+    /// Answers a FILE at its header: an eager file's data is on its way, so it is skipped up
+    /// to END or ABORT.
+    private mutating func refuseAtHeader(_ header: EntryHeader, _ rejection: EntryRejection, path: String)
+        -> [ReceiverAction]
+    {
+        if header.eager { state = .discarding }
+        return answer(rejection, path: path, isDirectory: false, size: header.sizeKnown ? header.size : nil)
     }
 
     /// A RANGE: checked against the file's announced size here, against the transfer's other
@@ -515,17 +531,23 @@ struct ReceiverMachine: Sendable {
                 guard offset == 0 || (header.sizeKnown && offset <= header.size) else {
                     state = .idle
                     return [.dropFile(keep: false)]
-                        + answer(
-                            .failed(.io, "held partial data is larger than the file"), path: request.relative,
-                            isDirectory: false, size: header.size)
+                        + refuseAtHeader(
+                            header, .failed(.io, "held partial data is larger than the file"), path: request.relative)
+                }
+                guard offset == 0 || !header.eager else {
+                    // The store resumes only resumable files, and an eager one never is.
+                    state = .idle
+                    return [.dropFile(keep: false)]
+                        + refuseAtHeader(
+                            header, .failed(.io, "internal: held partial data for a file sent eagerly"),
+                            path: request.relative)
                 }
                 state = .receiving(IncomingFile(request: request, offset: offset))
-                return [.send(.accept(offset: offset))]
+                // An eager file's data is already on its way: no go-ahead.
+                return header.eager ? [] : [.send(.accept(offset: offset))]
             case .failure(let rejection):
                 state = .idle
-                return answer(
-                    rejection, path: request.relative, isDirectory: false,
-                    size: request.header.sizeKnown ? request.header.size : nil)
+                return refuseAtHeader(request.header, rejection, path: request.relative)
             }
 
         case (.receiving(let file), .dataFailed(let rejection)):
@@ -566,7 +588,9 @@ struct ReceiverMachine: Sendable {
             assertionFailure("receiver machine: outcome \(outcome) in state \(state)")
             return end(
                 .connectionFailed(
-                    SluiceError(.invalidArgument, operation: "receive", detail: "internal: unexpected \(outcome)")))
+                    SluiceError(
+                        .invalidArgument, operation: "receive",
+                        detail: "internal: unexpected \(outcome) in state \(state)")))
         }
     }
 

@@ -56,13 +56,17 @@ struct LocalFailure: Error, Equatable, Sendable {
 ///
 /// Directories are announced without waiting; a file waits for ACCEPT (with the offset the
 /// receiver holds), its data follows, then END, and the next entry is announced at once while
-/// the receiver verifies. Answers come in the order entries were announced. `proceed()`
+/// the receiver verifies. A small file to a receiver that offers `eager` does not wait: its
+/// data follows FILE at once (it is not resumable, and the receiver sends no ACCEPT for it). Answers come in the order entries were announced. `proceed()`
 /// announces one entry at a time, so that its session can stop while its outbound buffer is
 /// full whatever the number of entries.
 struct SenderMachine: Sendable {
     struct Settings: Equatable, Sendable {
         var compress = false
         var resume = true
+        /// Send files of at most `Wire.eagerLimit` bytes eagerly to a receiver that offers
+        /// `eager`: FILE, DATA and END without waiting for ACCEPT.
+        var eager = true
         /// The digests offered, the preferred first (SHA-256 among them).
         var digests = TransferDigest.offered
     }
@@ -374,21 +378,32 @@ struct SenderMachine: Sendable {
                         CurrentFile(index: index, size: planned, resumable: resumable, compressed: false, range: range))
                     return [.send(.range(RangeHeader(range: range, entry: header)))]
                 }
+                // Resuming a small file would save less than the round trip for ACCEPT costs.
+                let eager =
+                    settings.eager && peerCapabilities.contains(Wire.Capability.eager)
+                    && info.size.map { $0 <= Wire.eagerLimit } ?? false
                 let resumable =
-                    settings.resume && entry.seekable && info.size != nil
+                    !eager && settings.resume && entry.seekable && info.size != nil
                     && peerCapabilities.contains(Wire.Capability.resume)
                 let compressed = settings.compress && peerCapabilities.contains(Wire.Capability.deflate)
                 var flags: UInt8 = 0
                 if info.size != nil { flags |= Wire.FileFlags.sizeKnown }
                 if compressed { flags |= Wire.FileFlags.compressed }
                 if resumable { flags |= Wire.FileFlags.resumable }
+                if eager { flags |= Wire.FileFlags.eager }
                 let header = EntryHeader(
                     flags: flags, size: info.size ?? 0, mode: info.mode, mtimeSeconds: info.mtimeSeconds,
                     mtimeNanoseconds: info.mtimeNanoseconds, path: Array(entry.relative.utf8))
                 unanswered.append(index)
-                state = .awaitingAccept(
-                    CurrentFile(index: index, size: info.size, resumable: resumable, compressed: compressed))
-                return [.send(.file(header))]
+                let file = CurrentFile(index: index, size: info.size, resumable: resumable, compressed: compressed)
+                guard eager else {
+                    state = .awaitingAccept(file)
+                    return [.send(.file(header))]
+                }
+                state = .sending(file)
+                return [
+                    .send(.file(header)), .startData(index: index, offset: 0, compressed: compressed, range: nil),
+                ]
             }
         case (.sending(let file), .rangeEnded(let length, let digest, let fileDigest)) where file.range != nil:
             if length != file.range?.length {
@@ -414,7 +429,9 @@ struct SenderMachine: Sendable {
             assertionFailure("sender machine: outcome \(outcome) in state \(state)")
             return end(
                 .connectionFailed(
-                    SluiceError(.invalidArgument, operation: "send", detail: "internal: unexpected \(outcome)")))
+                    SluiceError(
+                        .invalidArgument, operation: "send", detail: "internal: unexpected \(outcome) in state \(state)"
+                    )))
         }
     }
 

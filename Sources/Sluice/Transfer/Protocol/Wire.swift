@@ -41,6 +41,9 @@ enum Wire {
         static let resume = "resume"
         /// One transfer over several connections: JOIN, RANGE, RANGE-END and JOINED.
         static let streams = "streams"
+        /// A FILE flagged eager may be followed by its DATA and END at once, without waiting for
+        /// ACCEPT (which the receiver does not send for it).
+        static let eager = "eager"
     }
 
     /// Message types. Sender → receiver: 0x01, 0x10–0x18, 0x7F. Receiver → sender: 0x01,
@@ -108,8 +111,15 @@ enum Wire {
         static let sizeKnown: UInt8 = 1 << 0
         static let compressed: UInt8 = 1 << 1
         static let resumable: UInt8 = 1 << 2
-        static let all: UInt8 = 0b111
+        /// The data follows without waiting for ACCEPT (to a receiver offering `eager`); never
+        /// with `resumable`.
+        static let eager: UInt8 = 1 << 3
+        static let all: UInt8 = 0b1111
     }
+
+    /// The largest file a sender sends eagerly: past it, waiting for ACCEPT (which may say the
+    /// file is refused, or resumed) costs less than data sent for nothing.
+    static let eagerLimit: UInt64 = 64 * 1024
 
     /// REFUSED codes.
     enum RefusalCode: UInt8, Sendable {
@@ -143,6 +153,7 @@ struct EntryHeader: Equatable, Sendable {
     var sizeKnown: Bool { flags & Wire.FileFlags.sizeKnown != 0 }
     var compressed: Bool { flags & Wire.FileFlags.compressed != 0 }
     var resumable: Bool { flags & Wire.FileFlags.resumable != 0 }
+    var eager: Bool { flags & Wire.FileFlags.eager != 0 }
 }
 
 /// Which connection of a transfer over several this is (JOIN): the transfer's random id, the

@@ -390,7 +390,7 @@ final class ReceiverSession: WireConnectionOwner {
         machine = ReceiverMachine(
             settings: .init(
                 overwrite: options.overwrite, maxSize: options.maxSize, resume: options.resume,
-                streams: options.streams))
+                streams: options.streams, eager: options.eager))
         hasher = DigestWorker(loop: loop)
         connection = WireConnection(
             input: input, output: output, inboundCapacity: Self.initialInbound,

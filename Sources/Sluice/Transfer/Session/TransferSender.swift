@@ -45,6 +45,8 @@ public final class TransferSender: WireConnectionOwner {
     private var connection: WireConnection?
     private var loop: EventLoop?
     private var hasher: DigestWorker?
+    /// True while `advance` announces entries.
+    private var advancing = false
     private var completion: ((TransferSummary) -> Void)?
     private var started: UInt64 = 0
     private var peerClosed = false
@@ -96,7 +98,8 @@ public final class TransferSender: WireConnectionOwner {
         sizes = entries.map(\.size)
         resumed = Array(repeating: 0, count: entries.count)
         machine = SenderMachine(
-            entries: Self.machineEntries(entries), settings: .init(compress: options.compress, resume: options.resume),
+            entries: Self.machineEntries(entries),
+            settings: .init(compress: options.compress, resume: options.resume, eager: options.eager),
             work: work, join: join, fallback: fallback)
     }
 
@@ -228,8 +231,12 @@ public final class TransferSender: WireConnectionOwner {
     }
 
     /// Announces entries while the machine may and the outbound buffer has room for them.
+    /// Called again from within (a small file sent whole while it announced it), it leaves the
+    /// next entry to the loop already running, so the stack does not grow with each file.
     private func advance() {
-        guard let connection else { return }
+        guard let connection, !advancing else { return }
+        advancing = true
+        defer { advancing = false }
         while machine.canProceed, !ended, connection.outbound.freeSpace >= 2 * Wire.maxControlPayload,
             !(holdGoodbye && machine.workDone)
         {
@@ -519,10 +526,17 @@ public final class TransferSender: WireConnectionOwner {
     /// The file's bytes are all out: once its digest is final (on the worker), END goes out
     /// with the size and SHA-256, and the next entry is announced.
     private func dataEnded(_ file: OutgoingFile) {
-        guard let hasher else { return }
+        // Once: a flush within `produce` can write, call back and reach the end first.
+        guard let hasher, !file.finalizing else { return }
         file.finalizing = true
         warnIfChanged(file)
         if file.size == nil { sizes[file.index] = file.position }
+        if file.range == nil, let digest = hasher.finalizeNow(file.digest) {
+            // A small file: its digest here and now, END at once.
+            perform(machine.handle(.dataEnded(size: file.position, digest: digest)))
+            advance()
+            return
+        }
         hasher.finalize(file.digest) { [weak self] digest in
             guard let self, self.current === file, !self.ended else { return }
             guard let range = file.range else {

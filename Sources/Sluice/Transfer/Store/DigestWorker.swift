@@ -222,6 +222,20 @@ final class DigestWorker: @unchecked Sendable {
         }
     }
 
+    /// The digest at once, on the loop's thread, when none of its jobs is queued or running and
+    /// at most `limit` bytes of it wait unwritten in the slot being filled (hashed here): a
+    /// small file's digest without a round trip through a worker and the loop. Nil otherwise
+    /// (call `finalize`).
+    func finalizeNow(_ digest: FileDigest, limit: Int = Int(Wire.eagerLimit)) -> [UInt8]? {
+        guard shared.withLock({ $0.chain.isEmpty && !$0.running }) else { return nil }
+        if let slot = filling, fillingDigest === digest {
+            guard fillingTarget == nil, filled <= limit else { return nil }
+            digest.update(UnsafeRawBufferPointer(rebasing: slot[0..<filled]))
+            discardFilling()
+        }
+        return digest.finalize()
+    }
+
     /// Drops what is being filled (the file was abandoned).
     func discardFilling() {
         guard let slot = filling else { return }
