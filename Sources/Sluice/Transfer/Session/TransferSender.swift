@@ -523,8 +523,9 @@ public final class TransferSender: WireConnectionOwner {
         advance()
     }
 
-    /// The file's bytes are all out: once its digest is final (on the worker), END goes out
-    /// with the size and SHA-256, and the next entry is announced.
+    /// The file's bytes are all out: once its digest is final (here when little of it is left
+    /// to hash and nothing queued, else on the worker), END goes out with the size and digest,
+    /// and the next entry is announced.
     private func dataEnded(_ file: OutgoingFile) {
         // Once: a flush within `produce` can write, call back and reach the end first.
         guard let hasher, !file.finalizing else { return }
