@@ -7,9 +7,9 @@ import Synchronization
 #endif
 
 /// Turns SIGINT, SIGTERM and SIGHUP (the terminal or ssh session gone) into calls of a handler
-/// on an ordinary thread, with no signal handler at all: `install()` blocks the signals before any other thread starts (threads
-/// inherit the mask, so none of them takes the signal), and a thread of its own waits for
-/// them with `sigwait(2)`. The handler hands the work to the event loop
+/// on an ordinary thread, with no signal handler at all: `install()` blocks the signals before
+/// any other thread starts (threads inherit the mask, so none of them takes the signal), and a
+/// thread of its own waits for them with `sigwait(2)`. The handler hands the work to the event loop
 /// (`loop.execute { pipeline.cancel() }`), so cancelling happens on the loop's thread.
 ///
 /// With no handler set, a signal ends the process at once with status 128 + signal: before a
