@@ -25,6 +25,21 @@ extern int renameat2(int olddirfd, const char *oldpath, int newdirfd, const char
 #define RENAME_EXCHANGE (1 << 1)
 #endif
 
+/* O_DIRECT, defined by <fcntl.h> only under _GNU_SOURCE (its value differs between
+   architectures). For the receiver's direct writes. */
+#include <fcntl.h>
+static inline int sluice_o_direct(void) {
+#ifdef O_DIRECT
+    return O_DIRECT;
+#elif defined(__x86_64__) || defined(__i386__)
+    return 040000;
+#elif defined(__aarch64__) || defined(__arm__)
+    return 0200000;
+#else
+    return 0;
+#endif
+}
+
 /* cachestat(2) (Linux 6.5): how many of a file's cached pages are dirty. Before a replaced
    file's pages are dropped: dropping dirty ones would start writing back a file about to be
    deleted. Returns -1 with errno ENOSYS on older kernels. */

@@ -8,7 +8,8 @@ import Testing
 
 /// `sluice send` and `sluice receive` as programs, over loopback, into temporary directories.
 @Suite(.ownThreads) struct TransferCommandTests {
-    @Test func oneFileArrivesWithItsBytesModeAndMtime() throws {
+    @Test(arguments: [[], ["--direct"]])
+    func oneFileArrivesWithItsBytesModeAndMtime(receiverOptions: [String]) throws {
         try withTemporaryDirectory { dir in
             let inbox = "\(dir)/in"
             try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: false)
@@ -16,7 +17,7 @@ import Testing
             try write(data, to: "\(dir)/a.bin")
             chmod("\(dir)/a.bin", 0o640)
             setMtime("\(dir)/a.bin", 1_000_000_000)
-            let receiver = try ReceiverProcess(["--dir", inbox, "--once"])
+            let receiver = try ReceiverProcess(["--dir", inbox, "--once"] + receiverOptions)
             let send = try sluice("send", "-q", "\(dir)/a.bin", try receiver.address())
             #expect(send.status == 0, "\(send.stderrText)")
             #expect(send.stderr.isEmpty)

@@ -38,6 +38,8 @@ import Testing
         #expect(defaults.listen == .tcp(host: nil, port: 9000))
         #expect(defaults.directory == ".")
         #expect(defaults.libraryOptions.overwrite == false)
+        #expect(defaults.libraryOptions.directIO == false)
+        #expect(try ReceiveOptions(try ReceiveOptions.parser.parse(["--direct"])).libraryOptions.directIO)
         let options = try ReceiveOptions(
             try ReceiveOptions.parser.parse(["-l", "[::1]:0", "-C", "in", "--max-size", "1M", "--timeout", "2.5"]))
         #expect(options.listen == .tcp(host: "::1", port: 0))

@@ -144,26 +144,37 @@ struct TransferSafetyTests {
         return try #require(box.summary)
     }
 
-    @Test("An interrupted transfer keeps a partial, and the next send resumes it")
-    func resume() throws {
+    @Test(
+        "An interrupted transfer keeps a partial, and the next send resumes it (with direct writes: from its last whole block)",
+        arguments: [false, true])
+    func resume(directIO: Bool) throws {
         try withTemporaryDirectory { root in
             let dst = root + "/dst"
             try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
             let bytes = randomBytes(4 << 20, seed: 5)
             try writeFile(root + "/big.bin", bytes, mtime: (1_600_000_000, 42))
-            let harness = try TransferHarness(directory: dst)
+            let harness = try TransferHarness(directory: dst, options: TransferReceiveOptions(directIO: directIO))
             let cut = try interrupt(harness, root + "/big.bin", partial: dst + "/.big.bin.sluice-part")
             #expect(cut.error?.code == .cancelled)
             #expect(cut.files == 0)
             #expect(!fileExists(dst + "/big.bin"))
-            let partial = try #require(FileInfo(dst + "/.big.bin.sluice-part"))
+            var partial = try #require(FileInfo(dst + "/.big.bin.sluice-part"))
             #expect(partial.size > 0 && partial.size < bytes.count)
+            var resumed = partial.size
+            if directIO {
+                // A partial that ends within a block (as one left by a crash may): continued
+                // from the block's start.
+                #expect(truncate(dst + "/.big.bin.sluice-part", off_t(partial.size - 1234)) == 0)
+                partial = try #require(FileInfo(dst + "/.big.bin.sluice-part"))
+                resumed = partial.size - partial.size % WriteTarget.directAlignment
+                #expect(resumed != partial.size)
+            }
 
             let summary = try harness.send(paths: [root + "/big.bin"])
             #expect(summary.succeeded, "\(summary.results)")
-            #expect(summary.resumedBytes == UInt64(partial.size))
+            #expect(summary.resumedBytes == UInt64(resumed))
             #expect(summary.resumedBytes > 0)
-            #expect(summary.bytes == UInt64(bytes.count - partial.size))
+            #expect(summary.bytes == UInt64(bytes.count - resumed))
             #expect(readFile(dst + "/big.bin") == bytes)
             #expect(FileInfo(dst + "/big.bin")?.mtimeNanoseconds == 42)
             #expect(treePaths(dst) == ["big.bin"])

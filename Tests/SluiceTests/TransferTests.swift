@@ -155,6 +155,36 @@ struct TransferTests {
         }
     }
 
+    @Test(
+        "With direct writes, large, compressed, odd-sized and small files arrive identical", arguments: [false, true])
+    func directWrites(fsync: Bool) throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/src"
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            // Whole slots, a tail of a block, a file of exactly one slot, one under the minimum.
+            let sizes = [3 << 20, (2 << 20) + 4097, 1 << 20, 5000]
+            for (i, size) in sizes.enumerated() {
+                try writeFile(src + "/f\(i)", randomBytes(size, seed: UInt64(i + 40)))
+            }
+            let options = TransferReceiveOptions(
+                overwrite: true, fsync: fsync, idleTimeout: .seconds(20), directIO: true)
+            let harness = try TransferHarness(directory: dst, options: options)
+            for compress in [false, true] {
+                let summary = try harness.send(
+                    paths: sizes.indices.map { src + "/f\($0)" },
+                    options: TransferSendOptions(compress: compress, chunkSize: try ChunkSize(65536)))
+                #expect(summary.succeeded, "\(summary.error?.description ?? "") \(summary.results)")
+                for i in sizes.indices {
+                    #expect(readFile(dst + "/f\(i)") == readFile(src + "/f\(i)"), "f\(i), compress \(compress)")
+                }
+            }
+            #expect(treePaths(dst).count == sizes.count)
+            #expect(harness.reports.allSatisfy { $0.error == nil })
+        }
+    }
+
     @Test("An existing file is refused 'exists' and left alone; overwrite replaces it")
     func existingFile() throws {
         try withTemporaryDirectory { root in

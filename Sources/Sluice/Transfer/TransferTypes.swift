@@ -172,15 +172,24 @@ public struct TransferReceiveOptions: Sendable {
     /// large files in ranges written in place. Off, the receiver speaks as one without it
     /// (version 1 as first published), and a `--streams` sender uses one connection.
     public var streams: Bool
+    /// Write files of 1 MiB or more with `O_DIRECT`, from memory to the disk without copying
+    /// them into the page cache: less CPU per byte, and a steady cost on machines whose memory
+    /// for new page-cache pages comes slowly (virtual machines whose host takes back the memory
+    /// they free), at the price of leaving the file out of the cache and of one write at a time
+    /// reaching the disk per file. Where the file system has no direct I/O the file is written
+    /// as usual.
+    public var directIO: Bool
     /// Offer the `eager` capability (a small file's data follows its FILE at once). Off, the
     /// receiver speaks as one published before it; for tests of that.
     var eager = true
 
     public init(
         overwrite: Bool = false, maxSize: UInt64? = nil, resume: Bool = true, fsync: Bool = true,
-        idleTimeout: Duration? = .seconds(300), maxSessions: Int = 64, streams: Bool = true
+        idleTimeout: Duration? = .seconds(300), maxSessions: Int = 64, streams: Bool = true,
+        directIO: Bool = false
     ) {
         self.streams = streams
+        self.directIO = directIO
         precondition(maxSessions >= 1, "maxSessions must be at least 1")
         self.maxSessions = maxSessions
         self.overwrite = overwrite

@@ -336,6 +336,9 @@ final class ReceiverSession: WireConnectionOwner {
     static let writebackWindow: UInt64 = 8 << 20
     /// The window of this receiver's files: none without fsync.
     private var writeback: UInt64? { options.fsync ? Self.writebackWindow : nil }
+    /// With `directIO`, files of at least this many bytes to come are written past the page
+    /// cache (smaller ones would be written through it all the same: a tail of a block).
+    static let directMinimum: UInt64 = 1 << 20
     /// Buffers of a connection that has only said hello: room for the largest control message.
     static let initialInbound = 16 << 10
     static let initialOutbound = 8 << 10
@@ -506,7 +509,11 @@ final class ReceiverSession: WireConnectionOwner {
         guard let file else { return piece.count }
         guard let inflate = file.inflate else {
             // A range's descriptor belongs to its transfer, which may close it: never lent.
-            if file.shared == nil, piecesLent > 0 || (receiver?.filesReceiving ?? 0) > 1 {
+            // Nor are bytes written directly: the disk is written from the hasher's aligned
+            // slots, by its worker.
+            if file.shared == nil, !file.target.writesDirect,
+                piecesLent > 0 || (receiver?.filesReceiving ?? 0) > 1
+            {
                 return lend(piece, to: file, file.target)
             }
             guard hasher.hasRoom(for: 1) else {
@@ -557,8 +564,10 @@ final class ReceiverSession: WireConnectionOwner {
             return
         }
         let target = file.target
-        if file.inflate != nil {
-            // Decompressed into the scratch buffer, used again at once: copied for the worker.
+        if file.inflate != nil || target.writesDirect {
+            // Decompressed into the scratch buffer, used again at once, or to be written
+            // past the page cache (from aligned memory, which can wait for the disk on the
+            // worker): copied for the worker.
             hasher.update(file.digest, bytes, writingTo: target, at: file.position)
         } else {
             // Written here: no piece of it is lent then, so the worker does not hold it.
@@ -741,8 +750,16 @@ final class ReceiverSession: WireConnectionOwner {
                 return
             }
         }
+        let direct =
+            options.directIO
+            && (!header.sizeKnown || header.size - min(opened.offset, header.size) >= Self.directMinimum)
+        // Direct writes need block-aligned offsets: a partial is continued from its last whole
+        // block (the few bytes after it come again, and are written over themselves).
+        let block = UInt64(WriteTarget.directAlignment)
+        let opened = direct ? opened.continued(at: opened.offset - opened.offset % block) : opened
         let file = ActiveFile(
             opened: opened, request: request, digest: machine.digest, inflate: inflate, writebackWindow: writeback)
+        if direct { file.target.writeDirectly() }
         self.file = file
         connection.inbound.grow(to: Self.fileInbound)
         guard opened.offset > 0 else {

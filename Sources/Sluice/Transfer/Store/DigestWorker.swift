@@ -254,7 +254,7 @@ final class DigestWorker: @unchecked Sendable {
             if let slot = state.freeSlots.popLast() { return slot }
             guard state.allocated < count else { return nil }
             state.allocated += 1
-            return Slot(buffer: .allocate(byteCount: size, alignment: 64))
+            return Slot(buffer: .allocate(byteCount: size, alignment: WriteTarget.directAlignment))
         }
         return taken?.buffer
     }
@@ -340,6 +340,18 @@ final class WriteTarget: @unchecked Sendable {
     private var writebackStarted: UInt64
     /// The first write's failure, if any.
     private(set) var failure: SluiceError?
+    /// A second descriptor of the file, opened with `O_DIRECT` by `writeDirectly()`, or -1.
+    /// Whole aligned blocks go through it, from memory to the disk without a page-cache copy;
+    /// the rest (a head or tail that is not a whole block) through `fd`.
+    private var directFD: Int32 = -1
+
+    /// Offsets, lengths and addresses of direct writes are multiples of this: the logical
+    /// block size of common disks (512 or 4096 bytes) and the page size. Where a file system
+    /// asks for more, its `EINVAL` turns direct writes off for the file.
+    static let directAlignment = 4096
+
+    /// Whether whole blocks go past the page cache.
+    var writesDirect: Bool { directFD >= 0 }
 
     /// `fd` stays open until every job that writes to it has run (`DigestWorker.afterQueued`).
     init(fd: Int32, display: String, writebackWindow: UInt64?, start: UInt64) {
@@ -349,16 +361,70 @@ final class WriteTarget: @unchecked Sendable {
         writebackStarted = start
     }
 
+    deinit {
+        if directFD >= 0 { close(directFD) }
+    }
+
+    /// Opens the file a second time with `O_DIRECT` (through `/proc/self/fd`, so that it is
+    /// the same file whatever happened to its name), for `write` to send whole blocks through.
+    /// Returns false, and leaves every write buffered, where that cannot be done (no
+    /// `/proc`, or a file system without direct I/O). Before the first write.
+    @discardableResult
+    func writeDirectly() -> Bool {
+        let flag = sluice_o_direct()
+        guard directFD < 0, flag != 0 else { return directFD >= 0 }
+        var opened: Int32 = -1
+        repeat {
+            opened = open("/proc/self/fd/\(fd)", O_WRONLY | O_CLOEXEC | flag)
+        } while opened < 0 && errno == EINTR
+        directFD = opened
+        return opened >= 0
+    }
+
+    /// The next piece of a write of `count` bytes from `address` at `position`: through the
+    /// direct descriptor when it is whole blocks at aligned offsets and memory, else through
+    /// the page cache (a head up to the next block boundary, or everything when the memory is
+    /// not aligned as the offset is).
+    private func piece(_ address: UnsafeRawPointer, at position: UInt64, count: Int) -> (Int, direct: Bool) {
+        let align = Self.directAlignment
+        guard directFD >= 0 else { return (PageCacheWrites.piece(count), false) }
+        let head = (align - Int(position % UInt64(align))) % align
+        if head > 0 { return (min(head, count), false) }
+        guard Int(bitPattern: address) % align == 0, count >= align else {
+            return (PageCacheWrites.piece(count), false)
+        }
+        return (count - count % align, true)
+    }
+
     /// On the worker: writes all of `bytes` at `offset`.
     func write(_ bytes: UnsafeRawBufferPointer, at offset: UInt64) -> Outcome {
         guard failure == nil else { return .failedBefore }
         guard let base = bytes.baseAddress else { return .written }
         var done = 0
         while done < bytes.count {
-            let (fd, position) = (fd, off_t(offset) + off_t(done))
+            let position = offset + UInt64(done)
+            let (piece, direct) = piece(base + done, at: position, count: bytes.count - done)
+            if direct {
+                var n = -1
+                repeat {
+                    n = pwrite(directFD, base + done, piece, off_t(position))
+                } while n < 0 && errno == EINTR
+                if n > 0 {
+                    done += n
+                    continue
+                }
+                if n < 0 && errno == EINVAL {
+                    // The file system wants another alignment, or has no direct I/O after
+                    // all: the rest of the file goes through the page cache.
+                    close(directFD)
+                    directFD = -1
+                    continue
+                }
+                // Any other failure (no space, an I/O error) is the buffered write's to report.
+            }
+            let fd = fd
             do {
-                let piece = PageCacheWrites.piece(bytes.count - done)
-                let n = try syscallValue("write", display) { pwrite(fd, base + done, piece, position) }
+                let n = try syscallValue("write", display) { pwrite(fd, base + done, piece, off_t(position)) }
                 guard n > 0 else {
                     failure = SluiceError(.system(.noSpace), operation: "write", subject: display)
                     return .failedNow

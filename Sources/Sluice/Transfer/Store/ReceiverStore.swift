@@ -17,6 +17,13 @@ struct OpenedFile: Sendable {
     var resumable: Bool
     /// The final path, for messages.
     var display: String
+
+    /// The same file, its held bytes counted only up to `offset` (at most `self.offset`).
+    func continued(at offset: UInt64) -> OpenedFile {
+        var copy = self
+        copy.offset = min(offset, self.offset)
+        return copy
+    }
 }
 
 /// The receiving side's file-system work, run on a worker pool so that a slow disk holds up
