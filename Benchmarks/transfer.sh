@@ -16,6 +16,7 @@
 #   AUTH=1 Benchmarks/transfer.sh        # authenticated: TLS 1.3 with a key file's PSK
 #   ROUNDS=3 SIZE_MB=512 Benchmarks/transfer.sh
 #   ONLY_PAIR=1 Benchmarks/transfer.sh   # figure 1 alone
+#   RECEIVE_OPTS=--direct Benchmarks/transfer.sh   # extra options for every receiver
 #
 # Prints a Markdown section on stdout (paste it into RESULTS.md with the machine's line).
 set -euo pipefail
@@ -48,6 +49,9 @@ if [ "${AUTH:-0}" = 1 ]; then
 elif "$SLUICE" send --help 2>&1 | grep -q -- --insecure; then
     INSECURE=(--insecure)
 fi
+
+# Options given to every receiver (RECEIVE_OPTS, split on spaces).
+read -r -a RECEIVE_EXTRA <<<"${RECEIVE_OPTS:-}"
 
 now() { date +%s.%N; }
 CPU=$(mktemp)
@@ -86,7 +90,7 @@ sluice_one() {
     sync
     local port
     port=$(free_port)
-    timed pair "$SLUICE" receive -q "${INSECURE[@]}" --listen "127.0.0.1:$port" --dir "$RECV" --once 2>/dev/null &
+    timed pair "$SLUICE" receive -q "${INSECURE[@]}" "${RECEIVE_EXTRA[@]}" --listen "127.0.0.1:$port" --dir "$RECV" --once 2>/dev/null &
     local pid=$!
     wait_port "$port"
     local t0 t1
@@ -126,7 +130,7 @@ tree_sluice() {
     sync
     local port
     port=$(free_port)
-    "$SLUICE" receive -q "${INSECURE[@]}" --listen "127.0.0.1:$port" --dir "$RECV" --once ${1:+"$1"} 2>/dev/null &
+    "$SLUICE" receive -q "${INSECURE[@]}" "${RECEIVE_EXTRA[@]}" --listen "127.0.0.1:$port" --dir "$RECV" --once ${1:+"$1"} 2>/dev/null &
     local pid=$!
     wait_port "$port"
     local t0 t1
@@ -160,7 +164,7 @@ sixteen() {
     sync
     local port
     port=$(free_port)
-    "$SLUICE" receive -q "${INSECURE[@]}" --listen "127.0.0.1:$port" --dir "$RECV" 2>/dev/null &
+    "$SLUICE" receive -q "${INSECURE[@]}" "${RECEIVE_EXTRA[@]}" --listen "127.0.0.1:$port" --dir "$RECV" 2>/dev/null &
     local pid=$!
     wait_port "$port"
     local t0 t1
@@ -240,7 +244,7 @@ if [ "${AUTH:-0}" != 1 ]; then
 rm -rf "$RECV"
 mkdir -p "$RECV"
 port=$(free_port)
-"$SLUICE" receive -q "${INSECURE[@]}" --listen "127.0.0.1:$port" --dir "$RECV" --max-sessions 1000 2>/dev/null &
+"$SLUICE" receive -q "${INSECURE[@]}" "${RECEIVE_EXTRA[@]}" --listen "127.0.0.1:$port" --dir "$RECV" --max-sessions 1000 2>/dev/null &
 rpid=$!
 wait_port "$port"
 base_rss=$(awk '/VmRSS/ {print $2}' "/proc/$rpid/status")
