@@ -511,7 +511,7 @@ final class ReceiverSession: WireConnectionOwner {
             // A range's descriptor belongs to its transfer, which may close it: never lent.
             // Nor are bytes written directly: the disk is written from the hasher's aligned
             // slots, by its worker.
-            if file.shared == nil, !file.target.writesDirect,
+            if file.shared == nil, !file.target.wantsAlignedWrites,
                 piecesLent > 0 || (receiver?.filesReceiving ?? 0) > 1
             {
                 return lend(piece, to: file, file.target)
@@ -564,7 +564,7 @@ final class ReceiverSession: WireConnectionOwner {
             return
         }
         let target = file.target
-        if file.inflate != nil || target.writesDirect {
+        if file.inflate != nil || target.wantsAlignedWrites {
             // Decompressed into the scratch buffer, used again at once, or to be written
             // past the page cache (from aligned memory, which can wait for the disk on the
             // worker): copied for the worker.

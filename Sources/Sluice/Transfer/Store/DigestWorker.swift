@@ -350,8 +350,13 @@ final class WriteTarget: @unchecked Sendable {
     /// asks for more, its `EINVAL` turns direct writes off for the file.
     static let directAlignment = 4096
 
-    /// Whether whole blocks go past the page cache.
+    /// Whether whole blocks go past the page cache: read on the worker, or after its jobs
+    /// completed (a fallback after `EINVAL` clears it on the worker).
     var writesDirect: Bool { directFD >= 0 }
+    /// Set by `writeDirectly()` on the loop before the first write, never changed after: the
+    /// session then hands every byte to the worker in aligned slots (the loop reads this, never
+    /// `writesDirect`, which the worker may change under it).
+    private(set) var wantsAlignedWrites = false
 
     /// `fd` stays open until every job that writes to it has run (`DigestWorker.afterQueued`).
     init(fd: Int32, display: String, writebackWindow: UInt64?, start: UInt64) {
@@ -378,6 +383,7 @@ final class WriteTarget: @unchecked Sendable {
             opened = open("/proc/self/fd/\(fd)", O_WRONLY | O_CLOEXEC | flag)
         } while opened < 0 && errno == EINTR
         directFD = opened
+        wantsAlignedWrites = opened >= 0
         return opened >= 0
     }
 
