@@ -367,7 +367,7 @@ final class WriteTarget: @unchecked Sendable {
     }
 
     deinit {
-        if directFD >= 0 { close(directFD) }
+        if directFD >= 0 { closeDescriptor(directFD) }
     }
 
     /// Opens the file a second time with `O_DIRECT` (through `/proc/self/fd`, so that it is
@@ -378,13 +378,10 @@ final class WriteTarget: @unchecked Sendable {
     func writeDirectly() -> Bool {
         let flag = sluice_o_direct()
         guard directFD < 0, flag != 0 else { return directFD >= 0 }
-        var opened: Int32 = -1
-        repeat {
-            opened = open("/proc/self/fd/\(fd)", O_WRONLY | O_CLOEXEC | flag)
-        } while opened < 0 && errno == EINTR
-        directFD = opened
-        wantsAlignedWrites = opened >= 0
-        return opened >= 0
+        let path = "/proc/self/fd/\(fd)"
+        directFD = (try? openFile(path, flags: O_WRONLY | O_CLOEXEC | flag, permissions: 0).get()) ?? -1
+        wantsAlignedWrites = directFD >= 0
+        return wantsAlignedWrites
     }
 
     /// The next piece of a write of `count` bytes from `address` at `position`: through the
@@ -411,22 +408,22 @@ final class WriteTarget: @unchecked Sendable {
             let position = offset + UInt64(done)
             let (piece, direct) = piece(base + done, at: position, count: bytes.count - done)
             if direct {
-                var n = -1
-                repeat {
-                    n = pwrite(directFD, base + done, piece, off_t(position))
-                } while n < 0 && errno == EINTR
-                if n > 0 {
-                    done += n
-                    continue
-                }
-                if n < 0 && errno == EINVAL {
+                let directFD = directFD
+                do {
+                    let n = try syscallValue("write", display) { pwrite(directFD, base + done, piece, off_t(position)) }
+                    if n > 0 {
+                        done += n
+                        continue
+                    }
+                } catch  where error.errno == .invalidArgument {
                     // The file system wants another alignment, or has no direct I/O after
                     // all: the rest of the file goes through the page cache.
-                    close(directFD)
-                    directFD = -1
+                    closeDescriptor(directFD)
+                    self.directFD = -1
                     continue
+                } catch {
+                    // Any other failure (no space, an I/O error) is the buffered write's to report.
                 }
-                // Any other failure (no space, an I/O error) is the buffered write's to report.
             }
             let fd = fd
             do {
