@@ -408,22 +408,24 @@ final class WriteTarget: @unchecked Sendable {
             let position = offset + UInt64(done)
             let (piece, direct) = piece(base + done, at: position, count: bytes.count - done)
             if direct {
-                let directFD = directFD
-                do {
-                    let n = try syscallValue("write", display) { pwrite(directFD, base + done, piece, off_t(position)) }
-                    if n > 0 {
-                        done += n
-                        continue
-                    }
-                } catch  where error.errno == .invalidArgument {
+                // errno read here, not `syscallValue` in a `catch where`: that pattern crashes
+                // the Swift 6.3.1 optimizer (CopyPropagation) in the fuzzers' release build.
+                var n = -1
+                repeat {
+                    n = pwrite(directFD, base + done, piece, off_t(position))
+                } while n < 0 && errno == EINTR
+                if n > 0 {
+                    done += n
+                    continue
+                }
+                if n < 0 && errno == EINVAL {
                     // The file system wants another alignment, or has no direct I/O after
                     // all: the rest of the file goes through the page cache.
                     closeDescriptor(directFD)
-                    self.directFD = -1
+                    directFD = -1
                     continue
-                } catch {
-                    // Any other failure (no space, an I/O error) is the buffered write's to report.
                 }
+                // Any other failure (no space, an I/O error) is the buffered write's to report.
             }
             let fd = fd
             do {
