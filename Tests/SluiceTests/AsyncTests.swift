@@ -390,6 +390,40 @@ extension PieceSource {
         #expect(try await waiting.value)
     }
 
+    /// A stress run crashed with "close(32): EBADF, descriptor closed twice": `close()` handed
+    /// the listener's close to the loop, and the deinit that followed closed it again at once
+    /// from the test's thread, racing the loop's. A second close must do nothing; the loop
+    /// closes the listener, once. Here the loop is held busy so the order is fixed: while it is
+    /// held the port still takes connections (nothing closed it from this thread), and once it
+    /// has run, the port refuses them.
+    @Test func aSecondCloseLeavesTheListenerToTheLoop() async throws {
+        let incoming = IncomingConnections(try Socket.listen(host: "127.0.0.1", port: 0))
+        let port = try #require(incoming.address.port)
+        let waiting = Task { try await incoming.next() == nil }  // starts accepting on the loop
+        let loop = try EventLoop.shared
+        let (input, output) = Socket.connect(host: "127.0.0.1", port: port)
+        input.open()
+        output.open()
+        defer {
+            input.close()
+            output.close()
+        }
+        #expect(try await waiting.value == false)  // the loop accepted it: the listener is on the loop
+        let held = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        loop.execute {
+            held.signal()
+            release.wait()
+        }
+        held.wait()
+        incoming.close()
+        incoming.close()
+        #expect(tcpConnects(port: port), "the second close() closed the listener off the loop")
+        release.signal()
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in loop.execute { done.resume() } }
+        #expect(!tcpConnects(port: port))
+    }
+
     @Test func cancellingAWaitingNextThrows() async throws {
         let incoming = IncomingConnections(try Socket.listen(host: "127.0.0.1", port: 0))
         let waiting = Task { _ = try await incoming.next() != nil }
@@ -447,4 +481,21 @@ private func endedClients(_ clients: inout [ReadStream], within timeout: Duratio
         clients.remove(at: index)
     }
     return ended
+}
+
+/// Whether a blocking TCP connect to 127.0.0.1:`port` succeeds (a listening socket takes it into
+/// its backlog even while nobody accepts).
+func tcpConnects(port: UInt16) -> Bool {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { return false }
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = port.bigEndian
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    return withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+        }
+    }
 }

@@ -79,10 +79,13 @@ public final class IncomingConnections: Sendable {
     /// Stops listening; queued connections are closed, and `next()` returns nil. Idempotent.
     public func close() { shutDown() }
 
+    /// The first call closes the listener, on the loop once it accepts there; later calls (a
+    /// `close()` again, or the deinit after a `close()`) do nothing. A second close from another
+    /// thread would race the loop's and close the descriptor twice.
     private func shutDown() {
-        let (queued, waiter, started) = state.withLock {
-            state -> ([UncheckedBox<StreamPair>], CheckedContinuation<UncheckedBox<StreamPair>?, any Error>?, Bool) in
-            guard !state.closed else { return ([], nil, false) }
+        let taken = state.withLock {
+            state -> ([UncheckedBox<StreamPair>], CheckedContinuation<UncheckedBox<StreamPair>?, any Error>?, Bool)? in
+            guard !state.closed else { return nil }
             state.closed = true
             defer {
                 state.queue = []
@@ -90,6 +93,7 @@ public final class IncomingConnections: Sendable {
             }
             return (state.queue, state.waiter, state.started)
         }
+        guard let (queued, waiter, started) = taken else { return }
         waiter?.resume(returning: nil)
         let listener = self.listener
         let closeAll: @Sendable () -> Void = {
