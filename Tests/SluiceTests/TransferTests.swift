@@ -35,6 +35,27 @@ struct TransferTests {
         }
     }
 
+    /// The sender asks its hasher room for a whole chunk: with the largest chunk (4 MiB) it
+    /// must still have it, or the transfer would stop for good.
+    @Test("A file sent in the largest chunks, 4 MiB, arrives identical")
+    func largestChunks() throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            try writeFile(root + "/big.bin", randomBytes(9 << 20 + 5), mode: 0o644, mtime: (1_000_000_000, 0))
+            let harness = try TransferHarness(directory: dst)
+            let summary = try harness.send(
+                paths: [root + "/big.bin"], options: TransferSendOptions(chunkSize: try ChunkSize(4 << 20)))
+            #expect(summary.error == nil)
+            #expect(summary.results.map(\.outcome) == [.stored])
+            let same = readFile(dst + "/big.bin") == readFile(root + "/big.bin")
+            #expect(same)
+        }
+        #expect(DigestWorker.slotsToHold(4 << 20) == 5)
+        #expect(DigestWorker.slotsToHold(1 << 20) == 2)
+        #expect(DigestWorker.slotsToHold(65536) == 2)
+    }
+
     @Test("A tree with nested and empty directories, an empty file, spaces and non-ASCII names")
     func tree() throws {
         try withTemporaryDirectory { root in

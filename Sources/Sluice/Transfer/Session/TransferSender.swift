@@ -160,10 +160,11 @@ public final class TransferSender: WireConnectionOwner {
         self.loop = loop
         self.completion = completion
         started = monotonicNanoseconds()
-        let hasher = DigestWorker(loop: loop)
+        let chunk = options.chunkSize.bytes
+        // `produce` asks room for a whole chunk (up to 4 MiB): slots for one and one more.
+        let hasher = DigestWorker(loop: loop, slotCount: DigestWorker.slotsToHold(chunk))
         hasher.onRoom = { [weak self] in self?.produce() }
         self.hasher = hasher
-        let chunk = options.chunkSize.bytes
         let connection = WireConnection(
             input: input, output: output, inboundCapacity: 1 << 16,
             outboundCapacity: 4 * (chunk + Wire.frameHeaderSize) + 2 * Wire.maxControlPayload + 64,

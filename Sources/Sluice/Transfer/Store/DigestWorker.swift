@@ -53,7 +53,12 @@ final class DigestWorker: @unchecked Sendable {
     /// nothing more is written to it or hashed for it.
     var onWriteFailed: ((WriteTarget) -> Void)?
 
-    init(loop: EventLoop, pool: WorkerPool = .shared, slotSize: Int = 1 << 20, slotCount: Int = 4) {
+    /// Two slots by default: one filled on the loop while the other is written and hashed on
+    /// the worker. More did not make one transfer faster, and each session touches its slots'
+    /// memory afresh: with 16 sessions at once, four slots each made the receiver fault in
+    /// 84 MiB (21,600 minor faults against 13,400 with two) and spend half again the system
+    /// time (Benchmarks/RESULTS.md, "Two hashing slots per session").
+    init(loop: EventLoop, pool: WorkerPool = .shared, slotSize: Int = 1 << 20, slotCount: Int = 2) {
         precondition(slotSize > 0 && slotCount > 0, "DigestWorker: slots must be non-empty")
         self.loop = loop
         self.pool = pool
@@ -91,6 +96,12 @@ final class DigestWorker: @unchecked Sendable {
 
     /// The most bytes `hasRoom` can ever grant at once.
     var capacity: Int { slotSize * slotCount }
+
+    /// The slots (of `slotSize`) for a worker whose caller asks room for `bytes` at once: as
+    /// many as hold them, and one more to fill while those are written and hashed; two at least.
+    static func slotsToHold(_ bytes: Int, slotSize: Int = 1 << 20) -> Int {
+        max(2, (bytes + slotSize - 1) / slotSize + 1)
+    }
 
     /// Queues `bytes` (copied) for `digest` and, with a `target`, to be written to it at
     /// `offset` before they are hashed. The caller has checked `room` (an internal invariant:
