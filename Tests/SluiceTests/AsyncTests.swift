@@ -385,7 +385,7 @@ extension PieceSource {
     @Test func closeEndsAWaitingNext() async throws {
         let incoming = IncomingConnections(try Socket.listen(host: "127.0.0.1", port: 0))
         let waiting = Task { try await incoming.next() == nil }
-        try await Task.sleep(for: .milliseconds(20))
+        #expect(await eventually { incoming.hasWaiter })
         incoming.close()
         #expect(try await waiting.value)
     }
@@ -427,7 +427,7 @@ extension PieceSource {
     @Test func cancellingAWaitingNextThrows() async throws {
         let incoming = IncomingConnections(try Socket.listen(host: "127.0.0.1", port: 0))
         let waiting = Task { _ = try await incoming.next() != nil }
-        try await Task.sleep(for: .milliseconds(20))
+        #expect(await eventually { incoming.hasWaiter })
         waiting.cancel()
         await #expect(throws: CancellationError.self) { try await waiting.value }
         incoming.close()

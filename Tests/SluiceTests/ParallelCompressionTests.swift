@@ -30,6 +30,11 @@ func mixed(_ count: Int) -> [UInt8] {
     static let block = ParallelDeflate.defaultBlockSize
     static let sizes = [0, 1, block, block + 1, 10 * block + 17]
 
+    /// The first offset at which `a` and `b` differ (the shorter one's length if one is a prefix).
+    static func firstDifference(_ a: [UInt8], _ b: [UInt8]) -> Int {
+        zip(a, b).enumerated().first { $0.element.0 != $0.element.1 }?.offset ?? min(a.count, b.count)
+    }
+
     @Test(arguments: CompressionFormat.allCases, [1, 6, 9])
     func blocksRoundTripAndAreIdenticalForAnyThreadCount(format: CompressionFormat, level: Int) throws {
         for size in Self.sizes {
@@ -42,8 +47,23 @@ func mixed(_ count: Int) -> [UInt8] {
                 #expect(result.peakInFlightBytes <= result.inFlightLimit)
                 outputs.append(out)
             }
-            #expect(outputs[1] == outputs[0], "2 threads differ from 1 (\(format):\(level), \(size) bytes)")
-            #expect(outputs[2] == outputs[0], "4 threads differ from 1 (\(format):\(level), \(size) bytes)")
+            for (index, threads) in [(1, 2), (2, 4)] {
+                // Compared as one Bool: a failure says where and keeps both outputs in files,
+                // rather than printing 150 KB of bytes.
+                let same = outputs[index] == outputs[0]
+                var kept = ""
+                if !same {
+                    let stem = NSTemporaryDirectory() + "sluice-deflate-\(format)-\(level)-\(size)-\(getpid())"
+                    let files = FileManager.default
+                    _ = files.createFile(atPath: stem + "-1thread", contents: Data(outputs[0]))
+                    _ = files.createFile(atPath: stem + "-\(threads)threads", contents: Data(outputs[index]))
+                    kept = "; kept in \(stem)-*"
+                }
+                let at = Self.firstDifference(outputs[index], outputs[0])
+                let counts = "\(outputs[index].count) bytes against \(outputs[0].count)"
+                let what = "\(format):\(level), \(size) bytes"
+                #expect(same, "\(threads) threads differ from 1 (\(what)): \(counts), first at offset \(at)\(kept)")
+            }
             let (back, decoded) = try pipe(outputs[0], [try Inflate(format: DecompressionFormat(format))])
             #expect(back.succeeded, "\(String(describing: back.error))")
             #expect(decoded == input, "\(format):\(level), \(size) bytes")

@@ -79,6 +79,9 @@ public final class IncomingConnections: Sendable {
     /// Stops listening; queued connections are closed, and `next()` returns nil. Idempotent.
     public func close() { shutDown() }
 
+    /// Whether a `next()` is waiting for a connection now (for tests that act on a waiting call).
+    var hasWaiter: Bool { state.withLock { $0.waiter != nil } }
+
     /// The first call closes the listener, on the loop once it accepts there; later calls (a
     /// `close()` again, or the deinit after a `close()`) do nothing. A second close from another
     /// thread would race the loop's and close the descriptor twice.
