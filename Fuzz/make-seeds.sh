@@ -4,7 +4,8 @@
 #              (named and unnamed members, concatenated members, zero padding, stored blocks,
 #              pigz's independent blocks) and zstd frames, each behind the seed byte that picks
 #              auto-detection;
-#   parsers/   chunk sizes and rates as a user types them;
+#   parsers/   chunk sizes and rates as a user types them, a key file line, a pairing code,
+#              partial files' range lists;
 #   frames/, receiver/, sender/
 #              valid transfer sessions, both ways, encoded with the protocol's own encoder
 #              (MakeSeeds).
@@ -62,4 +63,10 @@ mkdir -p "$corpus/parsers"
 for size in 512 64K 64KiB 1M 4MiB 10m 2G 4194305 999999999999G 0x10; do
     printf '\0%s' "$size" >"$corpus/parsers/$size"
 done
+# A key file's line, a pairing code as typed, and partial files' range lists (the seed byte
+# picks the file's size: 0x30 is 48 << 0, 0xff is 255 << 15).
+printf '\0sluice-key-v1 %s\n' 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f >"$corpus/parsers/key"
+printf '\0%s' '7kq2-m4zp-abcd-efgh-o123-4567-899t' >"$corpus/parsers/code"
+printf '\x30%s' '0+16=16,16+16=3,32+16=0' >"$corpus/parsers/ranges"
+printf '\xff%s' '0+1048576=524288,1048576+1048576=1048576,99+5=1,18446744073709551615+2=1' >"$corpus/parsers/ranges-large"
 for dir in "$corpus"/*; do echo "make-seeds: $(ls "$dir" | wc -l) seeds in ${dir#"$fuzz"/}"; done

@@ -1,16 +1,31 @@
-// libFuzzer target: the parsers of sizes a user or a script types (`--chunk-size`,
-// `--rate-limit`: `ChunkSize(parsing:)` and `ChunkSize.parseBytes`). Any text must give a value
-// or a clean error: never a crash or an overflow; an accepted chunk size lies in the range and
-// reads back the same from its own description. (The CLI's endpoint parser lives in the
-// executable target, which another package cannot import: it has no target here.)
+// libFuzzer target: the parsers of short texts from outside the protocol. The sizes a user or a
+// script types (`--chunk-size`, `--rate-limit`: `ChunkSize(parsing:)` and
+// `ChunkSize.parseBytes`), a key file's text (`KeyFile.parse`), a pairing code as a person
+// types it (`PairingCode.parse`), and a partial file's range list as found in its
+// `user.sluice.ranges` attribute (`ReceiverStore.parseRanges`: anyone who can write the
+// directory can set it). Any text must give a value or a clean refusal, never a crash or an
+// overflow; what is accepted must be in range and read back the same from its own written
+// form. (The CLI's endpoint parser lives in the executable target, which another package
+// cannot import: it has no target here.)
 import FuzzDriver
 import FuzzSupport
-import Sluice
+
+@testable import Sluice
 
 /// One fuzz input (libFuzzer's `LLVMFuzzerTestOneInput`).
 func fuzzParsers(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
-    guard let (_, bytes) = FuzzInput.split(start, count) else { return 0 }
+    guard let start, let (_, bytes) = FuzzInput.split(start, count) else { return 0 }
     let text = String(decoding: bytes, as: UTF8.self)
+    sizes(text)
+    keyFile(text)
+    pairingCode(text)
+    // The file's size, from the seed byte: 0, small, or far beyond any range's end.
+    let seed = UInt64(start[0])
+    ranges(Array(bytes), size: seed << (seed % 48))
+    return 0
+}
+
+func sizes(_ text: String) {
     if let value = ChunkSize.parseBytes(text) {
         expect(value >= 0, "parseBytes(\(text.debugDescription)) = \(value)")
     }
@@ -25,7 +40,41 @@ func fuzzParsers(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
     case .failure(let error):
         expect(error.code == .invalidArgument, "\(text.debugDescription): \(error)")
     }
-    return 0
+}
+
+func keyFile(_ text: String) {
+    guard let key = KeyFile.parse(text) else { return }
+    expect(key.bytes.count == 32, "a key of \(key.bytes.count) bytes from \(text.debugDescription)")
+    let hex = key.bytes.map { byte in
+        let digits = Array("0123456789abcdef")
+        return String([digits[Int(byte >> 4)], digits[Int(byte & 15)]])
+    }.joined()
+    expect(KeyFile.parse("sluice-key-v1 \(hex)\n") == key, "\(text.debugDescription) does not read back")
+}
+
+func pairingCode(_ text: String) {
+    guard case .success(let code) = PairingCode.parse(text) else { return }
+    expect(code.payload.utf8.count == PairingCode.payloadLength, "payload \(code.payload.debugDescription)")
+    expect(PairingCode.parse(code.description) == .success(code), "\(code) does not read back")
+    expect(PairingCode.parse(code.description.lowercased()) == .success(code), "\(code) lower-cased")
+}
+
+func ranges(_ bytes: [UInt8], size: UInt64) {
+    let held = ReceiverStore.parseRanges(bytes, size: size)
+    expect(held.count <= ReceiverStore.maxRecordedRanges, "\(held.count) ranges kept")
+    let sorted = held.keys.sorted { $0.start < $1.start }
+    for (index, range) in sorted.enumerated() {
+        guard let end = range.end else {
+            expect(false, "range \(range) overflows")
+            return
+        }
+        expect(range.length > 0 && end <= size, "range \(range) outside \(size) bytes")
+        if let count = held[range] { expect(count <= range.length, "range \(range) holds \(count)") }
+        if index > 0 { expect(!sorted[index - 1].overlaps(range), "ranges \(sorted[index - 1]) and \(range) overlap") }
+    }
+    // The form the store writes reads back as the same list.
+    let text = sorted.map { "\($0.start)+\($0.length)=\(held[$0] ?? 0)" }.joined(separator: ",")
+    expect(ReceiverStore.parseRanges(Array(text.utf8), size: size) == held, "\(text) does not read back")
 }
 
 runLibFuzzer(fuzzParsers)
