@@ -486,16 +486,8 @@ private func endedClients(_ clients: inout [ReadStream], within timeout: Duratio
 /// Whether a blocking TCP connect to 127.0.0.1:`port` succeeds (a listening socket takes it into
 /// its backlog even while nobody accepts).
 func tcpConnects(port: UInt16) -> Bool {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    let fd = connectLoopback(port: port)
     guard fd >= 0 else { return false }
-    defer { close(fd) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_port = port.bigEndian
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    return withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-            connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
-        }
-    }
+    close(fd)
+    return true
 }

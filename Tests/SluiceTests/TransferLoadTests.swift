@@ -18,17 +18,8 @@ final class NeverReadingClient {
     private var timer: LoopTimer?
 
     init(port: UInt16, first: [UInt8], chunk: [UInt8], loop: EventLoop) throws {
-        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = port.bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let rc = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        try #require(rc == 0)
+        fd = connectLoopback(port: port)
+        try #require(fd >= 0)
         _ = fcntl(fd, F_SETFL, O_NONBLOCK)
         var pending = first
         timer = loop.schedule(after: .milliseconds(1), repeating: .milliseconds(1)) { [unowned self] in

@@ -58,7 +58,9 @@ final class DigestWorker: @unchecked Sendable {
     /// memory afresh: with 16 sessions at once, four slots each made the receiver fault in
     /// 84 MiB (21,600 minor faults against 13,400 with two) and spend half again the system
     /// time (Benchmarks/RESULTS.md, "Two hashing slots per session").
-    init(loop: EventLoop, pool: WorkerPool = .shared, slotSize: Int = 1 << 20, slotCount: Int = 2) {
+    init(
+        loop: EventLoop, pool: WorkerPool = .shared, slotSize: Int = DigestWorker.defaultSlotSize, slotCount: Int = 2
+    ) {
         precondition(slotSize > 0 && slotCount > 0, "DigestWorker: slots must be non-empty")
         self.loop = loop
         self.pool = pool
@@ -97,9 +99,12 @@ final class DigestWorker: @unchecked Sendable {
     /// The most bytes `hasRoom` can ever grant at once.
     var capacity: Int { slotSize * slotCount }
 
+    /// 1 MiB: a direct write's worth, and far more than a chunk of most transfers.
+    static let defaultSlotSize = 1 << 20
+
     /// The slots (of `slotSize`) for a worker whose caller asks room for `bytes` at once: as
     /// many as hold them, and one more to fill while those are written and hashed; two at least.
-    static func slotsToHold(_ bytes: Int, slotSize: Int = 1 << 20) -> Int {
+    static func slotsToHold(_ bytes: Int, slotSize: Int = defaultSlotSize) -> Int {
         max(2, (bytes + slotSize - 1) / slotSize + 1)
     }
 
