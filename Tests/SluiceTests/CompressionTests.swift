@@ -326,6 +326,26 @@ func corruptByteIsCorruptData(format: CompressionFormat) throws {
     #expect(error?.detail != nil)
 }
 
+/// Detection reads anything without a gzip, zlib or zstd header as raw deflate: plain text
+/// given to `-d` fails there, and the message says why deflate was tried. Asked for by name,
+/// or with a header found, it does not.
+@Test(.ownThreads)
+func plainInputNamesTheGuess() throws {
+    let text = Array("hello, this file was never compressed\n".utf8)
+    let guessed = decompressError(text, .auto)
+    #expect(guessed?.code == .corruptData)
+    #expect(guessed?.subject == "deflate")
+    #expect(guessed?.detail?.contains("no gzip, zlib or zstd header, so it was read as raw deflate") == true)
+    let named = decompressError(text, .deflate)
+    #expect(named?.code == .corruptData)
+    #expect(named?.detail?.contains("header") == false)
+    var gzip = try compress(randomBytes(10_000, seed: 5), .gzip, level: 6)
+    gzip.removeLast(20)
+    let truncated = decompressError(gzip, .auto)
+    #expect(truncated?.code == .truncatedData)
+    #expect(truncated?.detail?.contains("raw deflate") == false)
+}
+
 @Test(.ownThreads, arguments: [CompressionFormat.gzip, .zlib])
 func corruptChecksumIsCorruptData(format: CompressionFormat) throws {
     var compressed = try compress(compressibleBytes(50_000), format)

@@ -663,13 +663,21 @@ public final class Inflate: OutputCheckDeferring {
     private func corrupt(_ detail: String) -> SluiceError {
         SluiceError(
             .corruptData, operation: "inflate", subject: subject,
-            detail: detail.contains("offset") ? detail : "\(detail) (near compressed offset \(totalIn))")
+            detail: (detail.contains("offset") ? detail : "\(detail) (near compressed offset \(totalIn))") + guessed)
     }
 
     private func truncated(_ detail: String) -> SluiceError {
         SluiceError(
             .truncatedData, operation: "inflate", subject: subject,
-            detail: "\(detail) (at compressed offset \(totalIn))")
+            detail: "\(detail) (at compressed offset \(totalIn))" + guessed)
+    }
+
+    /// Raw deflate has no header: detection takes whatever is not gzip, zlib (or zstd, which
+    /// `Decompressor` finds first) for it. When that fails, the likelier story is input that is
+    /// not compressed at all, and the message says so rather than leave "deflate" unexplained.
+    private var guessed: String {
+        format == .auto && detectedFormat == .deflate
+            ? "; the input has no gzip, zlib or zstd header, so it was read as raw deflate" : ""
     }
 
     private func trailingGarbage() -> SluiceError {

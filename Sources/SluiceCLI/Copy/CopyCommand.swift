@@ -149,7 +149,12 @@ final class CopySession: Interruptible {
                 end(Self.interruption(signal, destination: options.destination))
             } else {
                 // A failure set by the watchdog before it cancelled the pipeline stays.
-                end(CLIError(error.underlying, during: Self.phase(of: error, result: result)))
+                var failure = CLIError(error.underlying, during: Self.phase(of: error, result: result))
+                if failure.status == .dataError, case .stage = error.location {
+                    // Damaged input, found by a decompressing stage: name it, as gzip does.
+                    failure.message = "\(options.source.displayName(as: .source)): \(failure.message)"
+                }
+                end(failure)
             }
             return
         }
