@@ -19,10 +19,12 @@ let package = Package(
             path: "Sources/CCrypto",
             providers: [.apt(["libssl-dev"])]
         ),
-        // The optional engines (zstd, ISA-L): compiled in where their headers are found, the
+        // The optional engines (zstd, ISA-L, libdeflate): compiled in where their headers are found, the
         // libraries loaded with dlopen at run time, so one plain `swift build` serves machines
         // with and without them.
-        .target(name: "CSluiceEngines", path: "Sources/CSluiceEngines", linkerSettings: [.linkedLibrary("dl")]),
+        .target(
+            name: "CSluiceEngines", path: "Sources/CSluiceEngines",
+            linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("z")]),
         .target(name: "Sluice", dependencies: ["CZlib", "CSluiceLinux", "CCrypto", "CSluiceEngines"]),
         .executableTarget(name: "SluiceCLI", dependencies: ["Sluice"]),
         .executableTarget(name: "WritingToMemory", dependencies: ["Sluice"], path: "Examples/WritingToMemory"),

@@ -19,8 +19,17 @@
 #define SLUICE_HAVE_ISAL 0
 #endif
 
+#if __has_include(<libdeflate.h>)
+#define SLUICE_HAVE_LIBDEFLATE 1
+#include <libdeflate.h>
+#include <zlib.h>
+#else
+#define SLUICE_HAVE_LIBDEFLATE 0
+#endif
+
 int sluice_zstd_compiled(void) { return SLUICE_HAVE_ZSTD; }
 int sluice_isal_compiled(void) { return SLUICE_HAVE_ISAL; }
+int sluice_libdeflate_compiled(void) { return SLUICE_HAVE_LIBDEFLATE; }
 
 #define LOOKUP(handle, table, name)                                                                           \
     do {                                                                                                      \
@@ -400,5 +409,170 @@ int sluice_isal_inflate(void *ctx, const uint8_t *in, uint32_t in_len, uint32_t 
     *ended = 0;
     *unread = 0;
     return -1;
+}
+#endif
+
+/* ---- libdeflate ---------------------------------------------------------------------------- */
+
+#if SLUICE_HAVE_LIBDEFLATE
+static struct {
+    __typeof__(libdeflate_alloc_compressor) *libdeflate_alloc_compressor;
+    __typeof__(libdeflate_deflate_compress) *libdeflate_deflate_compress;
+    __typeof__(libdeflate_free_compressor) *libdeflate_free_compressor;
+    __typeof__(libdeflate_crc32) *libdeflate_crc32;
+    __typeof__(libdeflate_adler32) *libdeflate_adler32;
+} ld;
+
+static int ld_loaded;
+static pthread_once_t ld_once = PTHREAD_ONCE_INIT;
+
+static int ld_lookup(void *h) {
+    LOOKUP(h, ld, libdeflate_alloc_compressor);
+    LOOKUP(h, ld, libdeflate_deflate_compress);
+    LOOKUP(h, ld, libdeflate_free_compressor);
+    LOOKUP(h, ld, libdeflate_crc32);
+    LOOKUP(h, ld, libdeflate_adler32);
+    return 1;
+}
+
+static void ld_load_once(void) {
+    void *h = dlopen("libdeflate.so.0", RTLD_NOW | RTLD_LOCAL);
+    if (!h) h = dlopen("libdeflate.so", RTLD_NOW | RTLD_LOCAL);
+    ld_loaded = h && ld_lookup(h);
+}
+
+int sluice_libdeflate_load(void) {
+    pthread_once(&ld_once, ld_load_once);
+    return ld_loaded;
+}
+
+/* libdeflate has no version call: the version of the header this build was compiled with. */
+const char *sluice_libdeflate_version(void) { return sluice_libdeflate_load() ? LIBDEFLATE_VERSION_STRING : ""; }
+
+struct sluice_libdeflate_deflater {
+    struct libdeflate_compressor *compressor;
+    /* zlib's inflate, which walks a piece's blocks to find the last one (Z_BLOCK), and the
+       output it decodes into, in turns (discarded). */
+    z_stream walker;
+    int walker_ready;
+    uint8_t *scratch;
+    uint32_t scratch_size;
+};
+
+void *sluice_libdeflate_deflate_create(int level) {
+    if (!sluice_libdeflate_load() || level < 1 || level > 12) return NULL;
+    struct sluice_libdeflate_deflater *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    d->compressor = ld.libdeflate_alloc_compressor(level);
+    d->scratch_size = 64 * 1024;
+    d->scratch = malloc(d->scratch_size);
+    if (!d->compressor || !d->scratch || inflateInit2(&d->walker, -MAX_WBITS) != Z_OK) {
+        if (d->compressor) ld.libdeflate_free_compressor(d->compressor);
+        free(d->scratch);
+        free(d);
+        return NULL;
+    }
+    d->walker_ready = 1;
+    return d;
+}
+
+void sluice_libdeflate_deflate_free(void *ctx) {
+    struct sluice_libdeflate_deflater *d = ctx;
+    if (!d) return;
+    ld.libdeflate_free_compressor(d->compressor);
+    if (d->walker_ready) inflateEnd(&d->walker);
+    free(d->scratch);
+    free(d);
+}
+
+/* Makes the complete raw deflate stream in out[0..<len] (libdeflate's: its last block final)
+   continuable: clears the last block's BFINAL bit and ends the stream on a byte boundary with an
+   empty stored block, as zlib's Z_SYNC_FLUSH does. The blocks are walked with zlib's inflate,
+   which stops at each block boundary (Z_BLOCK; the method of zlib's examples/gzjoin.c). Returns
+   the new length (at most len + 5), or -2 when the stream does not decode to exactly
+   `expected` bytes. */
+static long ld_continuable(struct sluice_libdeflate_deflater *d, uint8_t *out, size_t len, size_t expected) {
+    z_stream *s = &d->walker;
+    if (len == 0 || inflateReset(s) != Z_OK) return -2;
+    s->next_in = out;
+    s->avail_in = (uInt)len;
+    /* Where the BFINAL bit of the block being decoded is: its byte and mask. */
+    uint8_t *bit_byte = out;
+    uint8_t bit_mask = 1;
+    int final = out[0] & 1;
+    size_t produced = 0;
+    for (;;) {
+        s->next_out = d->scratch;
+        s->avail_out = d->scratch_size;
+        int rc = inflate(s, Z_BLOCK);
+        produced += d->scratch_size - s->avail_out;
+        if (rc != Z_OK) return -2; /* Z_STREAM_END cannot come before the final block's end */
+        if (s->data_type & 128) {
+            if (final) break;
+            int unused = s->data_type & 7;
+            if (unused) {
+                bit_byte = s->next_in - 1;
+                bit_mask = (uint8_t)(0x100 >> unused);
+            } else {
+                if (s->avail_in == 0) return -2;
+                bit_byte = s->next_in;
+                bit_mask = 1;
+            }
+            final = (*bit_byte & bit_mask) != 0;
+        } else if (s->avail_in == 0 && s->avail_out != 0) {
+            return -2;
+        }
+    }
+    if (produced != expected) return -2;
+    *bit_byte &= (uint8_t)~bit_mask;
+    int unused = s->data_type & 7;
+    size_t n = (size_t)(s->next_in - out);
+    if (unused) out[n - 1] &= (uint8_t)((0x100 >> unused) - 1);
+    /* The stored block's three header bits fit in the last byte's unused bits, or take a byte. */
+    if (unused < 3) out[n++] = 0;
+    out[n++] = 0;
+    out[n++] = 0;
+    out[n++] = 0xff;
+    out[n++] = 0xff;
+    return (long)n;
+}
+
+long sluice_libdeflate_deflate_block(void *ctx, const uint8_t *in, uint32_t in_len, int last, uint8_t *out,
+                                     uint32_t out_cap) {
+    struct sluice_libdeflate_deflater *d = ctx;
+    if (out_cap < 8) return -1;
+    size_t n = ld.libdeflate_deflate_compress(d->compressor, in, in_len, out, out_cap - 8);
+    if (n == 0) return -1;
+    return last ? (long)n : ld_continuable(d, out, n, in_len);
+}
+
+uint32_t sluice_libdeflate_crc32(uint32_t crc, const uint8_t *buf, size_t len) {
+    return len ? ld.libdeflate_crc32(crc, buf, len) : crc;
+}
+
+uint32_t sluice_libdeflate_adler32(uint32_t adler, const uint8_t *buf, size_t len) {
+    return len ? ld.libdeflate_adler32(adler, buf, len) : adler;
+}
+
+#else
+int sluice_libdeflate_load(void) { return 0; }
+const char *sluice_libdeflate_version(void) { return ""; }
+void *sluice_libdeflate_deflate_create(int level) {
+    (void)level;
+    return NULL;
+}
+void sluice_libdeflate_deflate_free(void *ctx) { (void)ctx; }
+long sluice_libdeflate_deflate_block(void *ctx, const uint8_t *in, uint32_t in_len, int last, uint8_t *out,
+                                     uint32_t out_cap) {
+    (void)ctx, (void)in, (void)in_len, (void)last, (void)out, (void)out_cap;
+    return -2;
+}
+uint32_t sluice_libdeflate_crc32(uint32_t crc, const uint8_t *buf, size_t len) {
+    (void)buf, (void)len;
+    return crc;
+}
+uint32_t sluice_libdeflate_adler32(uint32_t adler, const uint8_t *buf, size_t len) {
+    (void)buf, (void)len;
+    return adler;
 }
 #endif

@@ -8,7 +8,7 @@ import Testing
 /// `OffloadedStage`), as `pigz -d` checks on a thread of its own: the same verdicts as checking
 /// in line, and a stage that never reports its end before its output is checked.
 @Suite(.ownThreads) struct OverlappedCheckTests {
-    static let engines = CompressionEngine.allCases.filter { $0 != .zstd && $0.isAvailable }
+    static let engines = [CompressionEngine.zlib, .isal].filter(\.isAvailable)
     static let a = mixed(70_000)
     static let b = mixed(3_001)
 

@@ -1,3 +1,4 @@
+import CSluiceEngines
 import Foundation
 import TestThreads
 import Testing
@@ -35,13 +36,32 @@ func mixed(_ count: Int) -> [UInt8] {
         zip(a, b).enumerated().first { $0.element.0 != $0.element.1 }?.offset ?? min(a.count, b.count)
     }
 
-    @Test(arguments: CompressionFormat.allCases, [1, 6, 9])
-    func blocksRoundTripAndAreIdenticalForAnyThreadCount(format: CompressionFormat, level: Int) throws {
+    /// The engines that write deflate on this machine, and the levels of 1, 6 and 9 each serves.
+    static let deflateEngines = [CompressionEngine.zlib, .isal, .libdeflate].filter(\.isAvailable)
+    static func levels(of engine: CompressionEngine) -> [Int] {
+        switch engine {
+        case .isal: return [1, 6, 9].filter { ParallelDeflate.isalLevels[$0] != nil }
+        case .libdeflate: return [1, 6, 9].filter { ParallelDeflate.libdeflateLevels.contains($0) }
+        case .zlib, .zstd: return [1, 6, 9]
+        }
+    }
+
+    /// Every format × engine × level 1/6/9 × threads 1/2/4 × the sizes around a block (128 KiB
+    /// here for every engine, libdeflate's too; its own 1 MiB default is tried below).
+    @Test(arguments: CompressionFormat.allCases, deflateEngines)
+    func blocksRoundTripAndAreIdenticalForAnyThreadCount(format: CompressionFormat, engine: CompressionEngine) throws {
+        for level in Self.levels(of: engine) {
+            try roundTrip(format: format, engine: engine, level: level)
+        }
+    }
+
+    private func roundTrip(format: CompressionFormat, engine: CompressionEngine, level: Int) throws {
         for size in Self.sizes {
             let input = mixed(size)
             var outputs: [[UInt8]] = []
             for threads in [1, 2, 4] {
-                let stage = try ParallelDeflate(format: format, level: level, threads: threads)
+                let stage = try ParallelDeflate(
+                    format: format, level: level, threads: threads, blockSize: Self.block, engine: engine)
                 let (result, out) = try pipe(input, [stage], chunk: 16 * 1024)
                 #expect(result.succeeded, "\(String(describing: result.error))")
                 #expect(result.peakInFlightBytes <= result.inFlightLimit)
@@ -61,24 +81,95 @@ func mixed(_ count: Int) -> [UInt8] {
                 }
                 let at = Self.firstDifference(outputs[index], outputs[0])
                 let counts = "\(outputs[index].count) bytes against \(outputs[0].count)"
-                let what = "\(format):\(level), \(size) bytes"
+                let what = "\(format):\(level) (\(engine)), \(size) bytes"
                 #expect(same, "\(threads) threads differ from 1 (\(what)): \(counts), first at offset \(at)\(kept)")
             }
             let (back, decoded) = try pipe(outputs[0], [try Inflate(format: DecompressionFormat(format))])
             #expect(back.succeeded, "\(String(describing: back.error))")
-            #expect(decoded == input, "\(format):\(level), \(size) bytes")
+            #expect(decoded == input, "\(format):\(level) (\(engine)), \(size) bytes")
         }
     }
 
-    @Test(arguments: ["/usr/bin/gzip", "/usr/bin/pigz", "/usr/bin/igzip"])
-    func gzipBlocksAreReadByThePeers(peer: String) throws {
-        guard installed(peer) else { return }
-        for size in Self.sizes {
-            let input = mixed(size)
-            let (_, gz) = try pipe(input, [try ParallelDeflate(format: .gzip, level: 1, threads: 2)])
+    @Test(.enabled(if: CompressionEngine.libdeflate.isAvailable))
+    func libdeflatesOwnBlocksAreOneMemberThatThePeersRead() throws {
+        let size = 2 * ParallelDeflate.libdeflateBlockSize + 17
+        let input = mixed(size)
+        let one = try ParallelDeflate(format: .gzip, level: 6, threads: 1, engine: .libdeflate)
+        #expect(one.blockSize == ParallelDeflate.libdeflateBlockSize)
+        let (_, gz) = try pipe(input, [one])
+        let (_, four) = try pipe(input, [try ParallelDeflate(format: .gzip, level: 6, threads: 4, engine: .libdeflate)])
+        #expect(gz == four)
+        // One member: the header once, and the whole input's CRC-32 and size in the one trailer.
+        #expect(gz.prefix(3) == [0x1f, 0x8b, 8])
+        let crc = gz.suffix(8).prefix(4).reversed().reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+        #expect(crc == Checksum.compute(.crc32, over: input))
+        for peer in ["/usr/bin/gzip", "/usr/bin/pigz", "/usr/bin/igzip"] where installed(peer) {
             let (status, out, err) = try runProcess(peer, ["-dc"], stdin: Data(gz))
             #expect(status == 0, "\(peer): \(String(decoding: err, as: UTF8.self))")
-            #expect([UInt8](out) == input, "\(peer), \(size) bytes")
+            #expect([UInt8](out) == input, "\(peer)")
+        }
+        if installed("/usr/bin/gzip") {
+            // gzip -l reads the one trailer: the whole input's size.
+            let (_, listing, _) = try runProcess("/usr/bin/gzip", ["-l"], stdin: Data(gz))
+            #expect(String(decoding: listing, as: UTF8.self).contains(" \(size) "))
+        }
+    }
+
+    /// A libdeflate piece made continuable, for many small pieces (so that its last deflate
+    /// block ends at every bit position of a byte, and is stored, fixed or dynamic): followed by
+    /// another piece and a final empty block, zlib decodes both, in order.
+    @Test(.enabled(if: CompressionEngine.libdeflate.isAvailable))
+    func aContinuablePieceIsFollowedByTheNext() throws {
+        let deflater = try #require(sluice_libdeflate_deflate_create(6))
+        defer { sluice_libdeflate_deflate_free(deflater) }
+        var out = [UInt8](repeating: 0, count: 256 * 1024)
+        func piece(_ bytes: [UInt8], last: Bool) -> [UInt8]? {
+            let n = bytes.withUnsafeBufferPointer { input in
+                out.withUnsafeMutableBufferPointer {
+                    sluice_libdeflate_deflate_block(
+                        deflater, input.baseAddress, UInt32(input.count), last ? 1 : 0, $0.baseAddress,
+                        UInt32($0.count))
+                }
+            }
+            return n < 0 ? nil : Array(out[..<n])
+        }
+        var endings = Set<UInt8>()
+        for n in 1...300 {
+            let input = n % 3 == 0 ? randomBytes(n, seed: UInt64(n)) : mixed(n * 7)
+            let first = try #require(piece(input, last: false), "\(input.count) bytes")
+            #expect(first.suffix(4) == [0, 0, 0xff, 0xff], "\(input.count) bytes")
+            endings.insert(first[first.count - 5])
+            let tail = Array("and the next piece \(n)".utf8)
+            let second = try #require(piece(tail, last: true))
+            let (result, decoded) = try pipe(first + second, [try Inflate(format: .deflate)])
+            #expect(result.succeeded, "\(input.count) bytes: \(String(describing: result.error))")
+            #expect(decoded == input + tail, "\(input.count) bytes")
+        }
+        #expect(endings.count > 8, "the pieces ended in only \(endings.count) ways")
+        // A piece larger than the space its blocks are walked through (64 KiB), then the
+        // final empty block zlib writes (fixed Huffman, BFINAL set: 03 00).
+        let large = mixed(300_000)
+        let continuable = try #require(piece(large, last: false))
+        let (result, decoded) = try pipe(continuable + [3, 0], [try Inflate(format: .deflate)])
+        #expect(result.succeeded, "\(String(describing: result.error))")
+        #expect(decoded == large)
+        // Too little room for the piece: refused, nothing overrun.
+        #expect(piece(randomBytes(out.count, seed: 9), last: false) == nil)
+    }
+
+    @Test(arguments: ["/usr/bin/gzip", "/usr/bin/pigz", "/usr/bin/igzip"], deflateEngines)
+    func gzipBlocksAreReadByThePeers(peer: String, engine: CompressionEngine) throws {
+        guard installed(peer) else { return }
+        for level in Self.levels(of: engine) {
+            for size in Self.sizes {
+                let input = mixed(size)
+                let stage = try ParallelDeflate(
+                    format: .gzip, level: level, threads: 2, blockSize: Self.block, engine: engine)
+                let (_, gz) = try pipe(input, [stage])
+                let (status, out, err) = try runProcess(peer, ["-dc"], stdin: Data(gz))
+                #expect(status == 0, "\(peer): \(String(decoding: err, as: UTF8.self))")
+                #expect([UInt8](out) == input, "\(peer), gzip:\(level) (\(engine)), \(size) bytes")
+            }
         }
     }
 
@@ -210,7 +301,7 @@ func mixed(_ count: Int) -> [UInt8] {
         #expect(r2.error?.underlying.code == .truncatedData)
     }
 
-    static let inflateEngines = CompressionEngine.allCases.filter { $0 != .zstd && $0.isAvailable }
+    static let inflateEngines = [CompressionEngine.zlib, .isal].filter(\.isAvailable)
 
     /// Feeds `input` to `stage` `piece` bytes at a time with small output buffers.
     /// `afterEachCall` gets the output there was before each call.

@@ -10,17 +10,21 @@
 /// machines with and without them. Support for each is compiled in only where its header was
 /// found at build time (libzstd-dev, libisal-dev): `sluice_*_compiled` says whether it was.
 
-/// 1 when this build was compiled with zstd.h / isa-l.h.
+/// 1 when this build was compiled with zstd.h / isa-l.h / libdeflate.h.
 int sluice_zstd_compiled(void);
 int sluice_isal_compiled(void);
+int sluice_libdeflate_compiled(void);
 
 /// Loads the library (once; thread-safe). 1 when every function sluice needs was found.
 int sluice_zstd_load(void);
 int sluice_isal_load(void);
+int sluice_libdeflate_load(void);
 
-/// The loaded library's version text ("1.5.4"), or "" before a successful load.
+/// The loaded library's version text ("1.5.4"), or "" before a successful load (libdeflate:
+/// the version of the header this build was compiled with; the library has no version call).
 const char *sluice_zstd_version(void);
 const char *sluice_isal_version(void);
+const char *sluice_libdeflate_version(void);
 
 /// zstd streaming compression (ZSTD_compressStream2). `workers` ≥ 1 selects zstd's
 /// multithreaded mode, whose output does not depend on the number of workers.
@@ -75,5 +79,19 @@ void sluice_isal_inflate_reset(void *ctx, int container);
 int sluice_isal_inflate(void *ctx, const uint8_t *in, uint32_t in_len, uint32_t *in_used, uint8_t *out,
                         uint32_t out_cap, uint32_t *out_used, int *ended, uint32_t *unread,
                         uint8_t unread_bytes[8]);
+
+/// libdeflate raw deflate of one piece (libdeflate_deflate_compress, `level` 1–12), with no
+/// dictionary (libdeflate has none). Unless `last`, the piece is made continuable: its last
+/// block's BFINAL bit is cleared (the blocks walked with zlib's inflate) and it ends on a byte
+/// boundary with an empty stored block, as after a sync flush.
+void *sluice_libdeflate_deflate_create(int level);
+void sluice_libdeflate_deflate_free(void *ctx);
+/// Returns the bytes written to `out`; -1 when `out` was too small; -2 on any other failure.
+long sluice_libdeflate_deflate_block(void *ctx, const uint8_t *in, uint32_t in_len, int last, uint8_t *out,
+                                     uint32_t out_cap);
+/// libdeflate's CRC-32 (gzip's) and Adler-32, continued from `crc` / `adler`. Only once
+/// sluice_libdeflate_load() succeeded.
+uint32_t sluice_libdeflate_crc32(uint32_t crc, const uint8_t *buf, size_t len);
+uint32_t sluice_libdeflate_adler32(uint32_t adler, const uint8_t *buf, size_t len);
 
 #endif

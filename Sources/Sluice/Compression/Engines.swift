@@ -2,9 +2,9 @@ import CSluiceEngines
 import CZlib
 import Foundation
 
-/// The compression engines of this build and this machine: zlib always; zstd and Intel ISA-L
-/// where their headers were found at build time (`libzstd-dev`, `libisal-dev`) and their
-/// libraries load at run time (`dlopen`).
+/// The compression engines of this build and this machine: zlib always; zstd, Intel ISA-L and
+/// libdeflate where their headers were found at build time (`libzstd-dev`, `libisal-dev`,
+/// `libdeflate-dev`) and their libraries load at run time (`dlopen`).
 ///
 /// `SLUICE_ENGINES=zlib` in the environment (or any comma-separated list of engine names)
 /// restricts the process to the engines listed, so the zlib-only behaviour can be tested on a
@@ -13,12 +13,14 @@ public enum CompressionEngine: String, Sendable, CaseIterable, CustomStringConve
     case zlib
     case zstd
     case isal
+    case libdeflate
 
     public var description: String {
         switch self {
         case .zlib: return "zlib"
         case .zstd: return "zstd"
         case .isal: return "ISA-L"
+        case .libdeflate: return "libdeflate"
         }
     }
 
@@ -28,6 +30,7 @@ public enum CompressionEngine: String, Sendable, CaseIterable, CustomStringConve
         case .zlib: return true
         case .zstd: return sluice_zstd_compiled() != 0
         case .isal: return sluice_isal_compiled() != 0
+        case .libdeflate: return sluice_libdeflate_compiled() != 0
         }
     }
 
@@ -38,6 +41,7 @@ public enum CompressionEngine: String, Sendable, CaseIterable, CustomStringConve
         case .zlib: return true
         case .zstd: return Self.allowed.contains(self) && sluice_zstd_load() != 0
         case .isal: return Self.allowed.contains(self) && sluice_isal_load() != 0
+        case .libdeflate: return Self.allowed.contains(self) && sluice_libdeflate_load() != 0
         }
     }
 
@@ -48,13 +52,20 @@ public enum CompressionEngine: String, Sendable, CaseIterable, CustomStringConve
         case .zlib: return String(cString: zlibVersion())
         case .zstd: return String(cString: sluice_zstd_version())
         case .isal: return String(cString: sluice_isal_version())
+        case .libdeflate: return String(cString: sluice_libdeflate_version())
         }
     }
 
     /// Why the engine cannot be used, for a one-line message (nil when it can).
     public var unavailableReason: String? {
         if isAvailable { return nil }
-        let package = self == .zstd ? "libzstd-dev" : "libisal-dev"
+        let package: String
+        switch self {
+        case .zlib: package = "zlib1g-dev"
+        case .zstd: package = "libzstd-dev"
+        case .isal: package = "libisal-dev"
+        case .libdeflate: package = "libdeflate-dev"
+        }
         if !isCompiledIn { return "this build of sluice lacks \(self) (install \(package) and rebuild)" }
         if !Self.allowed.contains(self) { return "\(self) is disabled by SLUICE_ENGINES" }
         return "the \(self) library could not be loaded (install \(package))"

@@ -189,10 +189,10 @@ public final class Inflate: OutputCheckDeferring {
                 throw SluiceError(.system(Errno(rawValue: ENOMEM)), operation: "inflate", subject: format.rawValue)
             }
             isal = context
-        case .zstd:
+        case .zstd, .libdeflate:
             throw SluiceError(
-                .invalidArgument, operation: "inflate", subject: format.rawValue, detail: "zstd does not decode deflate"
-            )
+                .invalidArgument, operation: "inflate", subject: format.rawValue,
+                detail: "\(engine) does not decode streams of deflate")
         }
         self.engine = engine
         let stream = allocateZStream()

@@ -6,11 +6,23 @@ import Foundation
 /// as pigz does, and writes one gzip member, zlib stream or raw deflate stream.
 ///
 /// The input is cut into blocks of `blockSize` bytes. Each block is deflated raw on a worker
-/// (zlib's `deflate`, or ISA-L's `isal_deflate` at the levels where it is not larger than
-/// zlib's output by more than 2%), primed with the previous 32 KiB of input as its dictionary
-/// (`deflateSetDictionary`) and ended on a byte boundary with a sync flush; only the last
-/// block is final. The CRC-32 (gzip: ISA-L's for ISA-L's blocks, zlib's for zlib's) or
-/// Adler-32 (zlib) of each block is computed by its worker and the values are combined in
+/// and ended on a byte boundary with a sync flush; only the last block is final. The engines:
+///
+/// - zlib's `deflate` and ISA-L's `isal_deflate` prime each block with the previous 32 KiB of
+///   input as its dictionary (`deflateSetDictionary`), in blocks of 128 KiB by default, as pigz.
+/// - libdeflate has no dictionary and no sync flush: each block (1 MiB by default, where its
+///   output on the corpus of Benchmarks/RESULTS.md is smaller than zlib's primed 128 KiB
+///   blocks at every level) is compressed on its own, then made continuable: its last deflate
+///   block's final bit is cleared (found by walking the blocks with zlib's `inflate`, as zlib's
+///   `gzjoin` example does) and an empty stored block ends it on a byte boundary, which is
+///   what a sync flush writes.
+///
+/// The engine for a level, unless one is asked for (`defaultEngine(level:)`): ISA-L where its
+/// output is not larger than zlib's by more than 2% (level 1), libdeflate for levels 1–9
+/// (smaller than zlib's at the same level, two to three times as fast), zlib otherwise.
+///
+/// The CRC-32 (gzip) or Adler-32 (zlib) of each block is computed by its worker (with ISA-L's
+/// or libdeflate's code for their blocks, zlib's for zlib's) and the values are combined in
 /// order (`crc32_combine`, `adler32_combine`). Blocks are written in order. The output depends
 /// on the level, the block size and the engine, never on the number of threads.
 ///
@@ -27,24 +39,36 @@ public final class ParallelDeflate: AsynchronousStage {
     public let threads: Int
     /// The bytes of input per block.
     public let blockSize: Int
-    /// The engine that deflates the blocks: zlib, or ISA-L.
+    /// The engine that deflates the blocks: zlib, ISA-L or libdeflate.
     public let engine: CompressionEngine
 
     /// The stage's name in messages and statistics: the format (`gzip`, `zlib`, `deflate`).
     public var name: String { format.rawValue }
 
-    /// 128 KiB, as pigz.
+    /// 128 KiB, as pigz: the block size of zlib and ISA-L, whose blocks are primed with the
+    /// previous 32 KiB.
     public static let defaultBlockSize = 128 * 1024
+    /// 1 MiB: the block size of libdeflate, whose blocks start with no dictionary.
+    public static let libdeflateBlockSize = 1024 * 1024
+    /// The block size used with `engine` when none is given.
+    public static func defaultBlockSize(engine: CompressionEngine) -> Int {
+        engine == .libdeflate ? libdeflateBlockSize : defaultBlockSize
+    }
     /// The block sizes allowed: 128 KiB to 1 MiB.
     public static let blockSizes = (128 * 1024)...(1024 * 1024)
     /// The sluice levels ISA-L serves, and the ISA-L level used for each: those whose output on
     /// a corpus of real files (a tar of source, binaries and documents) is within 2% of zlib's
     /// at the same level, measured in Benchmarks/RESULTS.md.
     public static let isalLevels: [Int: Int] = [1: 2]
+    /// The sluice levels libdeflate serves, at the same level of its own: at each, its output
+    /// on that corpus is smaller than zlib's (Benchmarks/RESULTS.md).
+    public static let libdeflateLevels = 1...9
     /// The engine used for `level` when none is asked for: ISA-L where available and allowed
-    /// for that level, zlib otherwise.
+    /// for that level, then libdeflate, zlib otherwise.
     public static func defaultEngine(level: Int) -> CompressionEngine {
-        isalLevels[level] != nil && CompressionEngine.isal.isAvailable ? .isal : .zlib
+        if isalLevels[level] != nil && CompressionEngine.isal.isAvailable { return .isal }
+        if libdeflateLevels.contains(level) && CompressionEngine.libdeflate.isAvailable { return .libdeflate }
+        return .zlib
     }
 
     static let window = 32 * 1024
@@ -73,19 +97,22 @@ public final class ParallelDeflate: AsynchronousStage {
     private var done = false
 
     /// A stage for `format` at `level` (0–9) deflating on `threads` workers (default: one per
-    /// core), in blocks of `blockSize` bytes, with `engine` (default: `defaultEngine(level:)`).
+    /// core), in blocks of `blockSize` bytes (default: `defaultBlockSize(engine:)`), with
+    /// `engine` (default: `defaultEngine(level:)`).
     ///
     /// Throws `.invalidArgument` for a level, thread count or block size out of range, and
     /// `.unavailable` for an engine this build or machine lacks.
     public init(
         format: CompressionFormat = .gzip, level: Int = 6, threads: Int? = nil,
-        blockSize: Int = ParallelDeflate.defaultBlockSize, engine: CompressionEngine? = nil
+        blockSize: Int? = nil, engine: CompressionEngine? = nil
     ) throws(SluiceError) {
         guard Deflate.levels.contains(level) else {
             throw SluiceError(
                 .invalidArgument, operation: "deflate", subject: format.rawValue,
                 detail: "compression level \(level) is out of range 0...9")
         }
+        let engine = engine ?? Self.defaultEngine(level: level)
+        let blockSize = blockSize ?? Self.defaultBlockSize(engine: engine)
         guard Self.blockSizes.contains(blockSize) else {
             throw SluiceError(
                 .invalidArgument, operation: "deflate", subject: format.rawValue,
@@ -97,10 +124,18 @@ public final class ParallelDeflate: AsynchronousStage {
                 .invalidArgument, operation: "deflate", subject: format.rawValue,
                 detail: "thread count \(threads) is out of range \(WorkerPool.threadCounts)")
         }
-        let engine = engine ?? Self.defaultEngine(level: level)
         switch engine {
         case .zlib:
             break
+        case .libdeflate:
+            if let reason = engine.unavailableReason {
+                throw SluiceError(.unavailable, operation: "deflate", subject: format.rawValue, detail: reason)
+            }
+            guard Self.libdeflateLevels.contains(level) else {
+                throw SluiceError(
+                    .invalidArgument, operation: "deflate", subject: format.rawValue,
+                    detail: "libdeflate does not serve level \(level)")
+            }
         case .isal:
             if let reason = engine.unavailableReason {
                 throw SluiceError(.unavailable, operation: "deflate", subject: format.rawValue, detail: reason)
@@ -208,7 +243,7 @@ public final class ParallelDeflate: AsynchronousStage {
 
     private func submit(_ job: DeflateJob, last: Bool) {
         job.last = last
-        if !last {
+        if !last && engine != .libdeflate {
             // The next block's dictionary: the last 32 KiB of this one (blocks are larger).
             let data = job.data
             dictionary.copyMemory(from: UnsafeRawBufferPointer(rebasing: data[(data.count - Self.window)...]))
@@ -377,8 +412,17 @@ final class DeflateJob: @unchecked Sendable {
             // ISA-L's CRC-32 is several times zlib's, but zlib's deflate runs slower on the
             // thread after it (≈ 4% more CPU at level 6 on the corpus of Benchmarks/RESULTS.md,
             // AMD EPYC with AVX-512): a zlib block keeps to zlib's CRC.
-            check = contexts.engine == .isal ? CRC32.update(0, data) : Checksum.update(.crc32, 0, data)
-        case .adler32?: check = Checksum.compute(.adler32, over: data)
+            let bytes = data.baseAddress?.assumingMemoryBound(to: UInt8.self)
+            switch contexts.engine {
+            case .isal: check = CRC32.update(0, data)
+            case .libdeflate: check = sluice_libdeflate_crc32(0, bytes, data.count)
+            case .zlib, .zstd: check = Checksum.update(.crc32, 0, data)
+            }
+        case .adler32?:
+            let bytes = data.baseAddress?.assumingMemoryBound(to: UInt8.self)
+            check =
+                contexts.engine == .libdeflate
+                ? sluice_libdeflate_adler32(1, bytes, data.count) : Checksum.compute(.adler32, over: data)
         case nil: break
         }
         let context = contexts.take()
@@ -410,16 +454,27 @@ final class DeflateJob: @unchecked Sendable {
                 return
             }
             outputCount = n
+        case .libdeflate(let deflater):
+            let n = sluice_libdeflate_deflate_block(
+                deflater, data.baseAddress?.assumingMemoryBound(to: UInt8.self), UInt32(dataCount), last ? 1 : 0,
+                output.baseAddress!.assumingMemoryBound(to: UInt8.self), UInt32(output.count))
+            guard n >= 0 else {
+                failure = "libdeflate could not deflate a block (\(n))"
+                return
+            }
+            outputCount = n
         }
     }
 }
 
-/// The deflate contexts of one `ParallelDeflate`'s workers (a `z_stream` or an ISA-L stream
-/// each), made as needed and reused: never more than the blocks out at once.
+/// The deflate contexts of one `ParallelDeflate`'s workers (a `z_stream`, an ISA-L stream or a
+/// libdeflate compressor each), made as needed and reused: never more than the blocks out at
+/// once.
 final class DeflateContexts: @unchecked Sendable {
     enum Context {
         case zlib(UnsafeMutablePointer<z_stream>)
         case isal(UnsafeMutableRawPointer)
+        case libdeflate(UnsafeMutableRawPointer)
     }
 
     let engine: CompressionEngine
@@ -440,6 +495,8 @@ final class DeflateContexts: @unchecked Sendable {
                 releaseZStream(stream)
             case .isal(let deflater):
                 sluice_isal_deflate_free(deflater)
+            case .libdeflate(let deflater):
+                sluice_libdeflate_deflate_free(deflater)
             }
         }
     }
@@ -455,6 +512,11 @@ final class DeflateContexts: @unchecked Sendable {
                 preconditionFailure("ISA-L deflater for level \(level): the engine was checked available")
             }
             return .isal(deflater)
+        case .libdeflate:
+            guard let deflater = sluice_libdeflate_deflate_create(Int32(level)) else {
+                preconditionFailure("libdeflate compressor for level \(level): the engine was checked available")
+            }
+            return .libdeflate(deflater)
         case .zlib, .zstd:
             let stream = allocateZStream()
             let rc = sluice_deflateInit2(stream, Int32(level), Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY)
