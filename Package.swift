@@ -19,9 +19,9 @@ let package = Package(
             path: "Sources/CCrypto",
             providers: [.apt(["libssl-dev"])]
         ),
-        // The optional engines (zstd, ISA-L, libdeflate): compiled in where their headers are found, the
-        // libraries loaded with dlopen at run time, so one plain `swift build` serves machines
-        // with and without them.
+        // The optional engines (zstd, ISA-L, libdeflate): compiled in where their headers are
+        // found, the libraries loaded with dlopen at run time, so one plain `swift build` serves
+        // machines with and without them. zlib is linked for libdeflate's block walk.
         .target(
             name: "CSluiceEngines", path: "Sources/CSluiceEngines",
             linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("z")]),
