@@ -159,4 +159,31 @@ import Testing
                 try drive(ZstdDecompress(), good, piece: piece, outputSize: outputSize) == Array("fourteen bytes".utf8))
         }
     }
+
+    /// Fuzz/Regressions/inflate/zstd-empty-compressed-block (after the harness's first byte): a
+    /// zstd frame declaring no content whose one block is a compressed block of size 0, with
+    /// the right checksum of nothing. libzstd refused it when it decoded the frame at once and
+    /// accepted it as an empty block when streamed; `zstd -d` refuses it. `ZstdFrameWalker`
+    /// finds the block wherever the pieces fall, so sluice refuses it both ways; so with a
+    /// raw block of data before it.
+    @Test func zstdCompressedBlockOfSizeZeroIsCorruptWhateverTheBuffers() throws {
+        guard CompressionEngine.zstd.isAvailable else { return }
+        let found: [UInt8] = [0x28, 0xb5, 0x2f, 0xfd, 0x24, 0x00, 0x05, 0x00, 0x00, 0x99, 0xe9, 0xd8, 0x51]
+        // Magic, a descriptor without content size or checksum, a window of 1 KiB, a raw block
+        // of 3 bytes ("abc"), then the empty compressed block, last.
+        let afterData: [UInt8] = [
+            0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x00, 0x18, 0x00, 0x00, 0x61, 0x62, 0x63, 0x05, 0x00, 0x00,
+        ]
+        for frame in [found, afterData] {
+            for (piece, outputSize) in [
+                (frame.count, 1 << 18), (frame.count, 5), (1, 5), (1, 1 << 18), (4, 1), (9, 1 << 18),
+            ] {
+                let error = #expect(throws: SluiceError.self) {
+                    try drive(ZstdDecompress(), frame, piece: piece, outputSize: outputSize)
+                }
+                #expect(
+                    error?.code == .corruptData, "pieces \(piece), output \(outputSize): \(String(describing: error))")
+            }
+        }
+    }
 }

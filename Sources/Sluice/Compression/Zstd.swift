@@ -112,6 +112,8 @@ public final class ZstdDecompress: Stage {
     private var frameHeader: [UInt8] = []
     private var frameStartOut = 0
     private static let frameHeaderMax = 18
+    /// The stream's structure, followed over what libzstd consumed (see `ZstdFrameWalker`).
+    private var walker = ZstdFrameWalker()
 
     public init(limit: InflateLimit = .default, windowLogMax: Int = ZstdDecompress.defaultWindowLogMax)
         throws(SluiceError)
@@ -168,8 +170,15 @@ public final class ZstdDecompress: Stage {
             let n = min(inPos, Self.frameHeaderMax - frameHeader.count)
             frameHeader.append(contentsOf: UnsafeRawBufferPointer(start: base, count: n))
         }
+        if inPos > 0, let base = input.baseAddress {
+            walker.walk(UnsafeRawBufferPointer(start: base, count: inPos))
+        }
         totalIn += inPos
         totalOut += outPos
+        if let problem = walker.problem {
+            failure = SluiceError(.corruptData, operation: "decompress", subject: "zstd", detail: problem)
+            throw failure!
+        }
         if sluice_zstd_is_error(rc) != 0 {
             failure = SluiceError(
                 .corruptData, operation: "decompress", subject: "zstd",
