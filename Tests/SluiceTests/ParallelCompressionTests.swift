@@ -28,7 +28,7 @@ func mixed(_ count: Int) -> [UInt8] {
 
 /// Parallel deflate (pigz-style blocks on worker threads), zstd, and stages run off the loop.
 @Suite(.ownThreads) struct ParallelCompressionTests {
-    static let block = ParallelDeflate.defaultBlockSize
+    static let block = ParallelDeflate.smallBlockSize
     static let sizes = [0, 1, block, block + 1, 10 * block + 17]
 
     /// The first offset at which `a` and `b` differ (the shorter one's length if one is a prefix).
@@ -47,7 +47,7 @@ func mixed(_ count: Int) -> [UInt8] {
     }
 
     /// Every format × engine × level 1/6/9 × threads 1/2/4 × the sizes around a block (128 KiB
-    /// here for every engine, libdeflate's too; its own 1 MiB default is tried below).
+    /// here for every engine, zlib's and libdeflate's too; their own 1 MiB default is tried below).
     @Test(arguments: CompressionFormat.allCases, deflateEngines)
     func blocksRoundTripAndAreIdenticalForAnyThreadCount(format: CompressionFormat, engine: CompressionEngine) throws {
         for level in Self.levels(of: engine) {
@@ -90,14 +90,17 @@ func mixed(_ count: Int) -> [UInt8] {
         }
     }
 
-    @Test(.enabled(if: CompressionEngine.libdeflate.isAvailable))
-    func libdeflatesOwnBlocksAreOneMemberThatThePeersRead() throws {
-        let size = 2 * ParallelDeflate.libdeflateBlockSize + 17
+    /// zlib's and libdeflate's default blocks (1 MiB; ISA-L keeps pigz's 128 KiB): one member,
+    /// the same for 1 and 4 threads, read by the peers.
+    @Test(arguments: [CompressionEngine.zlib, .libdeflate].filter(\.isAvailable))
+    func largeDefaultBlocksAreOneMemberThatThePeersRead(engine: CompressionEngine) throws {
+        #expect(ParallelDeflate.defaultBlockSize(engine: .isal) == ParallelDeflate.smallBlockSize)
+        let size = 2 * ParallelDeflate.largeBlockSize + 17
         let input = mixed(size)
-        let one = try ParallelDeflate(format: .gzip, level: 6, threads: 1, engine: .libdeflate)
-        #expect(one.blockSize == ParallelDeflate.libdeflateBlockSize)
+        let one = try ParallelDeflate(format: .gzip, level: 6, threads: 1, engine: engine)
+        #expect(one.blockSize == ParallelDeflate.largeBlockSize)
         let (_, gz) = try pipe(input, [one])
-        let (_, four) = try pipe(input, [try ParallelDeflate(format: .gzip, level: 6, threads: 4, engine: .libdeflate)])
+        let (_, four) = try pipe(input, [try ParallelDeflate(format: .gzip, level: 6, threads: 4, engine: engine)])
         #expect(gz == four)
         // One member: the header once, and the whole input's CRC-32 and size in the one trailer.
         #expect(gz.prefix(3) == [0x1f, 0x8b, 8])

@@ -9,7 +9,10 @@ import Foundation
 /// and ended on a byte boundary with a sync flush; only the last block is final. The engines:
 ///
 /// - zlib's `deflate` and ISA-L's `isal_deflate` prime each block with the previous 32 KiB of
-///   input as its dictionary (`deflateSetDictionary`), in blocks of 128 KiB by default, as pigz.
+///   input as its dictionary (`deflateSetDictionary`). ISA-L's blocks are 128 KiB by default,
+///   as pigz's; zlib's are 1 MiB, where priming costs zlib 3–4% fewer instructions than in
+///   128 KiB blocks for output 0.04% larger (Benchmarks/RESULTS.md). ISA-L's output grows by
+///   0.6% in 1 MiB blocks, so it keeps pigz's size.
 /// - libdeflate has no dictionary and no sync flush: each block (1 MiB by default, where its
 ///   output on the corpus of Benchmarks/RESULTS.md is smaller than zlib's primed 128 KiB
 ///   blocks at every level) is compressed on its own, then made continuable: its last deflate
@@ -45,17 +48,24 @@ public final class ParallelDeflate: AsynchronousStage {
     /// The stage's name in messages and statistics: the format (`gzip`, `zlib`, `deflate`).
     public var name: String { format.rawValue }
 
-    /// 128 KiB, as pigz: the block size of zlib and ISA-L, whose blocks are primed with the
-    /// previous 32 KiB.
-    public static let defaultBlockSize = 128 * 1024
-    /// 1 MiB: the block size of libdeflate, whose blocks start with no dictionary.
-    public static let libdeflateBlockSize = 1024 * 1024
-    /// The block size used with `engine` when none is given.
+    /// 128 KiB, as pigz: the block size of ISA-L, whose blocks are primed with the previous
+    /// 32 KiB (its output grows by 0.6% in blocks of 1 MiB), and the smallest allowed.
+    public static let smallBlockSize = 128 * 1024
+    /// 1 MiB: the block size of zlib, whose blocks are primed with the previous 32 KiB (1/32 of
+    /// a block's input to hash again, against 1/4 at 128 KiB), and of libdeflate, whose blocks
+    /// start with no dictionary; the largest allowed.
+    public static let largeBlockSize = 1024 * 1024
+    /// The block size used with `engine` when none is given: `smallBlockSize` for ISA-L,
+    /// `largeBlockSize` for zlib and libdeflate.
     public static func defaultBlockSize(engine: CompressionEngine) -> Int {
-        engine == .libdeflate ? libdeflateBlockSize : defaultBlockSize
+        engine == .isal ? smallBlockSize : largeBlockSize
     }
+    @available(*, deprecated, message: "the default depends on the engine: use defaultBlockSize(engine:)")
+    public static var defaultBlockSize: Int { smallBlockSize }
+    @available(*, deprecated, renamed: "largeBlockSize")
+    public static var libdeflateBlockSize: Int { largeBlockSize }
     /// The block sizes allowed: 128 KiB to 1 MiB.
-    public static let blockSizes = (128 * 1024)...(1024 * 1024)
+    public static let blockSizes = smallBlockSize...largeBlockSize
     /// The sluice levels ISA-L serves, and the ISA-L level used for each: those whose output on
     /// a corpus of real files (a tar of source, binaries and documents) is within 2% of zlib's
     /// at the same level, measured in Benchmarks/RESULTS.md.
