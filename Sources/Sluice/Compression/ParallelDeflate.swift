@@ -10,9 +10,9 @@ import Foundation
 ///
 /// - zlib's `deflate` and ISA-L's `isal_deflate` prime each block with the previous 32 KiB of
 ///   input as its dictionary (`deflateSetDictionary`). ISA-L's blocks are 128 KiB by default,
-///   as pigz's; zlib's are 1 MiB, where priming costs zlib 3–4% fewer instructions than in
-///   128 KiB blocks for output 0.04% larger (Benchmarks/RESULTS.md). ISA-L's output grows by
-///   0.6% in 1 MiB blocks, so it keeps pigz's size.
+///   as pigz's; zlib's are 1 MiB, where less of each block's work is re-hashing its dictionary:
+///   3–4% fewer instructions than in 128 KiB blocks, for output 0.04% larger
+///   (Benchmarks/RESULTS.md). ISA-L's output grows by 0.6% in 1 MiB blocks, so it keeps pigz's.
 /// - libdeflate has no dictionary and no sync flush: each block (1 MiB by default, where its
 ///   output on the corpus of Benchmarks/RESULTS.md is smaller than zlib's primed 128 KiB
 ///   blocks at every level) is compressed on its own, then made continuable: its last deflate
