@@ -186,4 +186,19 @@ import Testing
             }
         }
     }
+
+    /// Fuzz/Regressions/inflate/zstd-legacy-frame-split (after the harness's first byte): a
+    /// frame of zstd's v0.7 format (magic 0xFD2FB527) holding nothing. libzstd read it when the
+    /// magic number came in one piece and called it an unknown prefix when it came in two;
+    /// sluice refuses the legacy formats whatever the split.
+    @Test func zstdLegacyFrameIsRefusedWhateverTheBuffers() throws {
+        guard CompressionEngine.zstd.isAvailable else { return }
+        let found: [UInt8] = [0x27, 0xb5, 0x2f, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00]
+        for (piece, outputSize) in [(found.count, 1 << 18), (2, 1 << 18), (1, 5), (4, 1)] {
+            let error = #expect(throws: SluiceError.self) {
+                try drive(ZstdDecompress(), found, piece: piece, outputSize: outputSize)
+            }
+            #expect(error?.code == .corruptData, "pieces \(piece), output \(outputSize): \(String(describing: error))")
+        }
+    }
 }

@@ -85,10 +85,17 @@ import Testing
             #expect(walker.betweenFrames)
             #expect(walker.offset == stream.count)
         }
-        let legacy: [UInt8] = [0x27, 0xb5, 0x2f, 0xfd, 0x05, 0x00, 0x00, 0x00]
-        let walker = Self.walked(legacy + empty, piece: 3)
+        // An unknown magic number is left to libzstd (which refuses it); a legacy (pre-1.0)
+        // frame is refused, in any pieces.
+        let unknown: [UInt8] = [0x29, 0xb5, 0x2f, 0xfd, 0x05, 0x00, 0x00, 0x00]
+        let walker = Self.walked(unknown + empty, piece: 3)
         #expect(walker.isLost)
         #expect(walker.problem == nil)
-        #expect(walker.offset == legacy.count + empty.count)
+        #expect(walker.offset == unknown.count + empty.count)
+        let legacy: [UInt8] = [0x27, 0xb5, 0x2f, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00]
+        for piece in [1, 2, 3, legacy.count] {
+            #expect(
+                Self.walked(legacy, piece: piece).problem?.contains("legacy zstd frame") == true, "pieces of \(piece)")
+        }
     }
 }

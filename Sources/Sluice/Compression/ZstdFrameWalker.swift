@@ -7,7 +7,8 @@
 /// holds at least its literals section's header) when it decodes a frame at once, in a large
 /// enough output buffer, and accepts it as an empty block when it streams the same frame
 /// (`zstd -d` says "Data corruption detected"). The walker finds such a block wherever the
-/// pieces fall. Anything it does not know (a magic number that is neither a zstd nor a
+/// pieces fall. It also refuses the pre-1.0 (legacy) frame formats, which libzstd reads only
+/// when their magic number arrives in one piece. Anything it does not know (a magic number that is neither a zstd nor a
 /// skippable frame, a reserved block type) is left to libzstd, which refuses it: the walker
 /// stops following and never refuses a stream libzstd decodes the same way whatever the split.
 struct ZstdFrameWalker {
@@ -138,6 +139,11 @@ struct ZstdFrameWalker {
             } else if magic & 0xFFFF_FFF0 == 0x184D_2A50 {
                 place = .skippableSize
                 startField(4)
+            } else if (0xFD2F_B522...0xFD2F_B527).contains(magic) || magic == 0x1EB5_2FFD {
+                // libzstd reads the pre-1.0 formats (v0.1–v0.7) only when it is given the whole
+                // magic number at once: streamed in smaller pieces it calls the same frame an
+                // unknown prefix. Refused whatever the split.
+                problem = "a legacy zstd frame (a format from before zstd 1.0) is not read, near offset \(offset)"
             } else {
                 place = .lost
             }
