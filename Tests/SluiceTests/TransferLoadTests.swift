@@ -200,6 +200,53 @@ struct TransferLoadTests {
         }
     }
 
+    @Test("Many files at once share 4 MiB of inbound buffers; one file alone reads into 1 MiB again")
+    func inboundBuffersShareABudget() throws {
+        try withTemporaryDirectory { root in
+            let harness = try TransferHarness(directory: root)
+            let mib = 1 << 20
+            // A raw session that starts a file and sends its bytes when told, in small pieces.
+            let first = connectLoopback(port: harness.port)
+            try #require(first >= 0)
+            defer { close(first) }
+            func sendFirst(_ bytes: [UInt8]) {
+                let n = bytes.withUnsafeBytes { Glibc.send(first, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                #expect(n == bytes.count)
+            }
+            let start = RawWire.hello() + RawWire.file("first", size: 8 << 20)
+            sendFirst(start + RawWire.data([UInt8](repeating: 1, count: 100)))
+            #expect(runLoop(harness.loop, for: .seconds(20)) { harness.receiver.inboundCapacities == [mib] })
+            // Eight more start files: each buffer is sized when its file starts, by how many are
+            // arriving then.
+            var holders: [NeverReadingClient] = []
+            defer { holders.forEach { $0.stop() } }
+            for i in 2...9 {
+                holders.append(
+                    try NeverReadingClient(
+                        port: harness.port, first: RawWire.hello() + RawWire.file("h\(i)", size: 1 << 20), chunk: [],
+                        loop: harness.loop))
+                #expect(runLoop(harness.loop, for: .seconds(20)) { harness.receiver.filesReceiving == i })
+            }
+            let kib = 1 << 10
+            let shared = [mib, mib, mib, mib, 512 * kib, 512 * kib, 512 * kib, 512 * kib, 256 * kib]
+            #expect(harness.receiver.inboundCapacities == shared)
+            // The first session's next read comes into its share of the nine.
+            sendFirst(RawWire.data([UInt8](repeating: 2, count: 100)))
+            #expect(
+                runLoop(harness.loop, for: .seconds(20)) {
+                    harness.receiver.inboundCapacities.first == 256 * kib
+                }, "\(harness.receiver.inboundCapacities)")
+            // The others go; once it is alone, its next read is into 1 MiB again.
+            holders.forEach { $0.stop() }
+            holders = []
+            #expect(runLoop(harness.loop, for: .seconds(20)) { harness.receiver.filesReceiving == 1 })
+            sendFirst(RawWire.data([UInt8](repeating: 3, count: 100)))
+            #expect(
+                runLoop(harness.loop, for: .seconds(20)) { harness.receiver.inboundCapacities == [mib] },
+                "\(harness.receiver.inboundCapacities)")
+        }
+    }
+
     @Test("Beyond --max-sessions a sender is told busy; it is served once a session ends")
     func maxSessions() throws {
         try withTemporaryDirectory { root in

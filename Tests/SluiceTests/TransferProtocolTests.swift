@@ -732,4 +732,31 @@ struct InboundBufferTests {
         #expect(ok4)
         #expect(partial.readIndex == 0 && partial.tailSpace == 2)
     }
+
+    @Test("It changes size, up or down, only with nothing lent and room for what it holds; the bytes move with it")
+    func resizesOnlyWhenSafe() {
+        var buffer = ByteBuffer(capacity: 100)
+        defer { buffer.deallocate() }
+        _ = buffer.append((0..<60).map { UInt8($0) })
+        buffer.consume(20)
+        buffer.resize(to: 50)
+        #expect(buffer.capacity == 50 && buffer.readIndex == 0 && Array(buffer.readable) == (20..<60).map { UInt8($0) })
+        buffer.resize(to: 30)
+        #expect(buffer.capacity == 50, "40 unconsumed bytes do not fit in 30")
+        buffer.consume(10)
+        buffer.lend()
+        buffer.resize(to: 200)
+        #expect(buffer.capacity == 50, "lent bytes are not moved")
+        buffer.returned()
+        buffer.resize(to: 200)
+        #expect(buffer.capacity == 200 && Array(buffer.readable) == (30..<60).map { UInt8($0) })
+        #expect(buffer.tailSpace == 170)
+    }
+
+    @Test("A session receiving a file reads into 1 MiB while four or fewer arrive, less as more do, never below 64 KiB")
+    func sharesOfTheBudget() {
+        let shares = [1, 2, 4, 5, 8, 9, 16, 17, 32, 64, 65, 1000].map { ReceiverSession.fileInbound(receiving: $0) }
+        let kib = shares.map { $0 >> 10 }
+        #expect(kib == [1024, 1024, 1024, 512, 512, 256, 256, 128, 128, 64, 64, 64])
+    }
 }

@@ -15,17 +15,18 @@ struct ByteBuffer {
 
     func deallocate() { storage.deallocate() }
 
-    /// Moves the unconsumed bytes into a new storage of `capacity` bytes (never smaller than
-    /// what they need). No pointer into the old storage may be held across it.
-    mutating func grow(to capacity: Int) {
-        guard capacity > self.capacity, lent == 0 else { return }
+    /// Moves the unconsumed bytes into a new storage of `capacity` bytes, larger or smaller.
+    /// Nothing happens while bytes are lent, or when the unconsumed bytes would not fit.
+    /// No pointer into the old storage may be held across it.
+    mutating func resize(to capacity: Int) {
+        guard capacity != self.capacity, capacity > 0, lent == 0, readableBytes <= capacity else { return }
         let count = readableBytes
-        let bigger = UnsafeMutableRawBufferPointer.allocate(byteCount: capacity, alignment: 16)
+        let replacement = UnsafeMutableRawBufferPointer.allocate(byteCount: capacity, alignment: 16)
         if count > 0 {
-            bigger.baseAddress!.copyMemory(from: storage.baseAddress! + readIndex, byteCount: count)
+            replacement.baseAddress!.copyMemory(from: storage.baseAddress! + readIndex, byteCount: count)
         }
         storage.deallocate()
-        storage = bigger
+        storage = replacement
         readIndex = 0
         writeIndex = count
     }

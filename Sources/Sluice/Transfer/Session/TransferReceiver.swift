@@ -60,6 +60,11 @@ public final class TransferReceiver {
 
     /// Sessions in progress.
     public var activeSessions: Int { sessions.values.filter { !$0.isEnded }.count }
+    /// The size of each open session's inbound buffer, in the order the sessions began (for
+    /// tests and statistics).
+    var inboundCapacities: [Int] {
+        sessions.sorted { $0.key < $1.key }.filter { !$0.value.isEnded }.map(\.value.inboundCapacity)
+    }
 
     /// Serves every connection `listener` accepts on `loop`, in plaintext.
     public func accept(from listener: SocketListener, on loop: EventLoop) throws(SluiceError) {
@@ -342,8 +347,25 @@ final class ReceiverSession: WireConnectionOwner {
     /// Buffers of a connection that has only said hello: room for the largest control message.
     static let initialInbound = 16 << 10
     static let initialOutbound = 8 << 10
-    /// The inbound buffer once a file starts: large reads for throughput.
+    /// The inbound buffer once a file starts: large reads for throughput, while few files
+    /// arrive at once.
     static let fileInbound = 1 << 20
+    /// The smallest inbound buffer of a session receiving a file.
+    static let smallestFileInbound = 64 << 10
+    /// What the inbound buffers of the sessions receiving files hold between them, at most,
+    /// once there are more than four: each holds bytes from their read until the worker has
+    /// written and hashed them, and sixteen sessions holding 1 MiB each put that work out of the
+    /// processor's caches (sixteen senders at once cost the receiver 40% less CPU with 256 KiB
+    /// each than with 1 MiB; Benchmarks/RESULTS.md).
+    static let inboundBudget = 4 << 20
+
+    /// The inbound buffer of a session receiving a file while `files` are being received:
+    /// 1 MiB, halved until the sessions' buffers fit `inboundBudget`, down to 64 KiB.
+    static func fileInbound(receiving files: Int) -> Int {
+        var size = fileInbound
+        while size > smallestFileInbound && size * files > inboundBudget { size /= 2 }
+        return size
+    }
     /// Where decompressed bytes go before they are written.
     static let scratchSize = 1 << 18
 
@@ -382,6 +404,7 @@ final class ReceiverSession: WireConnectionOwner {
     private var group: TransferGroup?
 
     var isEnded: Bool { ended }
+    var inboundCapacity: Int { connection.inbound.capacity }
 
     init(id: Int, peer: String, receiver: TransferReceiver, input: ReadStream, output: WriteStream, loop: EventLoop) {
         self.id = id
@@ -452,6 +475,12 @@ final class ReceiverSession: WireConnectionOwner {
     func wireReceived(_ connection: WireConnection) { parse() }
 
     func wireCanSend(_ connection: WireConnection) { pump() }
+
+    /// While a file arrives, its share of `inboundBudget`; between files, as it is.
+    func wireInboundCapacity(_ connection: WireConnection) -> Int? {
+        guard file != nil, let receiver else { return nil }
+        return Self.fileInbound(receiving: receiver.filesReceiving)
+    }
 
     func wirePeerClosed(_ connection: WireConnection) {
         peerClosed = true
@@ -761,7 +790,7 @@ final class ReceiverSession: WireConnectionOwner {
             opened: opened, request: request, digest: machine.digest, inflate: inflate, writebackWindow: writeback)
         if direct { file.target.writeDirectly() }
         self.file = file
-        connection.inbound.grow(to: Self.fileInbound)
+        connection.inbound.resize(to: Self.fileInbound(receiving: receiver?.filesReceiving ?? 1))
         guard opened.offset > 0 else {
             perform(machine.handle(.fileOpened(.success(0))))
             return
@@ -976,7 +1005,7 @@ extension ReceiverSession {
                 opened: opened, request: request, digest: machine.digest, inflate: nil, writebackWindow: writeback,
                 shared: shared, range: range, held: held)
             self.file = file
-            connection.inbound.grow(to: Self.fileInbound)
+            connection.inbound.resize(to: Self.fileInbound(receiving: receiver?.filesReceiving ?? 1))
             guard held > 0 else {
                 perform(machine.handle(.fileOpened(.success(0))))
                 pump()

@@ -9,6 +9,14 @@ protocol WireConnectionOwner: AnyObject {
     func wirePeerClosed(_ connection: WireConnection)
     /// A stream failed (reset, refused, timed out): the connection is unusable.
     func wireFailed(_ connection: WireConnection, _ error: SluiceError)
+    /// The size `connection.inbound` should have now, or nil to leave it as it is. Asked
+    /// before each read; the buffer changes size once nothing in it is lent and what it holds
+    /// fits.
+    func wireInboundCapacity(_ connection: WireConnection) -> Int?
+}
+
+extension WireConnectionOwner {
+    func wireInboundCapacity(_ connection: WireConnection) -> Int? { nil }
 }
 
 /// One connection of the transfer protocol: a read and a write stream on a loop, an inbound
@@ -22,7 +30,8 @@ protocol WireConnectionOwner: AnyObject {
 ///   at once when the flag is set, so no offer is lost.
 /// - An optional rate limit (a token bucket on the loop's timers) paces the writes.
 ///
-/// Memory is the two buffers, fixed at creation.
+/// Memory is the two buffers: the outbound one fixed at creation, the inbound one sized by the
+/// owner (`wireInboundCapacity`).
 final class WireConnection: ByteStreamDelegate {
     let input: ReadStream
     let output: WriteStream
@@ -144,6 +153,8 @@ final class WireConnection: ByteStreamDelegate {
     /// One read if an offer is waiting and there is room; true when bytes arrived.
     private func readOnce() -> Bool {
         guard readOffered, !isClosed, !peerClosed, outbound.readableBytes <= pauseReadingAbove else { return false }
+        // No pointer into the buffer is held here: the owner has returned from parsing.
+        if let wanted = owner?.wireInboundCapacity(self), wanted != inbound.capacity { inbound.resize(to: wanted) }
         // The decoder streams DATA: any other message it may wait for the rest of is smaller.
         guard inbound.reserveForRead(partial: Wire.frameHeaderSize + Wire.maxControlPayload) else {
             return false  // the owner has not consumed: it will call again
