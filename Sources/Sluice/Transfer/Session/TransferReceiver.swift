@@ -632,6 +632,7 @@ final class ReceiverSession: WireConnectionOwner {
         hasher.writeLent(file.digest, piece, to: target, at: position, owner: connection) { [self] written in
             piecesLent -= 1
             connection.inbound.returned()
+            if piecesLent == 0 { connection.fitInbound() }
             if !written { writeFailed(target) }
             pump()
         }

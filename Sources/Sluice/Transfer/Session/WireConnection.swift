@@ -154,7 +154,7 @@ final class WireConnection: ByteStreamDelegate {
     private func readOnce() -> Bool {
         guard readOffered, !isClosed, !peerClosed, outbound.readableBytes <= pauseReadingAbove else { return false }
         // No pointer into the buffer is held here: the owner has returned from parsing.
-        if let wanted = owner?.wireInboundCapacity(self), wanted != inbound.capacity { inbound.resize(to: wanted) }
+        resizeInbound()
         // The decoder streams DATA: any other message it may wait for the rest of is smaller.
         guard inbound.reserveForRead(partial: Wire.frameHeaderSize + Wire.maxControlPayload) else {
             return false  // the owner has not consumed: it will call again
@@ -174,6 +174,18 @@ final class WireConnection: ByteStreamDelegate {
             break
         }
         return false
+    }
+
+    /// Gives `inbound` the size the owner wants now (`wireInboundCapacity`), if nothing in it
+    /// is lent and what it holds fits; not while the owner is parsing. For an owner whose lent
+    /// bytes came back: the buffer need not wait for the next read to change size.
+    func fitInbound() {
+        guard !delivering else { return }  // the read that follows does it
+        resizeInbound()
+    }
+
+    private func resizeInbound() {
+        if let wanted = owner?.wireInboundCapacity(self), wanted != inbound.capacity { inbound.resize(to: wanted) }
     }
 
     private func notePeerClosed() {
