@@ -355,8 +355,8 @@ final class ReceiverSession: WireConnectionOwner {
     /// What the inbound buffers of the sessions receiving files hold between them, at most,
     /// once there are more than four: each holds bytes from their read until the worker has
     /// written and hashed them, and sixteen sessions holding 1 MiB each put that work out of the
-    /// processor's caches (sixteen senders at once cost the receiver 40% less CPU with 256 KiB
-    /// each than with 1 MiB; Benchmarks/RESULTS.md).
+    /// processor's caches (sixteen senders at once cost the receiver about a third less CPU
+    /// with 256 KiB each than with 1 MiB; Benchmarks/RESULTS.md).
     static let inboundBudget = 4 << 20
 
     /// The inbound buffer of a session receiving a file while `files` are being received:
