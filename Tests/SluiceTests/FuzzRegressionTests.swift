@@ -174,17 +174,44 @@ import Testing
         let afterData: [UInt8] = [
             0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x00, 0x18, 0x00, 0x00, 0x61, 0x62, 0x63, 0x05, 0x00, 0x00,
         ]
-        for frame in [found, afterData] {
+        Self.expectCorruptZstd([found, afterData])
+    }
+
+    /// Each frame, decoded whole or in pieces of 1, 4 and 9 bytes, into outputs of 1 byte to
+    /// 256 KiB, fails as corrupt data.
+    static func expectCorruptZstd(_ frames: [[UInt8]], sourceLocation: SourceLocation = #_sourceLocation) {
+        for frame in frames {
             for (piece, outputSize) in [
-                (frame.count, 1 << 18), (frame.count, 5), (1, 5), (1, 1 << 18), (4, 1), (9, 1 << 18),
+                (frame.count, 1 << 18), (frame.count, 5), (frame.count, 1), (1, 5), (1, 1 << 18), (4, 1),
+                (9, 1 << 18),
             ] {
-                let error = #expect(throws: SluiceError.self) {
+                let error = #expect(throws: SluiceError.self, sourceLocation: sourceLocation) {
                     try drive(ZstdDecompress(), frame, piece: piece, outputSize: outputSize)
                 }
                 #expect(
-                    error?.code == .corruptData, "pieces \(piece), output \(outputSize): \(String(describing: error))")
+                    error?.code == .corruptData, "pieces \(piece), output \(outputSize): \(String(describing: error))",
+                    sourceLocation: sourceLocation)
             }
         }
+    }
+
+    /// Fuzz/Regressions/inflate/zstd-rle-block-empty-window (after the harness's first byte): a
+    /// single-segment zstd frame declaring a content size of 0, with a checksum, whose blocks
+    /// are empty raw blocks and one RLE block of size 0. libzstd read it when the whole frame
+    /// came at once (as `zstd -d` of the file does) and called it corrupt when it came in
+    /// pieces: its window holds no bytes. `ZstdFrameWalker` refuses such a block wherever the
+    /// pieces fall; so for the smallest such frame, and one with a 4-byte content size.
+    @Test func zstdRLEBlockInAnEmptyWindowIsCorruptWhateverTheBuffers() {
+        guard CompressionEngine.zstd.isAvailable else { return }
+        // Magic, a single-segment descriptor with a checksum, content size 0; ten empty raw
+        // blocks, the RLE block of size 0 and its byte, 24 empty raw blocks, the last one, and
+        // the checksum of nothing.
+        let found: [UInt8] =
+            [0x28, 0xb5, 0x2f, 0xfd, 0x24, 0x00] + [UInt8](repeating: 0, count: 30) + [0x02, 0x00, 0x00, 0x00]
+            + [UInt8](repeating: 0, count: 72) + [0x01, 0x00, 0x00, 0x99, 0xe9, 0xd8, 0x51]
+        let smallest: [UInt8] = [0x28, 0xb5, 0x2f, 0xfd, 0x20, 0x00, 0x03, 0x00, 0x00, 0x00]
+        let fourByteSize: [UInt8] = [0x28, 0xb5, 0x2f, 0xfd, 0xa0, 0x00, 0x00, 0x00, 0x00, 0x03, 0x00, 0x00, 0x41]
+        Self.expectCorruptZstd([found, smallest, fourByteSize])
     }
 
     /// Fuzz/Regressions/inflate/zstd-legacy-frame-split (after the harness's first byte): a

@@ -65,7 +65,8 @@ import Testing
     }
 
     /// A compressed block of size 0, first or after data, last or not, is found at once,
-    /// in any pieces; a legacy or unknown magic number is left to libzstd.
+    /// in any pieces, and so is an RLE block of size 0 in a single segment of no content; a
+    /// legacy magic number is refused, an unknown one left to libzstd.
     @Test func aCompressedBlockOfSizeZeroIsFoundAndUnknownFramesAreLeftAlone() {
         let magic: [UInt8] = [0x28, 0xb5, 0x2f, 0xfd]
         let empty: [UInt8] = magic + [0x24, 0x00, 0x05, 0x00, 0x00, 0x99, 0xe9, 0xd8, 0x51]
@@ -76,14 +77,26 @@ import Testing
                 #expect(walker.problem?.contains("compressed block of size 0") == true, "pieces of \(piece)")
             }
         }
-        // An RLE block of size 0 and a raw block of size 0 are allowed.
+        // An RLE block of size 0 and a raw block of size 0 are allowed, but for an RLE block of
+        // size 0 in a single segment of no content (a window of no bytes).
         let zeroRaw: [UInt8] = magic + [0x00, 0x00, 0x01, 0x00, 0x00]
         let zeroRLE: [UInt8] = magic + [0x00, 0x00, 0x03, 0x00, 0x00, 0x41]
-        for stream in [zeroRaw, zeroRLE] {
+        let zeroRawNoContent: [UInt8] = magic + [0x20, 0x00, 0x01, 0x00, 0x00]
+        let zeroRLEInThreeBytes: [UInt8] =
+            magic + [0x20, 0x03, 0x02, 0x00, 0x00, 0x41, 0x19, 0x00, 0x00, 0x61, 0x62, 0x63]
+        for stream in [zeroRaw, zeroRLE, zeroRawNoContent, zeroRLEInThreeBytes] {
             let walker = Self.walked(stream, piece: 1)
             #expect(walker.problem == nil)
             #expect(walker.betweenFrames)
             #expect(walker.offset == stream.count)
+        }
+        let oneByteNoContent: [UInt8] = magic + [0x20, 0x00, 0x02, 0x00, 0x00, 0x41, 0x01, 0x00, 0x00]
+        let fourBytesNoContent: [UInt8] = magic + [0xa0, 0x00, 0x00, 0x00, 0x00, 0x03, 0x00, 0x00, 0x41]
+        for stream in [oneByteNoContent, fourBytesNoContent] {
+            for piece in [1, 2, 5, stream.count] {
+                let walker = Self.walked(stream, piece: piece)
+                #expect(walker.problem?.contains("RLE block of size 0") == true, "pieces of \(piece)")
+            }
         }
         // An unknown magic number is left to libzstd (which refuses it); a legacy (pre-1.0)
         // frame is refused, in any pieces.

@@ -7,7 +7,9 @@
 /// holds at least its literals section's header) when it decodes a frame at once, in a large
 /// enough output buffer, and accepts it as an empty block when it streams the same frame
 /// (`zstd -d` says "Data corruption detected"). The walker finds such a block wherever the
-/// pieces fall. It also refuses the pre-1.0 (legacy) frame formats, which libzstd reads only
+/// pieces fall. It also refuses an RLE block of size 0 in a single-segment frame that declares
+/// no content (libzstd reads it when the whole frame arrives at once and calls it corrupt when
+/// it comes in pieces), and the pre-1.0 (legacy) frame formats, which libzstd reads only
 /// when their magic number arrives in one piece. Anything it does not know (a magic number that is neither a zstd nor a
 /// skippable frame, a reserved block type) is left to libzstd, which refuses it: the walker
 /// stops following and never refuses a stream libzstd decodes the same way whatever the split.
@@ -39,6 +41,9 @@ struct ZstdFrameWalker {
     private var fieldLength = 4
     /// Whether the frame being walked ends with a content checksum.
     private var hasChecksum = false
+    /// Whether the frame being walked is a single segment declaring no content: its window
+    /// holds no bytes.
+    private var windowIsEmpty = false
     /// Bytes walked so far: the offset in the compressed input.
     private(set) var offset = 0
 
@@ -160,6 +165,12 @@ struct ZstdFrameWalker {
             // At least one byte follows: a Window_Descriptor, or a content size in one byte.
             fieldLength = 1 + (singleSegment ? 0 : 1) + dictionaryLength + contentSizeLength
         case .frameHeader:
+            // A single-segment frame's window is its content size (the last field; with a
+            // 2-byte field the size is 256 more than its value, so never 0).
+            let descriptor = field[0]
+            let fcsFlag = Int(descriptor >> 6)
+            windowIsEmpty =
+                descriptor & 0x20 != 0 && fcsFlag != 1 && field.suffix([1, 2, 4, 8][fcsFlag]).allSatisfy { $0 == 0 }
             place = .blockHeader
             startField(3)
         case .blockHeader:
@@ -171,7 +182,13 @@ struct ZstdFrameWalker {
             case 0:  // raw
                 startBlock(size, last: last)
             case 1:  // RLE: one byte, repeated
-                startBlock(1, last: last)
+                if size == 0 && windowIsEmpty {
+                    // libzstd streams such a frame through a window of no bytes, and calls an
+                    // RLE block of size 0 in it corrupt unless the whole frame arrives at once.
+                    problem = "an RLE block of size 0 in a frame of no content near offset \(offset)"
+                } else {
+                    startBlock(1, last: last)
+                }
             case 2:  // compressed
                 if size == 0 {
                     problem =
