@@ -9,10 +9,11 @@
 /// (`zstd -d` says "Data corruption detected"). The walker finds such a block wherever the
 /// pieces fall. It also refuses an RLE block of size 0 in a single-segment frame that declares
 /// no content (libzstd reads it when the whole frame arrives at once and calls it corrupt when
-/// it comes in pieces), and the pre-1.0 (legacy) frame formats, which libzstd reads only
-/// when their magic number arrives in one piece. Anything it does not know (a magic number that is neither a zstd nor a
-/// skippable frame, a reserved block type) is left to libzstd, which refuses it: the walker
-/// stops following and never refuses a stream libzstd decodes the same way whatever the split.
+/// it comes in pieces), and the pre-1.0 (legacy) frame formats, which libzstd reads only when
+/// their magic number arrives in one piece. Anything it does not know (a magic number that is
+/// neither a zstd nor a skippable frame, a reserved block type) is left to libzstd, which
+/// refuses it: the walker stops following and never refuses a stream libzstd decodes the same
+/// way whatever the split.
 struct ZstdFrameWalker {
     /// Where the walk is, with the bytes still to skip or collect.
     private enum Place {

@@ -478,9 +478,11 @@ final class ReceiverSession: WireConnectionOwner {
 
     /// While a file arrives, its share of `inboundBudget`; between files, as it is.
     func wireInboundCapacity(_ connection: WireConnection) -> Int? {
-        guard file != nil, let receiver else { return nil }
-        return Self.fileInbound(receiving: receiver.filesReceiving)
+        file == nil ? nil : inboundShare
     }
+
+    /// This session's inbound buffer while it receives a file, by how many files arrive now.
+    private var inboundShare: Int { Self.fileInbound(receiving: receiver?.filesReceiving ?? 1) }
 
     func wirePeerClosed(_ connection: WireConnection) {
         peerClosed = true
@@ -791,7 +793,7 @@ final class ReceiverSession: WireConnectionOwner {
             opened: opened, request: request, digest: machine.digest, inflate: inflate, writebackWindow: writeback)
         if direct { file.target.writeDirectly() }
         self.file = file
-        connection.inbound.resize(to: Self.fileInbound(receiving: receiver?.filesReceiving ?? 1))
+        connection.inbound.resize(to: inboundShare)
         guard opened.offset > 0 else {
             perform(machine.handle(.fileOpened(.success(0))))
             return
@@ -1006,7 +1008,7 @@ extension ReceiverSession {
                 opened: opened, request: request, digest: machine.digest, inflate: nil, writebackWindow: writeback,
                 shared: shared, range: range, held: held)
             self.file = file
-            connection.inbound.resize(to: Self.fileInbound(receiving: receiver?.filesReceiving ?? 1))
+            connection.inbound.resize(to: inboundShare)
             guard held > 0 else {
                 perform(machine.handle(.fileOpened(.success(0))))
                 pump()
