@@ -3,8 +3,9 @@
 #
 #   1. SIZE_MB (1 GiB) file → `sluice copy FILE tcp:127.0.0.1:P` → `sluice copy
 #      tcp-listen:127.0.0.1:P OUT` (sendfile, then splice through a pipe), against
-#      `nc -N` → `nc -l > OUT`, against the same with `--no-zero-copy`, and against the
-#      binary of BASE_REV (default f516f43, main before zero-copy: "today's");
+#      `nc -N` → `nc -l > OUT`, against the same with `--no-zero-copy`, against the
+#      binary of BASE_REV (default f516f43, main before zero-copy: "today's"), and with the
+#      receiver writing with `copy --direct` (O_DIRECT, past the page cache);
 #   2. the same file → file: `sluice copy` (copy_file_range) against `cat`, `--no-zero-copy`
 #      and BASE_REV.
 #
@@ -79,6 +80,7 @@ command_of() {
     zc) CMD=("$SLUICE" copy -q) ;;
     rw) CMD=("$SLUICE" copy -q --no-zero-copy) ;;
     base) CMD=("$BASE" copy -q) ;;
+    dz) CMD=("$SLUICE" copy -q --direct) ;;
     esac
 }
 # The output of the run before is written back (sync) and only then removed, just before the
@@ -101,6 +103,8 @@ loopback() {
     if [ "$1" = nc ]; then
         /usr/bin/time -f '%U %S' -o "$WORK/s.cpu" nc -N 127.0.0.1 "$port" <"$SRC"
     else
+        # --direct is the receiver's alone: its sender is the zero-copy one.
+        command_of "${1/dz/zc}"
         /usr/bin/time -f '%U %S' -o "$WORK/s.cpu" "${CMD[@]}" "$SRC" "tcp:127.0.0.1:$port"
     fi
     wait "$pid"
@@ -141,29 +145,29 @@ rm -f "$OUT"
 cmp "$SRC" "$OUT"
 file_path=$(path_of "$WORK/file.json")
 echo "paths: sender $send_path, receiver $recv_path, file → file $file_path" >&2
-for c in nc rw base; do loopback "$c" >/dev/null; done
+for c in nc rw base dz; do loopback "$c" >/dev/null; done
 for c in cat rw base; do filecopy "$c" >/dev/null; done
 echo "warm-up round done (not counted)" >&2
 
-LOOP=(zc nc rw base)
+LOOP=(zc nc rw base dz)
 FILE=(zc cat rw base)
 declare -A wall cpu
 # The order rotates each round, and every other round runs backwards, so that no contender
 # always follows the same one.
-order() { # ROUND INDEX: the position to run INDEX-th
-    if (($1 % 2)); then echo $((($2 + $1) % 4)); else echo $(((3 - $2 + $1) % 4)); fi
+order() { # ROUND INDEX COUNT: the position to run INDEX-th of COUNT
+    if (($1 % 2)); then echo $((($2 + $1) % $3)); else echo $((($3 - 1 - $2 + $1) % $3)); fi
 }
 for r in $(seq "$ROUNDS"); do
     line="round $r:"
-    for i in 0 1 2 3; do
-        c=${LOOP[$(order "$r" "$i")]}
+    for i in 0 1 2 3 4; do
+        c=${LOOP[$(order "$r" "$i" 5)]}
         read -r w u <<<"$(loopback "$c")"
         wall[loop,$c,$r]=$w
         cpu[loop,$c,$r]=$u
         line+=" loop-$c $(printf '%.2f' "$w")s/$(printf '%.2f' "$u")cpu"
     done
     for i in 0 1 2 3; do
-        c=${FILE[$(order "$r" "$i")]}
+        c=${FILE[$(order "$r" "$i" 4)]}
         read -r w u <<<"$(filecopy "$c")"
         wall[file,$c,$r]=$w
         cpu[file,$c,$r]=$u
@@ -226,6 +230,8 @@ $(row "the same, CPU seconds: \`sluice copy\` / \`--no-zero-copy\`" loop cpu zc 
 $(row "the same, CPU seconds: \`sluice copy\` / nc" loop cpu zc nc -)
 $(row "the same, wall: \`sluice copy\` / today's" loop wall zc base -)
 $(row "the same, wall: today's / nc" loop wall base nc -)
+$(row "the same, receiver \`copy --direct\`, CPU seconds / today's" loop cpu dz base 0.6)
+$(row "the same, receiver \`copy --direct\`, wall / nc" loop wall dz nc 0.8)
 $(row "$SIZE_MB MiB file → loopback → \`/dev/null\`, CPU seconds: \`sluice copy\` / today's" null cpu zc base -)
 $(row "$SIZE_MB MiB file → file, wall: \`sluice copy\` / \`cat\`" file wall zc cat -)
 $(row "the same, CPU seconds: \`sluice copy\` / \`cat\`" file cpu zc cat -)
@@ -233,12 +239,12 @@ $(row "the same, CPU seconds: \`sluice copy\` / today's" file cpu zc base -)
 $(row "the same, wall: \`sluice copy\` / today's" file wall zc base -)
 
 CPU seconds per GiB, both ends, median (range): loopback — zero-copy $(per_gib loop zc), \`--no-zero-copy\`
-$(per_gib loop rw), today's $(per_gib loop base), nc $(per_gib loop nc); loopback → \`/dev/null\` — zero-copy
+$(per_gib loop rw), today's $(per_gib loop base), nc $(per_gib loop nc), receiver \`--direct\` $(per_gib loop dz); loopback → \`/dev/null\` — zero-copy
 $(per_gib null zc), today's $(per_gib null base); file → file — zero-copy
 $(per_gib file zc), \`--no-zero-copy\` $(per_gib file rw), today's $(per_gib file base), cat $(per_gib file cat).
 
 Every round, wall s/CPU s — loopback: zero-copy $(all_rounds loop zc); nc $(all_rounds loop nc);
-\`--no-zero-copy\` $(all_rounds loop rw); today's $(all_rounds loop base). File → file: zero-copy
+\`--no-zero-copy\` $(all_rounds loop rw); today's $(all_rounds loop base); receiver \`--direct\` $(all_rounds loop dz). File → file: zero-copy
 $(all_rounds file zc); cat $(all_rounds file cat); \`--no-zero-copy\` $(all_rounds file rw); today's
 $(all_rounds file base). Loopback → \`/dev/null\`: zero-copy $(all_rounds null zc); today's $(all_rounds null base).
 EOF

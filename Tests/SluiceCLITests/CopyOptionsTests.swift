@@ -42,6 +42,9 @@ import Testing
         #expect(try options("--stats", "a", "b").stats == .text)
         #expect(try options("--append", "a", "b").append)
         #expect(try options("a", "--no-zero-copy", "b").zeroCopy == false)
+        #expect(try options("a", "b").direct == false)
+        #expect(try options("--direct", "a", "b").direct)
+        #expect(try options("--direct", "a", "-").direct)
     }
 
     @Test func compressionValues() throws {

@@ -75,7 +75,7 @@ public enum CompressionEngine: String, Sendable, CaseIterable, CustomStringConve
     public static var available: [CompressionEngine] { allCases.filter(\.isAvailable) }
 
     private static let allowed: Set<CompressionEngine> = {
-        guard let list = ProcessInfo.processInfo.environment["SLUICE_ENGINES"] else { return Set(allCases) }
+        guard let list = environmentValue("SLUICE_ENGINES") else { return Set(allCases) }
         return Set(
             list.split(separator: ",").compactMap {
                 CompressionEngine(rawValue: $0.trimmingCharacters(in: .whitespaces))

@@ -402,6 +402,13 @@ public final class Pipeline: ByteStreamDelegate {
             hot.pumpAgain = true
             return true
         }
+        // Nothing between the ends and nothing queued: a sink that copies into memory of its
+        // own lends it, and the source is read straight into it.
+        if stages.isEmpty, sinkTaps.isEmpty, hot.bucket == nil, hot.queues[0].isEmpty, sink.streamStatus == .open,
+            let space = sink.lendSpace(upTo: options.chunkSize.bytes)
+        {
+            return readIntoSink(space)
+        }
         let chunk = takeChunk()
         switch source.tryReadFilling(into: chunk.storage) {
         case .processed(let n) where n > 0:
@@ -421,6 +428,33 @@ public final class Pipeline: ByteStreamDelegate {
             fail(.source, source.streamError ?? SluiceError(.system(.ioError), operation: "read", subject: source.name))
         case .wouldBlock:
             recycle(chunk)
+        }
+        return false
+    }
+
+    /// One read into the space the sink lent; true when it filled the space.
+    private func readIntoSink(_ space: UnsafeMutableRawBufferPointer) -> Bool {
+        switch source.tryReadFilling(into: space) {
+        case .processed(let n) where n > 0:
+            hot.bytesRead += UInt64(n)
+            for tap in sourceTaps { tap.observe(UnsafeRawBufferPointer(rebasing: space[..<n])) }
+            do {
+                try sink.takeLentSpace(n)
+            } catch {
+                fail(.sink, error)
+                return false
+            }
+            hot.bytesWritten += UInt64(n)
+            hot.peakInFlightBytes = max(hot.peakInFlightBytes, n)
+            hot.pumpAgain = true
+            return n == space.count
+        case .processed(0):
+            hot.queues[0].producerDone = true
+            hot.pumpAgain = true
+        case .processed:
+            fail(.source, source.streamError ?? SluiceError(.system(.ioError), operation: "read", subject: source.name))
+        case .wouldBlock:
+            break
         }
         return false
     }

@@ -222,4 +222,12 @@ public class WriteStream: ByteStream {
     var spaceAvailablePrimitive: Bool { true }
     /// A fixed-capacity stream that is full: the write that filled it ends the stream.
     var isFullForever: Bool { false }
+    /// For kinds that copy what they are given into memory of their own before writing it
+    /// (`DirectFileWriteStream`): that memory's free space (at most `maxLength` bytes), for a
+    /// pipeline with nothing between its ends to read the source straight into, skipping its
+    /// chunk and the copy out of it. nil when the kind has none, or has none now.
+    func lendSpace(upTo maxLength: Int) -> UnsafeMutableRawBufferPointer? { nil }
+    /// The first `count` bytes of the space `lendSpace` gave now hold the next bytes of the
+    /// stream: they count as written. Throws what writing them threw (the stream has failed).
+    func takeLentSpace(_ count: Int) throws(SluiceError) {}
 }

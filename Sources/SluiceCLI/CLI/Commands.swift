@@ -190,6 +190,13 @@ enum CopyCommand: Command {
         the same byte. --no-zero-copy always reads and writes. --stats names the
         path taken and the CPU seconds used, also per GiB.
 
+        --direct writes a destination file with O_DIRECT, as dd oflag=direct:
+        the bytes are read and go from sluice's buffer to the disk, without the
+        kernel's copy into the page cache. It costs the least CPU of any path to
+        a file (on a virtual machine, writing new page-cache pages can cost more
+        than the copy itself), but each write waits for the disk and the file is
+        not left cached. Without direct I/O the file is written as usual.
+
         Options:
         \(CopyOptions.parser.helpLines().joined(separator: "\n"))
 

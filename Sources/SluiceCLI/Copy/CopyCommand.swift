@@ -16,7 +16,7 @@ final class CopySession: Interruptible {
     private let openOptions: OpenOptions
     private var stages: [any Stage] = []
     private var source: ReadStream?
-    private var sink: WriteStream?
+    private(set) var sink: WriteStream?
 
     /// A TLS end that closed may still be sending its last bytes and close_notify: the loop
     /// runs on until they are out (bounded), or the peer would see a cut connection.
@@ -54,7 +54,8 @@ final class CopySession: Interruptible {
         self.options = options.intoDirectory()
         self.loop = loop
         openOptions = OpenOptions(
-            force: options.force, append: options.append, flush: options.fsync, timeoutSeconds: options.timeoutSeconds)
+            force: options.force, append: options.append, flush: options.fsync, direct: options.direct,
+            timeoutSeconds: options.timeoutSeconds)
     }
 
     /// Whether to draw progress, given whether stderr is a terminal.
@@ -157,6 +158,16 @@ final class CopySession: Interruptible {
                 end(failure)
             }
             return
+        }
+        // The bytes a direct sink still held when the pipeline closed it, and its error.
+        if let direct = sink as? DirectFileWriteStream {
+            do {
+                try direct.finishWriting()
+            } catch {
+                destinationFile?.discard()
+                end(CLIError(error, during: .copying(.sink)))
+                return
+            }
         }
         do {
             try destinationFile?.commit()
@@ -299,6 +310,10 @@ final class CopySession: Interruptible {
                 result: result, options: options, stageName: session.stages.first?.name,
                 cpu: CPUTime.process() - cpuBefore)
             report.tls = session.negotiatedTLS
+            if let direct = session.sink as? DirectFileWriteStream {
+                report.directBytes = direct.bytesWrittenDirectly
+                report.pathNote = "--direct: the destination is written with O_DIRECT"
+            }
             Terminal.write(format == .json ? report.json + "\n" : report.text, to: 2)
         }
         return .ok

@@ -58,6 +58,12 @@ enum CommonOptions {
     static let append = OptionSpec("append", help: "append to the destination file, in place")
     static let fsync = OptionSpec(
         "fsync", help: "flush the destination file to disk before it\ntakes its name (survives a crash)")
+    /// `copy`'s (the receiver's `--direct` is its own, in TransferOptions).
+    static let direct = OptionSpec(
+        "direct",
+        help:
+            "write a destination file with O_DIRECT, past\nthe page cache: less CPU, each write waits\nfor the disk, and the file is not left cached"
+    )
     static let noZeroCopy = OptionSpec(
         "no-zero-copy",
         help:
@@ -188,6 +194,8 @@ struct CopyOptions: Hashable, Sendable {
     var threads: Int?
     /// Let the kernel move the bytes where nothing transforms them (off: `--no-zero-copy`).
     var zeroCopy = true
+    /// Write a destination file with O_DIRECT (`--direct`).
+    var direct = false
 
     static let parser = ArgumentParser(
         [
@@ -195,7 +203,8 @@ struct CopyOptions: Hashable, Sendable {
         ] + CommonOptions.levels + [
             CommonOptions.copyThreads, CommonOptions.progress,
             CommonOptions.noProgress, CommonOptions.stats, CommonOptions.rateLimit, CommonOptions.timeout,
-            CommonOptions.force, CommonOptions.append, CommonOptions.fsync, CommonOptions.noZeroCopy,
+            CommonOptions.force, CommonOptions.append, CommonOptions.fsync, CommonOptions.direct,
+            CommonOptions.noZeroCopy,
             CommonOptions.quiet, CommonOptions.help,
             CommonOptions.version,
         ])
@@ -258,7 +267,8 @@ struct CopyOptions: Hashable, Sendable {
             throw UsageError("--force and --append cannot be used together")
         }
         fsync = parsed.has("fsync")
-        for (used, flag) in [(append, "--append"), (fsync, "--fsync")] where used {
+        direct = parsed.has("direct")
+        for (used, flag) in [(append, "--append"), (fsync, "--fsync"), (direct, "--direct")] where used {
             switch destination {
             case .file, .standardIO: break
             case .tcpConnect, .tcpListen, .unixConnect, .unixListen, .tlsConnect, .tlsListen:

@@ -18,6 +18,8 @@ import Sluice
 ///   existing`, and an interrupted copy leaves the old file or the new one at the name.
 /// - With `flush` (`--fsync`), the data is on disk before the file takes its final name, and
 ///   the directory after: a crash then leaves the old file or the whole new one.
+/// - With `direct` (`--direct`), a regular file is written by a `DirectFileWriteStream`: whole
+///   blocks with `O_DIRECT`, past the page cache.
 final class DestinationFile {
     /// How the destination is written.
     enum Plan: Hashable, Sendable {
@@ -38,6 +40,8 @@ final class DestinationFile {
     let stream: WriteStream
     /// Whether `commit()` flushes the file (and its directory) to disk.
     let flush: Bool
+    /// `--append --direct` created the file: `discard()` removes it.
+    private var createdByAppending = false
 
     /// Decides how `path` is written, without touching anything: throws 73 when the file exists
     /// without `force`/`append`, or is a directory.
@@ -76,7 +80,9 @@ final class DestinationFile {
     }
 
     /// Plans and opens the destination: creates the temporary file, or opens the file in place.
-    init(path requestedPath: String, force: Bool, append: Bool, flush: Bool = false) throws(CLIError) {
+    init(path requestedPath: String, force: Bool, append: Bool, flush: Bool = false, direct: Bool = false)
+        throws(CLIError)
+    {
         let (path, plan) = try Self.plan(path: requestedPath, force: force, append: append)
         self.path = path
         self.plan = plan
@@ -85,7 +91,26 @@ final class DestinationFile {
         case .viaTemporary:
             let (fd, temporary) = try Self.createTemporary(near: path, displayName: requestedPath)
             temporaryPath = temporary
-            stream = .descriptor(fd, closeWhenDone: true, name: requestedPath)
+            stream =
+                direct
+                ? DirectFileWriteStream(fd: fd, closeWhenDone: true, name: requestedPath)
+                : .descriptor(fd, closeWhenDone: true, name: requestedPath)
+        case .append where direct:
+            // Exclusively first, to know whether a failed copy leaves a file of its own (removed
+            // by `discard()`, as the buffered stream's pipeline removes the file it created).
+            var fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0o666)
+            createdByAppending = fd >= 0
+            if fd < 0 && Errno.current == .fileExists { fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC) }
+            guard fd >= 0 else {
+                throw CLIError(
+                    SluiceError(.system(.current), operation: "open", subject: requestedPath),
+                    during: .creatingDestination)
+            }
+            // Created or not, appending is in place; a regular file (not a FIFO) is written direct.
+            stream =
+                Self.isRegularFile(fd)
+                ? DirectFileWriteStream(fd: fd, closeWhenDone: true, name: requestedPath)
+                : .descriptor(fd, closeWhenDone: true, name: requestedPath)
         case .append:
             stream = .file(atPath: path, mode: .append, permissions: 0o666)
         case .inPlace:
@@ -97,6 +122,12 @@ final class DestinationFile {
             }
             stream = .descriptor(fd, closeWhenDone: true, name: requestedPath)
         }
+    }
+
+    /// Whether `fd` is open on a regular file.
+    static func isRegularFile(_ fd: Int32) -> Bool {
+        var info = stat()
+        return fstat(fd, &info) == 0 && info.st_mode & S_IFMT == S_IFREG
     }
 
     /// `dir/.NAME.sluice-XXXXXX`, created with `O_EXCL`.
@@ -187,8 +218,12 @@ final class DestinationFile {
         return CLIError(SluiceError(.system(error), operation: operation, subject: path), during: .creatingDestination)
     }
 
-    /// Removes the temporary file, if any. Idempotent.
+    /// Removes the temporary file, if any (or the file `--append --direct` created). Idempotent.
     func discard() {
+        if createdByAppending {
+            unlink(path)
+            createdByAppending = false
+        }
         guard let temporary = temporaryPath else { return }
         unlink(temporary)
         temporaryPath = nil

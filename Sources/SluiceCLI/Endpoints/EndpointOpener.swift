@@ -17,6 +17,8 @@ struct OpenOptions: Sendable {
     var append = false
     /// Flush a file destination to disk before it takes its name (`--fsync`).
     var flush = false
+    /// Write a regular file destination with O_DIRECT (`--direct`).
+    var direct = false
     /// For connecting and accepting (`--timeout`).
     var timeoutSeconds: Double?
 }
@@ -58,7 +60,8 @@ extension Endpoint {
         case (.file(let path), .destination):
             do {
                 let file = try DestinationFile(
-                    path: path, force: options.force, append: options.append, flush: options.flush)
+                    path: path, force: options.force, append: options.append, flush: options.flush,
+                    direct: options.direct)
                 file.stream.open()
                 if file.stream.streamStatus == .error, let error = file.stream.streamError {
                     file.discard()
@@ -72,7 +75,18 @@ extension Endpoint {
         case (.standardIO, .source):
             completion(.success(.source(.standardInput)))
         case (.standardIO, .destination):
-            completion(.success(.destination(.standardOutput, nil)))
+            // `> file` with --direct: that file, past the page cache; a pipe or terminal as usual.
+            guard options.direct, DestinationFile.isRegularFile(1) else {
+                completion(.success(.destination(.standardOutput, nil)))
+                break
+            }
+            let stream = DirectFileWriteStream(fd: 1, closeWhenDone: false, name: "stdout")
+            stream.open()
+            if stream.streamStatus == .error, let error = stream.streamError {
+                completion(.failure(CLIError(error, during: .creatingDestination)))
+            } else {
+                completion(.success(.destination(stream, nil)))
+            }
         case (.tcpConnect(let host, let port), _):
             let pair = Socket.connect(host: host, port: port, timeout: options.timeout)
             completion(.success(Self.half(of: pair, as: role)))

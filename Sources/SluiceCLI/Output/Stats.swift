@@ -23,6 +23,8 @@ struct StatsReport: Sendable {
     var pathNote: String?
     /// The CPU time the copy used, when measured.
     var cpu: CPUTime?
+    /// With `--direct`: the bytes that went to the file with O_DIRECT.
+    var directBytes: UInt64?
 
     init(result: PipelineResult, options: CopyOptions, stageName: String?, cpu: CPUTime? = nil) {
         source = options.source.displayName(as: .source)
@@ -107,6 +109,7 @@ struct StatsReport: Sendable {
             ("fallbacks", fallbacksJSON),
         ]
         if let pathNote { fields.append(("path_note", Format.jsonString(pathNote))) }
+        if let directBytes { fields.append(("direct_bytes", "\(directBytes)")) }
         if let stage, let ratio {
             fields.append(("stage", Format.jsonString(stage.name)))
             fields.append(("stage_settings", Format.jsonString(stage.settings)))
@@ -140,6 +143,7 @@ struct StatsReport: Sendable {
             ("write rate", Format.rate(writeRate)),
             ("path", pathText),
         ]
+        if let directBytes { rows.append(("direct bytes", "\(directBytes) (\(Format.bytes(directBytes)), O_DIRECT)")) }
         if let stage, let ratio {
             rows.append(("stage", "\(stage.name) (\(stage.settings))"))
             rows.append(("ratio", Format.fixed(ratio, 2) + " (raw / compressed)"))

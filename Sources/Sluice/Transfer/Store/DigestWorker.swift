@@ -373,6 +373,8 @@ final class WriteTarget: @unchecked Sendable {
     /// session then hands every byte to the worker in aligned slots (the loop reads this, never
     /// `writesDirect`, which the worker may change under it).
     private(set) var wantsAlignedWrites = false
+    /// Bytes that went through the direct descriptor so far (on the thread that writes).
+    private(set) var directBytes: UInt64 = 0
 
     /// `fd` stays open until every job that writes to it has run (`DigestWorker.afterQueued`).
     init(fd: Int32, display: String, writebackWindow: UInt64?, start: UInt64) {
@@ -432,6 +434,7 @@ final class WriteTarget: @unchecked Sendable {
                 } while n < 0 && errno == EINTR
                 if n > 0 {
                     done += n
+                    directBytes += UInt64(n)
                     continue
                 }
                 if n < 0 && errno == EINVAL {

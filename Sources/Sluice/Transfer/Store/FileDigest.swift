@@ -62,7 +62,7 @@ public enum TransferDigest: String, Sendable, CaseIterable, CustomStringConverti
     }
 
     private static let xxhashAllowed: Bool = {
-        guard let list = ProcessInfo.processInfo.environment["SLUICE_ENGINES"] else { return true }
+        guard let list = environmentValue("SLUICE_ENGINES") else { return true }
         return list.split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces) == "xxhash" }
     }()
 }
