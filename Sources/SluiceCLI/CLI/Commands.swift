@@ -192,10 +192,10 @@ enum CopyCommand: Command {
 
         --direct writes a destination file with O_DIRECT, as dd oflag=direct:
         the bytes are read and go from sluice's buffer to the disk, without the
-        kernel's copy into the page cache. It costs the least CPU of any path to
-        a file (on a virtual machine, writing new page-cache pages can cost more
-        than the copy itself), but each write waits for the disk and the file is
-        not left cached. Without direct I/O the file is written as usual.
+        kernel's copy into the page cache. That saves CPU, most on a virtual
+        machine, where writing new page-cache pages can cost several times the
+        copy itself; but each write waits for the disk and the file is not left
+        cached. Without direct I/O the file is written as usual.
 
         Options:
         \(CopyOptions.parser.helpLines().joined(separator: "\n"))
