@@ -84,11 +84,7 @@ public final class DirectFileWriteStream: WriteStream {
     public func finishWriting() throws(SluiceError) {
         if !finished {
             finished = true
-            do {
-                try flush()
-            } catch {
-                failure = failure ?? error
-            }
+            try? flush()  // a failure is kept in `failure`
             if failure == nil, !appends, lseek(fd, off_t(offset), SEEK_SET) < 0 {
                 failure = SluiceError(.system(.current), operation: "lseek", subject: name)
             }
@@ -129,19 +125,14 @@ public final class DirectFileWriteStream: WriteStream {
         let n = min(bytes.count, buffer.count - end)
         (buffer.baseAddress! + end).copyMemory(from: source, byteCount: n)
         end += n
-        if end == buffer.count {
-            do {
-                try flush()
-            } catch {
-                failure = error
-                throw error
-            }
-        }
+        if end == buffer.count { try flush() }
         return .processed(n)
     }
 
     /// Writes `buffer[start..<end]` at `offset`; the buffer then starts at a block boundary.
+    /// A failure becomes the stream's `failure` (the first one is kept) and is thrown.
     private func flush() throws(SluiceError) {
+        if let failure { throw failure }
         guard end > start, let target else { return }
         let pending = UnsafeRawBufferPointer(rebasing: buffer[start..<end])
         switch target.write(pending, at: offset) {
@@ -150,7 +141,9 @@ public final class DirectFileWriteStream: WriteStream {
             start = 0
             end = 0
         case .failedNow, .failedBefore:
-            throw target.failure ?? SluiceError(.system(.ioError), operation: "write", subject: name)
+            let error = target.failure ?? SluiceError(.system(.ioError), operation: "write", subject: name)
+            failure = error
+            throw error
         }
     }
 
@@ -168,7 +161,6 @@ public final class DirectFileWriteStream: WriteStream {
         do {
             try flush()
         } catch {
-            failure = error
             fail(error)
             throw error
         }

@@ -134,8 +134,8 @@ func pollDescriptor(_ fd: Int32, events: Int16, timeoutMilliseconds: Int32) thro
 }
 
 /// An environment variable's value, read with `getenv(3)`. `ProcessInfo.processInfo.environment`
-/// first copies the whole environment into a dictionary: about 3% of the CPU time of a short
-/// `sluice send` (14 ms), which many senders started at once each pay.
+/// first copies the whole environment into a dictionary: 2.8% of the CPU time of a short
+/// `sluice send` (14 ms; Benchmarks/RESULTS.md), which many senders started at once each pay.
 func environmentValue(_ name: String) -> String? {
     guard let value = getenv(name) else { return nil }
     return String(cString: value)
