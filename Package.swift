@@ -5,6 +5,9 @@ let package = Package(
     name: "sluice",
     products: [
         .library(name: "Sluice", targets: ["Sluice"]),
+        // The bridges to Foundation's InputStream/OutputStream, in a module of their own so that
+        // a program using Sluice alone loads FoundationEssentials, not Foundation and ICU.
+        .library(name: "SluiceFoundation", targets: ["SluiceFoundation"]),
         .executable(name: "sluice", targets: ["SluiceCLI"]),
     ],
     targets: [
@@ -25,22 +28,27 @@ let package = Package(
         .target(
             name: "CSluiceEngines", path: "Sources/CSluiceEngines",
             linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("z")]),
-        .target(name: "Sluice", dependencies: ["CZlib", "CSluiceLinux", "CCrypto", "CSluiceEngines"]),
+        .target(
+            name: "Sluice", dependencies: ["CZlib", "CSluiceLinux", "CCrypto", "CSluiceEngines"],
+            exclude: ["Foundation"]),
+        .target(name: "SluiceFoundation", dependencies: ["Sluice"], path: "Sources/Sluice/Foundation"),
         .executableTarget(name: "SluiceCLI", dependencies: ["Sluice"]),
         .executableTarget(name: "WritingToMemory", dependencies: ["Sluice"], path: "Examples/WritingToMemory"),
         .executableTarget(name: "SocketClient", dependencies: ["Sluice"], path: "Examples/SocketClient"),
         .executableTarget(
             name: "AsyncWritingToMemory", dependencies: ["Sluice"], path: "Examples/AsyncWritingToMemory"),
         .executableTarget(name: "AsyncSocketClient", dependencies: ["Sluice"], path: "Examples/AsyncSocketClient"),
-        .executableTarget(name: "URLSessionUpload", dependencies: ["Sluice"], path: "Examples/URLSessionUpload"),
-        .executableTarget(name: "sluice-async-bench", dependencies: ["Sluice"], path: "Benchmarks/AsyncBench"),
+        .executableTarget(
+            name: "URLSessionUpload", dependencies: ["SluiceFoundation"], path: "Examples/URLSessionUpload"),
+        .executableTarget(
+            name: "sluice-async-bench", dependencies: ["SluiceFoundation"], path: "Benchmarks/AsyncBench"),
         // The tests' own threads for test bodies that block (see Tests/TestThreads).
         .target(name: "TestThreads", path: "Tests/TestThreads"),
         .testTarget(
             name: "SluiceTests",
             dependencies: [
-                "Sluice", "WritingToMemory", "SocketClient", "AsyncWritingToMemory", "AsyncSocketClient",
-                "URLSessionUpload", "TestThreads",
+                "Sluice", "SluiceFoundation", "WritingToMemory", "SocketClient", "AsyncWritingToMemory",
+                "AsyncSocketClient", "URLSessionUpload", "TestThreads",
             ]),
         .testTarget(name: "SluiceCLITests", dependencies: ["SluiceCLI", "TestThreads"]),
     ],

@@ -9,7 +9,7 @@
 //   sluice-async-bench filehandle-read FILE    FileHandle.readData(ofLength: 1 MiB)
 
 import Foundation
-import Sluice
+import SluiceFoundation
 
 let chunk = 1 << 20
 

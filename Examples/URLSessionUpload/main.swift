@@ -7,7 +7,7 @@
 // Prints the response status and body; exits 0 on a 2xx status.
 
 import Foundation
-import Sluice
+import SluiceFoundation
 
 #if canImport(FoundationNetworking)
     import FoundationNetworking

@@ -25,6 +25,13 @@ extern int renameat2(int olddirfd, const char *oldpath, int newdirfd, const char
 #define RENAME_EXCHANGE (1 << 1)
 #endif
 
+/* The calling thread's name (what ps, top and perf show; 15 bytes at most): prctl(2) is
+   variadic, which Swift cannot call. */
+#include <sys/prctl.h>
+static inline void sluice_set_thread_name(const char *name) {
+    (void)prctl(PR_SET_NAME, (unsigned long)name, 0UL, 0UL, 0UL);
+}
+
 /* O_DIRECT, defined by <fcntl.h> only under _GNU_SOURCE (its value differs between
    architectures). For the receiver's direct writes. */
 #include <fcntl.h>

@@ -1,4 +1,5 @@
 import Foundation
+import SluiceFoundation
 import Synchronization
 import TestThreads
 import Testing

@@ -1,6 +1,6 @@
 import CSluiceEngines
 import CZlib
-import Foundation
+import FoundationEssentials
 
 /// The compression engines of this build and this machine: zlib always; zstd, Intel ISA-L and
 /// libdeflate where their headers were found at build time (`libzstd-dev`, `libisal-dev`,
@@ -78,7 +78,7 @@ public enum CompressionEngine: String, Sendable, CaseIterable, CustomStringConve
         guard let list = environmentValue("SLUICE_ENGINES") else { return Set(allCases) }
         return Set(
             list.split(separator: ",").compactMap {
-                CompressionEngine(rawValue: $0.trimmingCharacters(in: .whitespaces))
+                CompressionEngine(rawValue: String($0.trimmingSpaces()))
             }
         )
         .union([.zlib])

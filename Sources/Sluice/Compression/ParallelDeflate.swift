@@ -1,6 +1,6 @@
 import CSluiceEngines
 import CZlib
-import Foundation
+import FoundationEssentials
 
 /// A compression stage that deflates blocks of its input at once on a pool of worker threads,
 /// as pigz does, and writes one gzip member, zlib stream or raw deflate stream.
@@ -489,7 +489,7 @@ final class DeflateContexts: @unchecked Sendable {
 
     let engine: CompressionEngine
     private let level: Int
-    private let lock = NSLock()
+    private let lock = ConditionLock()
     private var free: [Context] = []
 
     init(engine: CompressionEngine, level: Int) {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Synchronization
 
 /// A read stream's bytes as an `AsyncSequence` of chunks, with backpressure in bytes:

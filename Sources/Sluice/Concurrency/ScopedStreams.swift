@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Runs `body` (in the caller's isolation: it need not be `Sendable`) with the async faces of a read and a write stream — usually the two halves of a
 /// connection — and closes both when `body` ends, however it ends (as swift-nio's

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Synchronization
 
 extension EventLoop {
@@ -24,11 +24,9 @@ enum SharedLoop {
         }
         // Held forever: `run()` returns only when nothing is left to serve.
         loop.retainSource()
-        let thread = Thread {
+        startThread(name: "sluice.loop") {
             while true { loop.run() }
         }
-        thread.name = "sluice-shared-loop"
-        thread.start()
         return .success(loop)
     }()
 }

@@ -1,10 +1,10 @@
-import Foundation
+import FoundationEssentials
 
 /// The buffer between the two ends of a bound pair. Each end may live on its own thread
 /// (scheduled on its own loop, or polling): the state is guarded by a condition lock, and an
 /// end on another loop is woken through that loop's `execute`.
 final class BoundBuffer: @unchecked Sendable {
-    let condition = NSCondition()
+    let condition = ConditionLock()
     let capacity: Int
     private let storage: UnsafeMutableRawBufferPointer
     private var head = 0

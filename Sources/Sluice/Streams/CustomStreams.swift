@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Synchronization
 
 /// The bytes behind a stream kind of your own: implement this and wrap it with
@@ -69,7 +69,7 @@ public final class StreamReadiness: Sendable {
         init(_ stream: ByteStream) { self.stream = stream }
     }
     private let state = Mutex(State())
-    private let condition = UncheckedBox(NSCondition())
+    private let condition = UncheckedBox(ConditionLock())
 
     init() {}
 

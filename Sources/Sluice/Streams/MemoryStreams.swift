@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Reads bytes held in memory, as `InputStream(data:)`.
 final class MemoryReadStream: ReadStream {

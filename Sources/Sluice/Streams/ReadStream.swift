@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// A stream to read bytes from, as NSInputStream. Create one with a factory
 /// (`ReadStream.file(atPath:)`, `.memory(_:)`, `.standardInput`, `boundPair(bufferSize:)`, or

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Typed faces of `property(forKey:)`: what Foundation code reads as
 /// `stream.property(forKey: .dataWrittenToMemoryStreamKey) as? Data`, without the cast.

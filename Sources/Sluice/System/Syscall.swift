@@ -140,3 +140,14 @@ func environmentValue(_ name: String) -> String? {
     guard let value = getenv(name) else { return nil }
     return String(cString: value)
 }
+
+extension Substring {
+    /// Without the spaces and tabs at either end (for comma-separated lists in the environment).
+    func trimmingSpaces() -> Substring {
+        let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" }
+        guard let first = firstIndex(where: { !isSpace($0) }), let last = lastIndex(where: { !isSpace($0) }) else {
+            return ""
+        }
+        return self[first...last]
+    }
+}

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// A fixed set of worker threads for work that must not run on an event loop's thread:
 /// compression of blocks, hashing, and disk calls that can block (`fsync`, `fchmod`,
@@ -26,7 +26,7 @@ public final class WorkerPool: @unchecked Sendable {
     public static let threadCounts = 1...256
 
     nonisolated(unsafe) private static var pools: [Int: WorkerPool] = [:]
-    private static let poolsLock = NSLock()
+    private static let poolsLock = ConditionLock()
 
     /// A pool of `threads` workers kept for the life of the process: `shared` when the count
     /// is the number of cores, otherwise one pool per count asked for. For stages that must use
@@ -41,7 +41,7 @@ public final class WorkerPool: @unchecked Sendable {
         return pool
     }
 
-    private let condition = NSCondition()
+    private let condition = ConditionLock()
     /// Guarded by `condition`.
     private var jobs: [@Sendable () -> Void] = []
     private var head = 0
@@ -71,9 +71,7 @@ public final class WorkerPool: @unchecked Sendable {
             condition.signal()
         } else if started < threadCount {
             started += 1
-            let thread = Thread { [self] in work() }
-            thread.name = "sluice.worker"
-            thread.start()
+            startThread(name: "sluice.worker") { [self] in work() }
         }
         condition.unlock()
     }

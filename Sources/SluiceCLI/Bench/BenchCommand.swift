@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Sluice
 
 #if canImport(Glibc)
@@ -384,7 +384,7 @@ enum BenchCommand: Command {
             (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8))?
             .split(separator: "\n").first { $0.hasPrefix("model name") }
             .flatMap { $0.split(separator: ":", maxSplits: 1).last }
-            .map { $0.trimmingCharacters(in: .whitespaces) } ?? "unknown CPU"
+            .map { String($0.drop(while: \.isWhitespace)) } ?? "unknown CPU"
         return "\(ProcessInfo.processInfo.activeProcessorCount) cores, \(cpu)"
     }
 }

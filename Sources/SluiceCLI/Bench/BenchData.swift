@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Sluice
 
 /// Data for measurements, made here so nothing is downloaded: incompressible bytes

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Sluice
 
 #if canImport(Glibc)
@@ -23,10 +23,10 @@ struct BenchChart {
         func fraction(_ value: Double) -> Double {
             switch self {
             case .log(let range):
-                let low = Foundation.log10(range.lowerBound)
-                let high = Foundation.log10(range.upperBound)
+                let low = Glibc.log10(range.lowerBound)
+                let high = Glibc.log10(range.upperBound)
                 guard high > low, value > 0 else { return 0 }
-                return min(1, max(0, (Foundation.log10(value) - low) / (high - low)))
+                return min(1, max(0, (Glibc.log10(value) - low) / (high - low)))
             case .linear(let range):
                 guard range.upperBound > range.lowerBound else { return 0 }
                 return min(1, max(0, (value - range.lowerBound) / (range.upperBound - range.lowerBound)))
@@ -277,26 +277,26 @@ extension BenchChart {
     /// A log axis over whole decades that hold `values`, ticked at 1, 2 and 5 of each.
     static func logAxis(_ values: [Double], label: String) -> Axis {
         let positive = values.filter { $0 > 0 && $0.isFinite }
-        let low = Foundation.floor(Foundation.log10(positive.min() ?? 1))
-        var high = Foundation.ceil(Foundation.log10(positive.max() ?? 10))
+        let low = Glibc.floor(Glibc.log10(positive.min() ?? 1))
+        var high = Glibc.ceil(Glibc.log10(positive.max() ?? 10))
         if high <= low { high = low + 1 }
         var ticks: [(value: Double, label: String)] = []
         var decade = low
         while decade <= high {
             for step in [1.0, 2.0, 5.0] {
-                let value = step * Foundation.pow(10, decade)
+                let value = step * Glibc.pow(10, decade)
                 if decade == high && step > 1 { break }
                 ticks.append((value, number(value)))
             }
             decade += 1
         }
-        return Axis(label: label, scale: .log(Foundation.pow(10, low)...Foundation.pow(10, high)), ticks: ticks)
+        return Axis(label: label, scale: .log(Glibc.pow(10, low)...Glibc.pow(10, high)), ticks: ticks)
     }
 
     /// Ticks from 0 in steps of 1, 2 or 5 × 10^k, about six of them, the last at or above `top`.
     static func linearTicks(upTo top: Double) -> [(value: Double, label: String)] {
         let rough = top / 6
-        let magnitude = Foundation.pow(10, Foundation.floor(Foundation.log10(rough)))
+        let magnitude = Glibc.pow(10, Glibc.floor(Glibc.log10(rough)))
         let step = [1.0, 2.0, 5.0, 10.0].map { $0 * magnitude }.first { $0 >= rough } ?? magnitude * 10
         var ticks: [(value: Double, label: String)] = []
         var value = 0.0

@@ -1,5 +1,10 @@
-import Foundation
+import Dispatch
+import FoundationEssentials
 import Sluice
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The paths the local matrix measures, each through the real pipeline.
 enum BenchPath: String, CaseIterable, Sendable {
@@ -87,7 +92,7 @@ struct LocalBench {
     }
 
     func run() throws -> [BenchCell] {
-        let dir = NSTemporaryDirectory() + "sluice-bench-\(getpid())"
+        let dir = temporaryDirectory() + "sluice-bench-\(getpid())"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
 
@@ -303,7 +308,7 @@ final class BenchServerThread: @unchecked Sendable {
     }
 
     func start() {
-        let thread = Thread { [self] in
+        DispatchQueue(label: "sluice-bench-server").async { [self] in
             defer { done.signal() }
             guard let loop = try? EventLoop() else { return }
             do {
@@ -319,7 +324,6 @@ final class BenchServerThread: @unchecked Sendable {
             }
             loop.run()
         }
-        thread.start()
     }
 
     /// Waits for the connection to end; nil if the server could not run.
@@ -327,4 +331,11 @@ final class BenchServerThread: @unchecked Sendable {
         done.wait()
         return result
     }
+}
+
+/// `$TMPDIR` or `/tmp`, ending in a slash (as Foundation's `NSTemporaryDirectory()`).
+func temporaryDirectory() -> String {
+    guard let value = getenv("TMPDIR"), value.pointee != 0 else { return "/tmp/" }
+    let path = String(cString: value)
+    return path.hasSuffix("/") ? path : path + "/"
 }

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Sluice
 
 /// What one side of a network measurement saw, on one connection.

@@ -1,4 +1,5 @@
-import Foundation
+import Dispatch
+import FoundationEssentials
 import Sluice
 import Synchronization
 
@@ -39,7 +40,8 @@ final class SignalWatcher: Sendable {
         signal(SIGPIPE, SIG_IGN)
         var set = Self.watchedSet
         pthread_sigmask(SIG_BLOCK, &set, nil)
-        let thread = Thread { [self] in
+        // A thread of its own, blocked in sigwait(2) for the life of the process.
+        DispatchQueue(label: "sluice-signals").async { [self] in
             var set = Self.watchedSet
             while true {
                 var signal: Int32 = 0
@@ -51,8 +53,6 @@ final class SignalWatcher: Sendable {
                 }
             }
         }
-        thread.name = "sluice-signals"
-        thread.start()
     }
 
     /// Sets (or, with nil, clears) what a signal does.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Sluice
 
 #if canImport(Glibc)
@@ -38,7 +38,8 @@ enum TransferSecurity {
                         "send: no pairing code: set \(codeVariable), or give --code-file FILE or --key-file FILE "
                             + "(or --insecure on both sides of a trusted link)"))
             }
-            switch PairingCode.parse(text.trimmingCharacters(in: .whitespacesAndNewlines)) {
+            let trimmed = String(text.drop(while: \.isWhitespace).reversed().drop(while: \.isWhitespace).reversed())
+            switch PairingCode.parse(trimmed) {
             case .success(let code): return .success(PreSharedKey.derive(from: code))
             case .failure(let error): return .failure(CLIError(.usage, "\(source): \(error)"))
             }

@@ -1,5 +1,5 @@
 import CSluiceEngines
-import Foundation
+import FoundationEssentials
 
 /// The digest a transfer checks every file and range with, agreed in HELLO: XXH3-128 where both
 /// ends have libxxhash (0.8 or later), SHA-256 otherwise.
@@ -63,7 +63,7 @@ public enum TransferDigest: String, Sendable, CaseIterable, CustomStringConverti
 
     private static let xxhashAllowed: Bool = {
         guard let list = environmentValue("SLUICE_ENGINES") else { return true }
-        return list.split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces) == "xxhash" }
+        return list.split(separator: ",").contains { $0.trimmingSpaces() == "xxhash" }
     }()
 }
 
