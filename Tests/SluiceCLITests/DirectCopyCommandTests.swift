@@ -69,6 +69,12 @@ func takesDirectIO(_ directory: String) -> Bool {
             let stats = try statsObject(received)
             #expect(stats["bytes_written"] as? Int == data.count)
             #expect(stats["direct_bytes"] as? Int == (takesDirectIO(dir) ? data.count - data.count % 4096 : 0))
+            // The listener asked for segments of whole pages: spliced from the socket into the
+            // file, no byte copied.
+            if takesDirectIO(dir) {
+                #expect(stats["path"] as? String == "splice", "\(stats)")
+                #expect((stats["fallbacks"] as? [Any])?.isEmpty == true, "\(stats)")
+            }
         }
     }
 
@@ -157,12 +163,36 @@ func takesDirectIO(_ directory: String) -> Bool {
     /// buffer) and in the tail that only the end writes.
     @Test(arguments: [3 * 1_048_576, 1_048_576 + 100])
     func writeFailure(size: Int) throws {
+        try expectSameWriteFailure(size: size) { options, dir in
+            try sluiceInShell("trap '' XFSZ; ulimit -f 1024; exec \"$0\" copy \(options) '\(dir)/in' '\(dir)/out'")
+        }
+    }
+
+    /// The same while spliced from a socket into the file.
+    @Test func socketWriteFailure() throws {
+        try expectSameWriteFailure(size: 3 * 1_048_576) { options, dir in
+            let port = try freePort()
+            let receiver = try Running(
+                URL(fileURLWithPath: "/bin/bash"),
+                [
+                    "-c",
+                    "trap '' XFSZ; ulimit -f 1024; exec \"$0\" copy \(options) tcp-listen:127.0.0.1:\(port) '\(dir)/out'",
+                    sluiceBinary.path,
+                ])
+            _ = try sluiceWhenListening(on: port, ["copy", "\(dir)/in", "tcp:127.0.0.1:\(port)"])
+            return receiver.wait(within: .seconds(120))
+        }
+    }
+
+    /// Runs `copy` with `--direct` and with `--no-zero-copy` under a file size limit (`run`
+    /// with the options and the directory holding `in`, of `size` random bytes): both fail with
+    /// one line saying so and the same status, and leave nothing beside `in`.
+    func expectSameWriteFailure(size: Int, _ run: (String, String) throws -> Outcome) throws {
         try withTemporaryDirectory { dir in
             try write(randomBytes(size, seed: 47), to: "\(dir)/in")
             var statuses: [Int32] = []
             for options in ["--direct", "--no-zero-copy"] {
-                let outcome = try sluiceInShell(
-                    "trap '' XFSZ; ulimit -f 1024; exec \"$0\" copy \(options) '\(dir)/in' '\(dir)/out'")
+                let outcome = try run(options, dir)
                 #expect(outcome.stderrText.hasPrefix("sluice: "), "\(outcome.stderrText)")
                 #expect(outcome.stderrText.contains("File too large"), "\(outcome.stderrText)")
                 #expect(outcome.stderrLines.count == 1, "\(outcome.stderrText)")

@@ -108,6 +108,78 @@ import Testing
         }
     }
 
+    /// From a socket whose peer sends a file with sendfile into a listener asking for
+    /// `socketSegmentSize`: the pipeline splices the socket's pages from its pipe into the file
+    /// with O_DIRECT (no byte copied), the tail through the buffer. From a start inside a
+    /// block, the head goes through the buffer first; then the pages in the pipe sit at other
+    /// offsets in memory than their bytes in the file, the kernel refuses the splice, and
+    /// read/write goes on through the buffer — whole blocks direct either way.
+    @Test(arguments: [0, 1, 4095, 4096, 4097, (1 << 20) + 5000, (5 << 20) + 4097], [512, 1 << 20])
+    func fromASocket(size: Int, chunk: Int) throws {
+        for start in [0, 1000] {
+            let (file, result, sink) = try receivedFromASocket(
+                size: size, chunk: chunk, start: start, segmentSize: DirectFileWriteStream.socketSegmentSize)
+            #expect(file.bytes == file.sent)
+            #expect(result.error == nil)
+            #expect(result.bytesWritten == UInt64(size))
+            guard Self.direct else { continue }
+            let first = (start + 4095) / 4096 * 4096
+            let last = (start + size) / 4096 * 4096
+            #expect(sink.bytesWrittenDirectly == UInt64(max(0, last - first)))
+            if start == 0 {
+                #expect(result.path == .splice)
+                #expect(result.fallbacks.isEmpty, "\(result.fallbacks)")
+            } else if start != 0 && size > 2 * 4096 {
+                #expect(result.path == .readWrite)
+                #expect(result.fallbacks.map(\.refused) == [.splice], "\(result.fallbacks)")
+            }
+        }
+    }
+
+    /// Without the segment limit, loopback's segments (65,483 bytes) cut pages at offsets
+    /// direct I/O refuses: the kernel says EINVAL at a splice out, and read/write goes on from
+    /// that byte, reading into the sink's buffer — the same bytes, whole blocks still direct.
+    @Test(arguments: [512, 1 << 20])
+    func fromASocketWithUnalignedSegments(chunk: Int) throws {
+        let size = (3 << 20) + 5000
+        let (file, result, sink) = try receivedFromASocket(size: size, chunk: chunk, start: 0, segmentSize: nil)
+        #expect(file.bytes == file.sent)
+        #expect(result.error == nil)
+        guard Self.direct else { return }
+        #expect(result.path == .readWrite)
+        #expect(result.fallbacks.map(\.refused) == [.splice])
+        #expect(result.fallbacks.first?.reason == Errno(rawValue: EINVAL))
+        #expect(sink.bytesWrittenDirectly == UInt64(size - size % 4096))
+    }
+
+    /// `size` random bytes sent with sendfile from a file, received by a pipeline into a
+    /// `DirectFileWriteStream` on a file whose first `start` bytes are there before.
+    func receivedFromASocket(size: Int, chunk: Int, start: Int, segmentSize: Int32?) throws
+        -> (file: (bytes: [UInt8], sent: [UInt8]), result: PipelineResult, sink: DirectFileWriteStream)
+    {
+        try withTemporaryDirectory { dir in
+            let bytes = randomBytes(size, seed: UInt64(size ^ chunk ^ start))
+            try Data(bytes).write(to: URL(fileURLWithPath: dir + "/in"))
+            let prefix = [UInt8](repeating: 0xCD, count: start)
+            try Data(prefix).write(to: URL(fileURLWithPath: dir + "/out"))
+            let fd = open(dir + "/out", O_WRONLY)
+            try #require(fd >= 0 && lseek(fd, off_t(start), SEEK_SET) == off_t(start))
+            let sink = DirectFileWriteStream(fd: fd, closeWhenDone: true, name: "out")
+            let options = PipelineOptions(chunkSize: try ChunkSize(chunk))
+            let (sent, received) = try throughSocket(
+                segmentSize: segmentSize,
+                send: { Pipeline(source: .file(atPath: dir + "/in"), sink: $0, options: options) },
+                receive: { Pipeline(source: $0, sink: sink, options: options) })
+            #expect(sent.error == nil)
+            #expect(sent.path == (size == 0 ? .readWrite : .sendfile))
+            #expect(received.peakInFlightBytes <= received.inFlightLimit)
+            try sink.finishWriting()
+            let file = Array(try Data(contentsOf: URL(fileURLWithPath: dir + "/out")))
+            #expect(file.prefix(start).elementsEqual(prefix))
+            return ((Array(file.dropFirst(start)), bytes), received, sink)
+        }
+    }
+
     /// Not a regular file: opening fails, and says why.
     @Test func pipeIsRefused() throws {
         var fds: [Int32] = [0, 0]

@@ -36,14 +36,17 @@ func runPipelines(_ pipelines: [Pipeline], on loop: EventLoop? = nil, limit: Dur
 /// A TCP (or Unix-domain) connection on one loop: `send` is the pipeline that writes to it,
 /// made from the connecting side's write stream; `receive`, made when the connection is
 /// accepted, reads from it. Runs both to their ends.
+/// With `segmentSize`, the listener asks its peer for segments of at most that.
 func throughSocket(
     unixPath: String? = nil,
+    segmentSize: Int32? = nil,
     send: (WriteStream) -> Pipeline,
     receive: @escaping (ReadStream) -> Pipeline
 ) throws -> (sent: PipelineResult, received: PipelineResult) {
     let loop = try EventLoop()
     let listener = try unixPath.map { try Socket.listen(unixPath: $0) } ?? Socket.listen(host: "127.0.0.1", port: 0)
     defer { listener.close() }
+    if let segmentSize { try listener.limitSegmentSize(to: segmentSize) }
     var received: PipelineResult?
     try listener.accept(on: loop) { input, output, _ in
         listener.close()

@@ -229,9 +229,13 @@ public final class Pipeline: ByteStreamDelegate {
     }
 
     /// `(stages + 1) × depth × chunkSize`, plus what stages running on workers hold at most
-    /// (`AsynchronousStage.heldLimit`: their blocks and jobs).
+    /// (`AsynchronousStage.heldLimit`: their blocks and jobs). Into a `DirectFileWriteStream`,
+    /// at least its buffer's size: the pipe a socket is spliced through holds that much, for
+    /// whole 1 MiB writes.
     public var inFlightLimit: Int {
-        (stages.count + 1) * options.depth * options.chunkSize.bytes + drivers.reduce(0) { $0 + $1.heldLimit }
+        let queues = (stages.count + 1) * options.depth * options.chunkSize.bytes
+        let direct = sink is DirectFileWriteStream ? DirectFileWriteStream.bufferSize : 0
+        return max(queues, direct) + drivers.reduce(0) { $0 + $1.heldLimit }
     }
 
     /// Bytes held in the queues and in the stages' jobs now (on the zero-copy path: in the
@@ -611,7 +615,7 @@ public final class Pipeline: ByteStreamDelegate {
             pathNote = "a rate limit meters the bytes"
         } else if !sourceTaps.isEmpty || !sinkTaps.isEmpty {
             pathNote = "a tap sees the bytes"
-        } else if !source.offersKernelCopy || !sink.offersKernelCopy {
+        } else if !source.offersKernelCopy || !(sink.offersKernelCopy || sink is DirectFileWriteStream) {
             pathNote = "an end is not a file, pipe or socket"
         } else {
             pathNote = nil
@@ -622,6 +626,10 @@ public final class Pipeline: ByteStreamDelegate {
     /// Both ends are open: chooses the kernel's calls for what they are, or read/write.
     private func decideZeroCopy() {
         zeroCopy = nil
+        if let direct = sink as? DirectFileWriteStream {
+            decideDirectSplice(into: direct)
+            return
+        }
         guard source.streamStatus == .open, sink.streamStatus == .open,
             let sourceFD = source.kernelCopyDescriptor, let sinkFD = sink.kernelCopyDescriptor
         else {
@@ -634,19 +642,58 @@ public final class Pipeline: ByteStreamDelegate {
         case .readWrite(let because):
             pathNote = because
         case .kernel(let route):
-            let capacity = options.depth * options.chunkSize.bytes
-            let fault = options.zeroCopyFault
-            let made = Result { () throws(SluiceError) in
-                try ZeroCopyDriver(route: route, source: sourceEnd, sink: sinkEnd, pipeCapacity: capacity, fault: fault)
-            }
-            switch made {
-            case .success(let driver):
-                zeroCopy = .active(driver)
-                path = driver.path
-            case .failure(let error):
-                pathNote = "no pipe to splice through (\(error.reason))"
-            }
+            startKernelMoves(
+                ZeroCopyDriverSetup(
+                    route: route, source: sourceEnd, sink: sinkEnd,
+                    pipeCapacity: options.depth * options.chunkSize.bytes,
+                    fault: options.zeroCopyFault, directSink: nil))
         }
+    }
+
+    private struct ZeroCopyDriverSetup {
+        var route: KernelRoute
+        var source: (fd: Int32, name: String, kind: DescriptorKind)
+        var sink: (fd: Int32, name: String, kind: DescriptorKind)
+        var pipeCapacity: Int
+        var fault: ZeroCopyFault?
+        var directSink: DirectFileWriteStream?
+    }
+
+    /// Makes the driver of the kernel's calls (and its pipe, on a route through one), or notes
+    /// why there is none and leaves the bytes to read/write.
+    private func startKernelMoves(_ setup: ZeroCopyDriverSetup) {
+        let made = Result { () throws(SluiceError) in
+            try ZeroCopyDriver(
+                route: setup.route, source: setup.source, sink: setup.sink, pipeCapacity: setup.pipeCapacity,
+                fault: setup.fault, directSink: setup.directSink)
+        }
+        switch made {
+        case .success(let driver):
+            zeroCopy = .active(driver)
+            path = driver.path
+        case .failure(let error):
+            pathNote = "no pipe to splice through (\(error.reason))"
+        }
+    }
+
+    /// A sink writing past the page cache: a socket source is spliced into the pipeline's pipe
+    /// and from there into the file's `O_DIRECT` descriptor, no byte copied (where the socket's
+    /// pages are aligned as direct I/O needs: else the first splice out is refused, and
+    /// read/write goes on). Any other source is read straight into the sink's buffer.
+    private func decideDirectSplice(into direct: DirectFileWriteStream) {
+        guard source.streamStatus == .open, direct.splicesFromPipes, let sourceFD = source.kernelCopyDescriptor,
+            DescriptorKind(of: sourceFD) == .socket
+        else {
+            pathNote = "the destination is written with O_DIRECT from the pipeline's buffer"
+            return
+        }
+        let fileFD = direct.bufferedDescriptor
+        // The pipe holds `inFlightLimit`: at least the sink's 1 MiB, for whole 1 MiB writes.
+        startKernelMoves(
+            ZeroCopyDriverSetup(
+                route: KernelRoute(calls: [.splice], throughPipe: true, blockingEnd: nil),
+                source: (sourceFD, source.name, .socket), sink: (fileFD, sink.name, DescriptorKind(of: fileFD)),
+                pipeCapacity: inFlightLimit, fault: nil, directSink: direct))
     }
 
     private func isActive(_ driver: ZeroCopyDriver) -> Bool {
@@ -708,7 +755,7 @@ public final class Pipeline: ByteStreamDelegate {
                 moveDirect(driver)
                 continue
             }
-            if hot.pendingWrite.isSet && driver.held > 0 {
+            if hot.pendingWrite.isSet && driver.sinkCanTake {
                 hot.pendingWrite.take()
                 spliceOut(driver)
                 again = true
@@ -780,7 +827,7 @@ public final class Pipeline: ByteStreamDelegate {
             case .moved(let n):
                 hot.bytesRead += UInt64(n)
                 hot.peakInFlightBytes = max(hot.peakInFlightBytes, driver.held)
-                if hot.pendingWrite.isSet {
+                if hot.pendingWrite.isSet && driver.sinkCanTake {
                     hot.pendingWrite.take()
                     spliceOut(driver)
                     guard !hot.isFinished, isActive(driver) else {
@@ -795,6 +842,11 @@ public final class Pipeline: ByteStreamDelegate {
             case .wouldBlock:
                 if driver.held == 0 {
                     source.rearm()  // nothing to read now
+                } else if !driver.sinkCanTake {
+                    // A direct sink, less than a block held, and the socket dry (or the pipe's
+                    // slots full of small pieces): into its buffer with them, and wait for more.
+                    guard finalSpliceOut(driver) else { return }
+                    source.rearm()
                 } else {
                     // The socket is drained, or the pipe's slots are full: wait for a splice out.
                     driver.pipeFull = true
@@ -828,6 +880,24 @@ public final class Pipeline: ByteStreamDelegate {
             }
         }
         sink.rearm()
+    }
+
+    /// Everything held in the pipe into a direct sink (its buffer takes what is not a whole
+    /// block). False when that ended the kernel's moves (a failure, or a fallback).
+    private func finalSpliceOut(_ driver: ZeroCopyDriver) -> Bool {
+        while driver.held > 0 {
+            let outcome = driver.spliceOut(upTo: driver.held, written: hot.bytesWritten, final: true)
+            switch outcome {
+            case .moved(let n):
+                hot.bytesWritten += UInt64(n)
+            case .wouldBlock, .end:
+                return true
+            case .fellBack, .failed:
+                stopKernelMoves(driver, outcome, keepingSourceOffer: false, keepingSinkOffer: false)
+                return false
+            }
+        }
+        return true
     }
 
     /// A call ended the kernel's moves: an end failed, or the kernel refused every call and

@@ -193,15 +193,21 @@ final class ZeroCopyDriver {
     var pipeFull = false
     /// A splice into the pipe found the source's end.
     private(set) var sourceDone = false
+    /// A sink that writes past the page cache, into which the pipe is spliced through its own
+    /// `O_DIRECT` descriptor, whole blocks at a time (`DirectFileWriteStream.takeFromPipe`).
+    private let directSink: DirectFileWriteStream?
 
     init(
         route: KernelRoute, source: (fd: Int32, name: String, kind: DescriptorKind),
-        sink: (fd: Int32, name: String, kind: DescriptorKind), pipeCapacity: Int, fault: ZeroCopyFault?
+        sink: (fd: Int32, name: String, kind: DescriptorKind), pipeCapacity: Int, fault: ZeroCopyFault?,
+        directSink: DirectFileWriteStream? = nil
     ) throws(SluiceError) {
         precondition(!route.calls.isEmpty, "a kernel route has a call")
+        precondition(directSink == nil || route.throughPipe, "a direct sink is spliced into from the pipe")
         self.route = route
         self.source = source
         self.sink = sink
+        self.directSink = directSink
         calls = route.calls[...]
         path = route.calls[0]
         self.fault = fault
@@ -231,6 +237,13 @@ final class ZeroCopyDriver {
 
     /// Room left in the pipe.
     var room: Int { pipeLimit - held }
+
+    /// Whether a splice out of the pipe would move anything now: bytes are held (for a direct
+    /// sink: a whole block, or a head it must complete first, or anything once the source ended).
+    var sinkCanTake: Bool {
+        guard let directSink else { return held > 0 }
+        return sourceDone ? held > 0 : directSink.wouldTakeFromPipe(holding: held)
+    }
 
     // MARK: Calls
 
@@ -276,9 +289,26 @@ final class ZeroCopyDriver {
         }
     }
 
-    /// Splices at most `count` bytes from the pipe into the sink.
-    func spliceOut(upTo count: Int, written: UInt64) -> Outcome {
+    /// Splices at most `count` bytes from the pipe into the sink. A direct sink takes what it
+    /// can (whole blocks, up to 16 MiB), or with `final` everything held (the source ended, or
+    /// the socket ran dry with less than a block in the pipe): `.wouldBlock` when it needs more.
+    func spliceOut(upTo count: Int, written: UInt64, final: Bool = false) -> Outcome {
         guard let pipe else { preconditionFailure("splice out of a pipe that is closed") }
+        if let directSink {
+            switch directSink.takeFromPipe(pipe.read, holding: held, final: final || sourceDone) {
+            case .took(let n):
+                held -= n
+                pipeFull = false
+                return .moved(n)
+            case .needsMore:
+                return .wouldBlock
+            case .refused(let errno):
+                refuse(errno, written: written)
+                return .fellBack
+            case .failed(let error):
+                return .failed(.sink, error)
+            }
+        }
         var most = min(count, held)
         if case .regularFile = sink.kind { most = PageCacheWrites.piece(most) }
         switch attempt(

@@ -33,6 +33,22 @@ public final class SocketListener: FDHandler {
     private var unixPath: String?
     private var unixInode: ino_t?
 
+    /// Asks the peers of the connections accepted from now on to send TCP segments of at most
+    /// `bytes` (`TCP_MAXSEG` on the listening socket: each SYN-ACK advertises it). Between 88
+    /// and 32,767; it only ever lowers the segment size the path allows. For a TCP listener.
+    ///
+    /// ``DirectFileWriteStream/socketSegmentSize`` makes a peer that sends from the page cache
+    /// (`sendfile`, `splice`) send whole pages per segment, which is what lets a pipeline splice
+    /// the socket's bytes into a ``DirectFileWriteStream`` without copying them.
+    public func limitSegmentSize(to bytes: Int32) throws(SluiceError) {
+        guard unixPath == nil else {
+            throw SluiceError(
+                .system(.invalidArgument), operation: "setsockopt", subject: address.description,
+                detail: "TCP_MAXSEG is for a TCP listener")
+        }
+        try Socket.setOption(fd, Int32(IPPROTO_TCP), TCP_MAXSEG, bytes, address.description)
+    }
+
     /// Binds and listens on an IP address, with `SO_REUSEADDR`.
     init(bindingTo address: SocketAddress, backlog: Int32) throws(SluiceError) {
         let fd = try Socket.makeSocket(for: address)

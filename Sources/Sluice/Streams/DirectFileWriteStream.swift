@@ -14,6 +14,13 @@
 /// What costs the kernel less is paid for in two ways: the file is not left in the page cache
 /// (reading it soon after reads the disk), and each write waits for the disk, one at a time.
 ///
+/// From a socket, a ``Pipeline`` copies nothing at all: it splices the socket's bytes into a
+/// pipe of its own and from there into the file's `O_DIRECT` descriptor (`splice(2)`, path
+/// ``CopyPath/splice``), where the pages are aligned as direct I/O needs — a peer sending from
+/// the page cache (`sendfile`) to a listener that asked for ``socketSegmentSize``. Other pieces
+/// are refused by the kernel at the first splice, and the pipeline reads into the buffer from
+/// there on (``PipelineResult/fallbacks`` says so).
+///
 /// The last bytes are written by ``finishWriting()``, or by `close()` (the pipeline's end),
 /// which keeps the error of that write for a later ``finishWriting()`` to report: call it
 /// before treating the file as complete.
@@ -31,6 +38,14 @@
 public final class DirectFileWriteStream: WriteStream {
     /// The size of the buffer, and of most writes.
     public static let bufferSize = 1 << 20
+
+    /// The TCP segment size to ask of a peer whose bytes this stream takes from a socket
+    /// (``SocketListener/limitSegmentSize(to:)``): seven 4 KiB pages of payload, plus the 12
+    /// bytes of TCP timestamps. A peer sending from the page cache then sends whole pages, which
+    /// a ``Pipeline`` splices from the socket into the file with `O_DIRECT`, no byte copied;
+    /// other pieces are refused by the kernel at the first splice, and the bytes are read into
+    /// the buffer instead.
+    public static let socketSegmentSize: Int32 = 7 * 4096 + 12
 
     private let fd: Int32
     private let ownsDescriptor: Bool
@@ -145,6 +160,93 @@ public final class DirectFileWriteStream: WriteStream {
             failure = error
             throw error
         }
+    }
+
+    // MARK: From a pipe
+
+    /// What `takeFromPipe` did.
+    enum PipeTake {
+        /// Bytes taken from the pipe (spliced to the disk, or read into the buffer).
+        case took(Int)
+        /// Nothing to do until the pipe holds a whole block (or the source ends).
+        case needsMore
+        /// The kernel will not splice the pipe's pages into the file with `O_DIRECT` (they are
+        /// not aligned as direct I/O needs): nothing was taken; the pipeline goes on with
+        /// read/write, which this stream takes as any other.
+        case refused(Errno)
+        case failed(SluiceError)
+    }
+
+    /// The file's own (buffered) descriptor.
+    var bufferedDescriptor: Int32 { fd }
+
+    /// Whether `takeFromPipe` can splice: the file is open with `O_DIRECT` beside `fd`.
+    var splicesFromPipes: Bool { streamStatus == .open && failure == nil && !finished && target?.writesDirect == true }
+
+    /// Whether `takeFromPipe(pipe, holding: held, final: false)` would take anything: a whole
+    /// block is held, or the buffer has a head to complete first.
+    func wouldTakeFromPipe(holding held: Int) -> Bool {
+        let block = WriteTarget.directAlignment
+        return held > 0 && (held >= block || end > start || offset % UInt64(block) != 0)
+    }
+
+    /// Takes bytes from the head of `pipe`, which holds `held` bytes, the way a pipeline whose
+    /// source is a socket moves them without a copy: while the file's offset is at a block
+    /// boundary and the buffer is empty, whole blocks are spliced (`splice(2)`) from the pipe
+    /// into the direct descriptor; a head up to the next boundary (after a start inside a block,
+    /// or a short splice) is read into the buffer and written as usual; with `final` (the
+    /// source has ended, or the pipe cannot take more), what is left is read into the buffer,
+    /// whose tail is written at the end.
+    func takeFromPipe(_ pipe: Int32, holding held: Int, final: Bool) -> PipeTake {
+        if let failure { return .failed(failure) }
+        guard let target, !finished, held > 0 else { return .needsMore }
+        // Direct writes were turned off (a file system that wants another alignment): the
+        // pipeline's read/write goes on.
+        guard target.writesDirect else { return .refused(Errno(rawValue: EINVAL)) }
+        let block = WriteTarget.directAlignment
+        let pending = end - start
+        let position = offset + UInt64(pending)
+        let head = (block - Int(position % UInt64(block))) % block
+        if head == 0 && pending > 0 {
+            // The buffer ends at a block boundary: write it, then splice.
+            do { try flush() } catch { return .failed(error) }
+            return takeFromPipe(pipe, holding: held, final: final)
+        } else if head == 0 && held >= block {
+            let count = min(held, 16 * Self.bufferSize) / block * block
+            switch target.spliceDirectly(from: pipe, count: count, at: offset) {
+            case .moved(let n):
+                offset += UInt64(n)
+                start = Int(offset % UInt64(block))
+                end = start
+                return .took(n)
+            case .refused(let errno):
+                return .refused(errno)
+            case .failed:
+                let error = target.failure ?? SluiceError(.system(.ioError), operation: "write", subject: name)
+                failure = error
+                return .failed(error)
+            }
+        } else if head == 0 && !final {
+            return .needsMore
+        }
+        // Through the buffer: a head up to the next block boundary, or at the end what is left.
+        // The buffer's indices follow the file's offsets modulo the block (`start`), so one
+        // ending at a boundary in the file ends at one in memory.
+        let count = min(head > 0 ? head : held, held, buffer.count - end)
+        guard count > 0 else { return .needsMore }
+        var n = -1
+        repeat {
+            n = read(pipe, buffer.baseAddress! + end, count)
+        } while n < 0 && errno == EINTR
+        guard n > 0 else {
+            let code: SluiceError.Code = .system(n < 0 ? .current : .ioError)
+            return .failed(SluiceError(code, operation: "read", subject: "the pipeline's pipe"))
+        }
+        end += n
+        if end == buffer.count || (head > 0 && n == head) {
+            do { try flush() } catch { return .failed(error) }
+        }
+        return .took(n)
     }
 
     override var spaceAvailablePrimitive: Bool { true }

@@ -312,7 +312,10 @@ final class CopySession: Interruptible {
             report.tls = session.negotiatedTLS
             if let direct = session.sink as? DirectFileWriteStream {
                 report.directBytes = direct.bytesWrittenDirectly
-                report.pathNote = "--direct: the destination is written with O_DIRECT"
+                report.pathNote =
+                    result.path == .splice
+                    ? "--direct: spliced from the socket into the destination with O_DIRECT"
+                    : "--direct: the destination is written with O_DIRECT"
             }
             Terminal.write(format == .json ? report.json + "\n" : report.text, to: 2)
         }

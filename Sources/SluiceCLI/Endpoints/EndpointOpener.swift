@@ -132,6 +132,11 @@ extension Endpoint {
                 case .unixListen(let path): listener = try Socket.listen(unixPath: path)
                 default: preconditionFailure("not a listening endpoint")
                 }
+                if role == .source, options.direct, case .tcpListen = self {
+                    // Whole pages per segment from a sender reading the page cache: the pipeline
+                    // then splices them into the destination with O_DIRECT, no byte copied.
+                    try listener.limitSegmentSize(to: DirectFileWriteStream.socketSegmentSize)
+                }
                 try listener.accept(on: loop) { input, output, _ in
                     listener.close()
                     completion(.success(Self.half(of: (input, output), as: role)))

@@ -417,6 +417,40 @@ final class WriteTarget: @unchecked Sendable {
         return (count - count % align, true)
     }
 
+    /// What `spliceDirectly` did.
+    enum SpliceOutcome {
+        case moved(Int)
+        /// The kernel will not splice into the direct descriptor (`EINVAL`: the pipe's pages
+        /// are not aligned as direct I/O needs; `EOPNOTSUPP`, `ENOSYS`): nothing was taken from
+        /// the pipe, and the bytes are to be written some other way. Direct writes stay on.
+        case refused(Errno)
+        /// The write failed (no space, an I/O error, the file size limit): the target's failure.
+        case failed
+    }
+
+    /// `splice(2)` of `count` bytes (a multiple of `directAlignment`) from the pipe `pipe` into
+    /// the file at `position` (aligned) through the direct descriptor: the pipe's pages go to the
+    /// disk without a copy. On the thread that writes, with direct writes on.
+    func spliceDirectly(from pipe: Int32, count: Int, at position: UInt64) -> SpliceOutcome {
+        precondition(
+            directFD >= 0 && count > 0 && count % Self.directAlignment == 0
+                && position % UInt64(Self.directAlignment) == 0,
+            "a direct splice of whole blocks at a block boundary")
+        var offset = __off64_t(position)
+        var n = -1
+        repeat {
+            n = CSluiceLinux.splice(pipe, nil, directFD, &offset, count, 0)
+        } while n < 0 && errno == EINTR
+        if n > 0 {
+            directBytes += UInt64(n)
+            return .moved(n)
+        }
+        let code = n < 0 ? errno : EIO
+        if [EINVAL, EOPNOTSUPP, ENOSYS].contains(code) { return .refused(Errno(rawValue: code)) }
+        failure = SluiceError(.system(Errno(rawValue: code)), operation: "write", subject: display)
+        return .failed
+    }
+
     /// On the worker: writes all of `bytes` at `offset`.
     func write(_ bytes: UnsafeRawBufferPointer, at offset: UInt64) -> Outcome {
         guard failure == nil else { return .failedBefore }
