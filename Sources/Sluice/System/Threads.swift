@@ -8,7 +8,7 @@ import CSluiceLinux
 /// for each other: the worker pool's queue, a bound pair's blocking face, a custom stream's
 /// polling mode. It does what Foundation's `NSCondition` does; the library keeps to
 /// FoundationEssentials so that a program using it does not load full Foundation (and ICU),
-/// which cost each `sluice` process about 8 ms of CPU at start (Benchmarks/RESULTS.md).
+/// which cost each `sluice` process 2–8 ms of CPU at start (Benchmarks/RESULTS.md).
 ///
 /// The pthread calls fail only on misuse (an unlocked mutex unlocked, a mutex destroyed while
 /// held): the preconditions guard that internal invariant, nothing a peer or a file controls.
