@@ -64,4 +64,38 @@ struct WorkerPoolTests {
         #expect(results == [1, 2])
         pool.shutdown()
     }
+
+    /// `startThread` runs its body on a thread of its own, named as asked (the kernel keeps 15
+    /// bytes: what `ps` and `perf` show); `ConditionLock` hands what it found to the thread
+    /// waiting for it, however the two are scheduled.
+    @Test("startThread names its thread; ConditionLock hands a value over")
+    func startThreadAndConditionLock() {
+        final class Handoff: @unchecked Sendable {
+            let lock = ConditionLock()
+            var name: String?
+        }
+        for _ in 0..<50 {
+            let handoff = Handoff()
+            startThread(name: "sluice.test-thread-name") {
+                let comm = (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)) ?? "unreadable"
+                handoff.lock.withLock { handoff.name = comm }
+                handoff.lock.broadcast()
+            }
+            handoff.lock.lock()
+            while handoff.name == nil { handoff.lock.wait() }
+            let name = handoff.name
+            handoff.lock.unlock()
+            #expect(name == "sluice.test-thr\n")
+        }
+    }
+
+    /// The engine list in `SLUICE_ENGINES` may have spaces around its names.
+    @Test("Spaces and tabs around a name are trimmed")
+    func trimmingSpaces() {
+        #expect(Substring(" zstd\t").trimmingSpaces() == "zstd")
+        #expect(Substring("isal").trimmingSpaces() == "isal")
+        #expect(Substring(" \t ").trimmingSpaces() == "")
+        #expect(Substring("").trimmingSpaces() == "")
+        #expect(Substring(" lib deflate ").trimmingSpaces() == "lib deflate")
+    }
 }
