@@ -78,6 +78,28 @@ func takesDirectIO(_ directory: String) -> Bool {
         }
     }
 
+    /// The receiver connecting to a listening sender asks for the same segments before it
+    /// connects: spliced as well.
+    @Test func connectingSocketToFile() throws {
+        try withTemporaryDirectory { dir in
+            let data = randomBytes(3 * 1_048_576 + 5, seed: 49)
+            try write(data, to: "\(dir)/in")
+            let port = try freePort()
+            let sender = try Running(sluiceBinary, ["copy", "\(dir)/in", "tcp-listen:127.0.0.1:\(port)"])
+            let received = try sluiceWhenListening(
+                on: port, ["copy", "--direct", "--stats=json", "tcp:127.0.0.1:\(port)", "\(dir)/out"])
+            let sent = sender.wait(within: .seconds(120))
+            #expect(sent.status == 0, "\(sent.stderrText)")
+            #expect(received.status == 0, "\(received.stderrText)")
+            #expect(contents("\(dir)/out") == data)
+            let stats = try statsObject(received)
+            if takesDirectIO(dir) {
+                #expect(stats["path"] as? String == "splice", "\(stats)")
+                #expect(stats["direct_bytes"] as? Int == data.count - data.count % 4096)
+            }
+        }
+    }
+
     /// The file the bytes went to directly is not left in the page cache.
     @Test(.enabled(if: takesDirectIO(NSTemporaryDirectory())))
     func notLeftInThePageCache() throws {

@@ -378,6 +378,44 @@ func withUnixSocketDirectory<T>(_ body: (String) throws -> T) throws -> T {
         #expect(try input.readToEnd() == Data())
     }
 
+    /// `TCP_MAXSEG` asked of the peer: by the connecting side before it connects (the
+    /// property), and by a listener for what it accepts. Loopback's own segments are 65,483
+    /// bytes, so either side's segments at most `socketSegmentSize` show the limit took.
+    @Test func segmentSizeAskedOfThePeer() throws {
+        let limit = Int(DirectFileWriteStream.socketSegmentSize)
+        let listener = try Socket.listen(host: "127.0.0.1", port: 0)
+        defer { listener.close() }
+        let (input, output) = Socket.connect(host: "127.0.0.1", port: listener.port)
+        #expect(!input.setProperty(40_000, forKey: .socketMaximumSegmentSize))
+        #expect(!input.setProperty(10, forKey: .socketMaximumSegmentSize))
+        #expect(input.setProperty(limit, forKey: .socketMaximumSegmentSize))
+        #expect(input.property(forKey: .socketMaximumSegmentSize) as? Int == limit)
+        output.open()
+        let (serverInput, serverOutput, _) = try listener.accept(timeout: .seconds(10))
+        let streams: [ByteStream] = [input, output, serverInput, serverOutput]
+        defer { streams.forEach { $0.close() } }
+        serverInput.open()
+        let serverSegment = try #require(serverInput.property(forKey: .socketMaximumSegmentSize) as? Int)
+        #expect(serverSegment > 0 && serverSegment <= limit, "\(serverSegment)")
+
+        let limited = try Socket.listen(host: "127.0.0.1", port: 0)
+        defer { limited.close() }
+        try limited.limitSegmentSize(to: DirectFileWriteStream.socketSegmentSize)
+        let (clientInput, clientOutput) = Socket.connect(host: "127.0.0.1", port: limited.port)
+        clientOutput.open()
+        let (acceptedInput, acceptedOutput, _) = try limited.accept(timeout: .seconds(10))
+        let limitedStreams: [ByteStream] = [clientInput, clientOutput, acceptedInput, acceptedOutput]
+        defer { limitedStreams.forEach { $0.close() } }
+        let clientSegment = try #require(clientOutput.property(forKey: .socketMaximumSegmentSize) as? Int)
+        #expect(clientSegment > 0 && clientSegment <= limit, "\(clientSegment)")
+
+        try withTemporaryDirectory { dir in
+            let unix = try Socket.listen(unixPath: dir + "/s")
+            defer { unix.close() }
+            #expect(throws: SluiceError.self) { try unix.limitSegmentSize(to: 1000) }
+        }
+    }
+
     @Test func socketOptionsAndAddresses() throws {
         let listener = try Socket.listen(host: "127.0.0.1", port: 0)
         defer { listener.close() }

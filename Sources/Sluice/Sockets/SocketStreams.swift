@@ -16,6 +16,12 @@ extension StreamPropertyKey {
     /// `SO_RCVBUF` as `Int`: the kernel receive buffer size (doubled as `socketSendBufferSize`).
     /// Set it before opening to size the TCP window from the start.
     public static let socketReceiveBufferSize = StreamPropertyKey(rawValue: "socketReceiveBufferSize")
+    /// `TCP_MAXSEG` as `Int`: the largest TCP segment this side asks its peer for, 88 to
+    /// 32,767 bytes. Set it before opening: the connect's SYN carries it (after the connection
+    /// it reads the segment size in use, and a new value only lowers what this side sends).
+    /// ``DirectFileWriteStream/socketSegmentSize`` for a stream whose bytes are spliced into a
+    /// ``DirectFileWriteStream``. TCP sockets only.
+    public static let socketMaximumSegmentSize = StreamPropertyKey(rawValue: "socketMaximumSegmentSize")
     /// The socket's own address, as `SocketAddress` (`getsockname`); read-only.
     public static let socketLocalAddress = StreamPropertyKey(rawValue: "socketLocalAddress")
     /// The peer's address, as `SocketAddress` (`getpeername`); read-only.
@@ -28,6 +34,7 @@ struct SocketOptions {
     var keepAlive: Bool?
     var sendBufferSize: Int?
     var receiveBufferSize: Int?
+    var maximumSegmentSize: Int?
 
     /// Applies the options set. Failures are ignored: a TCP option on a Unix socket does not
     /// apply, and the connect itself reports anything that matters.
@@ -41,6 +48,9 @@ struct SocketOptions {
         }
         if let receiveBufferSize {
             try? Socket.setOption(fd, SOL_SOCKET, SO_RCVBUF, Int32(clamping: receiveBufferSize), name)
+        }
+        if let maximumSegmentSize, family != .unix {
+            try? Socket.setOption(fd, Int32(IPPROTO_TCP), TCP_MAXSEG, Int32(clamping: maximumSegmentSize), name)
         }
     }
 }
@@ -382,6 +392,9 @@ final class SocketCore: FDHandler {
         case .socketReceiveBufferSize:
             guard let fd else { return options.receiveBufferSize }
             return (try? Socket.option(fd, SOL_SOCKET, SO_RCVBUF, "fd \(fd)")).map { Int($0) }
+        case .socketMaximumSegmentSize:
+            guard let fd else { return options.maximumSegmentSize }
+            return (try? Socket.option(fd, Int32(IPPROTO_TCP), TCP_MAXSEG, "fd \(fd)")).map { Int($0) }
         default:
             return nil
         }
@@ -413,6 +426,13 @@ final class SocketCore: FDHandler {
                 if fd == nil { options.receiveBufferSize = size }
             }
             raw = Int32(clamping: size)
+        case .socketMaximumSegmentSize:
+            guard let size = (value as? Int) ?? (value as? Int32).map({ Int($0) }), (88...32_767).contains(size) else {
+                return false
+            }
+            (level, option) = (Int32(IPPROTO_TCP), TCP_MAXSEG)
+            if fd == nil { options.maximumSegmentSize = size }
+            raw = Int32(size)
         default:
             return false
         }

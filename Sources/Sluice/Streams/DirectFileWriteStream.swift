@@ -17,7 +17,7 @@
 /// From a socket, a ``Pipeline`` copies nothing at all: it splices the socket's bytes into a
 /// pipe of its own and from there into the file's `O_DIRECT` descriptor (`splice(2)`, path
 /// ``CopyPath/splice``), where the pages are aligned as direct I/O needs — a peer sending from
-/// the page cache (`sendfile`) to a listener that asked for ``socketSegmentSize``. Other pieces
+/// the page cache (`sendfile`) to a socket that asked for ``socketSegmentSize``. Other pieces
 /// are refused by the kernel at the first splice, and the pipeline reads into the buffer from
 /// there on (``PipelineResult/fallbacks`` says so).
 ///
@@ -40,7 +40,8 @@ public final class DirectFileWriteStream: WriteStream {
     public static let bufferSize = 1 << 20
 
     /// The TCP segment size to ask of a peer whose bytes this stream takes from a socket
-    /// (``SocketListener/limitSegmentSize(to:)``): seven 4 KiB pages of payload, plus the 12
+    /// (``SocketListener/limitSegmentSize(to:)``, or ``StreamPropertyKey/socketMaximumSegmentSize``
+    /// on a socket before it connects): seven 4 KiB pages of payload, plus the 12
     /// bytes of TCP timestamps. A peer sending from the page cache then sends whole pages, which
     /// a ``Pipeline`` splices from the socket into the file with `O_DIRECT`, no byte copied;
     /// other pieces are refused by the kernel at the first splice, and the bytes are read into

@@ -195,9 +195,9 @@ enum CopyCommand: Command {
         kernel's copy into the page cache. That saves CPU, most on a virtual
         machine, where writing new page-cache pages can cost several times the
         copy itself; but each write waits for the disk and the file is not left
-        cached. From tcp-listen:, what a sender sends from the page cache is
-        spliced from the socket into the file, no byte copied. Without direct
-        I/O the file is written as usual.
+        cached. From tcp: or tcp-listen:, what a sender sends from the page
+        cache is spliced from the socket into the file, no byte copied. Without
+        direct I/O the file is written as usual.
 
         Options:
         \(CopyOptions.parser.helpLines().joined(separator: "\n"))

@@ -89,6 +89,10 @@ extension Endpoint {
             }
         case (.tcpConnect(let host, let port), _):
             let pair = Socket.connect(host: host, port: port, timeout: options.timeout)
+            if role == .source, options.direct {
+                // As a listening source does: whole pages per segment, spliced with O_DIRECT.
+                _ = pair.0.setProperty(Int(DirectFileWriteStream.socketSegmentSize), forKey: .socketMaximumSegmentSize)
+            }
             completion(.success(Self.half(of: pair, as: role)))
         case (.unixConnect(let path), _):
             let pair = Socket.connect(unixPath: path, timeout: options.timeout)
