@@ -70,8 +70,9 @@ func takesDirectIO(_ directory: String) -> Bool {
             #expect(stats["bytes_written"] as? Int == data.count)
             #expect(stats["direct_bytes"] as? Int == (takesDirectIO(dir) ? data.count - data.count % 4096 : 0))
             // The listener asked for segments of whole pages: spliced from the socket into the
-            // file, no byte copied.
-            if takesDirectIO(dir) {
+            // file, no byte copied. (A sender's 512-byte calls may be pushed in pieces of 512,
+            // which a disk of 4 KiB sectors refuses: then read/write, the same bytes.)
+            if takesDirectIO(dir) && chunk != "512" {
                 #expect(stats["path"] as? String == "splice", "\(stats)")
                 #expect((stats["fallbacks"] as? [Any])?.isEmpty == true, "\(stats)")
             }
