@@ -438,8 +438,11 @@ final class WriteTarget: @unchecked Sendable {
             "a direct splice of whole blocks at a block boundary")
         var offset = __off64_t(position)
         var n = -1
+        // Non-blocking on the pipe's side: it holds the bytes asked for, and if it ever did not,
+        // EAGAIN fails the write instead of the loop waiting on a pipe only it writes to.
+        let flags = UInt32(SPLICE_F_NONBLOCK)
         repeat {
-            n = CSluiceLinux.splice(pipe, nil, directFD, &offset, count, 0)
+            n = CSluiceLinux.splice(pipe, nil, directFD, &offset, count, flags)
         } while n < 0 && errno == EINTR
         if n > 0 {
             directBytes += UInt64(n)
