@@ -75,12 +75,7 @@ public enum CompressionEngine: String, Sendable, CaseIterable, CustomStringConve
     public static var available: [CompressionEngine] { allCases.filter(\.isAvailable) }
 
     private static let allowed: Set<CompressionEngine> = {
-        guard let list = environmentValue("SLUICE_ENGINES") else { return Set(allCases) }
-        return Set(
-            list.split(separator: ",").compactMap {
-                CompressionEngine(rawValue: String($0.trimmingSpaces()))
-            }
-        )
-        .union([.zlib])
+        guard let names = environmentList("SLUICE_ENGINES") else { return Set(allCases) }
+        return Set(names.compactMap(CompressionEngine.init(rawValue:))).union([.zlib])
     }()
 }

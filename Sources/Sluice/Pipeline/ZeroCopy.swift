@@ -290,7 +290,7 @@ final class ZeroCopyDriver {
     }
 
     /// Splices at most `count` bytes from the pipe into the sink. A direct sink takes what it
-    /// can (whole blocks, up to 16 MiB), or with `final` everything held (the source ended, or
+    /// can (whole blocks), or with `final` everything held (the source ended, or
     /// the socket ran dry with less than a block in the pipe): `.wouldBlock` when it needs more.
     func spliceOut(upTo count: Int, written: UInt64, final: Bool = false) -> Outcome {
         guard let pipe else { preconditionFailure("splice out of a pipe that is closed") }

@@ -213,7 +213,7 @@ public final class DirectFileWriteStream: WriteStream {
             do { try flush() } catch { return .failed(error) }
             return takeFromPipe(pipe, holding: held, final: final)
         } else if head == 0 && held >= block {
-            let count = min(held, 16 * Self.bufferSize) / block * block
+            let count = held / block * block  // the pipe holds at most the pipeline's limit
             switch target.spliceDirectly(from: pipe, count: count, at: offset) {
             case .moved(let n):
                 offset += UInt64(n)

@@ -141,6 +141,12 @@ func environmentValue(_ name: String) -> String? {
     return String(cString: value)
 }
 
+/// A comma-separated list in an environment variable (`SLUICE_ENGINES=zstd, isal`), each name
+/// without the spaces and tabs around it; nil when the variable is not set.
+func environmentList(_ name: String) -> [String]? {
+    environmentValue(name).map { $0.split(separator: ",").map { String($0.trimmingSpaces()) } }
+}
+
 extension Substring {
     /// Without the spaces and tabs at either end (for comma-separated lists in the environment).
     func trimmingSpaces() -> Substring {

@@ -62,8 +62,7 @@ public enum TransferDigest: String, Sendable, CaseIterable, CustomStringConverti
     }
 
     private static let xxhashAllowed: Bool = {
-        guard let list = environmentValue("SLUICE_ENGINES") else { return true }
-        return list.split(separator: ",").contains { $0.trimmingSpaces() == "xxhash" }
+        environmentList("SLUICE_ENGINES")?.contains("xxhash") ?? true
     }()
 }
 
