@@ -28,6 +28,18 @@ static inline void sluice_ssl_verify_for_pin(SSL *ssl, int require) {
     SSL_set_verify(ssl, SSL_VERIFY_PEER | (require ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0), sluice_verify_accept);
 }
 
+/* A verify callback that refuses every certificate: with a pre-shared key the key is the only
+ * proof, and a peer that shows a certificate instead (a server ignoring the client's
+ * pre_shared_key) is not the one holding it. */
+static inline int sluice_verify_refuse(int preverify_ok, X509_STORE_CTX *ctx) {
+    (void)preverify_ok;
+    if (ctx != NULL) X509_STORE_CTX_set_error(ctx, X509_V_ERR_APPLICATION_VERIFICATION);
+    return 0;
+}
+static inline void sluice_ssl_refuse_certificates(SSL *ssl) {
+    SSL_set_verify(ssl, SSL_VERIFY_PEER, sluice_verify_refuse);
+}
+
 static inline int sluice_ctx_tls13_only(SSL_CTX *ctx) {
     if (SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION) != 1) return 0;
     if (SSL_CTX_set_max_proto_version(ctx, TLS1_3_VERSION) != 1) return 0;

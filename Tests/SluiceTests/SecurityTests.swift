@@ -138,3 +138,58 @@ import Testing
         #expect(server.failures.first?.code == .authenticationFailed)
     }
 }
+
+/// With a pre-shared key the key is the only proof, in both directions: a peer that runs an
+/// ordinary certificate handshake instead (a man in the middle who knows neither code nor key)
+/// fails authentication on the side that holds the key, before a byte of data moves.
+@Suite(.ownThreads) struct PreSharedKeyIsRequiredTests {
+    @Test func aClientWithTheKeyRefusesAServerThatShowsACertificate() throws {
+        let loop = try EventLoop()
+        let server = try TLSEchoServer(serverContext(), on: loop)
+        defer { server.listener.close() }
+        let key = PreSharedKey.derive(from: try #require(PairingCode.generate()))
+        let client = try clientContext { $0.preSharedKey = key }
+        let pair = TLS.secure(Socket.connect(host: "127.0.0.1", port: server.listener.port), context: client)
+        let exchange = SocketExchange(pair, payload: randomBytes(10_000, seed: 12))
+        exchange.start(on: loop)
+        #expect(runLoop(loop, for: .seconds(10)) { exchange.done })
+        #expect(exchange.failure?.code == .authenticationFailed, "\(String(describing: exchange.failure))")
+        #expect(exchange.failure?.detail?.contains("certificate") == true)
+        #expect(!exchange.events(of: exchange.input).contains(.openCompleted))
+        #expect(server.sessions.allSatisfy { $0.total == 0 })
+    }
+
+    @Test func aServerWithTheKeyRefusesAClientThatDidNotUseIt() throws {
+        try withTemporaryDirectory { dir in
+            // The server has a certificate as well as the key: a client without the key can
+            // finish a certificate handshake with it, and must still be refused.
+            let openssl = Process()
+            openssl.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+            openssl.arguments = [
+                "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout",
+                "\(dir)/key.pem", "-out", "\(dir)/cert.pem", "-days", "1", "-subj", "/CN=sluice",
+            ]
+            openssl.standardError = FileHandle.nullDevice
+            try openssl.run()
+            openssl.waitUntilExit()
+            try #require(openssl.terminationStatus == 0)
+            let loop = try EventLoop()
+            let key = PreSharedKey.derive(from: try #require(PairingCode.generate()))
+            let server = try TLSEchoServer(
+                serverContext {
+                    $0.preSharedKey = key
+                    $0.certificateFile = "\(dir)/cert.pem"
+                    $0.keyFile = "\(dir)/key.pem"
+                }, on: loop)
+            defer { server.listener.close() }
+            let client = try clientContext { $0.verifiesPeer = false }
+            let pair = TLS.secure(Socket.connect(host: "127.0.0.1", port: server.listener.port), context: client)
+            let exchange = SocketExchange(pair, payload: randomBytes(10_000, seed: 13))
+            exchange.start(on: loop)
+            #expect(runLoop(loop, for: .seconds(10)) { exchange.done && server.sessions.allSatisfy(\.finished) })
+            #expect(exchange.received.isEmpty)
+            #expect(server.failures.first?.code == .authenticationFailed, "\(server.failures)")
+            #expect(server.sessions.allSatisfy { $0.total == 0 })
+        }
+    }
+}

@@ -65,7 +65,13 @@ final class TLSEngine {
     }
 
     private func configureVerification(_ settings: TLSSettings) throws(SluiceError) {
-        if settings.preSharedKey != nil { return }
+        if settings.preSharedKey != nil {
+            // The key is the only proof either way: a server that answers with a certificate
+            // (ignoring the client's pre_shared_key) is refused as soon as it shows it, and
+            // `checkPreSharedKeyUsed` makes sure of it once the handshake is done.
+            if settings.role == .client { sluice_ssl_refuse_certificates(ssl) }
+            return
+        }
         if settings.role == .client, let peerName = settings.peerName, !Self.isIPAddress(peerName) {
             _ = sluice_set_sni(ssl, peerName)
         }
@@ -160,7 +166,7 @@ final class TLSEngine {
         ERR_clear_error()
         let rc = SSL_do_handshake(ssl)
         if rc == 1 {
-            if let failure = checkPin() { return .failed(failure) }
+            if let failure = checkPin() ?? checkPreSharedKeyUsed() { return .failed(failure) }
             handshakeDone = true
             return .done(0)
         }
@@ -239,6 +245,17 @@ final class TLSEngine {
         return nil
     }
 
+    /// With a pre-shared key, a finished handshake must have used it (OpenSSL marks an external
+    /// PSK's handshake as a resumed session) and shown no certificate: otherwise the peer
+    /// authenticated with something other than the key, or not at all.
+    private func checkPreSharedKeyUsed() -> SluiceError? {
+        guard context.settings.preSharedKey != nil else { return nil }
+        if SSL_session_reused(ssl) == 1 && SSL_get0_peer_certificate(ssl) == nil { return nil }
+        return SluiceError(
+            .authenticationFailed, operation: "TLS handshake", subject: name,
+            detail: "the peer did not use the pre-shared key")
+    }
+
     /// Maps `SSL_get_error` onto a step, with a reason a person can read for failures.
     private func step(after rc: Int32, handshaking: Bool) -> Step {
         let code = SSL_get_error(ssl, rc)
@@ -255,6 +272,12 @@ final class TLSEngine {
         let reason = sluice_error_reason(error)
         let operation = handshaking ? "TLS handshake" : "TLS"
         let verify = SSL_get_verify_result(ssl)
+        let usesKey = context.settings.preSharedKey != nil
+        if handshaking && usesKey && verify == X509_V_ERR_APPLICATION_VERIFICATION {
+            return SluiceError(
+                .authenticationFailed, operation: operation, subject: name,
+                detail: "the peer showed a certificate instead of using the pre-shared key")
+        }
         if handshaking && verify != X509_V_OK, let text = X509_verify_cert_error_string(verify) {
             return SluiceError(
                 .authenticationFailed, operation: operation, subject: name,
@@ -263,7 +286,7 @@ final class TLSEngine {
         // A server refusing our PSK's binder answers illegal_parameter (OpenSSL) or
         // handshake_failure: with a PSK, that is the key being wrong.
         let pskRefused =
-            handshaking && context.settings.preSharedKey != nil
+            handshaking && usesKey
             && [SSL_R_SSLV3_ALERT_ILLEGAL_PARAMETER, SSL_R_SSLV3_ALERT_HANDSHAKE_FAILURE].contains(reason)
         if Self.authenticationReasons.contains(reason) || pskRefused {
             return SluiceError(
@@ -283,6 +306,13 @@ final class TLSEngine {
             return SluiceError(.protocolViolation, operation: operation, subject: name, detail: detail)
         }
         let detail = error == 0 ? "OpenSSL error" : TLSContext.openSSLReason(error)
+        if handshaking && usesKey && heardFromPeer {
+            // The peer answered, but not as one holding the key can: another protocol version,
+            // plaintext, or a handshake the key does not fit. Not a cut: a failed authentication.
+            return SluiceError(
+                .authenticationFailed, operation: operation, subject: name,
+                detail: "the peer did not authenticate with the pre-shared key (\(detail))")
+        }
         return SluiceError(.protocolViolation, operation: operation, subject: name, detail: detail)
     }
 

@@ -286,9 +286,11 @@ public final class ParallelTransferSender: TransferProgressSource {
         if running == [0] { senders[0].holdGoodbye = false }
         guard running.isEmpty, !done else { return }
         done = true
+        // Entries no answer came for fail with the connections' error, which the summary
+        // carries: as with one connection, they are not reported one by one.
+        let reasons = summaries.keys.sorted().compactMap { summaries[$0]?.error?.description }
         for entry in entries.indices where outcomes[entry] == nil {
-            let reasons = summaries.keys.sorted().compactMap { summaries[$0]?.error?.description }
-            finish(entry, .failed(reason: "not transferred: " + (reasons.first ?? "no answer"), kind: .io))
+            outcomes[entry] = .failed(reason: "not transferred: " + (reasons.first ?? "no answer"), kind: .io)
         }
         let ordered = summaries.keys.sorted().compactMap { summaries[$0] }
         let stored = entries.indices.filter { outcomes[$0] == .stored }
