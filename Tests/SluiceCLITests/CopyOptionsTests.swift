@@ -27,6 +27,15 @@ import Testing
         #expect(o.rateLimit == nil && o.timeoutSeconds == nil)
         #expect(!o.force && !o.append && !o.quiet)
         #expect(o.zeroCopy)
+        #expect(o.idleSeconds == nil)
+    }
+
+    @Test func aSocketEndHasAnIdleLimitUnlessOneIsGiven() throws {
+        #expect(try options("a", "tcp:h:1").idleSeconds == 300)
+        #expect(try options("tls-listen:9000", "b").idleSeconds == 300)
+        #expect(try options("unix:/s", "-").idleSeconds == 300)
+        #expect(try options("--timeout", "4", "tcp-listen:9000", "b").idleSeconds == 4)
+        #expect(try options("--timeout", "4", "a", "b").idleSeconds == 4)
     }
 
     @Test func everyOption() throws {

@@ -5,9 +5,12 @@ import Foundation
 #endif
 
 /// A TCP relay on 127.0.0.1 (port 0) to `target`: it accepts one connection, forwards bytes both
-/// ways, and once `cutAfter` bytes have gone from the client to the target, closes both
-/// connections at once — a network failure in the middle of a transfer: each end sees its
-/// connection end with no TLS close_notify (nor anything else) from the other.
+/// ways, and once `cutAfter` bytes have gone from the client to the target (or, with
+/// `towardClient`, from the target to the client), closes both connections at once — a network
+/// failure in the middle of a transfer: each end sees its connection end with no TLS
+/// close_notify (nor anything else) from the other. With `stall`, it stops forwarding there
+/// instead and leaves both connections open until `release()`: a path that died without
+/// either end being told, as in a network outage.
 final class CutRelay: @unchecked Sendable {
     /// The port the relay listens on.
     let port: UInt16
@@ -16,8 +19,13 @@ final class CutRelay: @unchecked Sendable {
     private var forwarded = 0
     private var cut = false
     private let finished = DispatchSemaphore(value: 0)
+    private let released = DispatchSemaphore(value: 0)
+    private let towardClient: Bool
+    private let stall: Bool
 
-    init(to targetPort: UInt16, cutAfter: Int) throws {
+    init(to targetPort: UInt16, cutAfter: Int, towardClient: Bool = false, stall: Bool = false) throws {
+        self.towardClient = towardClient
+        self.stall = stall
         let (fd, boundPort) = try boundLoopbackSocket()
         guard listen(fd, 1) == 0 else {
             close(fd)
@@ -39,7 +47,10 @@ final class CutRelay: @unchecked Sendable {
 
     deinit { close(listener) }
 
-    /// Bytes forwarded from the client to the target.
+    /// Ends a stall: the relay closes both connections.
+    func release() { released.signal() }
+
+    /// Bytes forwarded in the direction watched (from the client to the target by default).
     var bytesForwarded: Int { lock.withLock { forwarded } }
 
     /// Whether the relay cut the connections (rather than seeing one end close).
@@ -68,8 +79,9 @@ final class CutRelay: @unchecked Sendable {
             for index in 0..<2 where fds[index].revents != 0 {
                 let from = fds[index].fd
                 let to = index == 0 ? server : client
-                // Up to the cut exactly: the bytes past it never reach the target.
-                let room = index == 0 ? cutAfter - bytesForwarded : buffer.count
+                let watched = index == (towardClient ? 1 : 0)
+                // Up to the cut exactly: the bytes past it never reach the other end.
+                let room = watched ? cutAfter - bytesForwarded : buffer.count
                 let n = buffer.withUnsafeMutableBytes { recv(from, $0.baseAddress, min($0.count, room), 0) }
                 if n <= 0 { return }
                 var sent = 0
@@ -78,13 +90,18 @@ final class CutRelay: @unchecked Sendable {
                     if m <= 0 { return }
                     sent += m
                 }
-                guard index == 0 else { continue }
+                guard watched else { continue }
                 let reached = lock.withLock {
                     forwarded += n
                     cut = forwarded >= cutAfter
                     return cut
                 }
-                if reached { return }
+                if reached {
+                    // Stalled: nothing more is read or forwarded either way, and neither end
+                    // hears of it, until the test lets go (or a minute passes).
+                    if stall { _ = released.wait(timeout: .now() + 60) }
+                    return
+                }
             }
         }
     }

@@ -90,6 +90,11 @@ final class TLSConnection {
     private(set) var engine: TLSEngine?
     /// The socket may have bytes to read (cleared when a read would block).
     private var innerReadable = true
+    /// The last read needed ciphertext that neither OpenSSL's buffers nor the socket had (a
+    /// record only partly arrived): the reader waits on the socket, whatever OpenSSL holds,
+    /// until more ciphertext comes. Without it a peer that stalls mid-record would keep the
+    /// stream "ready" and the loop spinning.
+    private var awaitingCiphertext = false
     private var inputError: SluiceError?
     private(set) var outputError: SluiceError?
     private var closeNotifySent = false
@@ -271,6 +276,7 @@ final class TLSConnection {
             switch inner.reader.tryRead(into: space) {
             case .processed(let n) where n > 0:
                 engine.commitInput(n)
+                awaitingCiphertext = false
                 progress = true
             case .processed(let n):
                 if n < 0 {
@@ -278,6 +284,7 @@ final class TLSConnection {
                 }
                 engine.endInput()
                 innerReadable = false
+                awaitingCiphertext = false
                 return true
             case .wouldBlock:
                 innerReadable = false
@@ -343,7 +350,12 @@ final class TLSConnection {
 
     var readerReady: Bool {
         guard case .established = state, let engine else { return false }
-        return innerReadable || engine.plaintextPending || engine.inputEnded
+        return innerReadable || engine.inputEnded || (engine.plaintextPending && !awaitingCiphertext)
+    }
+
+    /// A read found no whole record and the socket had nothing more: wait for the socket.
+    func readNeedsCiphertext() {
+        awaitingCiphertext = true
     }
 
     var writerReady: Bool {
@@ -494,6 +506,7 @@ final class TLSReadStream: ReadStream {
                 total += n
             case .wantInput:
                 if connection.pumpInput() { continue }
+                connection.readNeedsCiphertext()
                 return total > 0 ? .processed(total) : .wouldBlock
             case .wantOutput:
                 if connection.flushOutput() { continue }

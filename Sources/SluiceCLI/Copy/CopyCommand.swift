@@ -207,9 +207,12 @@ final class CopySession: Interruptible {
     }
 
     /// `--timeout`: fails the copy when no byte moved for that long (and before the pipeline
-    /// starts, while connecting or waiting for a connection).
+    /// starts, while connecting or waiting for a connection). Without it, a copy with a socket
+    /// end gets the default idle limit once the pipeline runs, and waits for its connection as
+    /// long as it takes.
     private func startWatchdog() {
-        guard let limit = options.timeoutSeconds else { return }
+        guard let limit = options.idleSeconds else { return }
+        let waitsForConnection = options.timeoutSeconds != nil
         let tick = Duration.milliseconds(Int64(min(1000, max(10, limit * 250))))
         var lastCount: UInt64 = 0
         var lastChange = monotonicNanoseconds()
@@ -217,7 +220,7 @@ final class CopySession: Interruptible {
             guard let self, self.outcome == nil else { return }
             let count = (self.pipeline?.bytesRead ?? 0) &+ (self.pipeline?.bytesWritten ?? 0)
             let now = monotonicNanoseconds()
-            if count != lastCount {
+            if count != lastCount || (self.pipeline == nil && !waitsForConnection) {
                 lastCount = count
                 lastChange = now
                 return

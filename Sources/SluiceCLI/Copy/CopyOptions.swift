@@ -76,6 +76,10 @@ enum CommonOptions {
     /// The largest `--timeout`: a day.
     static let maximumTimeout = 86_400.0
 
+    /// `copy`'s idle limit without `--timeout` once a socket end is connected: five minutes, as
+    /// `receive` has, so a peer whose path died does not hold the copy forever.
+    static let socketIdleSeconds = 300.0
+
     /// `--threads N`, when given.
     static func threads(_ parsed: ParsedArguments) throws(UsageError) -> Int? {
         guard let option = parsed.last("threads") else { return nil }
@@ -197,12 +201,24 @@ struct CopyOptions: Hashable, Sendable {
     /// Write a destination file with O_DIRECT (`--direct`).
     var direct = false
 
+    /// `--timeout` as `copy` has it: with a default once a socket is connected.
+    static let copyTimeout = OptionSpec(
+        "timeout", value: .required("SECONDS"),
+        help: "give up when no byte moves for SECONDS (also\nwhen connecting); with a socket end, 300\n"
+            + "once connected unless given")
+
+    /// The idle limit of the copy once its ends are open: `--timeout`, else
+    /// `CommonOptions.socketIdleSeconds` when an end is a socket.
+    var idleSeconds: Double? {
+        timeoutSeconds ?? (source.isSocket || destination.isSocket ? CommonOptions.socketIdleSeconds : nil)
+    }
+
     static let parser = ArgumentParser(
         [
             CommonOptions.chunkSize, CommonOptions.compress, CommonOptions.decompress,
         ] + CommonOptions.levels + [
             CommonOptions.copyThreads, CommonOptions.progress,
-            CommonOptions.noProgress, CommonOptions.stats, CommonOptions.rateLimit, CommonOptions.timeout,
+            CommonOptions.noProgress, CommonOptions.stats, CommonOptions.rateLimit, copyTimeout,
             CommonOptions.force, CommonOptions.append, CommonOptions.fsync, CommonOptions.direct,
             CommonOptions.noZeroCopy,
             CommonOptions.quiet, CommonOptions.help,
