@@ -103,9 +103,10 @@ extension ReceiverProcess {
         }
     }
 
-    /// Over TLS, a receiver serving all the senders it allows closes the next connection before
-    /// the handshake (no key checked, nothing spent on it): that sender exits 69 at once and
-    /// says the receiver may be busy, and once the first session ends the next send is stored.
+    /// Over TLS, a receiver serving all the senders it allows tells the next one so once it has
+    /// authenticated (a stranger could not take its slot meanwhile): that sender exits 69 at
+    /// once and says the receiver is busy, and once the first session ends the next send is
+    /// stored.
     @Test func aBusyReceiverTurnsASenderAwayAtOnceOverTLS() throws {
         try withTemporaryDirectory { dir in
             let inbox = "\(dir)/in"
@@ -120,7 +121,8 @@ extension ReceiverProcess {
             let turnedAway = try Running(sluiceBinary, ["send", "\(dir)/next.bin", address]).wait(within: .seconds(20))
             #expect(turnedAway.status == 69, "\(turnedAway.stderrText)")
             #expect(
-                turnedAway.stderrText.contains("may be serving all the senders it allows"), "\(turnedAway.stderrText)")
+                turnedAway.stderrText.contains("busy: this receiver serves 1 sessions at once"),
+                "\(turnedAway.stderrText)")
             slow.signal(SIGINT)
             _ = slow.wait()
             #expect(waitUntil { receiver.stderrText.contains("in the middle of a file") }, "\(receiver.stderrText)")

@@ -272,4 +272,45 @@ struct TransferLoadTests {
             #expect(summary.succeeded)
         }
     }
+
+    @Test("Connections that have not said HELLO hold no slot, wait apart, and the oldest make room")
+    func waitingConnections() throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            let harness = try TransferHarness(
+                directory: dst, options: TransferReceiveOptions(idleTimeout: .seconds(20), maxSessions: 1))
+            harness.receiver.maxPendingPerAddress = 3
+            harness.receiver.admissionGrace = .zero
+            var silent: [NeverReadingClient] = []
+            defer { for client in silent { client.stop() } }
+            for _ in 0..<5 {
+                silent.append(try NeverReadingClient(port: harness.port, first: [], chunk: [], loop: harness.loop))
+            }
+            // Five came from one address: the two oldest made room for the newer ones.
+            #expect(runLoop(harness.loop, for: .seconds(10)) { harness.receiver.pendingDropped == 2 })
+            #expect(harness.receiver.pendingConnections == 3)
+            #expect(harness.receiver.activeSessions == 0)
+            // The one slot is free for a sender.
+            let source = root + "/f"
+            try writeFile(source, randomBytes(10_000))
+            let summary = try harness.send(paths: [source])
+            #expect(summary.succeeded, "\(summary.results)")
+            #expect(readFile(dst + "/f") == readFile(source))
+        }
+    }
+
+    @Test("A connection that does not say HELLO within the deadline is dropped")
+    func admissionDeadline() throws {
+        try withTemporaryDirectory { root in
+            let harness = try TransferHarness(
+                directory: root, options: TransferReceiveOptions(idleTimeout: .milliseconds(300)))
+            let silent = try NeverReadingClient(port: harness.port, first: [], chunk: [], loop: harness.loop)
+            defer { silent.stop() }
+            #expect(runLoop(harness.loop, for: .seconds(10)) { harness.reports.count == 1 })
+            #expect(harness.reports.first?.error?.code == .timedOut, "\(harness.reports)")
+            #expect(harness.receiver.pendingConnections == 0)
+        }
+    }
 }
+

@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// Limits failed handshakes per peer address, so a listener cannot be used to guess keys at
 /// speed: after `maximumFailures` failures within `window`, the address is refused until the
 /// oldest of them leaves the window. Memory is bounded by `maximumAddresses` (the least
@@ -38,4 +42,18 @@ public struct HandshakeLimiter: Sendable {
 
     /// Addresses with failures on record.
     public var trackedAddresses: Int { failures.count }
+
+    /// The key an address is counted under: an IPv4 address as it is, an IPv6 address by its
+    /// /64 prefix (one host is given a /64 to pick addresses from), an IPv4-mapped IPv6
+    /// address as the IPv4 one, a Unix-domain peer as one key.
+    public static func key(for peer: SocketAddress) -> String {
+        guard peer.family == .ipv6, let host = peer.host else { return peer.host ?? "unix" }
+        var address = in6_addr()
+        guard inet_pton(AF_INET6, host, &address) == 1 else { return host }
+        let bytes = withUnsafeBytes(of: address) { Array($0) }
+        if bytes[0..<10].allSatisfy({ $0 == 0 }) && bytes[10] == 0xff && bytes[11] == 0xff {
+            return bytes[12...].map(String.init).joined(separator: ".")
+        }
+        return Hex.encode(Array(bytes[0..<8])) + "::/64"
+    }
 }

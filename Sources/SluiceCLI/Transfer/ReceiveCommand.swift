@@ -73,10 +73,16 @@ final class ReceiveSession: Interruptible {
     static let descriptorsPerSession = 4
     static let descriptorsBesides = 64
 
+    /// Connections waiting to authenticate, at most (each holds its socket): fewer where the
+    /// open-file limit cannot make room for them beside the sessions.
+    static let pendingConnections = 1024
+
     /// Opens the directory and starts listening (on the loop's thread, before it runs).
     func start() -> CLIError? {
         let wanted = options.maxSessions * Self.descriptorsPerSession + Self.descriptorsBesides
-        if let limit = OpenFileLimit.raise(to: wanted), limit < wanted {
+        let limit = OpenFileLimit.raise(to: wanted + Self.pendingConnections)
+        let pendingRoom = min(Self.pendingConnections, max(16, (limit ?? Int.max) - wanted))
+        if let limit, limit < wanted {
             Terminal.report(
                 "warning: --max-sessions \(options.maxSessions) needs up to \(wanted) open files and this process "
                     + "may have \(limit) (ulimit -n): connections beyond that wait until others end")
@@ -93,6 +99,7 @@ final class ReceiveSession: Interruptible {
                 "receive into \(options.directory): \(error.reason)")
         }
         self.receiver = receiver
+        receiver.maxPendingConnections = pendingRoom
         receiver.servesOneTransfer = options.once
         receiver.onEvent = { [weak self] event in self?.event(event) }
         receiver.onSessionEnd = { [weak self] report in self?.sessionEnded(report) }

@@ -320,7 +320,8 @@ struct ReceiveOptions: Sendable {
         OptionSpec(
             "max-sessions", value: .required("N"),
             help:
-                "serve at most N senders at once; one more is told\n'busy' and disconnected (default \(TransferReceiveOptions().maxSessions));\nthe open-file limit is raised to N x 4 + 64"
+                "serve at most N authenticated senders at once; one\nmore is told 'busy' and disconnected (default \(TransferReceiveOptions().maxSessions));\n"
+                + "connections still authenticating wait apart; the\nopen-file limit is raised to N x 4 + 64 + 1024"
         ),
         OptionSpec("no-resume", help: "never continue interrupted files: start over"),
         OptionSpec("no-fsync", help: "do not flush each file to disk before\nanswering"),

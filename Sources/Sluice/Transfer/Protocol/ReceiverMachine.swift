@@ -40,6 +40,9 @@ enum SessionEnd: Equatable, Sendable {
     case timedOut
     case connectionFailed(SluiceError)
     case cancelled
+    /// The receiver was serving all the sessions it allows when the peer said HELLO: it was
+    /// told so (`busy: …` in an ERROR message) and may try again later.
+    case turnedAway(String)
 }
 
 /// What the receiving side does next: the receiver machine's output, performed by its session.
@@ -221,6 +224,15 @@ struct ReceiverMachine: Sendable {
     var hasEnded: Bool {
         if case .ended = state { return true }
         return false
+    }
+
+    /// True once the peer's HELLO was taken (and the session has not ended): the point where
+    /// a connection stops being a stranger waiting to be admitted.
+    var saidHello: Bool {
+        switch state {
+        case .awaitingMagic, .awaitingHello, .ended: return false
+        case .idle, .receiving, .discarding, .joining, .storing, .finishing, .committing, .settling: return true
+        }
     }
 
     /// True while a file's data may arrive (its buffers are worth growing).
@@ -612,6 +624,12 @@ struct ReceiverMachine: Sendable {
     private mutating func answerFile(_ file: IncomingFile, _ rejection: EntryRejection?) -> [ReceiverAction] {
         let size: UInt64 = rejection == nil || !file.header.sizeKnown ? file.total : file.header.size
         return answer(rejection, path: file.request.relative, isDirectory: false, size: size, resumed: file.offset)
+    }
+
+    /// Turns the session away after HELLO: the receiver serves all the sessions it allows.
+    mutating func turnAway(_ reason: String) -> [ReceiverAction] {
+        if case .ended = state { return [] }
+        return [.send(.error(reason: reason))] + end(.turnedAway(reason))
     }
 
     /// The decoder found the bytes break the protocol.

@@ -58,8 +58,25 @@ public final class TransferReceiver {
         store = ReceiverStore(destination: try Destination(path: directory))
     }
 
-    /// Sessions in progress.
-    public var activeSessions: Int { sessions.values.filter { !$0.isEnded }.count }
+    /// Sessions in progress: connections admitted (past their TLS handshake and HELLO), each
+    /// holding one of `maxSessions` slots.
+    public var activeSessions: Int { sessions.values.filter { $0.isAdmitted && !$0.isEnded }.count }
+
+    /// Connections waiting to be admitted: their TLS handshake or their HELLO not yet done.
+    /// They hold no session slot; they wait apart, at most `maxPendingConnections` of them and
+    /// `maxPendingPerAddress` from one address (an IPv6 /64 counting as one), each for at most
+    /// `handshakeTimeout`. A connection past either cap pushes out the oldest waiting one (of
+    /// its own address, or of the address with the most waiting), never itself: strangers who
+    /// connect and say nothing cannot keep a sender out.
+    public var pendingConnections: Int { sessions.values.filter { !$0.isAdmitted && !$0.isEnded }.count }
+    /// The most connections waiting to be admitted at once.
+    public var maxPendingConnections = 1024
+    /// The most connections from one address waiting to be admitted at once (by default
+    /// `maxSessions`, and at least 8: a host opening all the connections it may use at once
+    /// is not held back).
+    public lazy var maxPendingPerAddress = max(8, options.maxSessions)
+    /// Waiting connections pushed out by newer ones, since the start.
+    public private(set) var pendingDropped = 0
     /// The size of each open session's inbound buffer, in the order the sessions began (for
     /// tests and statistics).
     var inboundCapacities: [Int] {
@@ -69,7 +86,7 @@ public final class TransferReceiver {
     /// Serves every connection `listener` accepts on `loop`, in plaintext.
     public func accept(from listener: SocketListener, on loop: EventLoop) throws(SluiceError) {
         try listener.accept(on: loop) { [weak self] input, output, peer in
-            self?.serve(input: input, output: output, peer: peer.description, on: loop)
+            self?.serve(input: input, output: output, from: peer, on: loop)
         }
     }
 
@@ -112,64 +129,118 @@ public final class TransferReceiver {
 
     /// Serves one accepted connection from `peer`: over TLS after `useTLS(preSharedKey:)`,
     /// else in plaintext. Returns the session's id, or nil when the connection was turned away
-    /// (`maxSessions` reached; over TLS also an address that failed to authenticate too often,
-    /// and then it is closed without a word, since no key has been checked).
+    /// (over TLS, an address that failed to authenticate too often: it is closed without a
+    /// word, since no key has been checked). The connection waits to be admitted as
+    /// `pendingConnections` describes; once admitted beyond `maxSessions` it is told `busy`.
     @discardableResult
     public func serve(input: ReadStream, output: WriteStream, from peer: SocketAddress, on loop: EventLoop) -> Int? {
-        let address = peer.host ?? peer.path ?? peer.description
+        let address = HandshakeLimiter.key(for: peer)
         guard let context = tlsContext else {
             return serve(input: input, output: output, peer: peer.description, on: loop, address: address)
         }
-        guard throttle.allows(address), activeSessions < options.maxSessions else {
-            if activeSessions >= options.maxSessions { connectionsRefused += 1 } else { connectionsThrottled += 1 }
+        guard throttle.allows(address) else {
+            connectionsThrottled += 1
             // Before TLS there is no way to say why: the connection is closed (what the peer
             // already sent is read first, so that closing does not reset it).
-            Self.turnAway(input, output, message: nil)
+            Self.turnAway(input, output)
             return nil
         }
         let (reader, writer) = TLS.secure((input, output), context: context)
         return serve(input: reader, output: writer, peer: peer.description, on: loop, address: address)
     }
 
-    /// Serves one connection given as its two streams (opened here if not yet open). Returns
-    /// the session's id, or nil when `maxSessions` are being served: the peer is then told
-    /// `busy` in an ERROR message and the connection closed.
+    /// Serves one connection given as its two streams (opened here if not yet open), `peer`
+    /// naming it and counting as its address. Returns the session's id. Once it has said
+    /// HELLO beyond `maxSessions` sessions, the peer is told `busy` in an ERROR message and
+    /// the connection closed.
     @discardableResult
     public func serve(input: ReadStream, output: WriteStream, peer: String, on loop: EventLoop) -> Int? {
-        serve(input: input, output: output, peer: peer, on: loop, address: nil)
+        serve(input: input, output: output, peer: peer, on: loop, address: peer)
     }
 
+    /// The address (`HandshakeLimiter.key(for:)`) of each session, for the throttle over TLS and
+    /// for the caps of waiting connections.
     private var addresses: [Int: String] = [:]
 
-    private func serve(input: ReadStream, output: WriteStream, peer: String, on loop: EventLoop, address: String?)
+    private func serve(input: ReadStream, output: WriteStream, peer: String, on loop: EventLoop, address: String)
         -> Int?
     {
-        guard activeSessions < options.maxSessions else {
-            connectionsRefused += 1
-            let reason =
-                "\(Wire.busyPrefix) this receiver serves \(options.maxSessions) sessions at once; try again later"
-            Self.turnAway(input, output, message: Wire.magic + Frame.error(reason: reason).encoded)
+        guard makeRoomToWait(for: address) else {
+            pendingDropped += 1
+            Self.turnAway(input, output)
             return nil
         }
         let id = nextID
         nextID += 1
-        let session = ReceiverSession(id: id, peer: peer, receiver: self, input: input, output: output, loop: loop)
+        let session = ReceiverSession(
+            id: id, peer: peer, receiver: self, input: input, output: output, loop: loop,
+            admissionDeadline: admissionDeadline)
         sessions[id] = session
-        if let address { addresses[id] = address }
+        addresses[id] = address
         onEvent?(.sessionStarted(id: id, peer: peer))
         session.start()
         return id
     }
 
-    /// Turns a connection away: `message` (the magic and an ERROR saying the receiver is busy,
-    /// a few bytes that an empty socket buffer takes at once), if any, then what the peer
-    /// already sent is drained so that closing does not reset the connection under the answer.
-    private static func turnAway(_ input: ReadStream, _ output: WriteStream, message: [UInt8]?) {
+    /// How long a connection may wait to be admitted: `handshakeTimeout`, or the idle timeout
+    /// if shorter.
+    private var admissionDeadline: Duration {
+        min(Self.handshakeTimeout, options.idleTimeout ?? Self.handshakeTimeout)
+    }
+
+    /// A waiting connection younger than this is not pushed out by a newer one: a sender
+    /// authenticates within a round trip or two, and a host opening many connections at once
+    /// (accepted together, before any of them is read) is not a flood.
+    public var admissionGrace: Duration = .seconds(1)
+
+    /// A connection from `address` is about to wait. Past the per-address cap, the oldest
+    /// waiting connection of `address` is dropped; past the overall cap, the oldest of the
+    /// address with the most waiting. Only connections past `admissionGrace` are dropped; when
+    /// every one is younger (a burst), the newcomer waits too, up to twice the cap, and beyond
+    /// that it is closed at once. Returns whether the newcomer may wait.
+    private func makeRoomToWait(for address: String) -> Bool {
+        let now = monotonicNanoseconds()
+        let grace = UInt64(admissionGrace.nanoseconds)
+        let waiting = sessions.values.filter { !$0.isAdmitted && !$0.isEnded }
+        var byAddress: [String: [ReceiverSession]] = [:]
+        for session in waiting { byAddress[addresses[session.id] ?? "", default: []].append(session) }
+        let ownCount = byAddress[address]?.count ?? 0
+        let victims: [ReceiverSession]
+        if ownCount >= maxPendingPerAddress {
+            victims = byAddress[address] ?? []
+        } else if waiting.count >= maxPendingConnections {
+            let heaviest = byAddress.values.max { a, b in
+                a.count != b.count ? a.count < b.count : a.map(\.id).min()! > b.map(\.id).min()!
+            }
+            victims = heaviest ?? []
+        } else {
+            return true
+        }
+        guard let oldest = victims.filter({ now - $0.started >= grace }).min(by: { $0.id < $1.id }) else {
+            return ownCount < 2 * maxPendingPerAddress && waiting.count < 2 * maxPendingConnections
+        }
+        pendingDropped += 1
+        oldest.dropWhileWaiting(
+            SluiceError(
+                .unavailable, operation: "receive", subject: oldest.peer,
+                detail: "dropped before it authenticated: newer connections were waiting"))
+        return true
+    }
+
+    /// Session `id` said HELLO: admitted, or the reason to turn it away (all `maxSessions`
+    /// slots are taken).
+    func admit(_ id: Int) -> String? {
+        let others = sessions.values.filter { $0.isAdmitted && !$0.isEnded && $0.id != id }.count
+        guard others >= options.maxSessions else { return nil }
+        connectionsRefused += 1
+        return "\(Wire.busyPrefix) this receiver serves \(options.maxSessions) sessions at once; try again later"
+    }
+
+    /// Turns a connection away unanswered: what the peer already sent is drained so that
+    /// closing does not reset the connection.
+    private static func turnAway(_ input: ReadStream, _ output: WriteStream) {
         if output.streamStatus == .notOpen { output.open() }
         if input.streamStatus == .notOpen { input.open() }
-        if let message, output.streamStatus == .open {
-            _ = message.withUnsafeBufferPointer { output.write($0.baseAddress!, maxLength: $0.count) }
-        }
         output.close()
         var sink = [UInt8](repeating: 0, count: 4096)
         var drained = 0
@@ -269,7 +340,7 @@ public final class TransferReceiver {
         // Over TLS (where the throttle applies), a session that ended in error without a byte
         // of the protocol never finished its handshake: a wrong key, a handshake that broke
         // off, or one not done before a timeout — a peer without the key.
-        if let address = addresses.removeValue(forKey: report.id), report.error != nil,
+        if let address = addresses.removeValue(forKey: report.id), tlsContext != nil, report.error != nil,
             report.error?.code == .authenticationFailed || session.bytesRead == 0
         {
             throttle.recordFailure(address)
@@ -389,7 +460,8 @@ final class ReceiverSession: WireConnectionOwner {
     private var results: [TransferFileResult] = []
     private var createdDirectories: [(path: String, mode: UInt32, mtime: timespec)] = []
     private var bytesStored: UInt64 = 0
-    private let started = monotonicNanoseconds()
+    /// When the connection was accepted.
+    let started = monotonicNanoseconds()
     private var idleTimer: LoopTimer?
     private var peerClosed = false
     /// The data path waits for the hasher to free a slot.
@@ -405,8 +477,17 @@ final class ReceiverSession: WireConnectionOwner {
 
     var isEnded: Bool { ended }
     var inboundCapacity: Int { connection.inbound.capacity }
+    /// Past its TLS handshake and HELLO: holding one of the receiver's session slots.
+    private(set) var isAdmitted = false
+    /// How long the connection may take to be admitted.
+    private let admissionDeadline: Duration
+    private var admissionTimer: LoopTimer?
 
-    init(id: Int, peer: String, receiver: TransferReceiver, input: ReadStream, output: WriteStream, loop: EventLoop) {
+    init(
+        id: Int, peer: String, receiver: TransferReceiver, input: ReadStream, output: WriteStream, loop: EventLoop,
+        admissionDeadline: Duration
+    ) {
+        self.admissionDeadline = admissionDeadline
         self.id = id
         self.peer = peer
         self.receiver = receiver
@@ -446,10 +527,34 @@ final class ReceiverSession: WireConnectionOwner {
         connection.send(Wire.magic)
         perform(machine.start())
         scheduleIdleCheck()
+        admissionTimer = loop.schedule(after: admissionDeadline) { [weak self] in
+            guard let self, !self.isAdmitted else { return }
+            self.dropWhileWaiting(
+                SluiceError(
+                    .timedOut, operation: "receive", subject: self.peer,
+                    detail: "no handshake and HELLO within \(self.admissionDeadline)"))
+        }
     }
 
     func cancel() {
         perform(machine.handle(.cancelled))
+    }
+
+    /// Ends the connection before it was admitted (pushed out by newer ones, or too slow).
+    func dropWhileWaiting(_ error: SluiceError) {
+        guard !isAdmitted else { return }
+        perform(machine.handle(.connectionFailed(error)))
+    }
+
+    /// HELLO taken: the connection takes a session slot, or is told the receiver is busy.
+    /// Returns false when it was turned away.
+    private func admit() -> Bool {
+        isAdmitted = true
+        admissionTimer?.cancel()
+        admissionTimer = nil
+        guard let refusal = receiver?.admit(id) else { return true }
+        perform(machine.turnAway(refusal))
+        return false
     }
 
     private func scheduleIdleCheck() {
@@ -518,6 +623,10 @@ final class ReceiverSession: WireConnectionOwner {
                     machine.settings.mustJoin = receiver.mustJoin(id)
                 }
                 let actions = machine.received(item)
+                if !isAdmitted && machine.saidHello && !admit() {
+                    connection.inbound.consume(consumed)
+                    return
+                }
                 guard case .data(let piece, _) = item, actions == [.deliverData] else {
                     connection.inbound.consume(consumed)
                     perform(actions)
@@ -908,6 +1017,8 @@ final class ReceiverSession: WireConnectionOwner {
         ended = true
         idleTimer?.cancel()
         idleTimer = nil
+        admissionTimer?.cancel()
+        admissionTimer = nil
         let error: SluiceError?
         var graceful = true
         switch how {
@@ -929,9 +1040,16 @@ final class ReceiverSession: WireConnectionOwner {
         case .cancelled:
             error = SluiceError(.cancelled, operation: "receive", subject: peer)
             graceful = false
+        case .turnedAway(let reason):
+            error = SluiceError(.unavailable, operation: "receive", subject: peer, detail: reason)
         }
         if graceful && !connection.isClosed {
-            connection.closeAfterFlush()
+            // A peer turned away or told of its violation may have sent on (it pipelines its
+            // requests): read and drop that rather than reset the connection under the ERROR.
+            var drains = false
+            if case .turnedAway = how { drains = true }
+            if case .violation = how { drains = true }
+            connection.closeAfterFlush(drainingInput: drains)
             if !connection.isClosed {
                 // A peer that does not read gets 5 seconds, then the connection is cut.
                 let timer = loop.schedule(after: .seconds(5)) { [connection] in connection.close() }

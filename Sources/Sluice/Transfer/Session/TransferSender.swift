@@ -627,6 +627,9 @@ public final class TransferSender: WireConnectionOwner {
             error = nil
         case .violation(let reason):
             error = SluiceError(.protocolViolation, operation: "send", subject: name, detail: reason)
+        case .turnedAway(let reason):
+            // The receiver's end alone (its machine turns a sender away): not met here.
+            error = SluiceError(.unavailable, operation: "send", subject: name, detail: reason)
         case .peerError(let reason) where reason.hasPrefix(Wire.busyPrefix):
             // Serving all the sessions it allows: nothing was refused, try again later.
             error = SluiceError(.unavailable, operation: "send", subject: name, detail: "receiver: \(reason)")
@@ -645,7 +648,7 @@ public final class TransferSender: WireConnectionOwner {
             let graceful: Bool
             switch how {
             case .goodbye, .violation: graceful = true
-            case .peerError, .closedEarly, .timedOut, .connectionFailed, .cancelled: graceful = false
+            case .peerError, .closedEarly, .timedOut, .connectionFailed, .cancelled, .turnedAway: graceful = false
             }
             if graceful && !connection.outbound.isEmpty {
                 connection.closeAfterFlush()

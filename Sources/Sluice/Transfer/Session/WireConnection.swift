@@ -57,6 +57,10 @@ final class WireConnection: ByteStreamDelegate {
     private var writeOffered = BackpressureFlag()
     private var peerClosed = false
     private var closeWhenFlushed = false
+    /// After `closeAfterFlush(drainingInput: true)`: what the peer still sends is read and
+    /// dropped until it closes, so that closing does not reset the connection under the last
+    /// message (a peer that pipelines its requests would lose the answer to a reset).
+    private var drainsInput = false
     private var flushing = false
     private var delivering = false
     private var deliverAgain = false
@@ -108,6 +112,8 @@ final class WireConnection: ByteStreamDelegate {
     func stream(_ stream: ByteStream, handle event: StreamEvent) {
         guard !isClosed else { return }
         switch event {
+        case .hasBytesAvailable where drainsInput:
+            drain()
         case .hasBytesAvailable:
             readOffered = true
             readIfAllowed()
@@ -251,7 +257,7 @@ final class WireConnection: ByteStreamDelegate {
             writeOffered.take()
         }
         if outbound.readableBytes <= pauseReadingAbove { readIfAllowed() }
-        if closeWhenFlushed && outbound.isEmpty { close() }
+        if closeWhenFlushed && outbound.isEmpty { finishClosing() }
     }
 
     /// How many bytes the rate limit lets through now; when none, a timer flushes again later.
@@ -269,12 +275,41 @@ final class WireConnection: ByteStreamDelegate {
 
     // MARK: Ending
 
-    /// Closes once everything buffered is written (reading stops now).
-    func closeAfterFlush() {
+    /// Closes once everything buffered is written (reading stops now). With `drainingInput`,
+    /// the sending direction is shut down then, and the connection closes once the peer has
+    /// closed its own, what it sends meanwhile read and dropped (the owner bounds the wait).
+    func closeAfterFlush(drainingInput: Bool = false) {
         closeWhenFlushed = true
+        drainsInput = drainingInput
         readOffered = false
         peerClosed = true
-        if outbound.isEmpty { close() } else { flush() }
+        if outbound.isEmpty { finishClosing() } else { flush() }
+    }
+
+    private func finishClosing() {
+        guard drainsInput else { return close() }
+        output.close()
+        drain()
+    }
+
+    /// Reads and drops what the peer sends, until it closes (then closes too) or would block.
+    /// Into a scratch buffer of its own: bytes of `inbound` may still be lent to a worker.
+    private func drain() {
+        guard !isClosed, outbound.isEmpty else { return }
+        var scratch = [UInt8](repeating: 0, count: 16 << 10)
+        let closes = scratch.withUnsafeMutableBytes { buffer in
+            while true {
+                switch input.tryRead(into: buffer) {
+                case .processed(let n) where n > 0:
+                    bytesRead += UInt64(n)
+                case .processed:
+                    return true
+                case .wouldBlock:
+                    return false
+                }
+            }
+        }
+        if closes { close() }
     }
 
     private func fail(_ error: SluiceError) {
