@@ -129,6 +129,13 @@ import Testing
                 guard let fd = connectToLoopback(port: port) else { continue }
                 held.append(fd)
                 _ = hello.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                // One at a time: the next connects once this one's session has started (its
+                // greeting arrived, and the HELLO sent is read next), so they become sessions
+                // rather than a burst waiting to be admitted; or once accepting fails.
+                waitUntil {
+                    var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                    return poll(&ready, 1, 0) > 0 || receiver.stderrText.contains("Too many open files")
+                }
             }
             #expect(held.count == 60)
             #expect(waitUntil { receiver.stderrText.contains("Too many open files") }, "\(receiver.stderrText)")
