@@ -3,7 +3,8 @@ public enum TransferOutcome: Hashable, Sendable, CustomStringConvertible {
     /// Stored at its final name, its SHA-256 verified (a directory: created or already there).
     case stored
     /// Not stored, by the receiver's rule: `reason` is e.g. `exists`, `too large: …`,
-    /// `invalid path: …`, `busy: …`. (Exit status 73 for a command-line tool.)
+    /// `invalid path: …`, `busy: …`. (Exit status 73 for a command-line tool.) A reason the
+    /// peer sent arrives sanitized (`PeerText`), as do those of `failed` and of errors.
     case refused(reason: String)
     /// Not stored because something went wrong: a data error (digest or size mismatch,
     /// corrupt compressed data) or an I/O error on either side (disk full, read error,
@@ -31,7 +32,9 @@ public enum TransferFailureKind: Hashable, Sendable {
 
 /// One entry of a transfer and its outcome.
 public struct TransferFileResult: Hashable, Sendable {
-    /// The relative path on the wire (`photos/2024/a.jpg`), `/`-separated.
+    /// The relative path on the wire (`photos/2024/a.jpg`), `/`-separated: the name as it is
+    /// on disk, which may hold any character but `/` and NUL, so show it through
+    /// `PeerText.sanitized`. (A path refused as invalid, not UTF-8 say, is given sanitized.)
     public var path: String
     /// True for a directory entry.
     public var isDirectory: Bool
