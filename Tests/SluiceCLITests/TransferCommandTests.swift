@@ -351,6 +351,31 @@ import Testing
         }
     }
 
+    /// The receiver's own umask (027 here) masks what the sender's modes allow, as cp does;
+    /// `--keep-modes` keeps them as sent, as rsync -p does. Setuid, setgid and sticky: never.
+    @Test(arguments: [false, true])
+    func modesAreMaskedByTheReceiversUmaskUnlessKept(keepModes: Bool) throws {
+        try withTemporaryDirectory { dir in
+            let tree = "\(dir)/t"
+            let inbox = "\(dir)/in"
+            for path in ["\(tree)/shared", inbox] {
+                try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            }
+            try write(Data("a".utf8), to: "\(tree)/notes")
+            try write(Data("b".utf8), to: "\(tree)/tool")
+            chmod("\(tree)/notes", 0o666)
+            chmod("\(tree)/tool", 0o4755)
+            chmod("\(tree)/shared", 0o3777)
+            let receiver = try ReceiverProcess(
+                ["--dir", inbox, "--once"] + (keepModes ? ["--keep-modes"] : []), umask: "027")
+            let send = try sluice("send", "-q", tree, try receiver.address())
+            #expect(send.status == 0, "\(send.stderrText)")
+            #expect(receiver.wait().status == 0)
+            let modes = ["notes", "tool", "shared"].map { modeAndMtime("\(inbox)/t/\($0)").mode }
+            #expect(modes == (keepModes ? [0o666, 0o755, 0o777] : [0o640, 0o750, 0o750]))
+        }
+    }
+
     @Test func helpFitsAndEveryLongOptionIsInTheManPage() throws {
         let manPage = try String(contentsOf: packageRoot.appendingPathComponent("man/sluice.1"), encoding: .utf8)
         for command in ["send", "receive"] {

@@ -182,6 +182,14 @@ public struct TransferReceiveOptions: Sendable {
     /// reaching the disk per file. Where the file system has no direct I/O the file is written
     /// as usual.
     public var directIO: Bool
+    /// Give files and directories the sender's permission bits as sent (`rwxrwxrwx`, as rsync's
+    /// `-p` does). Off, the sender's bits are masked by `umask`, as `cp` without `-p` does: a
+    /// file sent as 0666 is stored 0644 under umask 022. Setuid, setgid and sticky are never
+    /// kept either way: a sender does not choose what runs with its owner's rights here.
+    public var keepsModes: Bool
+    /// The file-creation mask whose bits are taken from the sender's modes unless `keepsModes`;
+    /// nil: the process's, read (without changing it) when the receiver is created.
+    public var umask: UInt32?
     /// Offer the `eager` capability (a small file's data follows its FILE at once). Off, the
     /// receiver speaks as one published before it; for tests of that.
     var eager = true
@@ -189,8 +197,11 @@ public struct TransferReceiveOptions: Sendable {
     public init(
         overwrite: Bool = false, maxSize: UInt64? = nil, resume: Bool = true, fsync: Bool = true,
         idleTimeout: Duration? = .seconds(300), maxSessions: Int = 64, streams: Bool = true,
-        directIO: Bool = false
+        directIO: Bool = false, keepsModes: Bool = false, umask: UInt32? = nil
     ) {
+        precondition(umask.map { $0 <= 0o777 } ?? true, "umask must be within 0o777")
+        self.keepsModes = keepsModes
+        self.umask = umask
         self.streams = streams
         self.directIO = directIO
         precondition(maxSessions >= 1, "maxSessions must be at least 1")
