@@ -314,6 +314,68 @@ import Testing
         }
     }
 
+    /// A name that would forge terminal output (ESC starts a colour, U+202E turns what follows
+    /// right to left) shows its characters escaped on both sides: the receiver's line for the
+    /// file it stores, and the sender's for a refusal whose reason quotes the name back.
+    @Test func namesWithControlAndBidiCharactersAreShownEscapedOnBothSides() throws {
+        try withTemporaryDirectory { dir in
+            let tree = "\(dir)/t"
+            let inbox = "\(dir)/in"
+            let evil = "evil\u{1B}[31m\u{202E}txt.exe"
+            let blocked = "d\u{202E}x"
+            try FileManager.default.createDirectory(atPath: "\(tree)/\(blocked)", withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: "\(inbox)/t", withIntermediateDirectories: true)
+            try write(Data("x".utf8), to: "\(tree)/\(evil)")
+            try write(Data("y".utf8), to: "\(tree)/\(blocked)/f")
+            // A file where the sender's directory goes: the receiver refuses the file under it
+            // with a reason that names the directory.
+            try write(Data(), to: "\(inbox)/t/\(blocked)")
+            let receiver = try ReceiverProcess(["--dir", inbox, "--once"])
+            let send = try sluice("send", "--no-progress", tree, try receiver.address())
+            let received = receiver.wait()
+            #expect(send.status == 73, "\(send.stderrText)")
+            #expect(received.status == 73, "\(received.stderr)")
+            #expect(contents("\(inbox)/t/\(evil)") == Data("x".utf8))
+
+            let shownEvil = "evil\\u{1B}[31m\\u{202E}txt.exe"
+            let shownBlocked = "d\\u{202E}x"
+            #expect(received.stderr.contains("sluice: stored t/\(shownEvil) (1B)\n"), "\(received.stderr)")
+            #expect(received.stderr.contains("sluice: refused t/\(shownBlocked)/f: "), "\(received.stderr)")
+            #expect(
+                send.stderrText.contains(
+                    "sluice: t/\(shownBlocked)/f: refused by receiver: \(inbox)/t/\(shownBlocked) is a symbolic link"),
+                "\(send.stderrText)")
+            for output in [received.stderr, send.stderrText] {
+                #expect(!output.unicodeScalars.contains { $0 == "\u{1B}" || $0 == "\u{202E}" })
+            }
+        }
+    }
+
+    /// The receiver's own umask (027 here) masks what the sender's modes allow, as cp does;
+    /// `--keep-modes` keeps them as sent, as rsync -p does. Setuid, setgid and sticky: never.
+    @Test(arguments: [false, true])
+    func modesAreMaskedByTheReceiversUmaskUnlessKept(keepModes: Bool) throws {
+        try withTemporaryDirectory { dir in
+            let tree = "\(dir)/t"
+            let inbox = "\(dir)/in"
+            for path in ["\(tree)/shared", inbox] {
+                try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            }
+            try write(Data("a".utf8), to: "\(tree)/notes")
+            try write(Data("b".utf8), to: "\(tree)/tool")
+            chmod("\(tree)/notes", 0o666)
+            chmod("\(tree)/tool", 0o4755)
+            chmod("\(tree)/shared", 0o3777)
+            let receiver = try ReceiverProcess(
+                ["--dir", inbox, "--once"] + (keepModes ? ["--keep-modes"] : []), umask: "027")
+            let send = try sluice("send", "-q", tree, try receiver.address())
+            #expect(send.status == 0, "\(send.stderrText)")
+            #expect(receiver.wait().status == 0)
+            let modes = ["notes", "tool", "shared"].map { modeAndMtime("\(inbox)/t/\($0)").mode }
+            #expect(modes == (keepModes ? [0o666, 0o755, 0o777] : [0o640, 0o750, 0o750]))
+        }
+    }
+
     @Test func helpFitsAndEveryLongOptionIsInTheManPage() throws {
         let manPage = try String(contentsOf: packageRoot.appendingPathComponent("man/sluice.1"), encoding: .utf8)
         for command in ["send", "receive"] {

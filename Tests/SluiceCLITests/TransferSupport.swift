@@ -19,10 +19,11 @@ final class ReceiverProcess: @unchecked Sendable {
     /// With `fileSizeLimit` (KiB), the receiver runs under that `RLIMIT_FSIZE` with `SIGXFSZ`
     /// ignored: its writes past the limit fail with EFBIG, as on a disk that fills up. With
     /// `openFileLimit`, under that `RLIMIT_NOFILE` (`ulimit -n`: soft and hard, or with
-    /// `softOnly` the soft limit alone, which the receiver may raise).
+    /// `softOnly` the soft limit alone, which the receiver may raise). With `umask` (octal), under
+    /// that file-creation mask.
     init(
         _ arguments: [String], pairingCode: Bool = false, environment: [String: String] = [:],
-        fileSizeLimit: Int? = nil, openFileLimit: Int? = nil, softOnly: Bool = false
+        fileSizeLimit: Int? = nil, openFileLimit: Int? = nil, softOnly: Bool = false, umask: String? = nil
     ) throws {
         precondition(brokenPipesIgnored)
         process.executableURL = sluiceBinary
@@ -36,6 +37,7 @@ final class ReceiverProcess: @unchecked Sendable {
         // bash's ulimit counts KiB; an ignored signal stays ignored across exec.
         if let fileSizeLimit { limits.append("trap '' XFSZ; ulimit -f \(fileSizeLimit)") }
         if let openFileLimit { limits.append("ulimit \(softOnly ? "-S " : "")-n \(openFileLimit)") }
+        if let umask { limits.append("umask \(umask)") }
         if !limits.isEmpty {
             process.arguments =
                 ["-c", limits.joined(separator: " && ") + " && exec \"$0\" \"$@\"", sluiceBinary.path]

@@ -62,7 +62,7 @@ struct TransferSafetyTests {
             let client = try exchange(harness, payload)
             let replies = RawWire.messages(client.received)
             let refusals = replies.filter { $0.0 == Wire.MessageType.refused.rawValue }
-            #expect(refusals.count == evil.count - 1, "\(replies.map { ($0.0, Wire.printable($0.1)) })")
+            #expect(refusals.count == evil.count - 1, "\(replies.map { ($0.0, PeerText.sanitized($0.1)) })")
             #expect(refusals.allSatisfy { $0.1.first == Wire.RefusalCode.invalidPath.rawValue })
             // The 5000-byte path is malformed (over 4096): a protocol error ends the session.
             #expect(replies.last?.0 == Wire.MessageType.error.rawValue)

@@ -106,7 +106,7 @@ func payloadLength(_ header: [UInt8]) -> Int {
 }
 
 /// A decoded header, size, offset or digest must come back unchanged through the encoder.
-/// (Text is made printable on the way in, so only its encoding is checked.)
+/// (Text is sanitized on the way in (`PeerText`), so only its encoding is checked.)
 func roundTrip(_ frame: Frame, _ direction: FrameDirection) {
     switch frame {
     case .hello:

@@ -3,7 +3,8 @@ public enum TransferOutcome: Hashable, Sendable, CustomStringConvertible {
     /// Stored at its final name, its SHA-256 verified (a directory: created or already there).
     case stored
     /// Not stored, by the receiver's rule: `reason` is e.g. `exists`, `too large: …`,
-    /// `invalid path: …`, `busy: …`. (Exit status 73 for a command-line tool.)
+    /// `invalid path: …`, `busy: …`. (Exit status 73 for a command-line tool.) A reason the
+    /// peer sent arrives sanitized (`PeerText`), as do those of `failed` and of errors.
     case refused(reason: String)
     /// Not stored because something went wrong: a data error (digest or size mismatch,
     /// corrupt compressed data) or an I/O error on either side (disk full, read error,
@@ -31,7 +32,9 @@ public enum TransferFailureKind: Hashable, Sendable {
 
 /// One entry of a transfer and its outcome.
 public struct TransferFileResult: Hashable, Sendable {
-    /// The relative path on the wire (`photos/2024/a.jpg`), `/`-separated.
+    /// The relative path on the wire (`photos/2024/a.jpg`), `/`-separated: the name as it is
+    /// on disk, which may hold any character but `/` and NUL, so show it through
+    /// `PeerText.sanitized`. (A path refused as invalid, not UTF-8 say, is given sanitized.)
     public var path: String
     /// True for a directory entry.
     public var isDirectory: Bool
@@ -179,6 +182,14 @@ public struct TransferReceiveOptions: Sendable {
     /// reaching the disk per file. Where the file system has no direct I/O the file is written
     /// as usual.
     public var directIO: Bool
+    /// Give files and directories the sender's permission bits as sent (`rwxrwxrwx`, as rsync's
+    /// `-p` does). Off, the sender's bits are masked by `umask`, as `cp` without `-p` does: a
+    /// file sent as 0666 is stored 0644 under umask 022. Setuid, setgid and sticky are never
+    /// kept either way: a sender does not choose what runs with its owner's rights here.
+    public var keepsModes: Bool
+    /// The file-creation mask whose bits are taken from the sender's modes unless `keepsModes`;
+    /// nil: the process's, read (without changing it) when the receiver is created.
+    public var umask: UInt32?
     /// Offer the `eager` capability (a small file's data follows its FILE at once). Off, the
     /// receiver speaks as one published before it; for tests of that.
     var eager = true
@@ -186,8 +197,11 @@ public struct TransferReceiveOptions: Sendable {
     public init(
         overwrite: Bool = false, maxSize: UInt64? = nil, resume: Bool = true, fsync: Bool = true,
         idleTimeout: Duration? = .seconds(300), maxSessions: Int = 64, streams: Bool = true,
-        directIO: Bool = false
+        directIO: Bool = false, keepsModes: Bool = false, umask: UInt32? = nil
     ) {
+        precondition(umask.map { $0 <= 0o777 } ?? true, "umask must be within 0o777")
+        self.keepsModes = keepsModes
+        self.umask = umask
         self.streams = streams
         self.directIO = directIO
         precondition(maxSessions >= 1, "maxSessions must be at least 1")

@@ -205,7 +205,7 @@ final class ReceiveSession: Interruptible {
         case .sessionStarted:
             break
         case .entry(let session, let result):
-            let path = TransferText.printable(result.path)
+            let path = PeerText.sanitized(result.path)
             let line: String
             switch result.outcome {
             case .stored:
@@ -214,9 +214,9 @@ final class ReceiveSession: Interruptible {
                 }
                 return
             case .refused(let reason):
-                line = "refused \(path): \(TransferText.printable(reason))"
+                line = "refused \(path): \(PeerText.sanitized(reason))"
             case .failed(let reason, _):
-                line = "failed \(path): \(TransferText.printable(reason))"
+                line = "failed \(path): \(PeerText.sanitized(reason))"
             }
             var count = problems[session] ?? (0, 0)
             if count.shown < Self.problemLinesPerSession {
@@ -227,19 +227,19 @@ final class ReceiveSession: Interruptible {
             }
             problems[session] = count
         case .warning(_, let text):
-            Terminal.report("warning: \(TransferText.printable(text))")
+            Terminal.report("warning: \(PeerText.sanitized(text))")
         }
     }
 
     private func sessionEnded(_ report: TransferSessionReport) {
         stats.add(report)
         if let count = problems.removeValue(forKey: report.id), count.omitted > 0, !options.quiet {
-            let peer = TransferText.printable(report.peer)
+            let peer = PeerText.sanitized(report.peer)
             Terminal.report("… and \(count.omitted) more refused or failed from \(peer)")
         }
         guard signal == nil else { return }
         if let error = report.error {
-            Terminal.report(TransferText.printable(error.description))
+            Terminal.report(PeerText.sanitized(error.description))
         }
         if options.once { onceSessionEnded(report) }
     }

@@ -86,11 +86,11 @@ final class SendSession: Interruptible {
         }
         let quiet = options.quiet
         let listingWarning = { (warning: String) in
-            if !quiet { Terminal.report("warning: \(TransferText.printable(warning))") }
+            if !quiet { Terminal.report("warning: \(PeerText.sanitized(warning))") }
         }
         let onWarning = { [weak self] (warning: String) in
             guard let self, !self.options.quiet else { return }
-            self.say("warning: \(TransferText.printable(warning))")
+            self.say("warning: \(PeerText.sanitized(warning))")
         }
         let onResult = { [weak self] (result: TransferFileResult) -> Void in self?.answered(result) }
         var single: TransferSender?
@@ -173,16 +173,16 @@ final class SendSession: Interruptible {
     }
 
     private func answered(_ result: TransferFileResult) {
-        let path = TransferText.printable(result.path)
+        let path = PeerText.sanitized(result.path)
         switch result.outcome {
         case .stored:
             break
         case .refused(let reason):
-            var line = "\(path): refused by receiver: \(reason)"
+            var line = "\(path): refused by receiver: \(PeerText.sanitized(reason))"
             if reason == "exists" { line += " (use --overwrite on the receiver)" }
             say(line)
         case .failed(let reason, _):
-            say("\(path): failed: \(reason)")
+            say("\(path): failed: \(PeerText.sanitized(reason))")
         }
     }
 
@@ -248,17 +248,19 @@ final class SendSession: Interruptible {
         }
         let connected = summary.bytesSent > 0 && !["connect", "resolve"].contains(error.operation)
         let status = TransferStatus.status(connection: error, connected: connected)
+        // It may quote the receiver's ERROR.
+        let description = PeerText.sanitized(error.description)
         let message: String
         if ["connect", "resolve", "send"].contains(error.operation) {
-            message = error.description
+            message = description
         } else if error.operation == "TLS handshake" && error.code == .unavailable {
             // A receiver turns a connection away before TLS when it serves --max-sessions
             // senders, or when this address failed to authenticate too often.
             message =
-                "send to \(destinationName): \(error.description) (the receiver may be serving all the senders "
+                "send to \(destinationName): \(description) (the receiver may be serving all the senders "
                 + "it allows, or refusing this address after failed attempts); try again later"
         } else {
-            message = "send to \(destinationName): \(error.description)"
+            message = "send to \(destinationName): \(description)"
         }
         return CLIError(TransferStatus.status(results: summary.results, connectionError: status), message)
     }

@@ -303,6 +303,8 @@ struct ReceiveOptions: Sendable {
     var streams = true
     /// Write large files with O_DIRECT (`--direct`).
     var directIO = false
+    /// Give files the sender's permission bits unmasked (`--keep-modes`).
+    var keepModes = false
 
     static let parser = ArgumentParser([
         OptionSpec(
@@ -316,6 +318,11 @@ struct ReceiveOptions: Sendable {
             "once",
             help: "serve one sender, then exit with its status\n(connections that fail their handshake do\nnot count)"),
         OptionSpec("overwrite", help: "replace existing files"),
+        OptionSpec(
+            "keep-modes",
+            help:
+                "give files and directories the sender's\npermission bits as sent, as rsync -p (default:\nless this process's umask, as cp); never\nsetuid, setgid or sticky"
+        ),
         OptionSpec("max-size", value: .required("SIZE"), help: "refuse files larger than SIZE, like 100M, 4G"),
         OptionSpec(
             "max-sessions", value: .required("N"),
@@ -358,6 +365,7 @@ struct ReceiveOptions: Sendable {
         }
         once = parsed.has("once")
         overwrite = parsed.has("overwrite")
+        keepModes = parsed.has("keep-modes")
         if let option = parsed.last("max-size") {
             let text = option.value ?? ""
             guard let size = ChunkSize.parseBytes(text) else {
@@ -385,6 +393,6 @@ struct ReceiveOptions: Sendable {
         TransferReceiveOptions(
             overwrite: overwrite, maxSize: maxSize, resume: resume, fsync: fsync,
             idleTimeout: .nanoseconds(Int64(idleSeconds * 1e9)), maxSessions: maxSessions, streams: streams,
-            directIO: directIO)
+            directIO: directIO, keepsModes: keepModes)
     }
 }

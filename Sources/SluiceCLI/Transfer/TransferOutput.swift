@@ -1,19 +1,8 @@
 import Sluice
 
-/// Text from the other end (paths, reasons) made safe for a terminal.
+/// How the transfer commands word what they print. Text from the other end (paths, reasons,
+/// errors that quote them) goes through `PeerText.sanitized` before it is printed.
 enum TransferText {
-    /// `text` with control characters shown as `?`, so a name cannot move the cursor or
-    /// forge a line.
-    static func printable(_ text: String) -> String {
-        var out = ""
-        out.unicodeScalars.reserveCapacity(text.unicodeScalars.count)
-        for scalar in text.unicodeScalars {
-            let controls = scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
-            out.unicodeScalars.append(controls ? "?" : scalar)
-        }
-        return out
-    }
-
     /// `1.20MiB`, or `1.20MiB, 512KiB resumed`.
     static func size(_ result: TransferFileResult) -> String {
         var text = result.size.map { Format.bytes($0) } ?? "?"

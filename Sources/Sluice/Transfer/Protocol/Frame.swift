@@ -224,7 +224,7 @@ struct FrameDecoder: Sendable {
             else { return nil }
             return .end(size: size, digest: reader.rest())
         case .abort:
-            return .abort(reason: Wire.printable(reader.rest()))
+            return .abort(reason: PeerText.sanitized(reader.rest()))
         case .bye:
             return .bye
         case .join:
@@ -245,12 +245,12 @@ struct FrameDecoder: Sendable {
             return .stored
         case .refused:
             guard let byte = reader.u8() else { return nil }
-            return .refused(code: Wire.RefusalCode(rawValue: byte) ?? .other, reason: Wire.printable(reader.rest()))
+            return .refused(code: Wire.RefusalCode(rawValue: byte) ?? .other, reason: PeerText.sanitized(reader.rest()))
         case .failed:
             guard let byte = reader.u8() else { return nil }
-            return .failed(code: Wire.FailureCode(rawValue: byte) ?? .io, reason: Wire.printable(reader.rest()))
+            return .failed(code: Wire.FailureCode(rawValue: byte) ?? .io, reason: PeerText.sanitized(reader.rest()))
         case .error:
-            return .error(reason: Wire.printable(reader.rest()))
+            return .error(reason: PeerText.sanitized(reader.rest()))
         case .data:
             return nil
         }

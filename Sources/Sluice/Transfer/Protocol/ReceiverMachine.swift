@@ -318,7 +318,7 @@ struct ReceiverMachine: Sendable {
             switch PathCheck.components(header.path) {
             case .failure(let refusal):
                 return answer(
-                    .refused(.invalidPath, "invalid path: \(refusal.reason)"), path: Wire.printable(header.path),
+                    .refused(.invalidPath, "invalid path: \(refusal.reason)"), path: PeerText.sanitized(header.path),
                     isDirectory: true, size: nil)
             case .success(let components):
                 let request = EntryRequest(
@@ -381,7 +381,8 @@ struct ReceiverMachine: Sendable {
         switch PathCheck.components(header.path) {
         case .failure(let refusal):
             return refuseAtHeader(
-                header, .refused(.invalidPath, "invalid path: \(refusal.reason)"), path: Wire.printable(header.path))
+                header, .refused(.invalidPath, "invalid path: \(refusal.reason)"),
+                path: PeerText.sanitized(header.path))
         case .success(let components):
             let relative = components.joined(separator: "/")
             if let maxSize = settings.maxSize, header.sizeKnown, header.size > maxSize {
@@ -412,7 +413,7 @@ struct ReceiverMachine: Sendable {
         switch PathCheck.components(header.path) {
         case .failure(let refusal):
             return answer(
-                .refused(.invalidPath, "invalid path: \(refusal.reason)"), path: Wire.printable(header.path),
+                .refused(.invalidPath, "invalid path: \(refusal.reason)"), path: PeerText.sanitized(header.path),
                 isDirectory: false, size: nil)
         case .success(let components):
             let relative = components.joined(separator: "/")

@@ -294,14 +294,6 @@ extension Wire {
         }
         return out
     }
-
-    /// Text from the peer, made safe to print: invalid UTF-8 replaced, control characters
-    /// shown as `?`.
-    static func printable(_ bytes: some Collection<UInt8>) -> String {
-        let text = String(decoding: bytes, as: UTF8.self)
-        return String(
-            String.UnicodeScalarView(text.unicodeScalars.map { $0.value < 0x20 || $0.value == 0x7F ? "?" : $0 }))
-    }
 }
 
 /// Reads the fields of one message payload, checking every length against what is left.

@@ -15,7 +15,8 @@
 ///
 /// Each file is written under a temporary name next to its final name (`.NAME.sluice-part`),
 /// its SHA-256 checked against the sender's, flushed (`fsync`), given the sender's mode and
-/// mtime (`fchmod`, `futimens`), and renamed into place atomically — never replacing an
+/// mtime (`fchmod`, `futimens`; the mode less the umask unless `keepsModes`, and never
+/// setuid, setgid or sticky), and renamed into place atomically — never replacing an
 /// existing file unless `overwrite` is set (`renameat2(RENAME_NOREPLACE)`). Paths are walked
 /// from a descriptor of the directory one component at a time without following links, so
 /// nothing is ever written outside it. A connection that breaks the protocol, sends garbage
@@ -55,7 +56,9 @@ public final class TransferReceiver {
     public init(directory: String, options: TransferReceiveOptions = TransferReceiveOptions()) throws(SluiceError) {
         self.directory = directory
         self.options = options
-        store = ReceiverStore(destination: try Destination(path: directory))
+        let permissions = Destination.permissionBits(
+            keepingModes: options.keepsModes, umask: options.umask ?? FileCreationMask.current())
+        store = ReceiverStore(destination: try Destination(path: directory, permissionBits: permissions))
     }
 
     /// Sessions in progress: connections admitted (past their TLS handshake and HELLO), each
@@ -848,7 +851,7 @@ final class ReceiverSession: WireConnectionOwner {
                 if created.last == request.relative {
                     let header = request.header
                     let mtime = timespec(tv_sec: Int(header.mtimeSeconds), tv_nsec: Int(header.mtimeNanoseconds))
-                    createdDirectories.append((request.relative, header.mode & 0o7777, mtime))
+                    createdDirectories.append((request.relative, header.mode, mtime))
                 }
                 perform(machine.handle(.directoryMade(nil)))
             case .failure(let rejection):

@@ -13,13 +13,28 @@ import CSluiceLinux
 final class Destination: @unchecked Sendable {
     let path: String
     let fd: Int32
+    /// The permission bits of a sender's mode that files and directories are given
+    /// (`permissionBits(keepingModes:umask:)`).
+    let permissionBits: UInt32
 
     /// Opens `path`, which must be a directory.
-    init(path: String) throws(SluiceError) {
+    init(path: String, permissionBits: UInt32) throws(SluiceError) {
+        precondition(permissionBits <= 0o777, "only permission bits: never setuid, setgid or sticky")
         let fd = try openFile(path, flags: O_RDONLY | O_DIRECTORY | O_CLOEXEC, permissions: 0).get()
         self.path = path
         self.fd = fd
+        self.permissionBits = permissionBits
     }
+
+    /// The bits of a sender's mode a receiver keeps: `rwxrwxrwx` less `umask`, as `cp` without
+    /// `-p` creates files, or with `keepingModes` all nine, as rsync's `-p`; setuid, setgid and
+    /// sticky never.
+    static func permissionBits(keepingModes: Bool, umask: UInt32) -> UInt32 {
+        keepingModes ? 0o777 : 0o777 & ~umask
+    }
+
+    /// The mode a file or directory sent with `mode` is given.
+    func permissions(_ mode: UInt32) -> mode_t { mode_t(mode & permissionBits) }
 
     deinit { closeDescriptor(fd) }
 
@@ -29,7 +44,7 @@ final class Destination: @unchecked Sendable {
     }
 
     /// Opens the directory that will hold the last of `components`, creating missing
-    /// directories (mode 0755 before umask) on the way. Returns the descriptor (to close) and
+    /// directories (mode 0755 less the umask) on the way. Returns the descriptor (to close) and
     /// the relative paths of the directories created.
     func openParent(of components: [String], relative: String) -> Result<(Int32, [String]), EntryRejection> {
         var current = dup(fd)
@@ -39,7 +54,7 @@ final class Destination: @unchecked Sendable {
         var created: [String] = []
         for (index, name) in components.dropLast().enumerated() {
             let sofar = components[0...index].joined(separator: "/")
-            switch Destination.openDirectory(current, name, create: true) {
+            switch Destination.openDirectory(current, name, create: permissions(0o755)) {
             case .success(let (next, wasCreated)):
                 closeDescriptor(current)
                 current = next
@@ -60,8 +75,9 @@ final class Destination: @unchecked Sendable {
     }
 
     /// Opens directory `name` under `parent` without following a symbolic link; creates it
-    /// first when missing and `create` is set. Returns the descriptor and whether it was created.
-    static func openDirectory(_ parent: Int32, _ name: String, create: Bool) -> Result<(Int32, Bool), StepFailure> {
+    /// first with mode `create` (less the process's umask) when missing and `create` is given.
+    /// Returns the descriptor and whether it was created.
+    static func openDirectory(_ parent: Int32, _ name: String, create: mode_t?) -> Result<(Int32, Bool), StepFailure> {
         var wasCreated = false
         for _ in 0..<2 {
             let opened = Result { () throws(SluiceError) in
@@ -74,9 +90,9 @@ final class Destination: @unchecked Sendable {
                 return .success((dirfd, wasCreated))
             case .failure:
                 let errno = opened.failureErrno ?? .ioError
-                if errno == .noSuchFile && create && !wasCreated {
+                if errno == .noSuchFile, let mode = create, !wasCreated {
                     let made = Result { () throws(SluiceError) in
-                        try syscallValue("mkdirat", name) { mkdirat(parent, name, 0o755) }
+                        try syscallValue("mkdirat", name) { mkdirat(parent, name, mode) }
                     }
                     if case .failure = made, made.failureErrno != .fileExists {
                         return .failure(.system("mkdir", made.failureErrno ?? .ioError))
@@ -108,7 +124,7 @@ final class Destination: @unchecked Sendable {
             return .failure(rejection)
         case .success(let (parent, createdParents)):
             defer { closeDescriptor(parent) }
-            switch Destination.openDirectory(parent, components.last!, create: true) {
+            switch Destination.openDirectory(parent, components.last!, create: permissions(0o755)) {
             case .success(let (dirfd, wasCreated)):
                 closeDescriptor(dirfd)
                 return .success(createdParents + (wasCreated ? [relative] : []))
@@ -121,15 +137,15 @@ final class Destination: @unchecked Sendable {
         }
     }
 
-    /// Sets mode and modification time of a directory created earlier, walking to it again
-    /// without following links. Failures are returned as text, for a warning.
+    /// Sets mode (`permissions`) and modification time of a directory created earlier, walking
+    /// to it again without following links. Failures are returned as text, for a warning.
     func applyDirectoryAttributes(_ relative: String, mode: UInt32, mtime: timespec) -> String? {
         let components = relative.split(separator: "/").map(String.init)
         var current = dup(fd)
         guard current >= 0 else { return "dup \(path): \(Errno.current)" }
         defer { closeDescriptor(current) }
         for name in components {
-            switch Destination.openDirectory(current, name, create: false) {
+            switch Destination.openDirectory(current, name, create: nil) {
             case .success(let (next, _)):
                 closeDescriptor(current)
                 current = next
@@ -140,7 +156,7 @@ final class Destination: @unchecked Sendable {
         let dirfd = current
         let times = [timespec(tv_sec: 0, tv_nsec: utimeNow), mtime]
         let result = Result { () throws(SluiceError) in
-            try syscallValue("fchmod", display(relative)) { fchmod(dirfd, mode_t(mode & 0o7777)) }
+            try syscallValue("fchmod", display(relative)) { fchmod(dirfd, permissions(mode)) }
             try syscallValue("futimens", display(relative)) { futimens(dirfd, times) }
         }
         if case .failure(let error) = result { return error.description }

@@ -140,7 +140,7 @@ final class ReceiverStore: @unchecked Sendable {
         return .success((parent, name))
     }
 
-    /// Gives the finished file its mode and mtime, flushes it when `fsync`, and moves it to its
+    /// Gives the finished file its mode (`Destination.permissions`) and mtime, flushes it when `fsync`, and moves it to its
     /// final name (never over an existing file unless `overwrite`). Closes its descriptors.
     func commit(_ file: OpenedFile, header: EntryHeader, relative: String, overwrite: Bool, fsync: Bool)
         -> EntryRejection?
@@ -154,7 +154,7 @@ final class ReceiverStore: @unchecked Sendable {
         let times = [timespec(tv_sec: 0, tv_nsec: utimeNow), mtime]
         fremovexattr(fd, Destination.resumeAttribute)
         let settled = Result { () throws(SluiceError) in
-            try syscallValue("fchmod", file.display) { fchmod(fd, mode_t(header.mode & 0o777)) }
+            try syscallValue("fchmod", file.display) { fchmod(fd, destination.permissions(header.mode)) }
             try syscallValue("futimens", file.display) { futimens(fd, times) }
             if fsync {
                 beforeFsync?(relative)
