@@ -125,6 +125,23 @@ import Testing
         }
     }
 
+    @Test func aNameOfThePartialFileFormIsRefused() throws {
+        try withTemporaryDirectory { dir in
+            let inbox = "\(dir)/in"
+            try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: false)
+            try write(Data("planted".utf8), to: "\(dir)/.x.sluice-part")
+            let receiver = try ReceiverProcess(["--dir", inbox, "--once"])
+            let send = try sluice("send", "\(dir)/.x.sluice-part", try receiver.address())
+            #expect(send.status == 73)
+            #expect(
+                send.stderrText
+                    == "sluice: .x.sluice-part: refused by receiver: invalid path: the name of a partial file"
+                    + " (.NAME.sluice-part) is reserved\n")
+            #expect(receiver.wait().status == 73)
+            #expect(directoryEntries(inbox).isEmpty)
+        }
+    }
+
     @Test func aFileAboveMaxSizeIsRefused() throws {
         try withTemporaryDirectory { dir in
             try write(randomBytes(5000), to: "\(dir)/big")

@@ -341,6 +341,43 @@ struct ReceiverMachineTests {
         #expect(driver.created == [["d"], ["d", "f"]])
     }
 
+    @Test("A name of the partial-file form is refused (FILE, DIR or RANGE); the form elsewhere in a path is not")
+    func partialNamesRefused() {
+        let reserved = [
+            ".x.sluice-part", "d/.x.sluice-part", "..sluice-part", ".sluice-part.0123abcd", ".sluice-part.",
+        ]
+        for path in reserved {
+            for kind in ["file", "dir", "range"] {
+                var machine = receiverAfterHello(.init(streams: true))
+                if kind == "range" {
+                    _ = machine.received(
+                        .frame(.join(TransferJoin(id: Array(repeating: 7, count: 16), index: 0, count: 2))))
+                    _ = machine.handle(.transferJoined(nil))
+                }
+                let frame: Frame =
+                    switch kind {
+                    case "file": .file(fileHeader(path, size: 10))
+                    case "dir": .directory(dirHeader(path))
+                    default:
+                        .range(RangeHeader(range: ByteRange(start: 0, length: 5), entry: fileHeader(path, size: 10)))
+                    }
+                let actions = machine.received(.frame(frame))
+                guard case .send(.refused(let code, let reason))? = actions.first else {
+                    Issue.record("\(kind) \(path): \(actions)")
+                    continue
+                }
+                #expect(code == .invalidPath)
+                #expect(reason == "invalid path: the name of a partial file (.NAME.sluice-part) is reserved")
+                #expect(machine.state == .idle)
+            }
+        }
+        for path in ["x.sluice-part", ".sluice-part", ".x.sluice-part/f", ".x.sluice-parts", "sluice-part.x"] {
+            var machine = receiverAfterHello(.init())
+            let actions = machine.received(.frame(.file(fileHeader(path, size: 10))))
+            #expect(actions.first.map { if case .openFile = $0 { true } else { false } } == true, "\(path): \(actions)")
+        }
+    }
+
     @Test("Sizes are enforced as bytes arrive: past the announced size or the limit, the file fails at once")
     func sizesEnforced() {
         var fresh = MachineDriver()

@@ -303,7 +303,7 @@ struct ReceiverMachine: Sendable {
             return startFile(header)
         case (.idle, .directory(let header)):
             entriesAnnounced += 1
-            switch PathCheck.components(header.path) {
+            switch PathCheck.receivable(header.path) {
             case .failure(let refusal):
                 return answer(
                     .refused(.invalidPath, "invalid path: \(refusal.reason)"), path: Wire.printable(header.path),
@@ -366,7 +366,7 @@ struct ReceiverMachine: Sendable {
     }
 
     private mutating func startFile(_ header: EntryHeader) -> [ReceiverAction] {
-        switch PathCheck.components(header.path) {
+        switch PathCheck.receivable(header.path) {
         case .failure(let refusal):
             return refuseAtHeader(
                 header, .refused(.invalidPath, "invalid path: \(refusal.reason)"), path: Wire.printable(header.path))
@@ -397,7 +397,7 @@ struct ReceiverMachine: Sendable {
     private mutating func startRange(_ message: RangeHeader) -> [ReceiverAction] {
         let header = message.entry
         let range = message.range
-        switch PathCheck.components(header.path) {
+        switch PathCheck.receivable(header.path) {
         case .failure(let refusal):
             return answer(
                 .refused(.invalidPath, "invalid path: \(refusal.reason)"), path: Wire.printable(header.path),

@@ -426,6 +426,24 @@ enum PathCheck {
         }
         return .success(components)
     }
+
+    /// `components`, for a path the receiver is to create: refused besides when its last
+    /// component has the form of the receiver's own partial files (`.NAME.sluice-part` or
+    /// `.sluice-part.` and anything), which a later transfer of NAME would take for its
+    /// partial and empty, or resume, without `--overwrite`.
+    static func receivable(_ path: [UInt8]) -> Result<[String], PathRefusal> {
+        components(path).flatMap { components in
+            guard let last = components.last, isPartialName(last) else { return .success(components) }
+            return .failure(PathRefusal("the name of a partial file (.NAME.sluice-part) is reserved"))
+        }
+    }
+
+    /// Whether `name` matches `.*.sluice-part` or `.sluice-part.*`, the names partial files take.
+    static func isPartialName(_ name: String) -> Bool {
+        let suffix = ".sluice-part"
+        if name.hasPrefix(suffix + ".") { return true }
+        return name.hasPrefix(".") && name.hasSuffix(suffix) && name.utf8.count > suffix.utf8.count
+    }
 }
 
 /// A path refused by `PathCheck`, with the reason.
