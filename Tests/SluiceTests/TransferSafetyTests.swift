@@ -220,6 +220,51 @@ struct TransferSafetyTests {
         }
     }
 
+    @Test(
+        "A partial another user owns, or group or others may write, is not resumed: replaced by a new file, logged",
+        arguments: ["group-writable", "other-writable", "foreign owner"])
+    func untrustedPartialStartsOver(how: String) throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            let bytes = randomBytes(4 << 20, seed: 12)
+            try writeFile(root + "/big.bin", bytes)
+            let harness = try TransferHarness(directory: dst)
+            let partialPath = dst + "/.big.bin.sluice-part"
+            _ = try interrupt(harness, root + "/big.bin", partial: partialPath)
+            let planted = try #require(FileInfo(partialPath))
+            #expect(planted.size > 0)
+            switch how {
+            case "group-writable": #expect(chmod(partialPath, 0o620) == 0)
+            case "other-writable": #expect(chmod(partialPath, 0o602) == 0)
+            default:
+                // Only root can give a file away; as another user the owner differs already.
+                guard geteuid() == 0 else { return }
+                #expect(chown(partialPath, 65534, 65534) == 0)
+            }
+            // Held open, the planted file shows what became of it (and its inode is not reused).
+            let plantedFD = open(partialPath, O_RDONLY)
+            try #require(plantedFD >= 0)
+            defer { close(plantedFD) }
+
+            let summary = try harness.send(paths: [root + "/big.bin"])
+            #expect(summary.succeeded, "\(summary.results)")
+            #expect(summary.resumedBytes == 0)
+            #expect(readFile(dst + "/big.bin") == bytes)
+            var after = stat()
+            #expect(stat(dst + "/big.bin", &after) == 0)
+            #expect(after.st_uid == geteuid())
+            var old = stat()
+            #expect(fstat(plantedFD, &old) == 0)
+            #expect(old.st_nlink == 0 && old.st_size == planted.size, "removed, not written through")
+            let reason = how == "foreign owner" ? "owned by uid 65534" : "writable by group or others"
+            #expect(
+                harness.warnings.contains {
+                    $0.hasPrefix("partial \"\(partialPath)\" \(reason)") && $0.hasSuffix(": not resumed, started over")
+                }, "\(harness.warnings)")
+        }
+    }
+
     @Test("A partial altered on disk is detected at the end and discarded")
     func alteredPartial() throws {
         try withTemporaryDirectory { root in

@@ -758,6 +758,7 @@ final class ReceiverSession: WireConnectionOwner {
             case .failure(let rejection):
                 perform(machine.handle(.fileOpened(.failure(rejection))))
             case .success(let opened):
+                logStartedOver(opened)
                 guard !ended else {
                     store.pool.submit { store.abandon(opened, keep: true) }
                     return
@@ -766,6 +767,11 @@ final class ReceiverSession: WireConnectionOwner {
             }
             pump()
         }
+    }
+
+    /// Logs why a partial found at the file's temporary name was not continued, if it was not.
+    private func logStartedOver(_ opened: OpenedFile) {
+        if let notice = opened.startedOver { receiver?.emit(.warning(sessionID: id, notice)) }
     }
 
     private func didOpen(_ opened: OpenedFile, _ request: EntryRequest) {
@@ -988,8 +994,9 @@ extension ReceiverSession {
             let (overwrite, resume) = (options.overwrite, options.resume)
             store.pool.submit(
                 { store.openRangedFile(request, overwrite: overwrite, resume: resume) }, completingOn: loop
-            ) {
-                result in shared.didOpen(result)
+            ) { [self] result in
+                if case .success(let (opened, _)) = result { logStartedOver(opened) }
+                shared.didOpen(result)
             }
         }
         if let refusal = shared.admit(range, of: request.header) {

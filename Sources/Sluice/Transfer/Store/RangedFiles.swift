@@ -37,11 +37,12 @@ extension ReceiverStore {
         let display = destination.display(temporary)
         let fd: Int32
         let st: stat
+        let startedOver: String?
         switch Destination.openLocked(parent, temporary, display: display) {
         case .failure(let rejection):
             closeDescriptor(parent)
             return .failure(rejection)
-        case .success(let (descriptor, status)): (fd, st) = (descriptor, status)
+        case .success(let (descriptor, status, notice)): (fd, st, startedOver) = (descriptor, status, notice)
         }
         let header = request.header
         var resumable = resume && header.resumable
@@ -72,7 +73,7 @@ extension ReceiverStore {
         }
         let opened = OpenedFile(
             parent: parent, name: name, temporary: temporary, fd: fd, offset: 0, resumable: resumable,
-            display: destination.display(request.relative))
+            display: destination.display(request.relative), startedOver: startedOver)
         return .success((opened, held))
     }
 

@@ -17,6 +17,8 @@ struct OpenedFile: Sendable {
     var resumable: Bool
     /// The final path, for messages.
     var display: String
+    /// Why a partial found at the temporary name was replaced rather than resumed, to log.
+    var startedOver: String? = nil
 
     /// The same file, its held bytes counted only up to `offset` (at most `self.offset`).
     func continued(at offset: UInt64) -> OpenedFile {
@@ -73,10 +75,10 @@ final class ReceiverStore: @unchecked Sendable {
         case .failure(let rejection):
             closeDescriptor(parent)
             return .failure(rejection)
-        case .success(let (fd, offset, resumable)):
+        case .success(let (fd, offset, resumable, startedOver)):
             let file = OpenedFile(
                 parent: parent, name: name, temporary: temporary, fd: fd, offset: offset, resumable: resumable,
-                display: destination.display(request.relative))
+                display: destination.display(request.relative), startedOver: startedOver)
             if request.header.sizeKnown,
                 let rejection = Self.reserve(fd, from: offset, to: request.header.size, display: file.display)
             {
