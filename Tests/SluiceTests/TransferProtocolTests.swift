@@ -215,7 +215,8 @@ struct MachineDriver {
             case .send(let frame):
                 switch frame {
                 case .stored, .refused, .failed: answersSent += 1
-                case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined:
+                case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined,
+                    .held:
                     break
                 }
             case .makeDirectory(let request):
@@ -522,7 +523,10 @@ struct SenderMachineTests {
     func legalSend() {
         var machine = SenderMachine(
             entries: Self.entries, settings: .init(compress: false, resume: true, digests: [.sha256]))
-        #expect(machine.start() == [.send(.hello(version: 1, capabilities: ["sha256", "deflate", "resume"]))])
+        #expect(
+            machine.start() == [
+                .send(.hello(version: 1, capabilities: ["sha256", "deflate", "resume", "held-sha256"]))
+            ])
         #expect(machine.received(.magic).isEmpty)
         #expect(machine.received(.frame(.hello(version: 1, capabilities: ["sha256", "resume"]))).isEmpty)
         #expect(machine.proceed().first.map { if case .send(.directory) = $0 { true } else { false } } == true)
@@ -547,6 +551,82 @@ struct SenderMachineTests {
             ])
         #expect(again.received(.frame(.stored)) == [.settle(0, .stored)])
         #expect(again.received(.frame(.stored)).last == .end(.violation("STORED before the end of the file")))
+    }
+
+    @Test("With held-sha256 on both sides, a resumed file's END follows HELD; without, or not resumed, END alone")
+    func heldBeforeEnd() {
+        let info = OpenedEntry(size: 10, mode: 0o644, mtimeSeconds: 0, mtimeNanoseconds: 0)
+        let digest = [UInt8](repeating: 1, count: 32)
+        let held = [UInt8](repeating: 2, count: 32)
+        for (offers, offset) in [(true, UInt64(4)), (false, 4), (true, 0)] {
+            var machine = SenderMachine(entries: Self.entries, settings: .init(resume: true, digests: [.sha256]))
+            _ = machine.received(.magic)
+            let capabilities: Set<String> = offers ? ["sha256", "resume", "held-sha256"] : ["sha256", "resume"]
+            _ = machine.received(.frame(.hello(version: 1, capabilities: capabilities)))
+            #expect(machine.checksHeld == offers)
+            _ = machine.proceed()
+            _ = machine.proceed()
+            _ = machine.handle(.entryOpened(1, .success(info)))
+            _ = machine.received(.frame(.accept(offset: offset)))
+            let ended = machine.handle(.dataEnded(size: 10, digest: digest, held: offers && offset > 0 ? held : nil))
+            let expected: [SenderAction] =
+                offers && offset > 0
+                ? [.stopData(1), .send(.held(digest: held)), .send(.end(size: 10, digest: digest))]
+                : [.stopData(1), .send(.end(size: 10, digest: digest))]
+            #expect(ended == expected, "offers \(offers), offset \(offset)")
+        }
+    }
+
+    @Test("The receiver wants HELD before a resumed file's END when both offer held-sha256, and only then")
+    func receiverHeld() {
+        let digest = [UInt8](repeating: 1, count: 32)
+        let held = [UInt8](repeating: 2, count: 32)
+        func resumed(peer: Set<String>, offset: UInt64 = 4) -> ReceiverMachine {
+            var machine = ReceiverMachine(settings: .init(resume: true))
+            _ = machine.received(.magic)
+            _ = machine.received(.frame(.hello(version: 1, capabilities: peer)))
+            _ = machine.received(.frame(.file(fileHeader("f", size: 6, flags: Wire.FileFlags.sizeKnown | 4))))
+            _ = machine.handle(.fileOpened(.success(offset)))
+            return machine
+        }
+        let both: Set<String> = ["xxh128", "sha256", "resume", "held-sha256"]
+        var machine = resumed(peer: both)
+        #expect(machine.capabilities.contains("held-sha256"))
+        #expect(machine.checksHeld && machine.continuesHeld)
+        #expect(machine.received(.frame(.held(digest: held))).isEmpty)
+        #expect(
+            machine.received(.frame(.held(digest: held))).last
+                == .end(.violation("HELD for a file with no held bytes, or twice")))
+
+        machine = resumed(peer: both)
+        _ = [UInt8](repeating: 0, count: 2).withUnsafeBytes { machine.received(.data($0, endsFrame: true)) }
+        _ = machine.decoded(2)
+        #expect(
+            machine.received(.frame(.end(size: 6, digest: Array(digest[0..<16])))).last
+                == .end(.violation("END without HELD for a resumed file")))
+
+        machine = resumed(peer: both)
+        _ = machine.received(.frame(.held(digest: held)))
+        _ = [UInt8](repeating: 0, count: 2).withUnsafeBytes { machine.received(.data($0, endsFrame: true)) }
+        _ = machine.decoded(2)
+        #expect(machine.received(.frame(.end(size: 6, digest: Array(digest[0..<16])))) == [.finishData])
+        #expect(machine.handle(.dataFinished) == [.commitFile(digest: Array(digest[0..<16]), held: held)])
+
+        // Not resumed: HELD is out of place.
+        machine = resumed(peer: both, offset: 0)
+        #expect(
+            machine.received(.frame(.held(digest: held))).last
+                == .end(.violation("HELD for a file with no held bytes, or twice")))
+
+        // A sender without held-sha256 that agreed XXH3-128: held bytes are not continued; with
+        // SHA-256 agreed they are, checked by END's digest, and no HELD is wanted.
+        machine = resumed(peer: ["xxh128", "sha256", "resume"])
+        #expect(!machine.checksHeld && !machine.continuesHeld == TransferDigest.xxh128.isAvailable)
+        machine = resumed(peer: ["sha256", "resume"])
+        #expect(!machine.checksHeld && machine.continuesHeld)
+        _ = [UInt8](repeating: 0, count: 2).withUnsafeBytes { machine.received(.data($0, endsFrame: true)) }
+        _ = machine.decoded(2)
+        #expect(machine.received(.frame(.end(size: 6, digest: digest))) == [.finishData])
     }
 
     @Test("Every receiver message in every sender state: a transition or a violation, never a crash")

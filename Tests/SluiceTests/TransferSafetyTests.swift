@@ -293,7 +293,7 @@ struct TransferSafetyTests {
                 return
             }
             #expect(kind == .data)
-            #expect(reason.contains("\(TransferDigest.offered[0]) mismatch"))
+            #expect(reason == "SHA-256 mismatch (held partial data differs from the sender's file)")
             #expect(!fileExists(dst + "/big.bin"))
             #expect(!fileExists(partialPath))
 
@@ -301,6 +301,46 @@ struct TransferSafetyTests {
             let again = try harness.send(paths: [root + "/big.bin"])
             #expect(again.succeeded)
             #expect(readFile(dst + "/big.bin") == bytes)
+        }
+    }
+
+    @Test(
+        "A planted partial (right name, size, mtime and attribute; other bytes): the file stored is the sender's, or it fails as a data error — never a mixture"
+    )
+    func plantedPartial() throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            let bytes = randomBytes(4 << 20, seed: 13)
+            try writeFile(root + "/big.bin", bytes, mtime: (1_600_000_000, 7))
+            let partialPath = dst + "/.big.bin.sluice-part"
+            let harness = try TransferHarness(directory: dst)
+            // The receiver's own partial, its bytes then all replaced in place: name, size,
+            // mtime, attribute, owner and mode stay right.
+            _ = try interrupt(harness, root + "/big.bin", partial: partialPath)
+            let size = try #require(FileInfo(partialPath)).size
+            let planted = randomBytes(size, seed: 14)
+            let fd = open(partialPath, O_WRONLY)
+            try #require(fd >= 0)
+            #expect(planted.withUnsafeBytes { pwrite(fd, $0.baseAddress, size, 0) } == size)
+            close(fd)
+
+            let summary = try harness.send(paths: [root + "/big.bin"])
+            #expect(summary.error == nil)
+            if case .failed(let reason, let kind) = summary.results.first?.outcome {
+                #expect(kind == .data)
+                #expect(reason == "SHA-256 mismatch (held partial data differs from the sender's file)")
+                #expect(!fileExists(dst + "/big.bin"))
+                #expect(!fileExists(partialPath))
+            } else {
+                #expect(summary.succeeded, "\(summary.results)")
+                let identical = readFile(dst + "/big.bin") == bytes
+                #expect(identical)
+            }
+            let again = try harness.send(paths: [root + "/big.bin"])
+            #expect(again.succeeded)
+            let identical = readFile(dst + "/big.bin") == bytes
+            #expect(identical)
         }
     }
 

@@ -249,9 +249,11 @@ final class Destination: @unchecked Sendable {
     /// Opens (creating it) the temporary file of `header` under `parent`, locked against a
     /// concurrent transfer of the same file. Returns the descriptor and the offset to resume
     /// from: the length of a partial left by an interrupted transfer of the same file (same
-    /// size and mtime, marked by `resumeAttribute`), else 0 with the file emptied.
+    /// size and mtime, marked by `resumeAttribute`) when `continueHeld`, else 0 with the file
+    /// emptied.
     static func openTemporary(
-        _ parent: Int32, _ temporary: String, header: EntryHeader, resume: Bool, display: String
+        _ parent: Int32, _ temporary: String, header: EntryHeader, resume: Bool, continueHeld: Bool = true,
+        display: String
     ) -> Result<(fd: Int32, offset: UInt64, resumable: Bool, startedOver: String?), EntryRejection> {
         let fd: Int32
         var st: stat
@@ -263,7 +265,7 @@ final class Destination: @unchecked Sendable {
         let descriptor = fd
         let resumable = resume && header.sizeKnown && header.resumable
         var offset: UInt64 = 0
-        if resumable && st.st_size > 0 && UInt64(st.st_size) <= header.size {
+        if resumable && continueHeld && st.st_size > 0 && UInt64(st.st_size) <= header.size {
             var tag = [UInt8](repeating: 0, count: 128)
             let n = tag.withUnsafeMutableBytes { fgetxattr(descriptor, resumeAttribute, $0.baseAddress, $0.count) }
             if n > 0 && Array(tag[0..<n]) == resumeTag(header) { offset = UInt64(st.st_size) }

@@ -59,8 +59,11 @@ final class ReceiverStore: @unchecked Sendable {
     }
 
     /// Opens (creating it) the temporary file for `request`, after checking what is at its
-    /// final name. The offset is what a resumable partial holds.
-    func openFile(_ request: EntryRequest, overwrite: Bool, resume: Bool) -> Result<OpenedFile, EntryRejection> {
+    /// final name. The offset is what a resumable partial holds, when `continueHeld` (else a
+    /// partial starts over, and is kept for a resume all the same).
+    func openFile(_ request: EntryRequest, overwrite: Bool, resume: Bool, continueHeld: Bool = true)
+        -> Result<OpenedFile, EntryRejection>
+    {
         let parent: Int32
         let name: String
         switch openParent(for: request, overwrite: overwrite) {
@@ -69,7 +72,7 @@ final class ReceiverStore: @unchecked Sendable {
         }
         let temporary = Destination.temporaryName(for: name)
         let opened = Destination.openTemporary(
-            parent, temporary, header: request.header, resume: resume,
+            parent, temporary, header: request.header, resume: resume, continueHeld: continueHeld,
             display: destination.display(temporary))
         switch opened {
         case .failure(let rejection):
