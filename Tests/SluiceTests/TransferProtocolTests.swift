@@ -92,6 +92,7 @@ let sampleSession: (bytes: [UInt8], items: [Decoded]) = {
     let frames: [Decoded] = [
         .magic, .frame(hello), .frame(.directory(dirHeader("d"))), .frame(.file(fileHeader("d/a", size: 3001))),
         .data(payload), .data([7]), .frame(.end(size: 3001, digest: Array(repeating: 9, count: 32))),
+        .frame(.held(digest: Array(repeating: 8, count: 32))),
         .frame(.file(fileHeader("b", size: 0, flags: 0))), .frame(.abort(reason: "gone")), .frame(.bye),
         .frame(.error(reason: "bye now")),
     ]
@@ -124,7 +125,7 @@ struct FrameDecoderTests {
         let toReceiver: [Frame] = [
             .hello(version: 1, capabilities: ["sha256"]), .file(fileHeader("x/y", size: 10)),
             .directory(dirHeader("x")), .end(size: 1, digest: Array(repeating: 1, count: 32)),
-            .abort(reason: "r"), .bye, .error(reason: "e"),
+            .abort(reason: "r"), .bye, .error(reason: "e"), .held(digest: Array(repeating: 3, count: 32)),
         ]
         let toSender: [Frame] = [
             .hello(version: 1, capabilities: ["sha256", "resume"]), .accept(offset: 77), .stored,
@@ -141,6 +142,15 @@ struct FrameDecoderTests {
             let decoded = decode(Wire.magic + frame.encoded, cuts: [])
             #expect(decoded.count == 2)
             #expect(decoded.last.map { if case .violation = $0 { true } else { false } } == true, "\(frame)")
+        }
+        // HELD only from a sender, and of exactly 32 bytes.
+        for (bytes, direction) in [
+            (Frame.held(digest: Array(repeating: 3, count: 32)).encoded, FrameDirection.toSender),
+            (MessageWriter.message(.held) { $0.raw([UInt8](repeating: 3, count: 16)) }, .toReceiver),
+        ] {
+            let decoded = decode(Wire.magic + bytes, cuts: [], direction: direction)
+            #expect(decoded.count == 2)
+            #expect(decoded.last.map { if case .violation = $0 { true } else { false } } == true, "\(direction)")
         }
         let data = decode(Wire.magic + dataFrame([1, 2]), cuts: [], direction: .toSender)
         #expect(data.last.map { if case .violation = $0 { true } else { false } } == true)
@@ -305,6 +315,7 @@ struct ReceiverMachineTests {
         .frame(.abort(reason: "a")), .frame(.bye), .frame(.error(reason: "e")), .frame(.accept(offset: 0)),
         .frame(.stored),
         .frame(.refused(code: .exists, reason: "r")), .frame(.failed(code: .io, reason: "f")),
+        .frame(.held(digest: Array(repeating: 0, count: 32))),
     ]
 
     @Test("Every message in every state: a transition or a violation that ends the session, never a crash")
@@ -635,6 +646,7 @@ struct SenderMachineTests {
             .magic, .frame(.hello(version: 1, capabilities: ["sha256"])), .frame(.accept(offset: 0)), .frame(.stored),
             .frame(.refused(code: .exists, reason: "x")), .frame(.failed(code: .data, reason: "y")), .frame(.bye),
             .frame(.error(reason: "z")), .frame(.file(fileHeader("f", size: 1))), .frame(.end(size: 0, digest: [])),
+            .frame(.held(digest: Array(repeating: 0, count: 32))),
         ]
         let info = OpenedEntry(size: 1, mode: 0o644, mtimeSeconds: 0, mtimeNanoseconds: 0)
         let scripts: [(inout SenderMachine) -> Void] = [
