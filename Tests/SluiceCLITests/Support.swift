@@ -179,6 +179,12 @@ func write(_ data: Data, to path: String) throws {
     try data.write(to: URL(fileURLWithPath: path))
 }
 
+/// Writes a secret (a pairing code) that only its owner may read, as `send --code-file` requires.
+func writeSecret(_ text: String, to path: String) throws {
+    try write(Data(text.utf8), to: path)
+    chmod(path, 0o600)
+}
+
 func contents(_ path: String) -> Data? {
     FileManager.default.contents(atPath: path)
 }

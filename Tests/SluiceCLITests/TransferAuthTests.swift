@@ -27,26 +27,51 @@ extension ReceiverProcess {
             let code = try receiver.code()
             let address = try receiver.address()
             // A wrong code: the handshake fails, exit 77, nothing arrives, the receiver goes on.
-            try write(Data("0000-0000-0000-0000-0000-0000-0000".utf8), to: "\(dir)/typo")
+            try writeSecret("0000-0000-0000-0000-0000-0000-0000", to: "\(dir)/typo")
             let typo = try sluice("send", "--code-file", "\(dir)/typo", "\(dir)/a.bin", address)
             #expect(typo.status == 64, "\(typo.stderrText)")
             let other = try ReceiverProcess(["--dir", inbox, "--once"], pairingCode: true)
             let wrongCode = try other.code()
             other.signal(SIGTERM)
             _ = other.wait()
-            try write(Data((wrongCode + "\n").utf8), to: "\(dir)/wrong")
+            try writeSecret(wrongCode + "\n", to: "\(dir)/wrong")
             let wrong = try sluice("send", "--code-file", "\(dir)/wrong", "\(dir)/a.bin", address)
             #expect(wrong.status == 77, "\(wrong.stderrText)")
             #expect(wrong.stderrLines.count == 1)
             #expect(directoryEntries(inbox).isEmpty)
             // The right code, typed in lower case: stored.
-            try write(Data(code.lowercased().utf8), to: "\(dir)/right")
+            try writeSecret(code.lowercased(), to: "\(dir)/right")
             let right = try sluice("send", "--code-file", "\(dir)/right", "\(dir)/a.bin", address)
             #expect(right.status == 0, "\(right.stderrText)")
             #expect(contents("\(inbox)/a.bin") == data)
             receiver.signal(SIGINT)
             let ended = receiver.wait()
             #expect(ended.stderr.contains("authentication failed"), "\(ended.stderr)")
+        }
+    }
+
+    @Test func aCodeFileOrKeyFileOthersMayReadOrWriteIsRefusedWith66() throws {
+        try withTemporaryDirectory { dir in
+            try write(randomBytes(1000), to: "\(dir)/a.bin")
+            try writeSecret("ABCD-EFGH-JKMN-PQRS-TVWX-YZ23-4567", to: "\(dir)/code")
+            #expect(try sluice("keygen", "\(dir)/key").status == 0)
+            for (mode, how) in [(0o644, "readable"), (0o640, "readable"), (0o604, "readable"), (0o620, "writable")] {
+                chmod("\(dir)/code", mode_t(mode))
+                // Refused before anything is sent: no receiver needed.
+                let sent = try sluice("send", "--code-file", "\(dir)/code", "\(dir)/a.bin", "127.0.0.1:9")
+                #expect(sent.status == 66, "\(sent.stderrText)")
+                #expect(
+                    sent.stderrText
+                        == "sluice: code file \(dir)/code: \(how) by others (mode 0\(String(mode, radix: 8)); chmod 600 it)\n"
+                )
+                chmod("\(dir)/key", mode_t(mode))
+                let keyed = try sluice("send", "--key-file", "\(dir)/key", "\(dir)/a.bin", "127.0.0.1:9")
+                #expect(keyed.status == 66, "\(keyed.stderrText)")
+                #expect(
+                    keyed.stderrText
+                        == "sluice: key file \(dir)/key: \(how) by others (mode 0\(String(mode, radix: 8)); chmod 600 it)\n"
+                )
+            }
         }
     }
 
@@ -181,10 +206,10 @@ extension ReceiverProcess {
             let wrongCode = try other.code()
             other.signal(SIGTERM)
             _ = other.wait()
-            try write(Data((wrongCode + "\n").utf8), to: "\(dir)/wrong")
+            try writeSecret(wrongCode + "\n", to: "\(dir)/wrong")
             let wrong = try sluice("send", "--code-file", "\(dir)/wrong", "\(dir)/a.bin", "127.0.0.1:\(port)")
             #expect(wrong.status == 77, "\(wrong.stderrText)")
-            try write(Data((code + "\n").utf8), to: "\(dir)/right")
+            try writeSecret(code + "\n", to: "\(dir)/right")
             let right = try sluice("send", "--code-file", "\(dir)/right", "\(dir)/a.bin", "127.0.0.1:\(port)")
             #expect(right.status == 0, "\(right.stderrText)")
             let ended = receiver.wait()

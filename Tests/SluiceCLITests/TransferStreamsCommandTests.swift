@@ -47,7 +47,7 @@ import Testing
             let inbox = "\(dir)/in"
             try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: false)
             let receiver = try ReceiverProcess(["--dir", inbox, "--once", "--stats=json"], pairingCode: true)
-            try write(Data(try receiver.code().utf8), to: "\(dir)/code")
+            try writeSecret(try receiver.code(), to: "\(dir)/code")
             // Three TLS handshakes with the key from the one code, one transfer.
             let send = try sluice(
                 "send", "-q", "-P", "3", "--code-file", "\(dir)/code", "\(dir)/tree", try receiver.address())

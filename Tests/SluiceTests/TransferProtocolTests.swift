@@ -92,6 +92,7 @@ let sampleSession: (bytes: [UInt8], items: [Decoded]) = {
     let frames: [Decoded] = [
         .magic, .frame(hello), .frame(.directory(dirHeader("d"))), .frame(.file(fileHeader("d/a", size: 3001))),
         .data(payload), .data([7]), .frame(.end(size: 3001, digest: Array(repeating: 9, count: 32))),
+        .frame(.held(digest: Array(repeating: 8, count: 32))),
         .frame(.file(fileHeader("b", size: 0, flags: 0))), .frame(.abort(reason: "gone")), .frame(.bye),
         .frame(.error(reason: "bye now")),
     ]
@@ -124,7 +125,7 @@ struct FrameDecoderTests {
         let toReceiver: [Frame] = [
             .hello(version: 1, capabilities: ["sha256"]), .file(fileHeader("x/y", size: 10)),
             .directory(dirHeader("x")), .end(size: 1, digest: Array(repeating: 1, count: 32)),
-            .abort(reason: "r"), .bye, .error(reason: "e"),
+            .abort(reason: "r"), .bye, .error(reason: "e"), .held(digest: Array(repeating: 3, count: 32)),
         ]
         let toSender: [Frame] = [
             .hello(version: 1, capabilities: ["sha256", "resume"]), .accept(offset: 77), .stored,
@@ -141,6 +142,15 @@ struct FrameDecoderTests {
             let decoded = decode(Wire.magic + frame.encoded, cuts: [])
             #expect(decoded.count == 2)
             #expect(decoded.last.map { if case .violation = $0 { true } else { false } } == true, "\(frame)")
+        }
+        // HELD only from a sender, and of exactly 32 bytes.
+        for (bytes, direction) in [
+            (Frame.held(digest: Array(repeating: 3, count: 32)).encoded, FrameDirection.toSender),
+            (MessageWriter.message(.held) { $0.raw([UInt8](repeating: 3, count: 16)) }, .toReceiver),
+        ] {
+            let decoded = decode(Wire.magic + bytes, cuts: [], direction: direction)
+            #expect(decoded.count == 2)
+            #expect(decoded.last.map { if case .violation = $0 { true } else { false } } == true, "\(direction)")
         }
         let data = decode(Wire.magic + dataFrame([1, 2]), cuts: [], direction: .toSender)
         #expect(data.last.map { if case .violation = $0 { true } else { false } } == true)
@@ -215,7 +225,8 @@ struct MachineDriver {
             case .send(let frame):
                 switch frame {
                 case .stored, .refused, .failed: answersSent += 1
-                case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined:
+                case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined,
+                    .held:
                     break
                 }
             case .makeDirectory(let request):
@@ -304,6 +315,7 @@ struct ReceiverMachineTests {
         .frame(.abort(reason: "a")), .frame(.bye), .frame(.error(reason: "e")), .frame(.accept(offset: 0)),
         .frame(.stored),
         .frame(.refused(code: .exists, reason: "r")), .frame(.failed(code: .io, reason: "f")),
+        .frame(.held(digest: Array(repeating: 0, count: 32))),
     ]
 
     @Test("Every message in every state: a transition or a violation that ends the session, never a crash")
@@ -339,6 +351,43 @@ struct ReceiverMachineTests {
         #expect(driver.ended == .goodbye)
         #expect(driver.machine.entriesAnnounced == 2 && driver.machine.entriesAnswered == 2)
         #expect(driver.created == [["d"], ["d", "f"]])
+    }
+
+    @Test("A name of the partial-file form is refused (FILE, DIR or RANGE); the form elsewhere in a path is not")
+    func partialNamesRefused() {
+        let reserved = [
+            ".x.sluice-part", "d/.x.sluice-part", "..sluice-part", ".sluice-part.0123abcd", ".sluice-part.",
+        ]
+        for path in reserved {
+            for kind in ["file", "dir", "range"] {
+                var machine = receiverAfterHello(.init(streams: true))
+                if kind == "range" {
+                    _ = machine.received(
+                        .frame(.join(TransferJoin(id: Array(repeating: 7, count: 16), index: 0, count: 2))))
+                    _ = machine.handle(.transferJoined(nil))
+                }
+                let frame: Frame =
+                    switch kind {
+                    case "file": .file(fileHeader(path, size: 10))
+                    case "dir": .directory(dirHeader(path))
+                    default:
+                        .range(RangeHeader(range: ByteRange(start: 0, length: 5), entry: fileHeader(path, size: 10)))
+                    }
+                let actions = machine.received(.frame(frame))
+                guard case .send(.refused(let code, let reason))? = actions.first else {
+                    Issue.record("\(kind) \(path): \(actions)")
+                    continue
+                }
+                #expect(code == .invalidPath)
+                #expect(reason == "invalid path: the name of a partial file (.NAME.sluice-part) is reserved")
+                #expect(machine.state == .idle)
+            }
+        }
+        for path in ["x.sluice-part", ".sluice-part", ".x.sluice-part/f", ".x.sluice-parts", "sluice-part.x"] {
+            var machine = receiverAfterHello(.init())
+            let actions = machine.received(.frame(.file(fileHeader(path, size: 10))))
+            #expect(actions.first.map { if case .openFile = $0 { true } else { false } } == true, "\(path): \(actions)")
+        }
     }
 
     @Test("Sizes are enforced as bytes arrive: past the announced size or the limit, the file fails at once")
@@ -485,7 +534,10 @@ struct SenderMachineTests {
     func legalSend() {
         var machine = SenderMachine(
             entries: Self.entries, settings: .init(compress: false, resume: true, digests: [.sha256]))
-        #expect(machine.start() == [.send(.hello(version: 1, capabilities: ["sha256", "deflate", "resume"]))])
+        #expect(
+            machine.start() == [
+                .send(.hello(version: 1, capabilities: ["sha256", "deflate", "resume", "held-sha256"]))
+            ])
         #expect(machine.received(.magic).isEmpty)
         #expect(machine.received(.frame(.hello(version: 1, capabilities: ["sha256", "resume"]))).isEmpty)
         #expect(machine.proceed().first.map { if case .send(.directory) = $0 { true } else { false } } == true)
@@ -512,12 +564,89 @@ struct SenderMachineTests {
         #expect(again.received(.frame(.stored)).last == .end(.violation("STORED before the end of the file")))
     }
 
+    @Test("With held-sha256 on both sides, a resumed file's END follows HELD; without, or not resumed, END alone")
+    func heldBeforeEnd() {
+        let info = OpenedEntry(size: 10, mode: 0o644, mtimeSeconds: 0, mtimeNanoseconds: 0)
+        let digest = [UInt8](repeating: 1, count: 32)
+        let held = [UInt8](repeating: 2, count: 32)
+        for (offers, offset) in [(true, UInt64(4)), (false, 4), (true, 0)] {
+            var machine = SenderMachine(entries: Self.entries, settings: .init(resume: true, digests: [.sha256]))
+            _ = machine.received(.magic)
+            let capabilities: Set<String> = offers ? ["sha256", "resume", "held-sha256"] : ["sha256", "resume"]
+            _ = machine.received(.frame(.hello(version: 1, capabilities: capabilities)))
+            #expect(machine.checksHeld == offers)
+            _ = machine.proceed()
+            _ = machine.proceed()
+            _ = machine.handle(.entryOpened(1, .success(info)))
+            _ = machine.received(.frame(.accept(offset: offset)))
+            let ended = machine.handle(.dataEnded(size: 10, digest: digest, held: offers && offset > 0 ? held : nil))
+            let expected: [SenderAction] =
+                offers && offset > 0
+                ? [.stopData(1), .send(.held(digest: held)), .send(.end(size: 10, digest: digest))]
+                : [.stopData(1), .send(.end(size: 10, digest: digest))]
+            #expect(ended == expected, "offers \(offers), offset \(offset)")
+        }
+    }
+
+    @Test("The receiver wants HELD before a resumed file's END when both offer held-sha256, and only then")
+    func receiverHeld() {
+        let digest = [UInt8](repeating: 1, count: 32)
+        let held = [UInt8](repeating: 2, count: 32)
+        func resumed(peer: Set<String>, offset: UInt64 = 4) -> ReceiverMachine {
+            var machine = ReceiverMachine(settings: .init(resume: true))
+            _ = machine.received(.magic)
+            _ = machine.received(.frame(.hello(version: 1, capabilities: peer)))
+            _ = machine.received(.frame(.file(fileHeader("f", size: 6, flags: Wire.FileFlags.sizeKnown | 4))))
+            _ = machine.handle(.fileOpened(.success(offset)))
+            return machine
+        }
+        let both: Set<String> = ["xxh128", "sha256", "resume", "held-sha256"]
+        var machine = resumed(peer: both)
+        #expect(machine.capabilities.contains("held-sha256"))
+        #expect(machine.checksHeld && machine.continuesHeld)
+        #expect(machine.received(.frame(.held(digest: held))).isEmpty)
+        #expect(
+            machine.received(.frame(.held(digest: held))).last
+                == .end(.violation("HELD for a file with no held bytes, or twice")))
+
+        machine = resumed(peer: both)
+        _ = [UInt8](repeating: 0, count: 2).withUnsafeBytes { machine.received(.data($0, endsFrame: true)) }
+        _ = machine.decoded(2)
+        #expect(
+            machine.received(.frame(.end(size: 6, digest: Array(digest[0..<16])))).last
+                == .end(.violation("END without HELD for a resumed file")))
+
+        machine = resumed(peer: both)
+        _ = machine.received(.frame(.held(digest: held)))
+        _ = [UInt8](repeating: 0, count: 2).withUnsafeBytes { machine.received(.data($0, endsFrame: true)) }
+        _ = machine.decoded(2)
+        #expect(machine.received(.frame(.end(size: 6, digest: Array(digest[0..<16])))) == [.finishData])
+        #expect(machine.handle(.dataFinished) == [.commitFile(digest: Array(digest[0..<16]), held: held)])
+
+        // Not resumed: HELD is out of place.
+        machine = resumed(peer: both, offset: 0)
+        #expect(
+            machine.received(.frame(.held(digest: held))).last
+                == .end(.violation("HELD for a file with no held bytes, or twice")))
+
+        // A sender without held-sha256 that agreed XXH3-128: held bytes are not continued; with
+        // SHA-256 agreed they are, checked by END's digest, and no HELD is wanted.
+        machine = resumed(peer: ["xxh128", "sha256", "resume"])
+        #expect(!machine.checksHeld && !machine.continuesHeld == TransferDigest.xxh128.isAvailable)
+        machine = resumed(peer: ["sha256", "resume"])
+        #expect(!machine.checksHeld && machine.continuesHeld)
+        _ = [UInt8](repeating: 0, count: 2).withUnsafeBytes { machine.received(.data($0, endsFrame: true)) }
+        _ = machine.decoded(2)
+        #expect(machine.received(.frame(.end(size: 6, digest: digest))) == [.finishData])
+    }
+
     @Test("Every receiver message in every sender state: a transition or a violation, never a crash")
     func everyMessage() {
         let messages: [FrameDecoder.Item] = [
             .magic, .frame(.hello(version: 1, capabilities: ["sha256"])), .frame(.accept(offset: 0)), .frame(.stored),
             .frame(.refused(code: .exists, reason: "x")), .frame(.failed(code: .data, reason: "y")), .frame(.bye),
             .frame(.error(reason: "z")), .frame(.file(fileHeader("f", size: 1))), .frame(.end(size: 0, digest: [])),
+            .frame(.held(digest: Array(repeating: 0, count: 32))),
         ]
         let info = OpenedEntry(size: 1, mode: 0o644, mtimeSeconds: 0, mtimeNanoseconds: 0)
         let scripts: [(inout SenderMachine) -> Void] = [

@@ -220,6 +220,51 @@ struct TransferSafetyTests {
         }
     }
 
+    @Test(
+        "A partial another user owns, or group or others may write, is not resumed: replaced by a new file, logged",
+        arguments: ["group-writable", "other-writable", "foreign owner"])
+    func untrustedPartialStartsOver(how: String) throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            let bytes = randomBytes(4 << 20, seed: 12)
+            try writeFile(root + "/big.bin", bytes)
+            let harness = try TransferHarness(directory: dst)
+            let partialPath = dst + "/.big.bin.sluice-part"
+            _ = try interrupt(harness, root + "/big.bin", partial: partialPath)
+            let planted = try #require(FileInfo(partialPath))
+            #expect(planted.size > 0)
+            switch how {
+            case "group-writable": #expect(chmod(partialPath, 0o620) == 0)
+            case "other-writable": #expect(chmod(partialPath, 0o602) == 0)
+            default:
+                // Only root can give a file away; as another user the owner differs already.
+                guard geteuid() == 0 else { return }
+                #expect(chown(partialPath, 65534, 65534) == 0)
+            }
+            // Held open, the planted file shows what became of it (and its inode is not reused).
+            let plantedFD = open(partialPath, O_RDONLY)
+            try #require(plantedFD >= 0)
+            defer { close(plantedFD) }
+
+            let summary = try harness.send(paths: [root + "/big.bin"])
+            #expect(summary.succeeded, "\(summary.results)")
+            #expect(summary.resumedBytes == 0)
+            #expect(readFile(dst + "/big.bin") == bytes)
+            var after = stat()
+            #expect(stat(dst + "/big.bin", &after) == 0)
+            #expect(after.st_uid == geteuid())
+            var old = stat()
+            #expect(fstat(plantedFD, &old) == 0)
+            #expect(old.st_nlink == 0 && old.st_size == planted.size, "removed, not written through")
+            let reason = how == "foreign owner" ? "owned by uid 65534" : "writable by group or others"
+            #expect(
+                harness.warnings.contains {
+                    $0.hasPrefix("partial \"\(partialPath)\" \(reason)") && $0.hasSuffix(": not resumed, started over")
+                }, "\(harness.warnings)")
+        }
+    }
+
     @Test("A partial altered on disk is detected at the end and discarded")
     func alteredPartial() throws {
         try withTemporaryDirectory { root in
@@ -248,7 +293,7 @@ struct TransferSafetyTests {
                 return
             }
             #expect(kind == .data)
-            #expect(reason.contains("\(TransferDigest.offered[0]) mismatch"))
+            #expect(reason == "SHA-256 mismatch (held partial data differs from the sender's file)")
             #expect(!fileExists(dst + "/big.bin"))
             #expect(!fileExists(partialPath))
 
@@ -256,6 +301,46 @@ struct TransferSafetyTests {
             let again = try harness.send(paths: [root + "/big.bin"])
             #expect(again.succeeded)
             #expect(readFile(dst + "/big.bin") == bytes)
+        }
+    }
+
+    @Test(
+        "A planted partial (right name, size, mtime and attribute; other bytes): the file stored is the sender's, or it fails as a data error — never a mixture"
+    )
+    func plantedPartial() throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            let bytes = randomBytes(4 << 20, seed: 13)
+            try writeFile(root + "/big.bin", bytes, mtime: (1_600_000_000, 7))
+            let partialPath = dst + "/.big.bin.sluice-part"
+            let harness = try TransferHarness(directory: dst)
+            // The receiver's own partial, its bytes then all replaced in place: name, size,
+            // mtime, attribute, owner and mode stay right.
+            _ = try interrupt(harness, root + "/big.bin", partial: partialPath)
+            let size = try #require(FileInfo(partialPath)).size
+            let planted = randomBytes(size, seed: 14)
+            let fd = open(partialPath, O_WRONLY)
+            try #require(fd >= 0)
+            #expect(planted.withUnsafeBytes { pwrite(fd, $0.baseAddress, size, 0) } == size)
+            close(fd)
+
+            let summary = try harness.send(paths: [root + "/big.bin"])
+            #expect(summary.error == nil)
+            if case .failed(let reason, let kind) = summary.results.first?.outcome {
+                #expect(kind == .data)
+                #expect(reason == "SHA-256 mismatch (held partial data differs from the sender's file)")
+                #expect(!fileExists(dst + "/big.bin"))
+                #expect(!fileExists(partialPath))
+            } else {
+                #expect(summary.succeeded, "\(summary.results)")
+                let identical = readFile(dst + "/big.bin") == bytes
+                #expect(identical)
+            }
+            let again = try harness.send(paths: [root + "/big.bin"])
+            #expect(again.succeeded)
+            let identical = readFile(dst + "/big.bin") == bytes
+            #expect(identical)
         }
     }
 

@@ -14,6 +14,8 @@ final class TransferHarness {
     let receiver: TransferReceiver
     let listener: SocketListener
     private(set) var reports: [TransferSessionReport] = []
+    /// The receiver's warnings, in order.
+    private(set) var warnings: [String] = []
 
     init(directory: String, options: TransferReceiveOptions = TransferReceiveOptions(idleTimeout: .seconds(20)))
         throws
@@ -23,6 +25,9 @@ final class TransferHarness {
         receiver = try TransferReceiver(directory: directory, options: options)
         listener = try Socket.listen(host: "127.0.0.1", port: 0)
         receiver.onSessionEnd = { [unowned self] report in self.reports.append(report) }
+        receiver.onEvent = { [unowned self] event in
+            if case .warning(_, let text) = event { self.warnings.append(text) }
+        }
         try receiver.accept(from: listener, on: loop)
     }
 

@@ -155,7 +155,7 @@ final class Session {
                 expect(false, "deliverData outside a DATA message")
             case .finishData:
                 finishData()
-            case .commitFile(let digest):
+            case .commitFile(let digest, _):
                 commit(digest)
             case .joinTransfer(let join):
                 expect(machine.settings.streams, "JOIN taken without the capability")
@@ -163,7 +163,7 @@ final class Session {
             case .openRange(let request, let range):
                 check(request)
                 openRange(request, range)
-            case .commitRange(let digest, let fileDigest):
+            case .commitRange(let digest, let fileDigest, _):
                 commitRange(digest, fileDigest)
             case .dropFile:
                 expect(file != nil, "dropFile without a file")
@@ -210,7 +210,8 @@ final class Session {
     func send(_ frame: Frame) {
         switch frame {
         case .stored, .refused, .failed: answersSent += 1
-        case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined: break
+        case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined, .held:
+            break
         }
         expectDecodes(frame, by: &answers, side: "receiver")
     }

@@ -207,6 +207,17 @@ func sessions() -> [(String, [UInt8])] {
         $0.frame(.end(size: 40, digest: SHA256Digest.hash(binary[0..<40])))
         $0.frame(.bye)
     }
+    add("held-sha256") {
+        // A resumed file's held bytes checked apart: HELD, then END with the digest of the rest
+        // (the receiver decides what it holds, so HELD may come where none is wanted).
+        $0.hello(["sha256", "resume", "held-sha256"])
+        let flags = Wire.FileFlags.sizeKnown | Wire.FileFlags.resumable
+        $0.frame(.file($0.entry("resumed.bin", flags: flags, size: UInt64(binary.count), mode: 0o644)))
+        $0.data(Array(binary[100...]))
+        $0.frame(.held(digest: SHA256Digest.hash(binary[0..<100])))
+        $0.frame(.end(size: UInt64(binary.count), digest: SHA256Digest.hash(binary[100...])))
+        $0.frame(.bye)
+    }
     add("sender-error") {
         $0.hello()
         $0.file("first", text)

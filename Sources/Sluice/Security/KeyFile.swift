@@ -46,10 +46,8 @@ public struct KeyFile: Hashable, Sendable {
         defer { closeDescriptor(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0 else { throw SluiceError(.system(.current), operation: "stat", subject: path) }
-        guard info.st_mode & 0o077 == 0 else {
-            throw SluiceError(
-                .authenticationFailed, operation: "key file", subject: path,
-                detail: "readable by others (chmod 600 it)")
+        if let open = openToOthers(info.st_mode) {
+            throw SluiceError(.authenticationFailed, operation: "key file", subject: path, detail: open)
         }
         var buffer = [UInt8](repeating: 0, count: 256)
         let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
@@ -60,6 +58,15 @@ public struct KeyFile: Hashable, Sendable {
                 detail: "not a sluice key (one line: sluice-key-v1 and 64 hex digits)")
         }
         return key
+    }
+
+    /// Why a secret's file with `mode` is refused: group or others may read or write it
+    /// (`readable by others (mode 0644; chmod 600 it)`). Nil when only its owner may.
+    public static func openToOthers(_ mode: mode_t) -> String? {
+        let permissions = mode & 0o7777
+        guard permissions & 0o077 != 0 else { return nil }
+        let how = permissions & 0o044 != 0 ? "readable" : "writable"
+        return "\(how) by others (mode 0\(String(permissions, radix: 8)); chmod 600 it)"
     }
 
     /// Parses a key file's text; nil unless it is exactly one key line.

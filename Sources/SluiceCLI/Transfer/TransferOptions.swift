@@ -145,7 +145,7 @@ enum TransferAuth: Sendable, Equatable {
 
     static let keyFileOption = OptionSpec(
         "key-file", value: .required("FILE"),
-        help: "authenticate with the key in FILE (made by\n'sluice keygen') instead of a pairing code")
+        help: "authenticate with the key in FILE (made by\n'sluice keygen', mode 600) instead of a pairing code")
     static let insecureOption = OptionSpec(
         "insecure", help: "no encryption, no authentication: plaintext, for\ntrusted links only (both sides)")
 
@@ -210,7 +210,9 @@ struct SendOptions: Sendable {
         ),
         OptionSpec(
             "code-file", value: .required("FILE"),
-            help: "read the receiver's pairing code from FILE\n(default: $SLUICE_CODE, else ask on the terminal)"),
+            help:
+                "read the receiver's pairing code from FILE, which\nonly its owner may read (chmod 600; default:\n$SLUICE_CODE, else ask on the terminal)"
+        ),
         TransferAuth.keyFileOption, TransferAuth.insecureOption,
         // Never a secret on the command line: other users can read it. Parsed only to say so.
         OptionSpec("code", value: .optional("[=CODE]"), help: ""),

@@ -22,11 +22,10 @@ enum TransferSecurity {
             let text: String
             let source: String
             if let file {
-                guard let read = readSmallFile(file) else {
-                    return .failure(
-                        CLIError(.noInput, "code file \(file): \(String(cString: strerror(errno)))"))
+                switch readCodeFile(file) {
+                case .success(let read): (text, source) = (read, "code file \(file)")
+                case .failure(let error): return .failure(error)
                 }
-                (text, source) = (read, "code file \(file)")
             } else if let value = getenv(codeVariable) {
                 (text, source) = (String(cString: value), codeVariable)
             } else if let typed = promptForCode() {
@@ -66,18 +65,28 @@ enum TransferSecurity {
             return .success(PreSharedKey.derive(from: try KeyFile.load(path: path)))
         } catch {
             let status: ExitStatus = error.code == .invalidArgument ? .usage : .noInput
-            return .failure(CLIError(status, "key file \(path): \(error.reason)"))
+            // A key file open to others: said as for a code file, without "authentication failed".
+            let reason = error.code == .authenticationFailed ? error.detail ?? error.reason : error.reason
+            return .failure(CLIError(status, "key file \(path): \(reason)"))
         }
     }
 
-    private static func readSmallFile(_ path: String) -> String? {
+    /// The text of a code file, refused (as ssh refuses a private key, and as a key file is)
+    /// when group or others may read or write it: the code is the transfer's secret.
+    private static func readCodeFile(_ path: String) -> Result<String, CLIError> {
+        let failed = { CLIError(.noInput, "code file \(path): \(String(cString: strerror(errno)))") }
         let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
+        guard fd >= 0 else { return .failure(failed()) }
         defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { return .failure(failed()) }
+        if let open = KeyFile.openToOthers(info.st_mode) {
+            return .failure(CLIError(.noInput, "code file \(path): \(open)"))
+        }
         var buffer = [UInt8](repeating: 0, count: 512)
         let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-        guard n >= 0 else { return nil }
-        return String(decoding: buffer[0..<n], as: UTF8.self)
+        guard n >= 0 else { return .failure(failed()) }
+        return .success(String(decoding: buffer[0..<n], as: UTF8.self))
     }
 
     /// Asks for the code on the controlling terminal with echo off; nil without a terminal.

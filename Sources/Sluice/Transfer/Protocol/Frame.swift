@@ -11,6 +11,8 @@ enum Frame: Equatable, Sendable {
     case join(TransferJoin)
     case range(RangeHeader)
     case rangeEnd(length: UInt64, digest: [UInt8], fileDigest: [UInt8])
+    /// The SHA-256 of the bytes the receiver held of a resumed file or range (`held-sha256`).
+    case held(digest: [UInt8])
     case joined
     case accept(offset: UInt64)
     case stored
@@ -29,6 +31,7 @@ enum Frame: Equatable, Sendable {
         case .join: return .join
         case .range: return .range
         case .rangeEnd: return .rangeEnd
+        case .held: return .held
         case .joined: return .joined
         case .accept: return .accept
         case .stored: return .stored
@@ -51,6 +54,7 @@ enum Frame: Equatable, Sendable {
         case .range(let header): return MessageWriter.range(header)
         case .rangeEnd(let length, let digest, let fileDigest):
             return MessageWriter.rangeEnd(length: length, digest: digest, fileDigest: fileDigest)
+        case .held(let digest): return MessageWriter.message(.held) { $0.raw(digest) }
         case .joined: return MessageWriter.message(.joined)
         case .accept(let offset): return MessageWriter.accept(offset: offset)
         case .stored: return MessageWriter.message(.stored)
@@ -69,7 +73,7 @@ enum Frame: Equatable, Sendable {
 /// send.
 enum FrameDirection: Sendable {
     /// Sender → receiver: HELLO, FILE, DIR, DATA, END, ABORT, BYE, JOIN, RANGE, RANGE-END,
-    /// ERROR.
+    /// HELD, ERROR.
     case toReceiver
     /// Receiver → sender: HELLO, ACCEPT, STORED, REFUSED, FAILED, JOINED, BYE, ERROR.
     case toSender
@@ -78,7 +82,8 @@ enum FrameDirection: Sendable {
         switch (self, type) {
         case (_, .hello), (_, .bye), (_, .error): return true
         case (.toReceiver, .file), (.toReceiver, .directory), (.toReceiver, .data), (.toReceiver, .end),
-            (.toReceiver, .abort), (.toReceiver, .join), (.toReceiver, .range), (.toReceiver, .rangeEnd):
+            (.toReceiver, .abort), (.toReceiver, .join), (.toReceiver, .range), (.toReceiver, .rangeEnd),
+            (.toReceiver, .held):
             return true
         case (.toReceiver, .accept), (.toReceiver, .stored), (.toReceiver, .refused), (.toReceiver, .failed),
             (.toReceiver, .joined):
@@ -87,7 +92,8 @@ enum FrameDirection: Sendable {
             (.toSender, .joined):
             return true
         case (.toSender, .file), (.toSender, .directory), (.toSender, .data), (.toSender, .end),
-            (.toSender, .abort), (.toSender, .join), (.toSender, .range), (.toSender, .rangeEnd):
+            (.toSender, .abort), (.toSender, .join), (.toSender, .range), (.toSender, .rangeEnd),
+            (.toSender, .held):
             return false
         }
     }
@@ -236,6 +242,9 @@ struct FrameDecoder: Sendable {
                 let length = reader.u64(), let digest = reader.raw(algorithm.byteCount)
             else { return nil }
             return .rangeEnd(length: length, digest: digest, fileDigest: reader.rest())
+        case .held:
+            guard payload.count == SHA256Digest.byteCount else { return nil }
+            return .held(digest: reader.rest())
         case .joined:
             return .joined
         case .accept:

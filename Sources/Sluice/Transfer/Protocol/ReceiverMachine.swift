@@ -58,9 +58,9 @@ enum ReceiverAction: Equatable, Sendable {
     case deliverData
     /// The file's data ended: flush the decompressor; answer `.dataFinished` or `.dataFailed`.
     case finishData
-    /// Check the SHA-256 against `digest`, set mode and mtime, flush, rename into place;
-    /// answer `.committed`.
-    case commitFile(digest: [UInt8])
+    /// Check the digest against `digest` (and the held bytes' SHA-256 against `held`, when
+    /// HELD came), set mode and mtime, flush, rename into place; answer `.committed`.
+    case commitFile(digest: [UInt8], held: [UInt8]? = nil)
     /// Join the transfer of several connections `join` names (create it for index 0); answer
     /// `.transferJoined`.
     case joinTransfer(TransferJoin)
@@ -68,10 +68,10 @@ enum ReceiverAction: Equatable, Sendable {
     /// other ranges of the file in the transfer; answer `.fileOpened` with the offset within
     /// the range that is held.
     case openRange(EntryRequest, ByteRange)
-    /// Check the range's SHA-256 against `digest`; when it completes the file, the whole
-    /// file's against `fileDigest`, then commit it as `commitFile` does; answer
-    /// `.rangeCommitted`.
-    case commitRange(digest: [UInt8], fileDigest: [UInt8])
+    /// Check the range's digest against `digest` (and its held bytes' against `held`); when it
+    /// completes the file, the whole file's against `fileDigest`, then commit it as
+    /// `commitFile` does; answer `.rangeCommitted`.
+    case commitRange(digest: [UInt8], fileDigest: [UInt8], held: [UInt8]? = nil)
     /// Forget the file being received: its partial data stays for a resume when `keep`.
     case dropFile(keep: Bool)
     /// An entry was answered.
@@ -147,6 +147,8 @@ struct ReceiverMachine: Sendable {
         /// file's digest from RANGE-END.
         var range: ByteRange?
         var endFileDigest: [UInt8] = []
+        /// From HELD: the SHA-256 of the held bytes, by the sender.
+        var heldDigest: [UInt8]?
 
         var total: UInt64 { offset + received }
         var header: EntryHeader { request.header }
@@ -191,6 +193,8 @@ struct ReceiverMachine: Sendable {
     private(set) var joined: TransferJoin?
     /// The digest agreed in HELLO: END and RANGE-END carry digests of its size.
     private(set) var digest = TransferDigest.sha256
+    /// The sender listed `held-sha256` in HELLO.
+    private(set) var peerChecksHeld = false
 
     init(settings: Settings) {
         self.settings = settings
@@ -200,11 +204,20 @@ struct ReceiverMachine: Sendable {
     var capabilities: Set<String> {
         var set: Set<String> = [Wire.Capability.deflate]
         set.formUnion(settings.digests.map(\.capability))
-        if settings.resume { set.insert(Wire.Capability.resume) }
+        if settings.resume { set.formUnion([Wire.Capability.resume, Wire.Capability.heldSHA256]) }
         if settings.streams { set.insert(Wire.Capability.streams) }
         if settings.eager { set.insert(Wire.Capability.eager) }
         return set
     }
+
+    /// Whether a resumed file's held bytes are checked with SHA-256 apart (HELD before END):
+    /// both sides list `held-sha256`.
+    var checksHeld: Bool { settings.resume && peerChecksHeld }
+
+    /// Whether held bytes may be continued at all: only when a cryptographic digest checks
+    /// them, HELD's or the agreed one. XXH3-128 resists no crafted collision, so with a sender
+    /// that agreed only that, a partial starts over.
+    var continuesHeld: Bool { checksHeld || digest == .sha256 }
 
     /// False while the machine waits for the outcome of an action: hand it no messages then.
     var acceptsMessages: Bool {
@@ -288,11 +301,12 @@ struct ReceiverMachine: Sendable {
                 return violation("no common digest (sha256 required)")
             }
             digest = agreed
+            peerChecksHeld = capabilities.contains(Wire.Capability.heldSHA256)
             state = .idle
             return []
         case (.awaitingHello, .file), (.awaitingHello, .directory), (.awaitingHello, .end),
             (.awaitingHello, .abort), (.awaitingHello, .bye), (.awaitingHello, .join), (.awaitingHello, .range),
-            (.awaitingHello, .rangeEnd):
+            (.awaitingHello, .rangeEnd), (.awaitingHello, .held):
             return violation("\(frame.type.name) before HELLO")
 
         case (.idle, .join(let join)):
@@ -315,7 +329,7 @@ struct ReceiverMachine: Sendable {
             return startFile(header)
         case (.idle, .directory(let header)):
             entriesAnnounced += 1
-            switch PathCheck.components(header.path) {
+            switch PathCheck.receivable(header.path) {
             case .failure(let refusal):
                 return answer(
                     .refused(.invalidPath, "invalid path: \(refusal.reason)"), path: PeerText.sanitized(header.path),
@@ -329,11 +343,19 @@ struct ReceiverMachine: Sendable {
         case (.idle, .bye):
             state = .settling
             return [.settleDirectories]
-        case (.idle, .hello), (.idle, .end), (.idle, .abort), (.idle, .rangeEnd):
+        case (.idle, .hello), (.idle, .end), (.idle, .abort), (.idle, .rangeEnd), (.idle, .held):
             return violation("\(frame.type.name) between entries")
 
+        case (.receiving(var file), .held(let digest)):
+            guard checksHeld, file.offset > 0, file.heldDigest == nil else {
+                return violation("HELD for a file with no held bytes, or twice")
+            }
+            file.heldDigest = digest
+            state = .receiving(file)
+            return []
         case (.receiving(var file), .end(let size, let digest)):
             guard file.range == nil else { return violation("END for a range (RANGE-END expected)") }
+            guard !awaitsHeld(file) else { return violation("END without HELD for a resumed file") }
             guard digest.count == self.digest.byteCount else {
                 return violation("END with a \(digest.count)-byte digest (\(self.digest) agreed)")
             }
@@ -350,6 +372,7 @@ struct ReceiverMachine: Sendable {
                     resumed: file.offset)
         case (.receiving(var file), .rangeEnd(let length, let digest, let fileDigest)):
             guard file.range != nil else { return violation("RANGE-END for a whole file (END expected)") }
+            guard !awaitsHeld(file) else { return violation("RANGE-END without HELD for a resumed range") }
             guard digest.count == self.digest.byteCount else {
                 return violation("RANGE-END with \(digest.count)-byte digests (\(self.digest) agreed)")
             }
@@ -365,6 +388,8 @@ struct ReceiverMachine: Sendable {
         case (.discarding, .end), (.discarding, .abort), (.discarding, .rangeEnd):
             state = .idle
             return []
+        case (.discarding, .held):
+            return []
         case (.discarding, .hello), (.discarding, .file), (.discarding, .directory), (.discarding, .bye),
             (.discarding, .join), (.discarding, .range):
             return violation("\(frame.type.name) in the middle of a file")
@@ -377,8 +402,13 @@ struct ReceiverMachine: Sendable {
         }
     }
 
+    /// True when `file` resumed held bytes that HELD must check and it has not come yet.
+    private func awaitsHeld(_ file: IncomingFile) -> Bool {
+        checksHeld && file.offset > 0 && file.heldDigest == nil
+    }
+
     private mutating func startFile(_ header: EntryHeader) -> [ReceiverAction] {
-        switch PathCheck.components(header.path) {
+        switch PathCheck.receivable(header.path) {
         case .failure(let refusal):
             return refuseAtHeader(
                 header, .refused(.invalidPath, "invalid path: \(refusal.reason)"),
@@ -410,7 +440,7 @@ struct ReceiverMachine: Sendable {
     private mutating func startRange(_ message: RangeHeader) -> [ReceiverAction] {
         let header = message.entry
         let range = message.range
-        switch PathCheck.components(header.path) {
+        switch PathCheck.receivable(header.path) {
         case .failure(let refusal):
             return answer(
                 .refused(.invalidPath, "invalid path: \(refusal.reason)"), path: PeerText.sanitized(header.path),
@@ -585,9 +615,9 @@ struct ReceiverMachine: Sendable {
             }
             state = .committing(file)
             if file.range != nil {
-                return [.commitRange(digest: file.endDigest, fileDigest: file.endFileDigest)]
+                return [.commitRange(digest: file.endDigest, fileDigest: file.endFileDigest, held: file.heldDigest)]
             }
-            return [.commitFile(digest: file.endDigest)]
+            return [.commitFile(digest: file.endDigest, held: file.heldDigest)]
         case (.committing(let file), .committed(let rejection)):
             state = .idle
             return answerFile(file, rejection)

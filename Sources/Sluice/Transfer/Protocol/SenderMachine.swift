@@ -33,11 +33,13 @@ enum SenderAction: Equatable, Sendable {
 /// The outcome of an action the session performed for the sender machine.
 enum SenderOutcome: Equatable, Sendable {
     case entryOpened(Int, Result<OpenedEntry, LocalFailure>)
-    /// All of the current file's bytes went out, with their size and SHA-256 (whole file).
-    case dataEnded(size: UInt64, digest: [UInt8])
-    /// All of the current range's bytes went out: its length and SHA-256, and the whole
-    /// file's SHA-256.
-    case rangeEnded(length: UInt64, digest: [UInt8], fileDigest: [UInt8])
+    /// All of the current file's bytes went out, with their size and digest (of the whole file,
+    /// or with `held-sha256` of the bytes after the held ones), and the SHA-256 of the bytes the
+    /// receiver held when `checksHeld` and it held some.
+    case dataEnded(size: UInt64, digest: [UInt8], held: [UInt8]? = nil)
+    /// All of the current range's bytes went out: its length and digest (as for a file), the
+    /// whole file's digest, and the held bytes' SHA-256 as for a file.
+    case rangeEnded(length: UInt64, digest: [UInt8], fileDigest: [UInt8], held: [UInt8]? = nil)
     /// The current file could not be read further.
     case readFailed(String)
     case peerClosed
@@ -88,6 +90,8 @@ struct SenderMachine: Sendable {
         var resumable: Bool
         var compressed: Bool
         var range: ByteRange? = nil
+        /// The bytes the receiver holds (ACCEPT's offset).
+        var held: UInt64 = 0
     }
 
     /// One piece of work of a connection: an entry, whole, or one range of a file (whose size
@@ -155,9 +159,13 @@ struct SenderMachine: Sendable {
     var capabilities: Set<String> {
         var set: Set<String> = [Wire.Capability.deflate]
         set.formUnion(settings.digests.map(\.capability))
-        if settings.resume { set.insert(Wire.Capability.resume) }
+        if settings.resume { set.formUnion([Wire.Capability.resume, Wire.Capability.heldSHA256]) }
         return set
     }
+
+    /// Whether a resumed file's held bytes are checked with SHA-256 (HELD) rather than as part
+    /// of the agreed digest: both sides list `held-sha256`.
+    var checksHeld: Bool { settings.resume && peerCapabilities.contains(Wire.Capability.heldSHA256) }
 
     /// The HELLO to send after the magic.
     func start() -> [SenderAction] {
@@ -276,7 +284,9 @@ struct SenderMachine: Sendable {
                     return violation("ACCEPT offset \(offset) out of the range")
                 }
             }
-            state = .sending(file)
+            var sending = file
+            sending.held = offset
+            state = .sending(sending)
             return [.startData(index: file.index, offset: offset, compressed: file.compressed, range: file.range)]
         case (_, .accept):
             return violation("unexpected ACCEPT")
@@ -290,7 +300,8 @@ struct SenderMachine: Sendable {
         case (_, .bye):
             return violation("goodbye before the sender's")
 
-        case (_, .file), (_, .directory), (_, .end), (_, .abort), (_, .join), (_, .range), (_, .rangeEnd):
+        case (_, .file), (_, .directory), (_, .end), (_, .abort), (_, .join), (_, .range), (_, .rangeEnd),
+            (_, .held):
             return violation("\(frame.type.name) is not a message a receiver sends")
         }
     }
@@ -316,7 +327,8 @@ struct SenderMachine: Sendable {
             } else {
                 outcome = .failed(reason: reason, kind: code == .data ? .data : .io)
             }
-        case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined:
+        case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined,
+            .held:
             return violation("\(frame.type.name) is not an answer")
         }
         unanswered.removeFirst()
@@ -405,20 +417,21 @@ struct SenderMachine: Sendable {
                     .send(.file(header)), .startData(index: index, offset: 0, compressed: compressed, range: nil),
                 ]
             }
-        case (.sending(let file), .rangeEnded(let length, let digest, let fileDigest)) where file.range != nil:
+        case (.sending(let file), .rangeEnded(let length, let digest, let fileDigest, let held)) where file.range != nil:
             if length != file.range?.length {
                 localFailures[file.index] = "the file changed size while being sent"
             }
             state = .ready
-            return [.stopData(file.index), .send(.rangeEnd(length: length, digest: digest, fileDigest: fileDigest))]
-        case (.sending(let file), .dataEnded(let size, let digest)) where file.range == nil:
+            return [.stopData(file.index)] + heldMessage(file, held)
+                + [.send(.rangeEnd(length: length, digest: digest, fileDigest: fileDigest))]
+        case (.sending(let file), .dataEnded(let size, let digest, let held)) where file.range == nil:
             if let announced = file.size, announced != size {
                 // The file changed size while being sent: END says what was sent; the receiver
                 // refuses the mismatch.
                 localFailures[file.index] = "the file changed size while being sent"
             }
             state = .ready
-            return [.stopData(file.index), .send(.end(size: size, digest: digest))]
+            return [.stopData(file.index)] + heldMessage(file, held) + [.send(.end(size: size, digest: digest))]
         case (.sending(let file), .readFailed(let reason)):
             localFailures[file.index] = reason
             state = .ready
@@ -433,6 +446,17 @@ struct SenderMachine: Sendable {
                         .invalidArgument, operation: "send", detail: "internal: unexpected \(outcome) in state \(state)"
                     )))
         }
+    }
+
+    /// HELD before a resumed file's END, when `checksHeld`. Its session computes the digest for
+    /// every such file (an internal invariant: without it the receiver would end the session).
+    private func heldMessage(_ file: CurrentFile, _ held: [UInt8]?) -> [SenderAction] {
+        guard file.held > 0, checksHeld else { return [] }
+        guard let held else {
+            assertionFailure("sender machine: no held digest for a resumed file")
+            return []
+        }
+        return [.send(.held(digest: held))]
     }
 
     // MARK: Ending

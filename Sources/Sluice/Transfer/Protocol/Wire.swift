@@ -44,9 +44,12 @@ enum Wire {
         /// A FILE flagged eager may be followed by its DATA and END at once, without waiting for
         /// ACCEPT (which the receiver does not send for it).
         static let eager = "eager"
+        /// A resumed file's (or range's) held bytes are checked with SHA-256 apart from the agreed
+        /// digest: HELD carries it, and END's digest covers only the bytes after them.
+        static let heldSHA256 = "held-sha256"
     }
 
-    /// Message types. Sender → receiver: 0x01, 0x10–0x18, 0x7F. Receiver → sender: 0x01,
+    /// Message types. Sender → receiver: 0x01, 0x10–0x19, 0x7F. Receiver → sender: 0x01,
     /// 0x15, 0x20–0x24, 0x7F.
     enum MessageType: UInt8, Sendable {
         case hello = 0x01
@@ -59,6 +62,7 @@ enum Wire {
         case join = 0x16
         case range = 0x17
         case rangeEnd = 0x18
+        case held = 0x19
         case accept = 0x20
         case stored = 0x21
         case refused = 0x22
@@ -83,6 +87,7 @@ enum Wire {
             case .join: return "JOIN"
             case .range: return "RANGE"
             case .rangeEnd: return "RANGE-END"
+            case .held: return "HELD"
             case .joined: return "JOINED"
             case .error: return "ERROR"
             }
@@ -99,6 +104,7 @@ enum Wire {
             case .join: return Wire.transferIDBytes + 4
             case .range: return 16 + Wire.maxControlPayload
             case .rangeEnd: return 8 + 2 * TransferDigest.sha256.byteCount
+            case .held: return SHA256Digest.byteCount
             case .stored, .bye, .joined: return 0
             case .refused, .failed: return 1 + Wire.maxReasonBytes
             case .abort, .error: return Wire.maxReasonBytes
@@ -417,6 +423,24 @@ enum PathCheck {
             components.append(String(decoding: part, as: UTF8.self))
         }
         return .success(components)
+    }
+
+    /// `components`, for a path the receiver is to create: refused besides when its last
+    /// component has the form of the receiver's own partial files (`.NAME.sluice-part` or
+    /// `.sluice-part.` and anything), which a later transfer of NAME would take for its
+    /// partial and empty, or resume, without `--overwrite`.
+    static func receivable(_ path: [UInt8]) -> Result<[String], PathRefusal> {
+        components(path).flatMap { components in
+            guard let last = components.last, isPartialName(last) else { return .success(components) }
+            return .failure(PathRefusal("the name of a partial file (.NAME.sluice-part) is reserved"))
+        }
+    }
+
+    /// Whether `name` matches `.*.sluice-part` or `.sluice-part.*`, the names partial files take.
+    static func isPartialName(_ name: String) -> Bool {
+        let suffix = ".sluice-part"
+        if name.hasPrefix(suffix + ".") { return true }
+        return name.hasPrefix(".") && name.hasSuffix(suffix) && name.utf8.count > suffix.utf8.count
     }
 }
 

@@ -385,6 +385,8 @@ final class ActiveFile {
     let shared: SharedFile?
     let range: ByteRange?
     let held: UInt64
+    /// With `held-sha256`: the SHA-256 of the held bytes, computed beside the data.
+    var heldCheck: HeldCheck?
     /// Where this session's bytes start in the file.
     let base: UInt64
 
@@ -455,6 +457,8 @@ final class ReceiverSession: WireConnectionOwner {
     private var machine: ReceiverMachine
     private var decoder = FrameDecoder(direction: .toReceiver)
     private let hasher: DigestWorker
+    /// Hashes held bytes with SHA-256 (`HeldCheck`) apart from `hasher`'s jobs.
+    private let heldHasher: DigestWorker
     private var file: ActiveFile? {
         didSet {
             if (oldValue == nil) != (file == nil) { receiver?.filesReceiving += file == nil ? -1 : 1 }
@@ -502,6 +506,7 @@ final class ReceiverSession: WireConnectionOwner {
                 overwrite: options.overwrite, maxSize: options.maxSize, resume: options.resume,
                 streams: options.streams, eager: options.eager))
         hasher = DigestWorker(loop: loop)
+        heldHasher = DigestWorker(loop: loop)
         connection = WireConnection(
             input: input, output: output, inboundCapacity: Self.initialInbound,
             outboundCapacity: Self.initialOutbound)
@@ -821,14 +826,14 @@ final class ReceiverSession: WireConnectionOwner {
                 break  // done by `parse`, which holds the bytes
             case .finishData:
                 finishData()
-            case .commitFile(let digest):
-                commitFile(expecting: digest)
+            case .commitFile(let digest, let held):
+                commitFile(expecting: digest, held: held)
             case .joinTransfer(let join):
                 joinTransfer(join)
             case .openRange(let request, let range):
                 openRange(request, range)
-            case .commitRange(let digest, let fileDigest):
-                commitRange(expecting: digest, file: fileDigest)
+            case .commitRange(let digest, let fileDigest, let held):
+                commitRange(expecting: digest, file: fileDigest, held: held)
             case .dropFile(let keep):
                 dropFile(keep: keep)
             case .report(let result):
@@ -863,13 +868,17 @@ final class ReceiverSession: WireConnectionOwner {
 
     private func openFile(_ request: EntryRequest) {
         let store = self.store
-        let (overwrite, resume) = (options.overwrite, options.resume)
-        store.pool.submit({ store.openFile(request, overwrite: overwrite, resume: resume) }, completingOn: loop) {
+        let (overwrite, resume, continueHeld) = (options.overwrite, options.resume, machine.continuesHeld)
+        store.pool.submit(
+            { store.openFile(request, overwrite: overwrite, resume: resume, continueHeld: continueHeld) },
+            completingOn: loop
+        ) {
             [self] result in
             switch result {
             case .failure(let rejection):
                 perform(machine.handle(.fileOpened(.failure(rejection))))
             case .success(let opened):
+                logStartedOver(opened)
                 guard !ended else {
                     store.pool.submit { store.abandon(opened, keep: true) }
                     return
@@ -878,6 +887,11 @@ final class ReceiverSession: WireConnectionOwner {
             }
             pump()
         }
+    }
+
+    /// Logs why a partial found at the file's temporary name was not continued, if it was not.
+    private func logStartedOver(_ opened: OpenedFile) {
+        if let notice = opened.startedOver { receiver?.emit(.warning(sessionID: id, notice)) }
     }
 
     private func didOpen(_ opened: OpenedFile, _ request: EntryRequest) {
@@ -910,6 +924,13 @@ final class ReceiverSession: WireConnectionOwner {
             perform(machine.handle(.fileOpened(.success(0))))
             return
         }
+        if machine.checksHeld {
+            // Checked apart with SHA-256 (HELD) while the rest arrives; the agreed digest covers
+            // only the rest.
+            file.heldCheck = HeldCheck(worker: heldHasher, fd: opened.fd, from: 0, length: opened.offset)
+            perform(machine.handle(.fileOpened(.success(opened.offset))))
+            return
+        }
         file.busy = true
         hasher.hashPrefix(file.digest, of: opened.fd, length: opened.offset) { [self] ok in
             file.busy = false
@@ -933,47 +954,70 @@ final class ReceiverSession: WireConnectionOwner {
         }
     }
 
-    private func commitFile(expecting digest: [UInt8]) {
+    /// Nil when `file` held no bytes to check apart, or their SHA-256 is the sender's (HELD);
+    /// else why the file fails. On the loop.
+    private func checkHeld(_ file: ActiveFile, against expected: [UInt8]?, _ then: @escaping (EntryRejection?) -> Void)
+    {
+        HeldCheck.outcome(of: file.heldCheck) { outcome in
+            switch outcome {
+            case .none:
+                then(nil)
+            case .digest(let computed):
+                then(
+                    computed == expected
+                        ? nil : .failed(.data, "SHA-256 mismatch (held partial data differs from the sender's file)"))
+            case .unreadable:
+                then(.failed(.io, "read \(quoted(file.opened.display)): cannot read the held partial"))
+            }
+        }
+    }
+
+    private func commitFile(expecting digest: [UInt8], held: [UInt8]?) {
         guard let file else { return }
         file.committing = true
         hasher.finalize(file.digest) { [self] computed in
-            guard !ended, self.file === file else { return }
-            if let failure = file.target.failure {
-                self.file = nil
-                let abandoned = file.opened
-                store.pool.submit { [store] in store.abandon(abandoned, keep: false) }
-                perform(machine.handle(.committed(.failed(.io, failure.description))))
-                pump()
-                return
+            checkHeld(file, against: held) { [self] heldFailure in
+                commitFile(file, digest: digest, computed: computed, heldFailure: heldFailure)
             }
-            guard computed == digest else {
-                self.file = nil
-                let abandoned = file.opened
-                store.pool.submit { [store] in store.abandon(abandoned, keep: false) }
-                let what =
-                    file.opened.offset > 0
-                    ? " (held partial data or data in transit altered)" : " (data altered in transit)"
-                perform(machine.handle(.committed(.failed(.data, "\(machine.digest) mismatch\(what)"))))
-                pump()
-                return
-            }
-            let store = self.store
-            let (overwrite, fsync) = (options.overwrite, options.fsync)
-            let (request, opened) = (file.request, file.opened)
-            // The commit closes the descriptors, whatever becomes of the session meanwhile.
-            file.busy = true
-            file.abandonWhenIdle = nil
-            store.pool.submit(
-                {
-                    store.commit(
-                        opened, header: request.header, relative: request.relative, overwrite: overwrite,
-                        fsync: fsync)
-                }, completingOn: loop
-            ) { [self] rejection in
-                if self.file === file { self.file = nil }
-                perform(machine.handle(.committed(rejection)))
-                pump()
-            }
+        }
+    }
+
+    private func commitFile(_ file: ActiveFile, digest: [UInt8], computed: [UInt8], heldFailure: EntryRejection?) {
+        guard !ended, self.file === file else { return }
+        var rejection: EntryRejection?
+        if let failure = file.target.failure {
+            rejection = .failed(.io, failure.description)
+        } else if let heldFailure {
+            rejection = heldFailure
+        } else if computed != digest {
+            let what =
+                file.opened.offset > 0 && file.heldCheck == nil
+                ? " (held partial data or data in transit altered)" : " (data altered in transit)"
+            rejection = .failed(.data, "\(machine.digest) mismatch\(what)")
+        }
+        if let rejection {
+            self.file = nil
+            let abandoned = file.opened
+            store.pool.submit { [store] in store.abandon(abandoned, keep: false) }
+            perform(machine.handle(.committed(rejection)))
+            pump()
+            return
+        }
+        let store = self.store
+        let (overwrite, fsync) = (options.overwrite, options.fsync)
+        let (request, opened) = (file.request, file.opened)
+        // The commit closes the descriptors, whatever becomes of the session meanwhile.
+        file.busy = true
+        file.abandonWhenIdle = nil
+        store.pool.submit(
+            {
+                store.commit(
+                    opened, header: request.header, relative: request.relative, overwrite: overwrite, fsync: fsync)
+            }, completingOn: loop
+        ) { [self] rejection in
+            if self.file === file { self.file = nil }
+            perform(machine.handle(.committed(rejection)))
+            pump()
         }
     }
 
@@ -1106,11 +1150,15 @@ extension ReceiverSession {
             shared = SharedFile(relative: request.relative, header: request.header)
             group.files[request.relative] = shared
             let store = self.store
-            let (overwrite, resume) = (options.overwrite, options.resume)
+            let (overwrite, resume, continueHeld) = (options.overwrite, options.resume, machine.continuesHeld)
             store.pool.submit(
-                { store.openRangedFile(request, overwrite: overwrite, resume: resume) }, completingOn: loop
-            ) {
-                result in shared.didOpen(result)
+                {
+                    store.openRangedFile(
+                        request, overwrite: overwrite, resume: resume, continueHeld: continueHeld)
+                }, completingOn: loop
+            ) { [self] result in
+                if case .success(let (opened, _)) = result { logStartedOver(opened) }
+                shared.didOpen(result)
             }
         }
         if let refusal = shared.admit(range, of: request.header) {
@@ -1132,6 +1180,12 @@ extension ReceiverSession {
             connection.inbound.resize(to: inboundShare)
             guard held > 0 else {
                 perform(machine.handle(.fileOpened(.success(0))))
+                pump()
+                return
+            }
+            if machine.checksHeld {
+                file.heldCheck = HeldCheck(worker: heldHasher, fd: opened.fd, from: range.start, length: held)
+                perform(machine.handle(.fileOpened(.success(held))))
                 pump()
                 return
             }
@@ -1159,63 +1213,71 @@ extension ReceiverSession {
     /// RANGE-END and the data checked by the machine: verify the range's SHA-256; when it was
     /// the last range of the file, read the whole file back and verify its SHA-256, then move
     /// it into place.
-    fileprivate func commitRange(expecting digest: [UInt8], file fileDigest: [UInt8]) {
-        guard let file, let shared = file.shared, let range = file.range else { return }
+    fileprivate func commitRange(expecting digest: [UInt8], file fileDigest: [UInt8], held: [UInt8]?) {
+        guard let file else { return }
         hasher.finalize(file.digest) { [self] computed in
-            guard !ended, self.file === file else { return }
-            guard computed == digest else {
-                self.file = nil
-                releaseRange(file, holding: 0)
+            checkHeld(file, against: held) { [self] heldFailure in
+                commitRange(file, digest: digest, computed: computed, fileDigest: fileDigest, heldFailure: heldFailure)
+            }
+        }
+    }
+
+    private func commitRange(
+        _ file: ActiveFile, digest: [UInt8], computed: [UInt8], fileDigest: [UInt8], heldFailure: EntryRejection?
+    ) {
+        guard let shared = file.shared, let range = file.range else { return }
+        guard !ended, self.file === file else { return }
+        let mismatch = computed == digest ? nil : EntryRejection.failed(.data, "\(machine.digest) mismatch (\(range))")
+        if let rejection = heldFailure ?? mismatch {
+            self.file = nil
+            releaseRange(file, holding: 0)
+            perform(machine.handle(.rangeCommitted(rejection, fileStored: false)))
+            pump()
+            return
+        }
+        guard shared.verify(range) else {
+            self.file = nil
+            perform(machine.handle(.rangeCommitted(nil, fileStored: false)))
+            pump()
+            return
+        }
+        // Every range is in: the whole file, read back, must match the sender's digest.
+        // From here this session owns the file's descriptors (the transfer leaves it be).
+        shared.finished = true
+        let whole = FileDigest(machine.digest)
+        file.busy = true
+        hasher.hashRange(whole, of: file.opened.fd, from: 0, length: shared.header.size) { _ in }
+        hasher.finalize(whole) { [self] computed in
+            guard computed == fileDigest else {
+                file.busy = false
+                if self.file === file { self.file = nil }
+                let opened = file.opened
+                store.pool.submit { [store] in store.abandon(opened, keep: false) }
+                guard !ended else { return }
                 perform(
                     machine.handle(
-                        .rangeCommitted(.failed(.data, "\(machine.digest) mismatch (\(range))"), fileStored: false)))
+                        .rangeCommitted(
+                            .failed(.data, "\(machine.digest) mismatch (whole file)"), fileStored: false)))
                 pump()
                 return
             }
-            guard shared.verify(range) else {
-                self.file = nil
-                perform(machine.handle(.rangeCommitted(nil, fileStored: false)))
+            let store = self.store
+            let (overwrite, fsync) = (options.overwrite, options.fsync)
+            let (request, opened, header) = (file.request, file.opened, shared.header)
+            store.pool.submit(
+                {
+                    store.commitRanged(
+                        opened, header: header, relative: request.relative, overwrite: overwrite, fsync: fsync)
+                },
+                completingOn: loop
+            ) { [self] rejection in
+                file.busy = false
+                if self.file === file { self.file = nil }
+                guard !ended else { return }
+                perform(
+                    machine.handle(
+                        .rangeCommitted(rejection, fileStored: rejection == nil, resumed: shared.heldTotal)))
                 pump()
-                return
-            }
-            // Every range is in: the whole file, read back, must match the sender's digest.
-            // From here this session owns the file's descriptors (the transfer leaves it be).
-            shared.finished = true
-            let whole = FileDigest(machine.digest)
-            file.busy = true
-            hasher.hashRange(whole, of: file.opened.fd, from: 0, length: shared.header.size) { _ in }
-            hasher.finalize(whole) { [self] computed in
-                guard computed == fileDigest else {
-                    file.busy = false
-                    if self.file === file { self.file = nil }
-                    let opened = file.opened
-                    store.pool.submit { [store] in store.abandon(opened, keep: false) }
-                    guard !ended else { return }
-                    perform(
-                        machine.handle(
-                            .rangeCommitted(
-                                .failed(.data, "\(machine.digest) mismatch (whole file)"), fileStored: false)))
-                    pump()
-                    return
-                }
-                let store = self.store
-                let (overwrite, fsync) = (options.overwrite, options.fsync)
-                let (request, opened, header) = (file.request, file.opened, shared.header)
-                store.pool.submit(
-                    {
-                        store.commitRanged(
-                            opened, header: header, relative: request.relative, overwrite: overwrite, fsync: fsync)
-                    },
-                    completingOn: loop
-                ) { [self] rejection in
-                    file.busy = false
-                    if self.file === file { self.file = nil }
-                    guard !ended else { return }
-                    perform(
-                        machine.handle(
-                            .rangeCommitted(rejection, fileStored: rejection == nil, resumed: shared.heldTotal)))
-                    pump()
-                }
             }
         }
     }

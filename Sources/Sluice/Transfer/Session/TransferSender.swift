@@ -45,6 +45,8 @@ public final class TransferSender: WireConnectionOwner {
     private var connection: WireConnection?
     private var loop: EventLoop?
     private var hasher: DigestWorker?
+    /// Hashes held bytes with SHA-256 (`HeldCheck`) apart from `hasher`'s jobs.
+    private var heldHasher: DigestWorker?
     /// True while `advance` announces entries.
     private var advancing = false
     private var completion: ((TransferSummary) -> Void)?
@@ -165,6 +167,7 @@ public final class TransferSender: WireConnectionOwner {
         let hasher = DigestWorker(loop: loop, slotCount: DigestWorker.slotsToHold(chunk))
         hasher.onRoom = { [weak self] in self?.produce() }
         self.hasher = hasher
+        heldHasher = DigestWorker(loop: loop)
         let connection = WireConnection(
             input: input, output: output, inboundCapacity: 1 << 16,
             outboundCapacity: 4 * (chunk + Wire.frameHeaderSize) + 2 * Wire.maxControlPayload + 64,
@@ -248,10 +251,21 @@ public final class TransferSender: WireConnectionOwner {
     // MARK: Actions
 
     private func perform(_ actions: [SenderAction]) {
-        for action in actions {
+        // Messages in a row go out in one write: a write can call back into the session (room
+        // came back) and announce the next entry, which must not come between HELD and END.
+        var messages: [UInt8] = []
+        for (position, action) in actions.enumerated() {
+            if case .send(let frame) = action {
+                messages += frame.encoded
+                let next = actions.index(after: position)
+                if next < actions.endIndex, case .send = actions[next] { continue }
+                connection?.send(messages)
+                messages.removeAll()
+                continue
+            }
             switch action {
-            case .send(let frame):
-                connection?.send(frame.encoded)
+            case .send:
+                break  // sent above
             case .openEntry(let index):
                 openEntry(index)
             case .startData(let index, let offset, let compressed, let range):
@@ -340,6 +354,7 @@ public final class TransferSender: WireConnectionOwner {
                 produce()
                 return
             }
+            if startHeldCheck(file, fd: fd, from: range.start, length: offset) { return }
             hasher.hashRange(file.digest, of: fd, from: range.start, length: offset) { [weak self] ok in
                 self?.prefixHashed(file, ok)
             }
@@ -375,9 +390,20 @@ public final class TransferSender: WireConnectionOwner {
         resumed[index] = offset
         resumedBytes += offset
         bytesDone += offset
+        if startHeldCheck(file, fd: fd, from: 0, length: offset) { return }
         hasher.hashPrefix(file.digest, of: fd, length: offset) { [weak self] ok in
             self?.prefixHashed(file, ok)
         }
+    }
+
+    /// With `held-sha256`: hashes the bytes the receiver holds with SHA-256 beside the rest,
+    /// which may go out at once (the agreed digest covers only the rest). False without it.
+    private func startHeldCheck(_ file: OutgoingFile, fd: Int32, from start: UInt64, length: UInt64) -> Bool {
+        guard machine.checksHeld, let heldHasher else { return false }
+        file.heldCheck = HeldCheck(worker: heldHasher, fd: fd, from: start, length: length)
+        file.ready = true
+        produce()
+        return true
     }
 
     /// The held part is hashed: the rest may go out.
@@ -533,37 +559,54 @@ public final class TransferSender: WireConnectionOwner {
         file.finalizing = true
         warnIfChanged(file)
         if file.size == nil { sizes[file.index] = file.position }
-        if file.range == nil, let digest = hasher.finalizeNow(file.digest) {
+        if file.range == nil, file.heldCheck == nil, let digest = hasher.finalizeNow(file.digest) {
             // A small file: its digest here and now, END at once.
             perform(machine.handle(.dataEnded(size: file.position, digest: digest)))
             advance()
             return
         }
         hasher.finalize(file.digest) { [weak self] digest in
+            HeldCheck.outcome(of: file.heldCheck) { [weak self] outcome in
+                self?.digestsReady(file, digest, outcome)
+            }
+        }
+    }
+
+    /// The file's digest, and its held bytes' SHA-256 when they are checked apart, are ready:
+    /// END (or RANGE-END, after the whole file's digest) goes out.
+    private func digestsReady(_ file: OutgoingFile, _ digest: [UInt8], _ outcome: HeldCheck.Outcome) {
+        guard current === file, !ended else { return }
+        let held: [UInt8]?
+        switch outcome {
+        case .none: held = nil
+        case .digest(let value): held = value
+        case .unreadable:
+            readFailed("read \(quoted(localPath(file))): cannot read the part the receiver holds")
+            return
+        }
+        guard let range = file.range else {
+            perform(machine.handle(.dataEnded(size: file.position, digest: digest, held: held)))
+            advance()
+            return
+        }
+        // A range: its END carries the whole file's digest too, computed once for all.
+        guard let fileDigest = self.fileDigest else {
+            // Ranges come only from a ParallelTransferSender, which sets it.
+            perform(machine.handle(.readFailed("internal: no whole-file digest for a range")))
+            advance()
+            return
+        }
+        fileDigest(file.index, self.machine.digest) { [weak self] whole in
             guard let self, self.current === file, !self.ended else { return }
-            guard let range = file.range else {
-                self.perform(self.machine.handle(.dataEnded(size: file.position, digest: digest)))
-                self.advance()
-                return
+            if let whole {
+                let length = file.position - range.start
+                self.perform(
+                    self.machine.handle(.rangeEnded(length: length, digest: digest, fileDigest: whole, held: held)))
+            } else {
+                self.perform(
+                    self.machine.handle(.readFailed("read \(quoted(self.localPath(file))): cannot hash it")))
             }
-            // A range: its END carries the whole file's digest too, computed once for all.
-            guard let fileDigest = self.fileDigest else {
-                // Ranges come only from a ParallelTransferSender, which sets it.
-                self.perform(self.machine.handle(.readFailed("internal: no whole-file digest for a range")))
-                self.advance()
-                return
-            }
-            fileDigest(file.index, self.machine.digest) { [weak self] whole in
-                guard let self, self.current === file, !self.ended else { return }
-                if let whole {
-                    let length = file.position - range.start
-                    self.perform(self.machine.handle(.rangeEnded(length: length, digest: digest, fileDigest: whole)))
-                } else {
-                    self.perform(
-                        self.machine.handle(.readFailed("read \(quoted(self.localPath(file))): cannot hash it")))
-                }
-                self.advance()
-            }
+            self.advance()
         }
     }
 
@@ -685,6 +728,8 @@ final class OutgoingFile {
     var compressed = false
     /// For a range: only these bytes are sent.
     var range: ByteRange?
+    /// With `held-sha256`: the SHA-256 of the bytes the receiver holds, computed beside the rest.
+    var heldCheck: HeldCheck?
     /// ACCEPT arrived and the held prefix is hashed: data may go out.
     var ready = false
     /// Bytes read from the source (the resumed prefix included).

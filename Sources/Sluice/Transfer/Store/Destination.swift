@@ -188,15 +188,29 @@ final class Destination: @unchecked Sendable {
         return st.st_mode & S_IFMT
     }
 
+    /// Why a partial found at a temporary name is not this receiver's to continue: owned by
+    /// another user, or writable by group or others (its bytes are then whoever's choice, and
+    /// the file stored would stay theirs to change). Nil for a partial the receiver may trust.
+    static func untrusted(_ st: stat) -> String? {
+        let owner = geteuid()
+        if st.st_uid != owner { return "owned by uid \(st.st_uid), not this receiver's \(owner)" }
+        if st.st_mode & 0o022 != 0 {
+            return "writable by group or others (mode 0\(String(st.st_mode & 0o7777, radix: 8)))"
+        }
+        return nil
+    }
+
     /// Opens (creating it) temporary file `temporary` under `parent` without following a link,
-    /// a fresh one when the name is linked elsewhere, and locks it against a concurrent transfer
-    /// of the same file (`flock`). Returns the descriptor and its status.
+    /// a fresh one when the name is linked elsewhere or the partial there is `untrusted`, and
+    /// locks it against a concurrent transfer of the same file (`flock`). Returns the
+    /// descriptor, its status, and the line to log when an untrusted partial was replaced.
     static func openLocked(_ parent: Int32, _ temporary: String, display: String)
-        -> Result<(Int32, stat), EntryRejection>
+        -> Result<(fd: Int32, status: stat, startedOver: String?), EntryRejection>
     {
         var flags = O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC
         var fd: Int32 = -1
         var st = stat()
+        var startedOver: String?
         for attempt in 0..<2 {
             let opened = Result { () throws(SluiceError) in
                 try syscallValue("openat", display) { openat(parent, temporary, flags, 0o600) }
@@ -219,8 +233,11 @@ final class Destination: @unchecked Sendable {
                 closeDescriptor(fd)
                 return .failure(.refused(.invalidPath, "\(display) exists and is not a regular file"))
             }
-            // A partial name linked elsewhere is not ours to write through: start a new file.
-            if st.st_nlink > 1 && attempt == 0 {
+            // A partial name linked elsewhere is not ours to write through, nor one another user
+            // owns or may write: start a new file.
+            let distrust = untrusted(st)
+            if (st.st_nlink > 1 || distrust != nil) && attempt == 0 {
+                if let distrust { startedOver = "partial \(quoted(display)) \(distrust): not resumed, started over" }
                 closeDescriptor(fd)
                 unlinkat(parent, temporary, 0)
                 flags |= O_EXCL
@@ -242,26 +259,29 @@ final class Destination: @unchecked Sendable {
             closeDescriptor(fd)
             return .failure(.failed(.io, error.description))
         }
-        return .success((fd, st))
+        return .success((fd, st, startedOver))
     }
 
     /// Opens (creating it) the temporary file of `header` under `parent`, locked against a
     /// concurrent transfer of the same file. Returns the descriptor and the offset to resume
     /// from: the length of a partial left by an interrupted transfer of the same file (same
-    /// size and mtime, marked by `resumeAttribute`), else 0 with the file emptied.
+    /// size and mtime, marked by `resumeAttribute`) when `continueHeld`, else 0 with the file
+    /// emptied.
     static func openTemporary(
-        _ parent: Int32, _ temporary: String, header: EntryHeader, resume: Bool, display: String
-    ) -> Result<(fd: Int32, offset: UInt64, resumable: Bool), EntryRejection> {
+        _ parent: Int32, _ temporary: String, header: EntryHeader, resume: Bool, continueHeld: Bool = true,
+        display: String
+    ) -> Result<(fd: Int32, offset: UInt64, resumable: Bool, startedOver: String?), EntryRejection> {
         let fd: Int32
         var st: stat
+        let startedOver: String?
         switch openLocked(parent, temporary, display: display) {
         case .failure(let rejection): return .failure(rejection)
-        case .success(let (descriptor, status)): (fd, st) = (descriptor, status)
+        case .success(let (descriptor, status, notice)): (fd, st, startedOver) = (descriptor, status, notice)
         }
         let descriptor = fd
         let resumable = resume && header.sizeKnown && header.resumable
         var offset: UInt64 = 0
-        if resumable && st.st_size > 0 && UInt64(st.st_size) <= header.size {
+        if resumable && continueHeld && st.st_size > 0 && UInt64(st.st_size) <= header.size {
             var tag = [UInt8](repeating: 0, count: 128)
             let n = tag.withUnsafeMutableBytes { fgetxattr(descriptor, resumeAttribute, $0.baseAddress, $0.count) }
             if n > 0 && Array(tag[0..<n]) == resumeTag(header) { offset = UInt64(st.st_size) }
@@ -281,12 +301,12 @@ final class Destination: @unchecked Sendable {
                 let tag = resumeTag(header)
                 // Without user xattrs (some file systems) the partial is simply not resumable.
                 let rc = tag.withUnsafeBytes { fsetxattr(descriptor, resumeAttribute, $0.baseAddress, $0.count, 0) }
-                if rc != 0 { return .success((fd, 0, false)) }
+                if rc != 0 { return .success((fd, 0, false, startedOver)) }
             } else {
                 fremovexattr(descriptor, resumeAttribute)
             }
         }
-        return .success((fd, offset, resumable))
+        return .success((fd, offset, resumable, startedOver))
     }
 
     /// Moves the finished temporary file to its final name within `parent`: an exchange (or

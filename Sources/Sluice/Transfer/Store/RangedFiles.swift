@@ -23,8 +23,8 @@ extension ReceiverStore {
 
     /// Opens (creating it) the temporary file of a ranged file after the checks `openFile`
     /// makes. Returns it with the bytes held of each range by an interrupted transfer of the
-    /// same file (same size and mtime), or an emptied file and no ranges.
-    func openRangedFile(_ request: EntryRequest, overwrite: Bool, resume: Bool)
+    /// same file (same size and mtime) when `continueHeld`, or an emptied file and no ranges.
+    func openRangedFile(_ request: EntryRequest, overwrite: Bool, resume: Bool, continueHeld: Bool = true)
         -> Result<(OpenedFile, [ByteRange: UInt64]), EntryRejection>
     {
         let parent: Int32
@@ -37,16 +37,17 @@ extension ReceiverStore {
         let display = destination.display(temporary)
         let fd: Int32
         let st: stat
+        let startedOver: String?
         switch Destination.openLocked(parent, temporary, display: display) {
         case .failure(let rejection):
             closeDescriptor(parent)
             return .failure(rejection)
-        case .success(let (descriptor, status)): (fd, st) = (descriptor, status)
+        case .success(let (descriptor, status, notice)): (fd, st, startedOver) = (descriptor, status, notice)
         }
         let header = request.header
         var resumable = resume && header.resumable
         var held: [ByteRange: UInt64] = [:]
-        if resumable && st.st_size > 0 && UInt64(st.st_size) <= header.size
+        if resumable && continueHeld && st.st_size > 0 && UInt64(st.st_size) <= header.size
             && Self.attribute(fd, Destination.resumeAttribute, limit: 128) == Self.rangedTag(header)
         {
             held = Self.parseRanges(Self.attribute(fd, Self.rangesAttribute, limit: 8192) ?? [], size: header.size)
@@ -72,7 +73,7 @@ extension ReceiverStore {
         }
         let opened = OpenedFile(
             parent: parent, name: name, temporary: temporary, fd: fd, offset: 0, resumable: resumable,
-            display: destination.display(request.relative))
+            display: destination.display(request.relative), startedOver: startedOver)
         return .success((opened, held))
     }
 

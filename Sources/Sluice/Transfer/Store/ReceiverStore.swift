@@ -17,6 +17,8 @@ struct OpenedFile: Sendable {
     var resumable: Bool
     /// The final path, for messages.
     var display: String
+    /// Why a partial found at the temporary name was replaced rather than resumed, to log.
+    var startedOver: String? = nil
 
     /// The same file, its held bytes counted only up to `offset` (at most `self.offset`).
     func continued(at offset: UInt64) -> OpenedFile {
@@ -57,8 +59,11 @@ final class ReceiverStore: @unchecked Sendable {
     }
 
     /// Opens (creating it) the temporary file for `request`, after checking what is at its
-    /// final name. The offset is what a resumable partial holds.
-    func openFile(_ request: EntryRequest, overwrite: Bool, resume: Bool) -> Result<OpenedFile, EntryRejection> {
+    /// final name. The offset is what a resumable partial holds, when `continueHeld` (else a
+    /// partial starts over, and is kept for a resume all the same).
+    func openFile(_ request: EntryRequest, overwrite: Bool, resume: Bool, continueHeld: Bool = true)
+        -> Result<OpenedFile, EntryRejection>
+    {
         let parent: Int32
         let name: String
         switch openParent(for: request, overwrite: overwrite) {
@@ -67,16 +72,16 @@ final class ReceiverStore: @unchecked Sendable {
         }
         let temporary = Destination.temporaryName(for: name)
         let opened = Destination.openTemporary(
-            parent, temporary, header: request.header, resume: resume,
+            parent, temporary, header: request.header, resume: resume, continueHeld: continueHeld,
             display: destination.display(temporary))
         switch opened {
         case .failure(let rejection):
             closeDescriptor(parent)
             return .failure(rejection)
-        case .success(let (fd, offset, resumable)):
+        case .success(let (fd, offset, resumable, startedOver)):
             let file = OpenedFile(
                 parent: parent, name: name, temporary: temporary, fd: fd, offset: offset, resumable: resumable,
-                display: destination.display(request.relative))
+                display: destination.display(request.relative), startedOver: startedOver)
             if request.header.sizeKnown,
                 let rejection = Self.reserve(fd, from: offset, to: request.header.size, display: file.display)
             {
