@@ -260,14 +260,17 @@ func peer(_ executable: URL, _ arguments: [String], stdin: String) throws -> (st
         }
     }
 
-    /// A TLS 1.2-only client and a plaintext client are dropped: nothing at the destination.
+    /// A TLS 1.2-only client and a plaintext client are dropped with one line each, and the
+    /// listener waits on for a client that completes a TLS 1.3 handshake: only its bytes arrive.
     @Test(arguments: ["tls12", "plaintext"])
     func downgradeAndPlaintextClientsAreRefused(_ kind: String) throws {
         try withTemporaryDirectory { dir in
             try write(Data("hello over plaintext\n".utf8), to: "\(dir)/in")
+            let data = randomBytes(100_000, seed: 27)
+            try write(data, to: "\(dir)/good")
             let listener = try WatchedProcess(
                 sluiceBinary, ["copy", "tls-listen:127.0.0.1:\(try freePort())", "\(dir)/out"])
-            _ = try listener.pin()
+            let pin = try listener.pin()
             let port = String(listener.process.arguments![1].split(separator: ":").last!)
             if kind == "tls12" {
                 _ = try peer(
@@ -276,10 +279,15 @@ func peer(_ executable: URL, _ arguments: [String], stdin: String) throws -> (st
             } else {
                 _ = try peer(URL(fileURLWithPath: "/usr/bin/nc"), ["-N", "127.0.0.1", port], stdin: "\(dir)/in")
             }
-            let outcome = listener.wait()
-            #expect(outcome.status == 74, "\(outcome.stderr)")
-            #expect(outcome.stderr.contains(kind == "tls12" ? "unsupported protocol" : "wrong version number"))
+            let reason = kind == "tls12" ? "unsupported protocol" : "wrong version number"
+            #expect(waitUntil { listener.stderrText.contains(reason) }, "\(listener.stderrText)")
             #expect(!FileManager.default.fileExists(atPath: "\(dir)/out"))
+            let good = try sluice(["copy", "\(dir)/good", "tls:127.0.0.1:\(port),pin=\(pin)"])
+            #expect(good.status == 0, "\(good.stderrText)")
+            let outcome = listener.wait()
+            #expect(outcome.status == 0, "\(outcome.stderr)")
+            #expect(outcome.stderr.components(separatedBy: reason).count == 2, "\(outcome.stderr)")
+            #expect(contents("\(dir)/out") == data)
         }
     }
 
@@ -311,10 +319,14 @@ func peer(_ executable: URL, _ arguments: [String], stdin: String) throws -> (st
     }
 
     @Test func badOptionsAreUsageErrors() throws {
-        for endpoint in ["tls:host:1,pin=sha256:12", "tls:host:1,verify=2", "tls:host:1,color=red", "tls:host:1,key=k"]
-        {
+        for endpoint in [
+            "tls:host:1,pin=sha256:12", "tls:host:1,verify=2", "tls:host:1,color=red", "tls:host:1,key=k",
+            "tls:host:1,key-file=k,cafile=c", "tls:host:1,code=1,key-file=k", "tls:host:1,code=2",
+            "tls-listen:1,code-file=/dev/null",
+        ] {
             let outcome = try sluice(["copy", "/dev/null", endpoint])
             #expect(outcome.status == 64, "\(endpoint): \(outcome.stderrText)")
+            #expect(outcome.stderrLines.count == 1, "\(endpoint): \(outcome.stderrText)")
         }
         let missing = try sluice(["copy", "/dev/null", "tls:127.0.0.1:1,cafile=/nonexistent/ca.pem"])
         #expect(missing.status == 66, "\(missing.stderrText)")

@@ -45,6 +45,27 @@ public enum TLS {
 }
 
 extension TLS {
+    /// Runs the TLS handshake of `pair` (the streams `secure` returned, neither opened yet) on
+    /// `loop`, before the streams are used: `completion` gets nil once the peer has
+    /// authenticated, or why it did not (the connection is closed then). A listener that
+    /// serves only an authenticated client hands on the streams only after this, so a port
+    /// scan or a peer without the key costs it nothing but one log line. Opening a stream of
+    /// the pair afterwards completes at once (`openCompleted`).
+    public static func handshake(
+        _ pair: (ReadStream, WriteStream), on loop: EventLoop, completion: @escaping (SluiceError?) -> Void
+    ) {
+        guard let reader = pair.0 as? TLSReadStream else {
+            return completion(SluiceError(.invalidArgument, operation: "TLS handshake", subject: pair.0.name))
+        }
+        reader.connection.handshake(on: loop, completion: completion)
+    }
+
+    /// Calls off the handshake `handshake(_:on:completion:)` runs for `pair`: its completion
+    /// gets `.cancelled` and the connection is closed. Nothing once the handshake is over.
+    public static func cancelHandshake(_ pair: (ReadStream, WriteStream)) {
+        (pair.0 as? TLSReadStream)?.connection.cancelHandshake()
+    }
+
     /// True while `stream`'s TLS connection, closed, still has ciphertext (its last bytes, the
     /// close_notify) to send: it sends it as the loop runs. A program about to stop its loop
     /// runs it on while this is true, or the peer sees a cut connection.
@@ -128,16 +149,57 @@ final class TLSConnection {
         case .idle:
             break
         }
+        try begin(on: stream.loop)
+        if stream.loop == nil {
+            try finishHandshakePolling()
+            return true
+        }
+        switch state {
+        case .established: return true
+        case .failed(let error): throw error
+        case .idle, .handshaking: return false
+        }
+    }
+
+    /// Called once the handshake that `handshake(on:completion:)` started is over.
+    private var handshakeCompletion: ((SluiceError?) -> Void)?
+
+    /// Runs the handshake on `loop` before either TLS stream is opened: `completion` gets nil
+    /// once the peer is authenticated, or the failure (the socket is closed then). Opening a
+    /// stream afterwards completes at once.
+    func handshake(on loop: EventLoop, completion: @escaping (SluiceError?) -> Void) {
+        guard case .idle = state else {
+            if case .failed(let error) = state { return completion(error) }
+            return completion(nil)
+        }
+        handshakeCompletion = completion
+        do {
+            try begin(on: loop)
+        } catch {
+            // `fail` reported it.
+        }
+    }
+
+    /// Calls off a handshake `handshake(on:completion:)` started (its completion gets
+    /// `.cancelled`, and the socket is closed); nothing once it is over.
+    func cancelHandshake() {
+        fail(SluiceError(.cancelled, operation: "TLS handshake", subject: name))
+    }
+
+    /// Starts the handshake: the engine, the socket's streams (scheduled on `loop`, if any, with
+    /// the handshake's timer), and as much of the handshake as the bytes at hand allow.
+    private func begin(on loop: EventLoop?) throws(SluiceError) {
         state = .handshaking
         do {
             engine = try TLSEngine(context: context, name: name)
         } catch {
-            state = .failed(error)
+            state = .handshaking
+            fail(error)
             throw error
         }
         inner.reader.eventHandler = { [weak self] _, event in self?.innerReaderEvent(event) }
         inner.writer.eventHandler = { [weak self] _, event in self?.innerWriterEvent(event) }
-        if let loop = stream.loop {
+        if let loop {
             scheduleInner(on: loop)
             timer = loop.schedule(after: context.settings.handshakeTimeout) { [weak self] in self?.timedOut() }
         }
@@ -148,16 +210,7 @@ final class TLSConnection {
             fail(error)
             throw error
         }
-        if stream.loop == nil {
-            try finishHandshakePolling()
-            return true
-        }
-        if inner.reader.streamStatus == .open { driveHandshake() }
-        switch state {
-        case .established: return true
-        case .failed(let error): throw error
-        case .idle, .handshaking: return false
-        }
+        if loop != nil && inner.reader.streamStatus == .open { driveHandshake() }
     }
 
     private func scheduleInner(on loop: EventLoop) {
@@ -231,6 +284,9 @@ final class TLSConnection {
         for stream in [reader as ByteStream?, writer] {
             if let stream, stream.streamStatus == .opening { stream.didOpen() }
         }
+        let completion = handshakeCompletion
+        handshakeCompletion = nil
+        completion?(nil)
     }
 
     private func timedOut() {
@@ -260,6 +316,9 @@ final class TLSConnection {
         for stream in [reader as ByteStream?, writer] {
             if let stream, stream.streamStatus == .opening { stream.fail(error) }
         }
+        let completion = handshakeCompletion
+        handshakeCompletion = nil
+        completion?(error)
     }
 
     // MARK: Moving ciphertext

@@ -32,10 +32,14 @@ enum SluiceCommand {
                                    connection
           tls:HOST:PORT[,OPT=VAL...]
                                    connect with TLS 1.3; OPT: cert=, key=, cafile=,
-                                   verify=0|1, name=, pin=sha256:HEX
+                                   verify=0|1, name=, pin=sha256:HEX; or a key for
+                                   both ends: key-file=FILE, code=1 (SLUICE_CODE),
+                                   code-file=FILE
           tls-listen:[HOST:]PORT[,OPT=VAL...]
-                                   listen with TLS 1.3, accept one connection; prints
-                                   its certificate's pin (a throwaway one without cert=)
+                                   listen with TLS 1.3 and serve the first client
+                                   that authenticates (cafile=, pin=, key-file=, or
+                                   code=1: prints a pairing code); others are logged
+                                   and turned away; prints its certificate's pin
         """
 
     static let exitStatusHelp = """

@@ -110,15 +110,20 @@ extension Endpoint {
             do {
                 let context = try tls.makeContext(role: .server, host: nil, operand: description)
                 let listener = try Socket.listen(host: host, port: port)
-                if let pin = context.localPin {
+                if !tls.authenticatesClient {
+                    Terminal.report(
+                        "warning: \(description): any client is served (no cafile=, pin=, key-file= or code=1 "
+                            + "to check it by)")
+                }
+                if let pin = context.localPin, !tls.usesKey {
                     // Listening now. With a throwaway certificate the client needs this to pin it.
                     Terminal.write("pin \(pin)\n", to: 2)
                 }
-                try listener.accept(on: loop, context: context) { input, output, _ in
-                    listener.close()
-                    completion(.success(Self.half(of: (input, output), as: role)))
+                let gate = try AuthenticatingListener(listener: listener, context: context, on: loop, name: description)
+                {
+                    pair in completion(.success(Self.half(of: pair, as: role)))
                 }
-                return { listener.close() }
+                return { gate.cancel() }
             } catch let error as CLIError {
                 completion(.failure(error))
             } catch let error as SluiceError {
@@ -169,6 +174,68 @@ extension Endpoint {
 
 /// Calls off an opening that waits (see `Endpoint.open`).
 typealias CancelOpening = () -> Void
+
+/// A `tls-listen:` endpoint's listener: it accepts connections and runs their handshakes
+/// until one client authenticates, and hands on that one alone. A port scan, a plaintext peer,
+/// a TLS 1.2 client or one with the wrong key ends its own connection with one line on
+/// stderr, and the listener waits on. At most `maxHandshakes` run at once; one more calls
+/// off the oldest.
+final class AuthenticatingListener {
+    static let maxHandshakes = 16
+    private let listener: SocketListener
+    private let context: TLSContext
+    private let loop: EventLoop
+    private let name: String
+    private var handshaking: [Int: (ReadStream, WriteStream)] = [:]
+    private var nextID = 0
+    private var onAuthenticated: (((ReadStream, WriteStream)) -> Void)?
+
+    init(
+        listener: SocketListener, context: TLSContext, on loop: EventLoop, name: String,
+        onAuthenticated: @escaping ((ReadStream, WriteStream)) -> Void
+    ) throws(SluiceError) {
+        self.listener = listener
+        self.context = context
+        self.loop = loop
+        self.name = name
+        self.onAuthenticated = onAuthenticated
+        try listener.accept(on: loop) { [self] input, output, _ in accepted(input, output) }
+    }
+
+    private func accepted(_ input: ReadStream, _ output: WriteStream) {
+        guard onAuthenticated != nil else {
+            input.close()
+            output.close()
+            return
+        }
+        if handshaking.count >= Self.maxHandshakes, let oldest = handshaking.keys.min() {
+            TLS.cancelHandshake(handshaking[oldest]!)
+        }
+        let pair = TLS.secure((input, output), context: context)
+        let id = nextID
+        nextID += 1
+        handshaking[id] = pair
+        TLS.handshake(pair, on: loop) { [self] error in
+            guard let pair = handshaking.removeValue(forKey: id) else { return }
+            if let error {
+                Terminal.report("\(name): \(PeerText.sanitized(error.description))")
+                return
+            }
+            guard let handOn = onAuthenticated else { return TLS.cancelHandshake(pair) }
+            cancel()
+            handOn(pair)
+        }
+    }
+
+    /// Stops listening and calls off the handshakes in progress.
+    func cancel() {
+        onAuthenticated = nil
+        listener.close()
+        let pending = handshaking.values
+        handshaking.removeAll()
+        for pair in pending { TLS.cancelHandshake(pair) }
+    }
+}
 
 extension OpenOptions {
     /// `--timeout` as the library's connect timeout.

@@ -6,7 +6,10 @@ import Sluice
 
 /// The options of a `tls:` or `tls-listen:` endpoint, written after the address as
 /// `,OPTION=VALUE…` in socat's style: `cert=FILE`, `key=FILE`, `cafile=FILE`, `verify=0|1`,
-/// `name=HOST`, `pin=sha256:HEX`.
+/// `name=HOST`, `pin=sha256:HEX`; or, to authenticate both ends by a pre-shared key as `send`
+/// and `receive` do, `key-file=FILE` (made by `sluice keygen`), `code=1` (a listener makes a
+/// pairing code and prints it; a client reads it from `SLUICE_CODE` or the terminal) or
+/// `code-file=FILE` (a client).
 struct TLSEndpointOptions: Hashable, Sendable {
     var certificateFile: String?
     var keyFile: String?
@@ -14,8 +17,20 @@ struct TLSEndpointOptions: Hashable, Sendable {
     var verify = true
     var name: String?
     var pin: TLSPin?
+    /// `key-file=`: the pre-shared key from a key file.
+    var presharedKeyFile: String?
+    /// `code=1`: the pre-shared key from a pairing code.
+    var code = false
+    /// `code-file=`: a client's pairing code, from this file.
+    var codeFile: String?
 
-    static let names = ["cert", "key", "cafile", "verify", "name", "pin"]
+    static let names = ["cert", "key", "cafile", "verify", "name", "pin", "key-file", "code", "code-file"]
+
+    /// Authenticated by a pre-shared key rather than certificates.
+    var usesKey: Bool { presharedKeyFile != nil || code || codeFile != nil }
+
+    /// Whether a listener with these options checks who its client is (a CA, a pin, a key).
+    var authenticatesClient: Bool { usesKey || caFile != nil || pin != nil }
 
     /// Parses the options after the first comma of `operand`.
     init(parsing text: Substring, in operand: String) throws(UsageError) {
@@ -40,12 +55,25 @@ struct TLSEndpointOptions: Hashable, Sendable {
                     throw UsageError("\(operand): pin= takes sha256: and 64 hex digits, not '\(value)'")
                 }
                 self.pin = pin
+            case "key-file": presharedKeyFile = value
+            case "code-file": codeFile = value
+            case "code":
+                guard value == "1" else { throw UsageError("\(operand): code= takes 1") }
+                code = true
             default:
                 throw UsageError(
                     "\(operand): unknown TLS option '\(key)' (options: \(Self.names.joined(separator: ", ")))")
             }
         }
         if keyFile != nil && certificateFile == nil { throw UsageError("\(operand): key= needs cert=") }
+        if [presharedKeyFile != nil, code, codeFile != nil].filter({ $0 }).count > 1 {
+            throw UsageError("\(operand): key-file=, code=1 and code-file= are three ways to give one key: take one")
+        }
+        if usesKey && (certificateFile != nil || caFile != nil || pin != nil || name != nil || !verify) {
+            throw UsageError(
+                "\(operand): with a pre-shared key (key-file=, code=, code-file=) the key alone authenticates "
+                    + "both ends: cert=, cafile=, pin=, name= and verify= do not apply")
+        }
     }
 
     init() {}
@@ -59,6 +87,9 @@ struct TLSEndpointOptions: Hashable, Sendable {
         if !verify { parts.append("verify=0") }
         if let name { parts.append("name=\(name)") }
         if let pin { parts.append("pin=\(pin)") }
+        if let presharedKeyFile { parts.append("key-file=\(presharedKeyFile)") }
+        if code { parts.append("code=1") }
+        if let codeFile { parts.append("code-file=\(codeFile)") }
         return parts.map { "," + $0 }.joined()
     }
 
@@ -72,10 +103,15 @@ struct TLSEndpointOptions: Hashable, Sendable {
         settings.verifiesPeer = verify
         settings.peerName = name ?? (role == .client ? host : nil)
         settings.pin = pin
+        // A listener waits on for an authenticated client: one that does not finish its
+        // handshake soon is not it.
+        if role == .server { settings.handshakeTimeout = .seconds(10) }
         return settings
     }
 
-    /// Makes the context, checking first that the files named exist and can be read (66).
+    /// Makes the context, checking first that the files named exist and can be read (66). With
+    /// `code=1` a listener makes a pairing code and prints it on stderr (`sluice: code: …`), as
+    /// `receive` does; a client reads its code from `code-file=`, `SLUICE_CODE` or the terminal.
     func makeContext(role: TLSRole, host: String?, operand: String) throws(CLIError) -> TLSContext {
         for (option, path) in [("cert", certificateFile), ("key", keyFile), ("cafile", caFile)] {
             guard let path else { continue }
@@ -84,10 +120,33 @@ struct TLSEndpointOptions: Hashable, Sendable {
                 throw CLIError(.noInput, reason.description)
             }
         }
+        var settings = settings(role: role, host: host)
+        if usesKey { settings.preSharedKey = try presharedKey(role: role, operand: operand) }
         do {
-            return try TLSContext(settings(role: role, host: host))
+            return try TLSContext(settings)
         } catch {
             throw CLIError(.usage, "\(operand): \(error.description)")
+        }
+    }
+
+    /// The pre-shared key the options name, for `role`.
+    private func presharedKey(role: TLSRole, operand: String) throws(CLIError) -> PreSharedKey? {
+        if let presharedKeyFile { return try TransferSecurity.senderKey(.keyFile(presharedKeyFile)).get() }
+        switch role {
+        case .server:
+            guard codeFile == nil else {
+                throw CLIError(.usage, "\(operand): code-file= is for tls:; a listener makes the code (code=1)")
+            }
+            let made = try TransferSecurity.receiverKey(.code(file: nil)).get()
+            if let (key, code) = made, let code {
+                Terminal.report("code: \(code)")
+                return key
+            }
+            return made?.0
+        case .client:
+            return try TransferSecurity.senderKey(
+                .code(file: codeFile), for: "copy \(operand)", orGive: "code-file=FILE or key-file=FILE"
+            ).get()
         }
     }
 }

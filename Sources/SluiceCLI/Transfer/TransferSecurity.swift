@@ -12,7 +12,10 @@ enum TransferSecurity {
 
     /// The sender's key: from the key file, or from the code in `--code-file`, `$SLUICE_CODE`,
     /// or typed at the terminal (without echo). Nil for `--insecure`.
-    static func senderKey(_ auth: TransferAuth) -> Result<PreSharedKey?, CLIError> {
+    static func senderKey(
+        _ auth: TransferAuth, for command: String = "send",
+        orGive options: String = "--code-file FILE or --key-file FILE"
+    ) -> Result<PreSharedKey?, CLIError> {
         switch auth {
         case .insecure:
             return .success(nil)
@@ -34,8 +37,8 @@ enum TransferSecurity {
                 return .failure(
                     CLIError(
                         .usage,
-                        "send: no pairing code: set \(codeVariable), or give --code-file FILE or --key-file FILE "
-                            + "(or --insecure on both sides of a trusted link)"))
+                        "\(command): no pairing code: set \(codeVariable), or give \(options)"
+                            + (command == "send" ? " (or --insecure on both sides of a trusted link)" : "")))
             }
             let trimmed = String(text.drop(while: \.isWhitespace).reversed().drop(while: \.isWhitespace).reversed())
             switch PairingCode.parse(trimmed) {
