@@ -126,6 +126,12 @@ final class ReceiveSession: Interruptible {
             listener.close()
             return error
         }
+        if let (_, code) = key, code != nil {
+            // A code serves its transfers, then the next one is printed (with --once the
+            // receiver stops after its transfer instead).
+            receiver.transfersPerKey = options.codeUses
+            receiver.onKeyUsedUp = { [weak self] in self?.nextCode() }
+        }
         let accepted = Result { () throws(SluiceError) in
             if let (psk, _) = key { try receiver.useTLS(preSharedKey: psk) }
             try listener.accept(on: loop) { [weak self] input, output, peer in
@@ -149,6 +155,19 @@ final class ReceiveSession: Interruptible {
         // The code is shown even with --quiet: without it no sender can connect.
         if let code = key?.1 { Terminal.report("code: \(code)") }
         return nil
+    }
+
+    /// The code has served its transfers: a new one, printed as the first was.
+    private func nextCode() -> PreSharedKey? {
+        guard !options.once, status == nil else { return nil }
+        guard case .success(let made) = TransferSecurity.receiverKey(.code(file: nil)), let (key, code) = made,
+            let code
+        else {
+            Terminal.report("warning: no new pairing code (no random bytes): no more transfers are served")
+            return nil
+        }
+        Terminal.report("code: \(code)")
+        return key
     }
 
     private func accepted(_ input: ReadStream, _ output: WriteStream, _ peer: SocketAddress) {

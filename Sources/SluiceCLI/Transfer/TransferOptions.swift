@@ -307,6 +307,8 @@ struct ReceiveOptions: Sendable {
     var directIO = false
     /// Give files the sender's permission bits unmasked (`--keep-modes`).
     var keepModes = false
+    /// Transfers a pairing code serves before a new one is printed (`--code-uses`).
+    var codeUses = 1
 
     static let parser = ArgumentParser([
         OptionSpec(
@@ -347,7 +349,13 @@ struct ReceiveOptions: Sendable {
         OptionSpec(
             "timeout", value: .required("SECONDS"),
             help: "drop a sender silent for SECONDS\n(default \(Int(defaultIdleSeconds)))"),
-        TransferAuth.keyFileOption, TransferAuth.insecureOption, CommonOptions.stats,
+        TransferAuth.keyFileOption, TransferAuth.insecureOption,
+        OptionSpec(
+            "code-uses", value: .required("N"),
+            help:
+                "let a pairing code serve N transfers (default 1),\neach with all its connections; then print a\nnew one"
+        ),
+        CommonOptions.stats,
         OptionSpec(
             "quiet", short: "q", help: "print neither the address nor a line per file;\nonly errors (and --stats)"),
         CommonOptions.help, CommonOptions.version,
@@ -389,6 +397,16 @@ struct ReceiveOptions: Sendable {
         if let seconds = try CommonOptions.timeoutSeconds(parsed) { idleSeconds = seconds }
         stats = try CommonOptions.statsFormat(parsed)
         quiet = parsed.has("quiet")
+        if let option = parsed.last("code-uses") {
+            let text = option.value ?? ""
+            guard let n = Int(text), (1...1_000_000).contains(n) else {
+                throw UsageError("\(option.spelling) '\(text)': must be a number of transfers from 1 to 1000000")
+            }
+            guard case .code = auth else {
+                throw UsageError("\(option.spelling): only with a pairing code (not with --key-file or --insecure)")
+            }
+            codeUses = n
+        }
     }
 
     var libraryOptions: TransferReceiveOptions {

@@ -27,6 +27,8 @@ enum Wire {
 
     /// How the ERROR of a receiver serving all the sessions it allows begins.
     static let busyPrefix = "busy:"
+    /// How the ERROR of a receiver whose pairing code has served its transfers begins.
+    static let expiredPrefix = "code expired:"
     /// The most connections one transfer may use (`streams` capability), and the bytes of a
     /// transfer id.
     static let maxStreams = 64

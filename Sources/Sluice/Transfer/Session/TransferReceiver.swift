@@ -180,6 +180,7 @@ public final class TransferReceiver {
             admissionDeadline: admissionDeadline)
         sessions[id] = session
         addresses[id] = address
+        generationOfSession[id] = keyGeneration
         onEvent?(.sessionStarted(id: id, peer: peer))
         session.start()
         return id
@@ -282,6 +283,68 @@ public final class TransferReceiver {
     /// refused otherwise; set by the first session's first request when `servesOneTransfer`.
     public var onlyTransferOfSession: Int?
 
+    // MARK: Keys that serve a number of transfers
+
+    /// With a key from a one-time pairing code: how many transfers it serves (all their
+    /// connections) before it expires; nil, any number. A session authenticated by it that
+    /// starts one more transfer, or by an expired key, is told so (`code expired: …` in an
+    /// ERROR: its sender exits as for a failed authentication). Once the key has served its
+    /// transfers and they have all ended, `onKeyUsedUp` is called for the next key.
+    public var transfersPerKey: Int?
+    /// Called when the key has served `transfersPerKey` transfers and they have ended: the key
+    /// to serve with from now on (the receiver makes a new TLS context with it), or nil to
+    /// serve none (every session is then told its code has expired).
+    public var onKeyUsedUp: (() -> PreSharedKey?)?
+    /// Bumped each time the key changes; each session is marked with the one it was accepted under.
+    private var keyGeneration = 0
+    private var generationOfSession: [Int: Int] = [:]
+    /// Transfers started with the current key.
+    private var transfersOnKey = 0
+    /// Transfers on the current key not yet over: their first session, and the transfer id of
+    /// those over several connections.
+    private var liveTransfers: [Int: [UInt8]?] = [:]
+    /// The key has served its transfers and no next one came: every session is told so.
+    private var keyRetired = false
+
+    /// Session `id` is about to make its first request (`join`: a JOIN, else it starts a
+    /// transfer of its own): nil when it may, else the reason to turn it away.
+    func claimKey(session id: Int, join: TransferJoin?) -> String? {
+        guard let limit = transfersPerKey else { return nil }
+        guard generationOfSession[id] == keyGeneration, !keyRetired else {
+            return "\(Wire.expiredPrefix) the pairing code this connection used has expired; "
+                + "ask the receiver for its new one"
+        }
+        if let join, join.index > 0 { return nil }
+        guard transfersOnKey < limit else {
+            let served = limit == 1 ? "transfer" : "\(limit) transfers"
+            return "\(Wire.expiredPrefix) this pairing code has served its \(served); ask the receiver for its new one"
+        }
+        transfersOnKey += 1
+        liveTransfers[id] = join?.id
+        return nil
+    }
+
+    /// A session ended: if that ended the last transfer the used-up key served, on to the next.
+    private func settleKey() {
+        for (head, group) in liveTransfers where sessions[head].map({ $0.isEnded }) ?? true {
+            if let group, groups[group] != nil { continue }
+            liveTransfers[head] = nil
+        }
+        guard let limit = transfersPerKey, transfersOnKey >= limit, liveTransfers.isEmpty else { return }
+        keyGeneration += 1
+        transfersOnKey = 0
+        guard let key = onKeyUsedUp?() else {
+            keyRetired = true
+            return
+        }
+        do {
+            try useTLS(preSharedKey: key)
+        } catch {
+            keyRetired = true
+            emit(.warning(sessionID: 0, "no TLS context for the next key: \(error.description)"))
+        }
+    }
+
     /// Session `id` is about to make its first request: whether it must join another's
     /// transfer (claiming the one transfer served if none has been yet).
     func mustJoin(_ id: Int) -> Bool {
@@ -349,6 +412,8 @@ public final class TransferReceiver {
             throttle.recordFailure(address)
         }
         leaveTransfer(report.id)
+        generationOfSession[report.id] = nil
+        settleKey()
         onSessionEnd?(report)
     }
 
@@ -627,7 +692,14 @@ final class ReceiverSession: WireConnectionOwner {
                 perform(machine.violated(reason))
                 return
             case .item(let item, let consumed):
-                if machine.awaitsFirstRequest, let receiver {
+                if machine.awaitsFirstRequest, let receiver, case .frame(let frame) = item {
+                    var join: TransferJoin?
+                    if case .join(let asked) = frame { join = asked }
+                    if frame.type != .error, let refusal = receiver.claimKey(session: id, join: join) {
+                        connection.inbound.consume(consumed)
+                        perform(machine.turnAway(refusal))
+                        return
+                    }
                     machine.settings.mustJoin = receiver.mustJoin(id)
                 }
                 let actions = machine.received(item)

@@ -673,6 +673,9 @@ public final class TransferSender: WireConnectionOwner {
         case .turnedAway(let reason):
             // The receiver's end alone (its machine turns a sender away): not met here.
             error = SluiceError(.unavailable, operation: "send", subject: name, detail: reason)
+        case .peerError(let reason) where reason.hasPrefix(Wire.expiredPrefix):
+            // The key authenticated, but the code it came from has served its transfers.
+            error = SluiceError(.authenticationFailed, operation: "send", subject: name, detail: "receiver: \(reason)")
         case .peerError(let reason) where reason.hasPrefix(Wire.busyPrefix):
             // Serving all the sessions it allows: nothing was refused, try again later.
             error = SluiceError(.unavailable, operation: "send", subject: name, detail: "receiver: \(reason)")
