@@ -190,3 +190,44 @@ func clientContext(_ configure: (inout TLSSettings) -> Void) throws -> TLSContex
         #expect(!plain.received.contains(where: { $0 == UInt8(ascii: "G") }))
     }
 }
+
+/// `TLS.handshake`: a handshake run before the streams are opened (a listener that hands on
+/// only an authenticated client), then the streams used as usual; or called off.
+@Suite(.ownThreads) struct TLSHandshakeFirstTests {
+    @Test func aHandshakeBeforeOpeningThenTheStreamsWork() throws {
+        let loop = try EventLoop()
+        let server = try TLSEchoServer(serverContext(), on: loop)
+        defer { server.listener.close() }
+        let pin = try #require(server.context.localPin)
+        let client = try clientContext { $0.pin = pin }
+        let pair = TLS.secure(Socket.connect(host: "127.0.0.1", port: server.listener.port), context: client)
+        nonisolated(unsafe) var outcome: SluiceError??
+        TLS.handshake(pair, on: loop) { outcome = .some($0) }
+        #expect(runLoop(loop, for: .seconds(10)) { outcome != nil })
+        #expect(outcome == .some(nil), "\(String(describing: outcome))")
+        #expect(pair.0.streamStatus == .notOpen)
+        let payload = randomBytes(200_000, seed: 17)
+        let exchange = SocketExchange(pair, payload: payload)
+        exchange.start(on: loop)
+        #expect(runLoop(loop, for: .seconds(30)) { exchange.done })
+        #expect(exchange.failure == nil)
+        #expect(exchange.received == payload)
+        #expect(exchange.events(of: exchange.input).first == .openCompleted)
+    }
+
+    @Test func aHandshakeCalledOffEndsWithCancelled() throws {
+        let loop = try EventLoop()
+        let listener = try Socket.listen(host: "127.0.0.1", port: 0)
+        defer { listener.close() }
+        // A server that accepts and says nothing: the handshake waits until it is called off.
+        let client = try clientContext { $0.verifiesPeer = false }
+        let pair = TLS.secure(Socket.connect(host: "127.0.0.1", port: listener.port), context: client)
+        nonisolated(unsafe) var outcome: SluiceError??
+        TLS.handshake(pair, on: loop) { outcome = .some($0) }
+        loop.run(for: .milliseconds(50))
+        #expect(outcome == nil)
+        TLS.cancelHandshake(pair)
+        #expect(runLoop(loop, for: .seconds(10)) { outcome != nil })
+        #expect(outcome??.code == .cancelled, "\(String(describing: outcome))")
+    }
+}
