@@ -150,7 +150,7 @@ public final class Pipeline: ByteStreamDelegate {
         /// The full-queue flag: the source was offered bytes with no room to read them into.
         /// Its time is sink-bound time.
         var sourceWaiting = BackpressureFlag()
-        var bucket: TokenBucket?
+        var limiter: RateLimiter?
         var pumping: Bool = false
         var pumpAgain: Bool = false
         /// The result is set: nothing moves any more. (A flag, so the hot path does not copy
@@ -172,7 +172,6 @@ public final class Pipeline: ByteStreamDelegate {
     public var bytesWritten: UInt64 { state.pointee.bytesWritten }
     public var peakInFlightBytes: Int { state.pointee.peakInFlightBytes }
     // Rate limiting at the sink.
-    private var throttleTimer: LoopTimer?
 
     private var loop: EventLoop?
     private var started: UInt64 = 0
@@ -272,7 +271,12 @@ public final class Pipeline: ByteStreamDelegate {
         self.completion = completion
         retainedWhileRunning = self
         started = monotonicNanoseconds()
-        hot.bucket = options.rateLimit.map { TokenBucket(bytesPerSecond: $0, now: started) }
+        hot.limiter = options.rateLimit.map { rate in
+            RateLimiter(bytesPerSecond: rate, now: started, loop: { [weak self] in self?.loop }) { [weak self] in
+                self?.writeSink()
+                self?.pump()
+            }
+        }
         zeroCopy = mayMoveInKernel() ? .undecided : nil
         for driver in drivers {
             driver.attach(to: loop) { [weak self] in self?.pump() }
@@ -330,7 +334,7 @@ public final class Pipeline: ByteStreamDelegate {
         } else if stream === sink {
             switch event {
             case .hasSpaceAvailable:
-                if throttleTimer != nil {
+                if hot.limiter?.isWaiting == true {
                     break  // the rate limit's timer writes next: this wait is the sink's
                 } else if hot.queues[stages.count].hasReady {
                     writeSink()
@@ -412,7 +416,7 @@ public final class Pipeline: ByteStreamDelegate {
         }
         // Nothing between the ends and nothing queued: a sink that copies into memory of its
         // own lends it, and the source is read straight into it.
-        if stages.isEmpty, sinkTaps.isEmpty, hot.bucket == nil, hot.queues[0].isEmpty, sink.streamStatus == .open,
+        if stages.isEmpty, sinkTaps.isEmpty, hot.limiter == nil, hot.queues[0].isEmpty, sink.streamStatus == .open,
             let space = sink.lendSpace(upTo: options.chunkSize.bytes)
         {
             return readIntoSink(space)
@@ -476,15 +480,15 @@ public final class Pipeline: ByteStreamDelegate {
             let chunk = hot.queues[last].front
             let available = chunk.count
             var allowed = available
-            if hot.bucket != nil {
-                allowed = min(allowed, takeTokens(wanted: available))
+            if let limiter = hot.limiter {
+                allowed = min(allowed, limiter.take(wanted: available))
                 if allowed == 0 { return }
             }
             let outcome = sink.tryWrite(from: UnsafeRawBufferPointer(rebasing: chunk.bytes[..<allowed]))
             switch outcome {
             case .processed(let n) where n > 0:
                 for tap in sinkTaps { tap.observe(UnsafeRawBufferPointer(rebasing: chunk.bytes[..<n])) }
-                hot.bucket?.spend(n)
+                hot.limiter?.spend(n)
                 hot.bytesWritten += UInt64(n)
                 hot.queues[last].consumed(n)
                 if chunk.count == 0 {
@@ -504,20 +508,6 @@ public final class Pipeline: ByteStreamDelegate {
         }
     }
 
-    /// How many bytes the rate limit lets through now; when none, a timer writes again later.
-    private func takeTokens(wanted: Int) -> Int {
-        guard let (bytes, wait) = hot.bucket?.allowance(wanted: wanted) else { return wanted }
-        if bytes > 0 { return bytes }
-        guard let loop, throttleTimer == nil else { return 0 }
-        throttleTimer = loop.schedule(after: .nanoseconds(Int64(wait))) { [weak self] in
-            guard let self else { return }
-            self.throttleTimer = nil
-            self.writeSink()
-            self.pump()
-        }
-        return 0
-    }
-
     /// Moves bytes as far as they can go: through the stages, into the sink if the
     /// pending-write flag is set, and out of the source if it is waiting for room.
     private func pump() {
@@ -532,7 +522,7 @@ public final class Pipeline: ByteStreamDelegate {
             for index in stages.indices { runStage(index) }
             guard !hot.isFinished else { return }
             let last = stages.count
-            if hot.pendingWrite.isSet && hot.queues[last].hasReady && throttleTimer == nil {
+            if hot.pendingWrite.isSet && hot.queues[last].hasReady && hot.limiter?.isWaiting != true {
                 hot.pendingWrite.take()
                 writeSink()
             }
@@ -974,8 +964,7 @@ public final class Pipeline: ByteStreamDelegate {
         for driver in drivers {
             if error == nil { driver.noteMoving() } else { driver.cancel() }
         }
-        throttleTimer?.cancel()
-        throttleTimer = nil
+        hot.limiter?.cancel()
         for tap in sourceTaps { tap.finish() }
         for tap in sinkTaps { tap.finish() }
         hot.isFinished = true

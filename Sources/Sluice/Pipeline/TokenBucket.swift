@@ -31,3 +31,49 @@ struct TokenBucket {
         tokens -= Double(n)
     }
 }
+
+/// A rate limit on a loop: the token bucket and the one timer that wakes its writer. A writer
+/// asks `take(wanted:)` before each write and reports what it wrote with `spend`; when nothing
+/// may go now, the limiter schedules `resume` once, after the wait, on the loop's timers.
+final class RateLimiter {
+    private var bucket: TokenBucket
+    private var timer: LoopTimer?
+    private let loop: () -> EventLoop?
+    private let resume: () -> Void
+
+    /// `loop` gives the loop the writer is on now (none: polling, nothing is scheduled);
+    /// `resume` writes again once the wait is over.
+    init(
+        bytesPerSecond: Int, now: UInt64 = monotonicNanoseconds(), loop: @escaping () -> EventLoop?,
+        resume: @escaping () -> Void
+    ) {
+        bucket = TokenBucket(bytesPerSecond: bytesPerSecond, now: now)
+        self.loop = loop
+        self.resume = resume
+    }
+
+    /// True while the writer waits for the timer: a readiness event is not its cue to write.
+    var isWaiting: Bool { timer != nil }
+
+    /// How many of `wanted` bytes may be written now; when none, the timer is set (once).
+    func take(wanted: Int) -> Int {
+        let (bytes, wait) = bucket.allowance(wanted: wanted)
+        if bytes > 0 { return bytes }
+        guard let loop = loop(), timer == nil else { return 0 }
+        timer = loop.schedule(after: .nanoseconds(Int64(wait))) { [weak self] in
+            guard let self else { return }
+            self.timer = nil
+            self.resume()
+        }
+        return 0
+    }
+
+    /// `n` bytes were written.
+    func spend(_ n: Int) { bucket.spend(n) }
+
+    /// The writer is done: no more wake-ups.
+    func cancel() {
+        timer?.cancel()
+        timer = nil
+    }
+}

@@ -67,8 +67,7 @@ final class WireConnection: ByteStreamDelegate {
     private var loop: EventLoop?
 
     private let rateLimit: Int?
-    private var bucket: TokenBucket?
-    private var throttleTimer: LoopTimer?
+    private var limiter: RateLimiter?
 
     init(
         input: ReadStream, output: WriteStream, inboundCapacity: Int, outboundCapacity: Int, rateLimit: Int? = nil
@@ -94,7 +93,9 @@ final class WireConnection: ByteStreamDelegate {
         // delayed ACK: 40 ms at a time on Linux, 90 ms per small file. Set on the socket under
         // a TLS stream too; streams that are not TCP ignore it.
         input.socketNoDelay = true
-        bucket = rateLimit.map { TokenBucket(bytesPerSecond: $0) }
+        limiter = rateLimit.map { rate in
+            RateLimiter(bytesPerSecond: rate, loop: { [weak self] in self?.loop }) { [weak self] in self?.flush() }
+        }
         input.delegate = self
         output.delegate = self
         input.schedule(on: loop)
@@ -228,8 +229,8 @@ final class WireConnection: ByteStreamDelegate {
             if outbound.readableBytes < outbound.capacity / 2 { owner?.wireCanSend(self) }
             guard !isClosed, !outbound.isEmpty else { break }
             var allowed = outbound.readableBytes
-            if bucket != nil {
-                allowed = min(allowed, takeTokens(wanted: allowed))
+            if let limiter {
+                allowed = min(allowed, limiter.take(wanted: allowed))
                 if allowed == 0 { return }
             }
             let slice = UnsafeRawBufferPointer(rebasing: outbound.readable[0..<allowed])
@@ -239,7 +240,7 @@ final class WireConnection: ByteStreamDelegate {
                 outbound.consume(n)
                 bytesWritten += UInt64(n)
                 lastActivity = monotonicNanoseconds()
-                bucket?.spend(n)
+                limiter?.spend(n)
                 writes += 1
                 // Accepted in full: the socket very likely takes more now.
                 if n == allowed && rateLimit == nil { writeOffered.set() }
@@ -258,19 +259,6 @@ final class WireConnection: ByteStreamDelegate {
         }
         if outbound.readableBytes <= pauseReadingAbove { readIfAllowed() }
         if closeWhenFlushed && outbound.isEmpty { finishClosing() }
-    }
-
-    /// How many bytes the rate limit lets through now; when none, a timer flushes again later.
-    private func takeTokens(wanted: Int) -> Int {
-        guard let (bytes, wait) = bucket?.allowance(wanted: wanted) else { return wanted }
-        if bytes > 0 { return bytes }
-        guard let loop, throttleTimer == nil else { return 0 }
-        throttleTimer = loop.schedule(after: .nanoseconds(Int64(wait))) { [weak self] in
-            guard let self else { return }
-            self.throttleTimer = nil
-            self.flush()
-        }
-        return 0
     }
 
     // MARK: Ending
@@ -325,8 +313,7 @@ final class WireConnection: ByteStreamDelegate {
     func close() {
         guard !isClosed else { return }
         isClosed = true
-        throttleTimer?.cancel()
-        throttleTimer = nil
+        limiter?.cancel()
         input.delegate = nil
         output.delegate = nil
         output.close()
