@@ -27,10 +27,14 @@ struct OutgoingEntry {
 /// Turns the sender's sources into the list of entries to send, walking directories: regular
 /// files and directories (empty ones too) are sent, each directory before what it holds;
 /// symbolic links inside a directory, devices, sockets and FIFOs are skipped with a warning.
-/// A path given directly is followed if it is a link, as `scp -r` does.
+/// A path given directly is followed if it is a link, as `scp -r` does. `selection` chooses
+/// among them (`FileSelection`).
 enum SourceTree {
-    static func entries(_ sources: [TransferSource], warn: (String) -> Void) throws(SluiceError) -> [OutgoingEntry] {
+    static func entries(
+        _ sources: [TransferSource], selection: FileSelection = FileSelection(), warn: (String) -> Void
+    ) throws(SluiceError) -> [OutgoingEntry] {
         var out: [OutgoingEntry] = []
+        let walker = Walker(selection: selection)
         for source in sources {
             switch source {
             case .stream(let stream, let name, let mode):
@@ -49,16 +53,58 @@ enum SourceTree {
                 let name = try baseName(path)
                 switch st.st_mode & S_IFMT {
                 case S_IFREG:
-                    out.append(entry(.file(path), name, st))
+                    if walker.takesFile([name], relative: name) { out.append(entry(.file(path), name, st)) }
                 case S_IFDIR:
                     out.append(entry(.directory, name, st))
-                    try walk(path, relative: name, into: &out, warn: warn)
+                    var found: Set<[String]> = []
+                    try walk(path, relative: name, below: [], walker: walker, found: &found, into: &out, warn: warn)
+                    if let missing = walker.listed?.subtracting(found).min(by: { $0.lexicographicallyPrecedes($1) }) {
+                        let listed = path + "/" + missing.joined(separator: "/")
+                        throw SluiceError(.system(.noSuchFile), operation: "stat", subject: listed)
+                    }
                 default:
                     warn("skipping \(quoted(path)): not a regular file or directory")
                 }
             }
         }
         return out
+    }
+
+    /// The selection, prepared for the walk.
+    private struct Walker {
+        let selection: FileSelection
+        /// The listed paths (`only`), and every directory leading to one.
+        let listed: Set<[String]>?
+        let leading: Set<[String]>
+
+        init(selection: FileSelection) {
+            self.selection = selection
+            let listed = selection.only.map { Set($0.map { $0.split(separator: "/").map(String.init) }) }
+            var leading: Set<[String]> = []
+            for path in listed ?? [] where path.count > 1 {
+                for end in 1..<path.count { leading.insert(Array(path[..<end])) }
+            }
+            self.listed = listed
+            self.leading = leading
+        }
+
+        /// What to do with the entry at `below` (components under the directory sent).
+        func decide(_ below: [String], isDirectory: Bool) -> (take: Bool, listed: Bool) {
+            let isListed = listed?.contains(below) ?? false
+            if selection.excludes(below, isDirectory: isDirectory) { return (false, isListed) }
+            guard let listed else { return (true, false) }
+            if isListed { return (true, true) }
+            // Inside a listed directory, or a directory on the way to a listed path.
+            if (1..<max(1, below.count)).contains(where: { listed.contains(Array(below[..<$0])) }) {
+                return (true, false)
+            }
+            return (isDirectory && leading.contains(below), false)
+        }
+
+        /// Whether a file is sent: not excluded, and in the shard.
+        func takesFile(_ below: [String], relative: String) -> Bool {
+            !selection.excludes(below, isDirectory: false) && (selection.shard?.contains(relative) ?? true)
+        }
     }
 
     private static func entry(_ kind: OutgoingEntry.Kind, _ relative: String, _ st: stat) -> OutgoingEntry {
@@ -88,7 +134,8 @@ enum SourceTree {
     }
 
     private static func walk(
-        _ directory: String, relative: String, into out: inout [OutgoingEntry], warn: (String) -> Void
+        _ directory: String, relative: String, below: [String], walker: Walker, found: inout Set<[String]>,
+        into out: inout [OutgoingEntry], warn: (String) -> Void
     )
         throws(SluiceError)
     {
@@ -120,18 +167,27 @@ enum SourceTree {
         for name in names.sorted() {
             let path = directory.hasSuffix("/") ? directory + name : directory + "/" + name
             let childRelative = relative + "/" + name
+            let childBelow = below + [name]
+            var st = stat()
+            try syscallValue("lstat", path) { lstat(path, &st) }
+            let isDirectory = st.st_mode & S_IFMT == S_IFDIR
+            let (take, listed) = walker.decide(childBelow, isDirectory: isDirectory)
+            if listed { found.insert(childBelow) }
+            guard take else { continue }
             if childRelative.utf8.count > Wire.maxPathBytes {
                 warn("skipping \(quoted(path)): path longer than \(Wire.maxPathBytes) bytes")
                 continue
             }
-            var st = stat()
-            try syscallValue("lstat", path) { lstat(path, &st) }
             switch st.st_mode & S_IFMT {
             case S_IFREG:
-                out.append(entry(.file(path), childRelative, st))
+                if walker.selection.shard?.contains(childRelative) ?? true {
+                    out.append(entry(.file(path), childRelative, st))
+                }
             case S_IFDIR:
                 out.append(entry(.directory, childRelative, st))
-                try walk(path, relative: childRelative, into: &out, warn: warn)
+                try walk(
+                    path, relative: childRelative, below: childBelow, walker: walker, found: &found, into: &out,
+                    warn: warn)
             case S_IFLNK:
                 warn("skipping symbolic link \(quoted(path))")
             default:

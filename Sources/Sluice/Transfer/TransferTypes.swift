@@ -80,6 +80,8 @@ public struct TransferSendOptions: Sendable {
     /// Send small files eagerly to a receiver that offers `eager`. Off, the sender speaks as
     /// one published before it; for tests of that.
     var eager = true
+    /// Which files of the sources are sent (all, by default).
+    public var selection = FileSelection()
 
     public init(
         compress: Bool = false, compressionLevel: Int = 6, threads: Int? = nil, chunkSize: ChunkSize = .default,

@@ -93,11 +93,16 @@ final class SendSession: Interruptible {
             self.say("warning: \(PeerText.sanitized(warning))")
         }
         let onResult = { [weak self] (result: TransferFileResult) -> Void in self?.answered(result) }
+        var library = options.libraryOptions
+        switch options.selection() {
+        case .success(let selection): library.selection = selection
+        case .failure(let error): return error
+        }
         var single: TransferSender?
         if options.streams > 1 {
             let created = Result { () throws(SluiceError) in
                 try ParallelTransferSender(
-                    sources: sources, streams: options.streams, options: options.libraryOptions,
+                    sources: sources, streams: options.streams, options: library,
                     warning: listingWarning)
             }
             switch created {
@@ -109,7 +114,7 @@ final class SendSession: Interruptible {
             }
         } else {
             let created = Result { () throws(SluiceError) in
-                try TransferSender(sources: sources, options: options.libraryOptions, warning: listingWarning)
+                try TransferSender(sources: sources, options: library, warning: listingWarning)
             }
             switch created {
             case .success(let made):

@@ -1,5 +1,9 @@
 import Sluice
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// Where `sluice send` connects and where `sluice receive` listens.
 ///
 /// Written `[HOST:]PORT`, `[V6]:PORT`, `tcp:HOST:PORT` or `unix:PATH`. Without a host, a
@@ -186,6 +190,15 @@ struct SendOptions: Sendable {
     var auth = TransferAuth.code(file: nil)
     /// Connections for the transfer (`--streams`); 1 sends over one.
     var streams = 1
+    /// `--exclude` patterns, in order, and `--exclude-from` files.
+    var excludes: [String] = []
+    var excludeFiles: [String] = []
+    /// `--files-from FILE`: the paths below the one directory given to send.
+    var filesFrom: String?
+    /// `-0`: the lists of `--files-from` and `--exclude-from` are NUL-separated.
+    var nulSeparated = false
+    /// `--shard I/N`.
+    var shard: Shard?
 
     static let name = OptionSpec(
         "name", value: .required("NAME"), help: "the name to store standard input under\n(with the path -)")
@@ -214,6 +227,23 @@ struct SendOptions: Sendable {
                 "read the receiver's pairing code from FILE, which\nonly its owner may read (chmod 600; default:\n$SLUICE_CODE, else ask on the terminal)"
         ),
         TransferAuth.keyFileOption, TransferAuth.insecureOption,
+        OptionSpec(
+            "exclude", value: .required("PATTERN"),
+            help:
+                "leave out what PATTERN matches, in gitignore's\nstyle: *, ?, [..] within a name, ** across\n"
+                + "directories, a trailing / for directories only,\na / elsewhere anchors it to the directory sent"),
+        OptionSpec("exclude-from", value: .required("FILE"), help: "the patterns in FILE, one a line (# comments)"),
+        OptionSpec(
+            "files-from", value: .required("FILE"),
+            help:
+                "send only the paths listed in FILE (one a line),\nrelative to the one directory given, with the\n"
+                + "directories leading to them"),
+        OptionSpec("from0", short: "0", help: "the lists of --files-from and --exclude-from\nare NUL-separated"),
+        OptionSpec(
+            "shard", value: .required("I/N"),
+            help:
+                "send only shard I (0 to N-1) of N: the files whose\npath hashes to I, so N runs cover the tree\n"
+                + "exactly once"),
         // Never a secret on the command line: other users can read it. Parsed only to say so.
         OptionSpec("code", value: .optional("[=CODE]"), help: ""),
         CommonOptions.quiet, CommonOptions.help, CommonOptions.version,
@@ -270,6 +300,88 @@ struct SendOptions: Sendable {
             }
             streams = n
         }
+        excludes = parsed.options.filter { $0.key == "exclude" }.compactMap(\.value)
+        excludeFiles = parsed.options.filter { $0.key == "exclude-from" }.compactMap(\.value)
+        nulSeparated = parsed.has("from0")
+        if let option = parsed.last("files-from") {
+            guard paths.count == 1, paths[0] != "-" else {
+                throw UsageError(
+                    "\(option.spelling): give one directory the listed paths are below (\(Self.usage))")
+            }
+            filesFrom = option.value
+        }
+        if let option = parsed.last("shard") {
+            let text = option.value ?? ""
+            guard let shard = Shard(parsing: text) else {
+                throw UsageError("\(option.spelling) '\(text)': must be I/N with I from 0 to N-1, like 0/4")
+            }
+            self.shard = shard
+        }
+    }
+
+    /// The selection the options name, reading the files they name: 66 for a file that cannot
+    /// be read, 64 for a pattern or a listed path that cannot be used.
+    func selection() -> Result<FileSelection, CLIError> {
+        var selection = FileSelection(shard: shard)
+        var patterns = excludes.map { ("--exclude", $0) }
+        for file in excludeFiles {
+            guard let text = Self.readList(file) else {
+                return .failure(CLIError(.noInput, "--exclude-from \(file): \(String(cString: strerror(errno)))"))
+            }
+            patterns += Self.lines(text, nulSeparated: nulSeparated).map { ("--exclude-from \(file)", $0) }
+        }
+        for (source, text) in patterns {
+            do {
+                if let pattern = try ExcludePattern(text) { selection.excludes.append(pattern) }
+            } catch {
+                return .failure(CLIError(.usage, "\(source) '\(text)': \(error.detail ?? error.reason)"))
+            }
+        }
+        if let filesFrom {
+            guard let text = Self.readList(filesFrom) else {
+                return .failure(CLIError(.noInput, "--files-from \(filesFrom): \(String(cString: strerror(errno)))"))
+            }
+            var listed: [String] = []
+            for line in Self.lines(text, nulSeparated: nulSeparated) {
+                var path = Substring(line)
+                while path.hasSuffix("/") { path.removeLast() }
+                while path.hasPrefix("./") { path.removeFirst(2) }
+                let parts = path.split(separator: "/", omittingEmptySubsequences: false)
+                guard !path.isEmpty, !path.hasPrefix("/"), !parts.contains(where: { $0.isEmpty || $0 == ".." }) else {
+                    return .failure(
+                        CLIError(
+                            .usage,
+                            "--files-from \(filesFrom): '\(PeerText.sanitized(line))': a path below the directory "
+                                + "given, without '..'"))
+                }
+                listed.append(parts.filter { $0 != "." }.joined(separator: "/"))
+            }
+            selection.only = listed
+        }
+        return .success(selection)
+    }
+
+    /// The text of a list file (`-` is standard input), or nil with errno set.
+    private static func readList(_ path: String) -> String? {
+        let fd = path == "-" ? dup(0) : open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var data: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 { return nil }
+            if n == 0 { return String(decoding: data, as: UTF8.self) }
+            data += buffer[0..<n]
+        }
+    }
+
+    /// The entries of a list: lines (without a final `\r`), or NUL-separated; no empty ones.
+    private static func lines(_ text: String, nulSeparated: Bool) -> [String] {
+        let separator: Character = nulSeparated ? "\0" : "\n"
+        return text.split(separator: separator).map { line in
+            nulSeparated || !line.hasSuffix("\r") ? String(line) : String(line.dropLast())
+        }.filter { !$0.isEmpty }
     }
 
     /// The most connections `--streams` takes (the protocol's limit).

@@ -95,7 +95,7 @@ public final class ParallelTransferSender: TransferProgressSource {
         self.options = options
         self.streams = streams
         var warnings: [String] = []
-        entries = try SourceTree.entries(sources) { text in
+        entries = try SourceTree.entries(sources, selection: options.selection) { text in
             warnings.append(text)
             warning?(text)
         }

@@ -79,7 +79,7 @@ public final class TransferSender: WireConnectionOwner {
         warning: ((String) -> Void)? = nil
     ) throws(SluiceError) {
         var warnings: [String] = []
-        let entries = try SourceTree.entries(sources) { text in
+        let entries = try SourceTree.entries(sources, selection: options.selection) { text in
             warnings.append(text)
             warning?(text)
         }

@@ -1,0 +1,114 @@
+import Foundation
+import TestThreads
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `send --exclude`, `--exclude-from`, `--files-from` (and `-0`) and `--shard I/N`.
+@Suite(.ownThreads) struct SelectionCommandTests {
+    /// A small tree under `root/src`.
+    func tree(_ root: String) throws {
+        for dir in ["src/a/b", "src/build", "src/.git"] {
+            try FileManager.default.createDirectory(atPath: "\(root)/\(dir)", withIntermediateDirectories: true)
+        }
+        for file in ["src/x.c", "src/x.o", "src/a/y.c", "src/a/b/z.c", "src/a/b/z.o", "src/build/out", "src/TODO"] {
+            try write(Data(file.utf8), to: "\(root)/\(file)")
+        }
+    }
+
+    /// The files under `directory`, relative, sorted.
+    func files(_ directory: String) -> [String] {
+        let enumerator = FileManager.default.enumerator(atPath: directory)
+        var out: [String] = []
+        while let path = enumerator?.nextObject() as? String {
+            var isDirectory: ObjCBool = false
+            if FileManager.default.fileExists(atPath: "\(directory)/\(path)", isDirectory: &isDirectory),
+                !isDirectory.boolValue
+            {
+                out.append(path)
+            }
+        }
+        return out.sorted()
+    }
+
+    func send(_ arguments: [String], into inbox: String) throws -> Outcome {
+        let receiver = try ReceiverProcess(["--insecure", "--dir", inbox, "--once"])
+        let sent = try Running(sluiceBinary, ["send", "--insecure"] + arguments + [try receiver.address()]).wait(
+            within: .seconds(30))
+        _ = receiver.wait()
+        return sent
+    }
+
+    @Test func excludePatternsAndAnExcludeFile() throws {
+        try withTemporaryDirectory { dir in
+            try tree(dir)
+            let inbox = "\(dir)/in"
+            mkdir(inbox, 0o755)
+            try write(Data("# build output\n*.o\nbuild/\n\n".utf8), to: "\(dir)/ignore")
+            let sent = try send(
+                ["--exclude-from", "\(dir)/ignore", "--exclude", ".git", "--exclude", "/TODO", "\(dir)/src"],
+                into: inbox)
+            #expect(sent.status == 0, "\(sent.stderrText)")
+            #expect(files(inbox) == ["src/a/b/z.c", "src/a/y.c", "src/x.c"])
+        }
+    }
+
+    @Test(arguments: [false, true])
+    func filesFromSendsTheListedPathsOnly(nulSeparated: Bool) throws {
+        try withTemporaryDirectory { dir in
+            try tree(dir)
+            let inbox = "\(dir)/in"
+            mkdir(inbox, 0o755)
+            let list = ["a/b/z.c", "./TODO", "build/"]
+            try write(Data(list.joined(separator: nulSeparated ? "\0" : "\n").utf8), to: "\(dir)/list")
+            let sent = try send(
+                ["--files-from", "\(dir)/list", "--exclude", "*.o"] + (nulSeparated ? ["-0"] : []) + ["\(dir)/src"],
+                into: inbox)
+            #expect(sent.status == 0, "\(sent.stderrText)")
+            #expect(files(inbox) == ["src/TODO", "src/a/b/z.c", "src/build/out"])
+        }
+    }
+
+    @Test func shardsCoverTheTreeExactlyOnce() throws {
+        try withTemporaryDirectory { dir in
+            try tree(dir)
+            var all: [String] = []
+            for index in 0..<3 {
+                let inbox = "\(dir)/in\(index)"
+                mkdir(inbox, 0o755)
+                let sent = try send(["--shard", "\(index)/3", "\(dir)/src"], into: inbox)
+                #expect(sent.status == 0, "\(sent.stderrText)")
+                all += files(inbox)
+            }
+            let whole = "\(dir)/whole"
+            mkdir(whole, 0o755)
+            #expect(try send(["\(dir)/src"], into: whole).status == 0)
+            #expect(all.sorted() == files(whole))
+        }
+    }
+
+    @Test func badSelectionsSayWhy() throws {
+        try withTemporaryDirectory { dir in
+            try tree(dir)
+            try write(Data("../etc/passwd\n".utf8), to: "\(dir)/escape")
+            try write(Data("a/nope\n".utf8), to: "\(dir)/missing")
+            let cases: [([String], Int32, String)] = [
+                (["--shard", "3/3", "\(dir)/src"], 64, "I from 0 to N-1"),
+                (["--exclude", "!x.o", "\(dir)/src"], 64, "not supported"),
+                (["--files-from", "\(dir)/escape", "\(dir)/src"], 64, "without '..'"),
+                (["--files-from", "\(dir)/missing", "\(dir)/src"], 66, "nope"),
+                (["--files-from", "\(dir)/nonexistent", "\(dir)/src"], 66, "No such file"),
+                (["--files-from", "\(dir)/missing", "\(dir)/src", "\(dir)/src"], 64, "one directory"),
+                (["--exclude-from", "\(dir)/nonexistent", "\(dir)/src"], 66, "No such file"),
+            ]
+            for (arguments, status, text) in cases {
+                let outcome = try sluice(["send", "--insecure"] + arguments + ["127.0.0.1:1"])
+                #expect(outcome.status == status, "\(arguments): \(outcome.stderrText)")
+                #expect(outcome.stderrText.contains(text), "\(arguments): \(outcome.stderrText)")
+                #expect(outcome.stderrLines.filter { !$0.contains("--insecure") }.count == 1, "\(outcome.stderrText)")
+            }
+        }
+    }
+}
