@@ -46,6 +46,7 @@ public final class AsyncByteWriter: Sendable {
     private let stream: UncheckedBox<WriteStream>
     let bufferLimit: Int
     let name: String
+    let nameIsPath: Bool
 
     /// A writer for `stream`, which it opens if need be; at most `bufferLimit` bytes (default
     /// 4 MiB) are queued before `write` suspends.
@@ -53,6 +54,7 @@ public final class AsyncByteWriter: Sendable {
         self.stream = UncheckedBox(stream)
         self.bufferLimit = Swift.max(1, bufferLimit)
         name = stream.name
+        nameIsPath = stream.nameIsPath
     }
 
     /// Queues `bytes`; suspends while the queue holds `bufferLimit` bytes or more.
@@ -61,7 +63,8 @@ public final class AsyncByteWriter: Sendable {
         let kick = try state.withLock { state throws -> UncheckedBox<WritePump>? in
             if let failure = state.failure { throw failure }
             if state.finishing || state.closed {
-                throw SluiceError(.closed, operation: "write", subject: name, detail: "the writer is finished")
+                throw SluiceError(
+                    .closed, operation: "write", streamName: name, isPath: nameIsPath, detail: "the writer is finished")
             }
             guard !bytes.isEmpty else { return nil }
             state.queue.append(bytes)
@@ -248,7 +251,7 @@ final class WritePump: StreamPump {
     func start() {
         switch adopt() {
         case .error: fail(stream.streamError)
-        case .closed, .atEnd: fail(SluiceError(.closed, operation: "write", subject: stream.name))
+        case .closed, .atEnd: fail(stream.error(.closed, operation: "write"))
         case .notOpen, .opening, .open, .reading, .writing: break
         }
     }
@@ -258,7 +261,7 @@ final class WritePump: StreamPump {
         case .hasSpaceAvailable: drain()
         case .errorOccurred: fail(stream.streamError)
         case .endEncountered:
-            fail(SluiceError(.system(.noSpace), operation: "write", subject: stream.name, detail: "the stream is full"))
+            fail(stream.error(.system(.noSpace), operation: "write", detail: "the stream is full"))
         default: break
         }
     }
@@ -280,8 +283,8 @@ final class WritePump: StreamPump {
                 writer.wrote(n)
             case .processed(0):
                 fail(
-                    SluiceError(
-                        .system(.noSpace), operation: "write", subject: stream.name, detail: "the stream is full"))
+                    stream.error(
+                        .system(.noSpace), operation: "write", detail: "the stream is full"))
                 return
             case .processed:
                 fail(stream.streamError)
@@ -299,6 +302,6 @@ final class WritePump: StreamPump {
     private func fail(_ error: SluiceError?) {
         guard !done else { return }
         shutdown()
-        writer.closed(error: error ?? SluiceError(.system(.ioError), operation: "write", subject: stream.name))
+        writer.closed(error: error ?? stream.error(.system(.ioError), operation: "write"))
     }
 }

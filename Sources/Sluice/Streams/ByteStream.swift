@@ -94,7 +94,14 @@ public class ByteStream: ReadyClient {
     }
     /// Why the last operation failed (set with status `.error`, or by misuse such as reading
     /// a closed stream, which leaves the status as it was).
-    public internal(set) var streamError: SluiceError?
+    public internal(set) var streamError: SluiceError? {
+        didSet {
+            // A file stream's errors name its path, which messages quote however it is spelled.
+            if nameIsPath, streamError?.subject == name, streamError?.subjectIsPath == false {
+                streamError?.subjectIsPath = true
+            }
+        }
+    }
 
     /// The loop the stream is scheduled on, if any.
     public private(set) var loop: EventLoop? {
@@ -148,9 +155,20 @@ public class ByteStream: ReadyClient {
 
     /// What the stream is, for messages: a path, an address, `fd 0`, `memory`.
     public let name: String
+    /// The name is a file's path: errors about the stream quote it (`open "in": …`).
+    public let nameIsPath: Bool
 
-    init(name: String) {
+    init(name: String, nameIsPath: Bool = false) {
         self.name = name
+        self.nameIsPath = nameIsPath
+    }
+
+    /// An error about this stream, for its kinds and for code that reports on its behalf (a
+    /// bridge, a custom driver): its name is the subject, quoted in the message if it is a path.
+    public func error(_ code: SluiceError.Code, operation: String, detail: String? = nil) -> SluiceError {
+        var error = SluiceError(code, operation: operation, subject: name, detail: detail)
+        if nameIsPath { error.subjectIsPath = true }
+        return error
     }
 
     /// A stream dropped without `close()` is closed here, as NSStream closes on dealloc: its
