@@ -255,6 +255,26 @@ import Testing
         #expect(recorder.events == [.errorOccurred])
     }
 
+    /// `stream.delegate = Recorder()`: the delegate is held weakly and freed at once. The first
+    /// event finds it gone and the stream notices (a debug build says so on standard error).
+    @Test func aDelegateFreedAtOnceIsNoticedAtTheFirstEvent() throws {
+        let loop = try EventLoop()
+        let stream = ReadStream.memory([1, 2, 3])
+        stream.delegate = EventRecorder()
+        #expect(stream.delegate == nil)
+        stream.schedule(on: loop)
+        stream.open()
+        #expect(stream.machine.pointee.delegateWasSet)
+        #expect(runLoop(loop) { !stream.machine.pointee.delegateWasSet })
+        stream.close()
+
+        let cleared = ReadStream.memory([1])
+        let recorder = EventRecorder()
+        cleared.delegate = recorder
+        cleared.delegate = nil
+        #expect(!cleared.machine.pointee.delegateWasSet)
+    }
+
     /// A path is quoted whether it is absolute or relative; an address, `fd N` or `memory` is not.
     @Test func errorMessagesQuoteEveryPathAndNothingElse() throws {
         let relative = "sluice-missing-\(getpid())"
