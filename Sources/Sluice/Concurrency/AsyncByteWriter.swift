@@ -57,6 +57,10 @@ public final class AsyncByteWriter: Sendable {
         nameIsPath = stream.nameIsPath
     }
 
+    /// For tests: the bytes queued, and the writes suspended for want of space.
+    var queuedBytes: Int { state.withLock { $0.queuedBytes } }
+    var writesWaitingForSpace: Int { state.withLock { $0.spaceWaiters.count } }
+
     /// Queues `bytes`; suspends while the queue holds `bufferLimit` bytes or more.
     public func write(_ bytes: [UInt8]) async throws {
         try start()
