@@ -40,6 +40,10 @@ let package = Package(
         .executableTarget(name: "AsyncSocketClient", dependencies: ["Sluice"], path: "Examples/AsyncSocketClient"),
         .executableTarget(
             name: "URLSessionUpload", dependencies: ["SluiceFoundation"], path: "Examples/URLSessionUpload"),
+        // The DocC catalogue's code samples, built (and run by the tests) so that none rots.
+        .executableTarget(
+            name: "DocSamples", dependencies: ["Sluice", "SluiceFoundation"], path: "Examples/DocSamples",
+            swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
         .executableTarget(
             name: "sluice-async-bench", dependencies: ["SluiceFoundation"], path: "Benchmarks/AsyncBench"),
         // The tests' own threads for test bodies that block (see Tests/TestThreads).
@@ -48,7 +52,7 @@ let package = Package(
             name: "SluiceTests",
             dependencies: [
                 "Sluice", "SluiceFoundation", "WritingToMemory", "SocketClient", "AsyncWritingToMemory",
-                "AsyncSocketClient", "URLSessionUpload", "TestThreads",
+                "AsyncSocketClient", "URLSessionUpload", "DocSamples", "TestThreads",
             ]),
         .testTarget(name: "SluiceCLITests", dependencies: ["SluiceCLI", "TestThreads"]),
     ],

@@ -215,13 +215,30 @@ extension PieceSource {
 
     @Test func writeSuspendsWhileThereIsNoSpace() async throws {
         nonisolated(unsafe) let (reader, writerEnd) = boundPair(bufferSize: 4096)
+        let pair = try #require(reader as? BoundReadStream).shared
         let writer = AsyncByteWriter(writerEnd, bufferLimit: 8192)
+        let returned = Counter()
         let task = Task {
-            for _ in 0..<64 { try await writer.write([UInt8](repeating: 1, count: 1024)) }
+            for _ in 0..<64 {
+                try await writer.write([UInt8](repeating: 1, count: 1024))
+                returned.value.add(1, ordering: .relaxed)
+            }
             try await writer.finish()
         }
-        // Nobody reads: the writes must stall, with at most buffer + pair buffer queued.
-        try await Task.sleep(for: .milliseconds(50))
+        // Nobody reads: the writes must stall, with at most buffer + pair buffer queued. The stall
+        // is a state to wait for: a write suspended, the writer's queue at its limit, the pair's
+        // buffer full.
+        let pairBytes = { () -> Int in
+            pair.condition.lock()
+            defer { pair.condition.unlock() }
+            return pair.count
+        }
+        #expect(
+            await eventually {
+                writer.writesWaitingForSpace == 1 && writer.queuedBytes == 8192 && pairBytes() == 4096
+            })
+        // Eleven writes returned; the twelfth, whose bytes filled the queue, waits; none beyond.
+        #expect(returned.value.load(ordering: .relaxed) == 11)
         // The blocking reads on a thread of their own: on the task's thread they would hold one
         // of the cooperative pool's threads (two on two cores), which the writing task needs.
         let readerBox = UncheckedBox(reader)

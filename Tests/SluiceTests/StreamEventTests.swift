@@ -255,6 +255,56 @@ import Testing
         #expect(recorder.events == [.errorOccurred])
     }
 
+    /// `stream.delegate = Recorder()`: the delegate is held weakly and freed at once. The first
+    /// event finds it gone and the stream notices (a debug build says so on standard error).
+    @Test func aDelegateFreedAtOnceIsNoticedAtTheFirstEvent() throws {
+        let loop = try EventLoop()
+        let stream = ReadStream.memory([1, 2, 3])
+        stream.delegate = EventRecorder()
+        #expect(stream.delegate == nil)
+        stream.schedule(on: loop)
+        stream.open()
+        #expect(stream.machine.pointee.delegateWasSet)
+        #expect(runLoop(loop) { !stream.machine.pointee.delegateWasSet })
+        stream.close()
+
+        let cleared = ReadStream.memory([1])
+        let recorder = EventRecorder()
+        cleared.delegate = recorder
+        cleared.delegate = nil
+        #expect(!cleared.machine.pointee.delegateWasSet)
+    }
+
+    /// A path is quoted whether it is absolute or relative; an address, `fd N` or `memory` is not.
+    @Test func errorMessagesQuoteEveryPathAndNothingElse() throws {
+        let relative = "sluice-missing-\(getpid())"
+        let missing = ReadStream.file(atPath: relative)
+        missing.open()
+        #expect(missing.streamError?.description == "open \"\(relative)\": No such file or directory (errno 2)")
+        let dotted = WriteStream.file(atPath: "./\(relative)/out")
+        dotted.open()
+        #expect(dotted.streamError?.description == "open \"./\(relative)/out\": No such file or directory (errno 2)")
+
+        var b = [UInt8](repeating: 0, count: 4)
+        let unopened = ReadStream.file(atPath: "in")
+        #expect(b.withUnsafeMutableBytes { unopened.read(into: $0) } == -1)
+        #expect(unopened.streamError?.description == "read \"in\": stream is not open")
+        let named = WriteStream.descriptor(1, path: "out file")
+        #expect(named.write([1], maxLength: 1) == -1)
+        #expect(named.streamError?.description == "write \"out file\": stream is not open")
+        let bare = ReadStream.descriptor(0)
+        #expect(b.withUnsafeMutableBytes { bare.read(into: $0) } == -1)
+        #expect(bare.streamError?.description == "read fd 0: stream is not open")
+
+        #expect(SluiceError(.system(.noSuchFile), operation: "open", path: "in").description.hasPrefix("open \"in\": "))
+        #expect(
+            SluiceError(.refused, operation: "connect", subject: "127.0.0.1:80").description
+                == "connect 127.0.0.1:80: refused")
+        #expect(
+            SluiceError(.corruptData, operation: "inflate", subject: "gzip").description == "inflate gzip: corrupt data"
+        )
+    }
+
     @Test func writingIntoAReadOnlyDirectoryFails() throws {
         try withTemporaryDirectory { dir in
             // root ignores directory modes, so as root use a directory the kernel itself refuses.

@@ -46,6 +46,7 @@ public final class AsyncByteWriter: Sendable {
     private let stream: UncheckedBox<WriteStream>
     let bufferLimit: Int
     let name: String
+    let nameIsPath: Bool
 
     /// A writer for `stream`, which it opens if need be; at most `bufferLimit` bytes (default
     /// 4 MiB) are queued before `write` suspends.
@@ -53,7 +54,12 @@ public final class AsyncByteWriter: Sendable {
         self.stream = UncheckedBox(stream)
         self.bufferLimit = Swift.max(1, bufferLimit)
         name = stream.name
+        nameIsPath = stream.nameIsPath
     }
+
+    /// For tests: the bytes queued, and the writes suspended for want of space.
+    var queuedBytes: Int { state.withLock { $0.queuedBytes } }
+    var writesWaitingForSpace: Int { state.withLock { $0.spaceWaiters.count } }
 
     /// Queues `bytes`; suspends while the queue holds `bufferLimit` bytes or more.
     public func write(_ bytes: [UInt8]) async throws {
@@ -61,7 +67,8 @@ public final class AsyncByteWriter: Sendable {
         let kick = try state.withLock { state throws -> UncheckedBox<WritePump>? in
             if let failure = state.failure { throw failure }
             if state.finishing || state.closed {
-                throw SluiceError(.closed, operation: "write", subject: name, detail: "the writer is finished")
+                throw SluiceError(
+                    .closed, operation: "write", streamName: name, isPath: nameIsPath, detail: "the writer is finished")
             }
             guard !bytes.isEmpty else { return nil }
             state.queue.append(bytes)
@@ -248,7 +255,7 @@ final class WritePump: StreamPump {
     func start() {
         switch adopt() {
         case .error: fail(stream.streamError)
-        case .closed, .atEnd: fail(SluiceError(.closed, operation: "write", subject: stream.name))
+        case .closed, .atEnd: fail(stream.error(.closed, operation: "write"))
         case .notOpen, .opening, .open, .reading, .writing: break
         }
     }
@@ -258,7 +265,7 @@ final class WritePump: StreamPump {
         case .hasSpaceAvailable: drain()
         case .errorOccurred: fail(stream.streamError)
         case .endEncountered:
-            fail(SluiceError(.system(.noSpace), operation: "write", subject: stream.name, detail: "the stream is full"))
+            fail(stream.error(.system(.noSpace), operation: "write", detail: "the stream is full"))
         default: break
         }
     }
@@ -280,8 +287,8 @@ final class WritePump: StreamPump {
                 writer.wrote(n)
             case .processed(0):
                 fail(
-                    SluiceError(
-                        .system(.noSpace), operation: "write", subject: stream.name, detail: "the stream is full"))
+                    stream.error(
+                        .system(.noSpace), operation: "write", detail: "the stream is full"))
                 return
             case .processed:
                 fail(stream.streamError)
@@ -299,6 +306,6 @@ final class WritePump: StreamPump {
     private func fail(_ error: SluiceError?) {
         guard !done else { return }
         shutdown()
-        writer.closed(error: error ?? SluiceError(.system(.ioError), operation: "write", subject: stream.name))
+        writer.closed(error: error ?? stream.error(.system(.ioError), operation: "write"))
     }
 }

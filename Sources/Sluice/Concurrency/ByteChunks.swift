@@ -78,7 +78,8 @@ final class ChunkConsumer: Sendable {
     func next() async throws -> [UInt8]? {
         guard isFirst else {
             throw SluiceError(
-                .invalidArgument, operation: "chunks", subject: core.name, detail: "a second iterator")
+                .invalidArgument, operation: "chunks", streamName: core.name, isPath: core.nameIsPath,
+                detail: "a second iterator")
         }
         return try await core.next()
     }
@@ -112,12 +113,14 @@ final class ChunkReaderCore: Sendable {
     let chunkSize: Int
     let bufferLimit: Int
     let name: String
+    let nameIsPath: Bool
 
     init(stream: UncheckedBox<ReadStream>, chunkSize: Int, bufferLimit: Int) {
         self.stream = stream
         self.chunkSize = chunkSize
         self.bufferLimit = bufferLimit
         name = stream.value.name
+        nameIsPath = stream.value.nameIsPath
     }
 
     func attachConsumer() -> ChunkConsumer {
@@ -169,7 +172,7 @@ final class ChunkReaderCore: Sendable {
                         return (
                             .failure(
                                 SluiceError(
-                                    .invalidArgument, operation: "chunks", subject: name,
+                                    .invalidArgument, operation: "chunks", streamName: name, isPath: nameIsPath,
                                     detail: "next() called from two tasks at once")), nil
                         )
                     }
@@ -294,7 +297,7 @@ final class ChunkPump: StreamPump {
     func start() {
         switch adopt() {
         case .error: finish(error: stream.streamError)
-        case .closed: finish(error: SluiceError(.closed, operation: "chunks", subject: stream.name))
+        case .closed: finish(error: stream.error(.closed, operation: "chunks"))
         case .atEnd: finish(error: nil)
         case .notOpen, .opening, .open, .reading, .writing: break
         }
@@ -375,7 +378,7 @@ final class ChunkPump: StreamPump {
                 return
             case .processed:
                 finish(
-                    error: stream.streamError ?? SluiceError(.system(.ioError), operation: "read", subject: stream.name)
+                    error: stream.streamError ?? stream.error(.system(.ioError), operation: "read")
                 )
                 return
             }

@@ -139,8 +139,8 @@ public final class BridgedOutputStream: OutputStream {
 /// on its loop's thread, while a Foundation stream is read on whatever thread calls it).
 private func bridgeOpen(_ stream: ByteStream, as kind: String) -> SluiceError? {
     guard stream.loop == nil else {
-        return SluiceError(
-            .invalidArgument, operation: "open", subject: stream.name,
+        return stream.error(
+            .invalidArgument, operation: "open",
             detail: "a stream scheduled on a loop cannot be bridged to \(kind)")
     }
     stream.open()
@@ -151,7 +151,7 @@ private func bridgeOpen(_ stream: ByteStream, as kind: String) -> SluiceError? {
 /// stream never opened. Nil when the call may go ahead.
 private func bridgeRefusal(_ stream: ByteStream, _ failure: SluiceError?, _ operation: String) -> SluiceError? {
     if let failure { return failure }
-    if stream.streamStatus == .notOpen { return SluiceError(.notOpen, operation: operation, subject: stream.name) }
+    if stream.streamStatus == .notOpen { return stream.error(.notOpen, operation: operation) }
     return nil
 }
 

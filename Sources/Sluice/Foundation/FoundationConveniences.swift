@@ -6,7 +6,10 @@ import Foundation
 extension Stream {
     /// A bound pair as Foundation streams, as Apple's `getBoundStreams(withBufferSize:…)`:
     /// what is written to `output` is read from `input`, through a buffer of `bufferSize`
-    /// bytes (a full buffer blocks the writer). Each end may be used on its own thread.
+    /// bytes (a full buffer blocks the writer). Each end may be used on its own thread; as
+    /// Foundation's streams are not `Sendable`, hand one over from a `nonisolated(unsafe)`
+    /// constant (`nonisolated(unsafe) let (input, output) = Stream.boundStreams(…)`) and use it
+    /// on that thread alone.
     public static func boundStreams(bufferSize: Int) -> (input: InputStream, output: OutputStream) {
         let (read, write) = boundPair(bufferSize: max(1, bufferSize))
         return (BridgedInputStream(read), BridgedOutputStream(write))

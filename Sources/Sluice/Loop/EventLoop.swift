@@ -81,6 +81,9 @@ public final class EventLoop: @unchecked Sendable {
     /// Streams and other sources that keep `run()` running while scheduled.
     private var activeSources = 0
     private var turns: UInt64 = 0
+    /// Turns of `run`'s loop, all told: a waiting loop takes one per wake-up, a spinning one
+    /// thousands (for tests; read on the loop's thread).
+    private(set) var iterations: UInt64 = 0
 
     /// Creates a loop with the platform's selector (epoll on Linux).
     public init() throws {
@@ -156,6 +159,7 @@ public final class EventLoop: @unchecked Sendable {
         // run is spent as it returns.
         defer { stopRequested.store(false, ordering: .sequentiallyConsistent) }
         while !stopRequested.load(ordering: .sequentiallyConsistent) {
+            iterations &+= 1
             if hasTasks.load(ordering: .acquiring) { runTasks() }
             // The clock is read only when something depends on it.
             var now: UInt64 = 0

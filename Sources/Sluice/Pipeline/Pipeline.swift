@@ -302,9 +302,18 @@ public final class Pipeline: ByteStreamDelegate {
     }
 
     /// Stops the pipeline: both ends are closed and the result carries a `.cancelled` error.
-    /// Call on the loop's thread (from another thread: `loop.execute { pipeline.cancel() }`).
+    /// Call on the loop's thread. From another thread, through the loop: the pipeline is not
+    /// `Sendable`, so the closure given to `execute` captures it as a `nonisolated(unsafe)`
+    /// constant, sound because only the loop's thread runs that closure:
+    ///
+    /// ```swift
+    /// nonisolated(unsafe) let running = pipeline  // touched on the loop's thread only
+    /// let cancel: @Sendable () -> Void = { loop.execute { running.cancel() } }
+    /// ```
+    ///
+    /// From async code, cancel the task that awaits `run()` instead.
     public func cancel() {
-        fail(.sink, SluiceError(.cancelled, operation: "copy", subject: sink.name))
+        fail(.sink, sink.error(.cancelled, operation: "copy"))
     }
 
     // MARK: Events
@@ -327,7 +336,7 @@ public final class Pipeline: ByteStreamDelegate {
             case .errorOccurred:
                 fail(
                     .source,
-                    source.streamError ?? SluiceError(.system(.ioError), operation: "read", subject: source.name))
+                    source.streamError ?? source.error(.system(.ioError), operation: "read"))
             default:
                 break
             }
@@ -343,11 +352,11 @@ public final class Pipeline: ByteStreamDelegate {
                     hot.pendingWrite.set()
                 }
             case .errorOccurred:
-                fail(.sink, sink.streamError ?? SluiceError(.system(.ioError), operation: "write", subject: sink.name))
+                fail(.sink, sink.streamError ?? sink.error(.system(.ioError), operation: "write"))
             case .endEncountered:
                 fail(
                     .sink,
-                    SluiceError(.system(.noSpace), operation: "write", subject: sink.name, detail: "sink is full"))
+                    sink.error(.system(.noSpace), operation: "write", detail: "sink is full"))
             default:
                 break
             }
@@ -437,7 +446,7 @@ public final class Pipeline: ByteStreamDelegate {
             hot.pumpAgain = true
         case .processed:
             recycle(chunk)
-            fail(.source, source.streamError ?? SluiceError(.system(.ioError), operation: "read", subject: source.name))
+            fail(.source, source.streamError ?? source.error(.system(.ioError), operation: "read"))
         case .wouldBlock:
             recycle(chunk)
         }
@@ -464,7 +473,7 @@ public final class Pipeline: ByteStreamDelegate {
             hot.queues[0].producerDone = true
             hot.pumpAgain = true
         case .processed:
-            fail(.source, source.streamError ?? SluiceError(.system(.ioError), operation: "read", subject: source.name))
+            fail(.source, source.streamError ?? source.error(.system(.ioError), operation: "read"))
         case .wouldBlock:
             break
         }
@@ -500,7 +509,7 @@ public final class Pipeline: ByteStreamDelegate {
             case .processed(0):
                 return  // the endEncountered event reports a full fixed-capacity sink
             case .processed:
-                fail(.sink, sink.streamError ?? SluiceError(.system(.ioError), operation: "write", subject: sink.name))
+                fail(.sink, sink.streamError ?? sink.error(.system(.ioError), operation: "write"))
                 return
             case .wouldBlock:
                 return
@@ -922,8 +931,8 @@ public final class Pipeline: ByteStreamDelegate {
                 recycle(chunk)
                 fail(
                     .source,
-                    SluiceError(
-                        .system(.ioError), operation: "read", subject: source.name,
+                    source.error(
+                        .system(.ioError), operation: "read",
                         detail: "the splice pipe came up short"
                     ))
                 return

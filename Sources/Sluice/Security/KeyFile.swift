@@ -15,7 +15,7 @@ public struct KeyFile: Hashable, Sendable {
     public static func generate(atPath path: String) throws(SluiceError) -> KeyFile {
         var bytes = [UInt8](repeating: 0, count: 32)
         guard RAND_bytes(&bytes, 32) == 1 else {
-            throw SluiceError(.system(.ioError), operation: "keygen", subject: path, detail: "no entropy")
+            throw SluiceError(.system(.ioError), operation: "keygen", path: path, detail: "no entropy")
         }
         let text = Array((header + Hex.encode(bytes) + "\n").utf8)
         let fd: Int32
@@ -28,7 +28,7 @@ public struct KeyFile: Hashable, Sendable {
         _ = fchmod(fd, 0o600)
         let written = text.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
         guard written == text.count, fsync(fd) == 0 else {
-            let error = SluiceError(.system(.current), operation: "write", subject: path)
+            let error = SluiceError(.system(.current), operation: "write", path: path)
             unlink(path)
             throw error
         }
@@ -45,16 +45,16 @@ public struct KeyFile: Hashable, Sendable {
         }
         defer { closeDescriptor(fd) }
         var info = stat()
-        guard fstat(fd, &info) == 0 else { throw SluiceError(.system(.current), operation: "stat", subject: path) }
+        guard fstat(fd, &info) == 0 else { throw SluiceError(.system(.current), operation: "stat", path: path) }
         if let open = openToOthers(info.st_mode) {
-            throw SluiceError(.authenticationFailed, operation: "key file", subject: path, detail: open)
+            throw SluiceError(.authenticationFailed, operation: "key file", path: path, detail: open)
         }
         var buffer = [UInt8](repeating: 0, count: 256)
         let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-        guard n >= 0 else { throw SluiceError(.system(.current), operation: "read", subject: path) }
+        guard n >= 0 else { throw SluiceError(.system(.current), operation: "read", path: path) }
         guard let key = parse(String(decoding: buffer[..<n], as: UTF8.self)) else {
             throw SluiceError(
-                .invalidArgument, operation: "key file", subject: path,
+                .invalidArgument, operation: "key file", path: path,
                 detail: "not a sluice key (one line: sluice-key-v1 and 64 hex digits)")
         }
         return key

@@ -55,7 +55,7 @@ extension TLS {
         _ pair: (ReadStream, WriteStream), on loop: EventLoop, completion: @escaping (SluiceError?) -> Void
     ) {
         guard let reader = pair.0 as? TLSReadStream else {
-            return completion(SluiceError(.invalidArgument, operation: "TLS handshake", subject: pair.0.name))
+            return completion(pair.0.error(.invalidArgument, operation: "TLS handshake"))
         }
         reader.connection.handshake(on: loop, completion: completion)
     }

@@ -40,7 +40,7 @@ public final class TLSContext: @unchecked Sendable {
         if settings.usesChainVerification {
             if let caFile = settings.caFile {
                 guard SSL_CTX_load_verify_locations(context, caFile, nil) == 1 else {
-                    throw TLSContext.failure("load CA file", subject: caFile)
+                    throw TLSContext.failure("load CA file", path: caFile)
                 }
             } else if SSL_CTX_set_default_verify_paths(context) != 1 {
                 throw TLSContext.failure("load the system CA store", subject: nil)
@@ -60,14 +60,14 @@ public final class TLSContext: @unchecked Sendable {
     private func loadIdentity() throws(SluiceError) {
         if let file = settings.certificateFile {
             guard SSL_CTX_use_certificate_chain_file(context, file) == 1 else {
-                throw TLSContext.failure("load certificate", subject: file)
+                throw TLSContext.failure("load certificate", path: file)
             }
             let keyFile = settings.keyFile ?? file
             guard SSL_CTX_use_PrivateKey_file(context, keyFile, SSL_FILETYPE_PEM) == 1 else {
-                throw TLSContext.failure("load private key", subject: keyFile)
+                throw TLSContext.failure("load private key", path: keyFile)
             }
             guard SSL_CTX_check_private_key(context) == 1 else {
-                throw TLSContext.failure("match private key", subject: keyFile)
+                throw TLSContext.failure("match private key", path: keyFile)
             }
         } else if settings.role == .server && settings.preSharedKey == nil && settings.generatesThrowawayCertificate {
             var key: OpaquePointer?
@@ -98,6 +98,11 @@ public final class TLSContext: @unchecked Sendable {
     /// An error for a failed OpenSSL call, with OpenSSL's reason.
     static func failure(_ operation: String, subject: String?) -> SluiceError {
         SluiceError(.invalidArgument, operation: operation, subject: subject, detail: openSSLReason())
+    }
+
+    /// The same about a file: its path is quoted in the message.
+    static func failure(_ operation: String, path: String) -> SluiceError {
+        SluiceError(.invalidArgument, operation: operation, path: path, detail: openSSLReason())
     }
 
     /// The reason text of the first error on OpenSSL's queue (which is cleared).

@@ -80,7 +80,7 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
         let capacity = MemoryLayout.size(ofValue: sun.sun_path)
         guard !utf8.isEmpty, utf8.count < capacity, !utf8.contains(0) else {
             throw SluiceError(
-                .invalidArgument, operation: "unix socket", subject: path,
+                .invalidArgument, operation: "unix socket", path: path,
                 detail: "a path must be 1 to \(capacity - 1) bytes")
         }
         withUnsafeMutableBytes(of: &sun.sun_path) { raw in

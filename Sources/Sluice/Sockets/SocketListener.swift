@@ -74,7 +74,7 @@ public final class SocketListener: FDHandler {
             } catch {
                 guard error.caughtErrno == .addressInUse else { throw error }
                 if let why = Self.whyNotStale(path, address) {
-                    throw SluiceError(.system(.addressInUse), operation: "bind", subject: path, detail: why)
+                    throw SluiceError(.system(.addressInUse), operation: "bind", path: path, detail: why)
                 }
                 // A socket file nobody accepts on: left by a listener that died. Replace it.
                 try syscallValue("unlink", path) { unlink(path) }

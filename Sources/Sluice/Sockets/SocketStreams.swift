@@ -136,7 +136,7 @@ final class SocketCore: FDHandler {
     /// The descriptor of a connected socket that is still open, for I/O by `stream`.
     func descriptor(for stream: ByteStream, _ operation: String) throws(SluiceError) -> Int32 {
         guard let channel, !channel.closed else {
-            throw SluiceError(.notOpen, operation: operation, subject: stream.name)
+            throw stream.error(.notOpen, operation: operation)
         }
         return channel.fd
     }
@@ -150,7 +150,7 @@ final class SocketCore: FDHandler {
     func open(_ stream: ByteStream) throws(SluiceError) -> Bool {
         switch state {
         case .connected(let channel):
-            guard !channel.closed else { throw SluiceError(.closed, operation: "open", subject: stream.name) }
+            guard !channel.closed else { throw stream.error(.closed, operation: "open") }
             channel.opened(stream)
             return true
         case .failed(let error):
@@ -362,7 +362,7 @@ final class SocketCore: FDHandler {
             channel.streamClosed(side)
         case .connecting:
             if !streams.contains(where: { $0.streamStatus == .opening }) {
-                abort(SluiceError(.closed, operation: "connect", subject: stream.name))
+                abort(stream.error(.closed, operation: "connect"))
             }
         case .idle, .failed:
             break

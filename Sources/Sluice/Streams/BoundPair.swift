@@ -202,6 +202,12 @@ final class BoundWriteStream: WriteStream {
 /// A connected pair of streams, as `Stream.getBoundStreams(withBufferSize:)`: bytes written to
 /// the write end come out of the read end. The buffer holds at most `bufferSize` bytes, so a
 /// writer stops getting `hasSpaceAvailable` when it is full and gets it again after a read.
+///
+/// Each end may be used on a thread of its own (scheduled on its own loop, or in polling mode,
+/// where `read` and `write` block). The ends come back as one tuple, which Swift 6 treats as one
+/// region: to hand one end to another thread, declare the pair `nonisolated(unsafe)` and use
+/// each end on one thread only — `nonisolated(unsafe) let (reader, writer) = boundPair(…)`,
+/// then `Thread { writer.write(all: bytes); writer.close() }`.
 public func boundPair(bufferSize: Int) -> (ReadStream, WriteStream) {
     precondition(bufferSize > 0, "bound pair buffer size must be positive")
     let shared = BoundBuffer(capacity: bufferSize)

@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// Events a stream reports to its delegate, as NSStream's `NSStreamEvent`.
 public struct StreamEvent: OptionSet, Hashable, Sendable, CustomStringConvertible {
     /// The events as bits.
@@ -77,9 +81,17 @@ public struct StreamPropertyKey: RawRepresentable, Hashable, Sendable {
 public class ByteStream: ReadyClient {
     /// The delegate receives events while the stream is scheduled on a loop. Held weakly, as
     /// NSStream holds its delegate.
+    ///
+    /// - Important: Keep a strong reference to the delegate for as long as the stream runs.
+    ///   `stream.delegate = Printer()` frees the new object at once: the stream's events then go
+    ///   nowhere, nothing reads or closes it, and `loop.run()` never returns. Debug builds say so
+    ///   on standard error at the first event that finds the delegate gone.
     public var delegate: (any ByteStreamDelegate)? {
         get { machine.pointee.delegate }
-        set { machine.pointee.delegate = newValue }
+        set {
+            machine.pointee.delegate = newValue
+            machine.pointee.delegateWasSet = newValue != nil
+        }
     }
     /// The closure alternative to a delegate; called after the delegate, if both are set.
     public var eventHandler: ((ByteStream, StreamEvent) -> Void)? {
@@ -94,7 +106,14 @@ public class ByteStream: ReadyClient {
     }
     /// Why the last operation failed (set with status `.error`, or by misuse such as reading
     /// a closed stream, which leaves the status as it was).
-    public internal(set) var streamError: SluiceError?
+    public internal(set) var streamError: SluiceError? {
+        didSet {
+            // A file stream's errors name its path, which messages quote however it is spelled.
+            if nameIsPath, streamError?.subject == name, streamError?.subjectIsPath == false {
+                streamError?.subjectIsPath = true
+            }
+        }
+    }
 
     /// The loop the stream is scheduled on, if any.
     public private(set) var loop: EventLoop? {
@@ -114,6 +133,8 @@ public class ByteStream: ReadyClient {
         var errorDelivered = false
         var holdsSource = false
         weak var delegate: (any ByteStreamDelegate)?
+        /// A delegate was assigned (and not cleared): finding it gone is the weak-delegate trap.
+        var delegateWasSet = false
         var eventHandler: ((ByteStream, StreamEvent) -> Void)?
         var loop: EventLoop?
         /// Readiness comes from the kernel (epoll) rather than the loop's ready queue.
@@ -148,9 +169,20 @@ public class ByteStream: ReadyClient {
 
     /// What the stream is, for messages: a path, an address, `fd 0`, `memory`.
     public let name: String
+    /// The name is a file's path: errors about the stream quote it (`open "in": …`).
+    public let nameIsPath: Bool
 
-    init(name: String) {
+    init(name: String, nameIsPath: Bool = false) {
         self.name = name
+        self.nameIsPath = nameIsPath
+    }
+
+    /// An error about this stream, for its kinds and for code that reports on its behalf (a
+    /// bridge, a custom driver): its name is the subject, quoted in the message if it is a path.
+    public func error(_ code: SluiceError.Code, operation: String, detail: String? = nil) -> SluiceError {
+        var error = SluiceError(code, operation: operation, subject: name, detail: detail)
+        if nameIsPath { error.subjectIsPath = true }
+        return error
     }
 
     /// A stream dropped without `close()` is closed here, as NSStream closes on dealloc: its
@@ -330,8 +362,27 @@ public class ByteStream: ReadyClient {
 
     @inline(__always)
     private func deliver(_ event: StreamEvent) {
-        machine.pointee.delegate?.stream(self, handle: event)
+        if let delegate = machine.pointee.delegate {
+            delegate.stream(self, handle: event)
+        } else if machine.pointee.delegateWasSet {
+            delegateWasFreed(event)
+        }
         machine.pointee.eventHandler?(self, event)
+    }
+
+    /// The delegate assigned to the stream has been freed (a stream holds it weakly): debug
+    /// builds say so once, since the stream will otherwise sit open and keep `run()` going.
+    private func delegateWasFreed(_ event: StreamEvent) {
+        machine.pointee.delegateWasSet = false
+        #if DEBUG
+            guard machine.pointee.eventHandler == nil else { return }
+            let message =
+                "sluice: warning: the delegate of stream \(nameIsPath ? "\"\(name)\"" : name) was freed before "
+                + "its \(event) event; a stream holds its delegate weakly (as NSStream does): keep a "
+                + "strong reference to it while the stream runs\n"
+            var text = message
+            text.withUTF8 { _ = Glibc.write(2, $0.baseAddress, $0.count) }
+        #endif
     }
 
     /// A scheduled stream keeps its loop running while it can still deliver events.

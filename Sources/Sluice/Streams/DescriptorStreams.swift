@@ -25,15 +25,15 @@ final class DescriptorReadStream: ReadStream {
         self.path = path
         self.offset = offset
         self.ownsGivenFD = true
-        super.init(name: path)
+        super.init(name: path, nameIsPath: true)
     }
 
-    init(fd: Int32, ownsDescriptor: Bool, name: String? = nil) {
+    init(fd: Int32, ownsDescriptor: Bool, name: String? = nil, nameIsPath: Bool = false) {
         path = nil
         offset = 0
         givenFD = fd
         ownsGivenFD = ownsDescriptor
-        super.init(name: name ?? "fd \(fd)")
+        super.init(name: name ?? "fd \(fd)", nameIsPath: nameIsPath && name != nil)
     }
 
     /// For socket pairs: a reader over a channel shared with a writer.
@@ -55,10 +55,10 @@ final class DescriptorReadStream: ReadStream {
                 var st = stat()
                 if fstat(fd, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR {
                     closeDescriptor(fd)
-                    throw SluiceError(.system(.isDirectory), operation: "open", subject: path)
+                    throw SluiceError(.system(.isDirectory), operation: "open", path: path)
                 }
                 if offset > 0 && lseek(fd, off_t(offset), SEEK_SET) < 0 {
-                    let error = SluiceError(.system(.current), operation: "lseek", subject: path)
+                    let error = SluiceError(.system(.current), operation: "lseek", path: path)
                     closeDescriptor(fd)
                     throw error
                 }
@@ -148,16 +148,16 @@ final class DescriptorWriteStream: WriteStream {
         self.mode = mode
         self.permissions = permissions
         ownsGivenFD = true
-        super.init(name: path)
+        super.init(name: path, nameIsPath: true)
     }
 
-    init(fd: Int32, ownsDescriptor: Bool, name: String? = nil) {
+    init(fd: Int32, ownsDescriptor: Bool, name: String? = nil, nameIsPath: Bool = false) {
         path = nil
         mode = .append
         permissions = 0
         givenFD = fd
         ownsGivenFD = ownsDescriptor
-        super.init(name: name ?? "fd \(fd)")
+        super.init(name: name ?? "fd \(fd)", nameIsPath: nameIsPath && name != nil)
     }
 
     init(channel: DescriptorChannel, name: String) {
@@ -288,6 +288,12 @@ extension ReadStream {
         DescriptorReadStream(fd: fd, ownsDescriptor: closeWhenDone, name: name)
     }
 
+    /// A stream reading descriptor `fd`, open on the file at `path`: the stream is named by
+    /// the path, which its errors quote (`read "in": …`).
+    public static func descriptor(_ fd: Int32, closeWhenDone: Bool = false, path: String) -> ReadStream {
+        DescriptorReadStream(fd: fd, ownsDescriptor: closeWhenDone, name: path, nameIsPath: true)
+    }
+
     /// A stream reading standard input. Closing it leaves fd 0 open.
     public static var standardInput: ReadStream { DescriptorReadStream(fd: 0, ownsDescriptor: false, name: "stdin") }
 }
@@ -305,6 +311,12 @@ extension WriteStream {
     /// A stream writing descriptor `fd`. With `closeWhenDone` the stream closes `fd` when it closes.
     public static func descriptor(_ fd: Int32, closeWhenDone: Bool = false, name: String? = nil) -> WriteStream {
         DescriptorWriteStream(fd: fd, ownsDescriptor: closeWhenDone, name: name)
+    }
+
+    /// A stream writing descriptor `fd`, open on the file at `path`: the stream is named by
+    /// the path, which its errors quote (`write "out": …`).
+    public static func descriptor(_ fd: Int32, closeWhenDone: Bool = false, path: String) -> WriteStream {
+        DescriptorWriteStream(fd: fd, ownsDescriptor: closeWhenDone, name: path, nameIsPath: true)
     }
 
     /// A stream writing standard output. Closing it leaves fd 1 open.

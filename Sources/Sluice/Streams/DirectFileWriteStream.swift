@@ -31,7 +31,7 @@
 ///
 /// ```swift
 /// let fd = open("out.bin", O_WRONLY | O_CREAT | O_TRUNC, 0o644)
-/// let sink = DirectFileWriteStream(fd: fd, closeWhenDone: true, name: "out.bin")
+/// let sink = DirectFileWriteStream(fd: fd, closeWhenDone: true, path: "out.bin")
 /// let result = try await Pipeline(source: .file(atPath: "in.bin"), sink: sink).run()
 /// try sink.finishWriting()  // the tail's write error, if any (the pipeline closed the sink)
 /// ```
@@ -75,12 +75,18 @@ public final class DirectFileWriteStream: WriteStream {
         self.init(fd: fd, closeWhenDone: closeWhenDone, name: name, direct: true)
     }
 
-    init(fd: Int32, closeWhenDone: Bool, name: String?, direct: Bool) {
+    /// A stream writing the regular file at `path`, open on `fd`, as `init(fd:closeWhenDone:name:)`;
+    /// the stream is named by the path, which its errors quote (`write "out.bin": …`).
+    public convenience init(fd: Int32, closeWhenDone: Bool = false, path: String) {
+        self.init(fd: fd, closeWhenDone: closeWhenDone, name: path, direct: true, nameIsPath: true)
+    }
+
+    init(fd: Int32, closeWhenDone: Bool, name: String?, direct: Bool, nameIsPath: Bool = false) {
         self.fd = fd
         ownsDescriptor = closeWhenDone
         tryDirect = direct
         buffer = .allocate(byteCount: Self.bufferSize, alignment: WriteTarget.directAlignment)
-        super.init(name: name ?? "fd \(fd)")
+        super.init(name: name ?? "fd \(fd)", nameIsPath: nameIsPath && name != nil)
     }
 
     deinit {

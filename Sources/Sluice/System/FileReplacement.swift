@@ -53,7 +53,7 @@ public enum FileReplacement {
             // A directory appeared at the name meanwhile (EISDIR), or the old file cannot be
             // removed: put both back and refuse.
             renameat2(directory, temporary, directory, name, UInt32(RENAME_EXCHANGE))
-            throw SluiceError(.system(error), operation: "unlink", subject: display, detail: "the replaced file")
+            throw SluiceError(.system(error), operation: "unlink", path: display, detail: "the replaced file")
         }
         let error = Errno.current
         // EINVAL/ENOTSUP: this file system cannot exchange; ENOENT: nothing (left) to replace.
@@ -61,7 +61,7 @@ public enum FileReplacement {
             error == .invalidArgument || error == .noSuchFile || error.rawValue == ENOSYS
                 || error.rawValue == EOPNOTSUPP
         else {
-            throw SluiceError(.system(error), operation: "rename", subject: display)
+            throw SluiceError(.system(error), operation: "rename", path: display)
         }
         try syscallValue("rename", display) { renameat(directory, temporary, directory, name) }
         return .renamed

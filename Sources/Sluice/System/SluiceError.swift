@@ -1,6 +1,8 @@
 /// The error every part of sluice reports: what was attempted, on what, and why.
 ///
-/// Renders as one line, e.g. `open "/tmp/x": No such file or directory (errno 2)`.
+/// Renders as one line, e.g. `open "/tmp/x": No such file or directory (errno 2)`. A subject
+/// that is a file's path is always quoted, relative or not (`open "in": …`), so that spaces and
+/// odd names stay visible; an address, `fd 3`, `memory` or a stage's name is not.
 public struct SluiceError: Error, Hashable, Sendable, CustomStringConvertible {
     /// Why an operation failed.
     public enum Code: Hashable, Sendable {
@@ -43,13 +45,34 @@ public struct SluiceError: Error, Hashable, Sendable, CustomStringConvertible {
     public var subject: String?
     /// Extra human-readable detail.
     public var detail: String?
+    /// Whether `subject` is a file's path, which `description` quotes.
+    public var subjectIsPath: Bool
 
-    /// An error: `code` for `operation` on `subject`, with optional `detail`.
+    /// An error: `code` for `operation` on `subject`, with optional `detail`. A subject that
+    /// looks like a path (it starts with `/` or `.`, or holds a `/`) counts as one; for any other
+    /// path, use `init(_:operation:path:detail:)`.
     public init(_ code: Code, operation: String, subject: String? = nil, detail: String? = nil) {
         self.code = code
         self.operation = operation
         self.subject = subject
         self.detail = detail
+        subjectIsPath = subject.map { $0.hasPrefix("/") || $0.hasPrefix(".") || $0.contains("/") } ?? false
+    }
+
+    /// An error: `code` for `operation` on the file at `path` (quoted in `description`), with
+    /// optional `detail`.
+    public init(_ code: Code, operation: String, path: String, detail: String? = nil) {
+        self.code = code
+        self.operation = operation
+        subject = path
+        self.detail = detail
+        subjectIsPath = true
+    }
+
+    /// An error about a stream's `name`, which `isPath` says is a file's path.
+    init(_ code: Code, operation: String, streamName name: String, isPath: Bool, detail: String? = nil) {
+        self.init(code, operation: operation, subject: name, detail: detail)
+        if isPath { subjectIsPath = true }
     }
 
     /// The errno, when the kernel reported the failure.
@@ -81,19 +104,10 @@ public struct SluiceError: Error, Hashable, Sendable, CustomStringConvertible {
         return "\(base): \(detail)"
     }
 
-    /// One line: `operation "subject": reason`.
+    /// One line: `operation "path": reason`, or `operation subject: reason` for a subject that
+    /// is not a path.
     public var description: String {
         guard let subject else { return "\(operation): \(reason)" }
-        return "\(operation) \(subject.quotedIfPath): \(reason)"
-    }
-}
-
-extension String {
-    /// Paths are quoted in messages so spaces stay visible; addresses and fds are not.
-    fileprivate var quotedIfPath: String {
-        if hasPrefix("/") || hasPrefix(".") || contains(" ") {
-            return "\"\(self)\""
-        }
-        return self
+        return subjectIsPath ? "\(operation) \"\(subject)\": \(reason)" : "\(operation) \(subject): \(reason)"
     }
 }

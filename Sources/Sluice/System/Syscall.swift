@@ -69,7 +69,7 @@ func openFile(_ path: String, flags: Int32, permissions: mode_t) -> Result<Int32
         let fd = Glibc.open(path, flags, permissions)
         if fd >= 0 { return .success(fd) }
         if errno == EINTR { continue }
-        return .failure(SluiceError(.system(.current), operation: "open", subject: path))
+        return .failure(SluiceError(.system(.current), operation: "open", path: path))
     }
 }
 

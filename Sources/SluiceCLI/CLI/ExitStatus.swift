@@ -125,7 +125,9 @@ extension CLIError {
     /// argument reads as its detail: `chunk size '511': must be 512 to 4M …`.
     static func message(for error: SluiceError) -> String {
         if error.code == .invalidArgument, let detail = error.detail {
-            if let subject = error.subject { return "\(error.operation) \(subject): \(detail)" }
+            if let subject = error.subject {
+                return "\(error.operation) \(error.subjectIsPath ? "\"\(subject)\"" : subject): \(detail)"
+            }
             return "\(error.operation): \(detail)"
         }
         return error.description

@@ -58,7 +58,7 @@ final class DestinationFile {
                 return (path, append ? .append : .viaTemporary(replacing: false))
             }
             throw CLIError(
-                SluiceError(.system(error), operation: "create", subject: path), during: .creatingDestination)
+                SluiceError(.system(error), operation: "create", path: path), during: .creatingDestination)
         }
         switch info.st_mode & S_IFMT {
         case S_IFDIR:
@@ -93,8 +93,8 @@ final class DestinationFile {
             temporaryPath = temporary
             stream =
                 direct
-                ? DirectFileWriteStream(fd: fd, closeWhenDone: true, name: requestedPath)
-                : .descriptor(fd, closeWhenDone: true, name: requestedPath)
+                ? DirectFileWriteStream(fd: fd, closeWhenDone: true, path: requestedPath)
+                : .descriptor(fd, closeWhenDone: true, path: requestedPath)
         case .append where direct:
             // Exclusively first, to know whether a failed copy leaves a file of its own (removed
             // by `discard()`, as the buffered stream's pipeline removes the file it created).
@@ -103,24 +103,24 @@ final class DestinationFile {
             if fd < 0 && Errno.current == .fileExists { fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC) }
             guard fd >= 0 else {
                 throw CLIError(
-                    SluiceError(.system(.current), operation: "open", subject: requestedPath),
+                    SluiceError(.system(.current), operation: "open", path: requestedPath),
                     during: .creatingDestination)
             }
             // Created or not, appending is in place; a regular file (not a FIFO) is written direct.
             stream =
                 Self.isRegularFile(fd)
-                ? DirectFileWriteStream(fd: fd, closeWhenDone: true, name: requestedPath)
-                : .descriptor(fd, closeWhenDone: true, name: requestedPath)
+                ? DirectFileWriteStream(fd: fd, closeWhenDone: true, path: requestedPath)
+                : .descriptor(fd, closeWhenDone: true, path: requestedPath)
         case .append:
             stream = .file(atPath: path, mode: .append, permissions: 0o666)
         case .inPlace:
             let fd = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY)
             guard fd >= 0 else {
                 throw CLIError(
-                    SluiceError(.system(.current), operation: "open", subject: requestedPath),
+                    SluiceError(.system(.current), operation: "open", path: requestedPath),
                     during: .creatingDestination)
             }
-            stream = .descriptor(fd, closeWhenDone: true, name: requestedPath)
+            stream = .descriptor(fd, closeWhenDone: true, path: requestedPath)
         }
     }
 
@@ -145,11 +145,11 @@ final class DestinationFile {
             let error = Errno.current
             if error == .fileExists || error == .interrupted { continue }
             throw CLIError(
-                SluiceError(.system(error), operation: "create", subject: displayName), during: .creatingDestination)
+                SluiceError(.system(error), operation: "create", path: displayName), during: .creatingDestination)
         }
         throw CLIError(
             SluiceError(
-                .system(.fileExists), operation: "create", subject: displayName, detail: "no free temporary name"),
+                .system(.fileExists), operation: "create", path: displayName, detail: "no free temporary name"),
             during: .creatingDestination)
     }
 
@@ -215,7 +215,7 @@ final class DestinationFile {
 
     private func failure(_ operation: String, _ error: Errno) -> CLIError {
         discard()
-        return CLIError(SluiceError(.system(error), operation: operation, subject: path), during: .creatingDestination)
+        return CLIError(SluiceError(.system(error), operation: operation, path: path), during: .creatingDestination)
     }
 
     /// Removes the temporary file, if any (or the file `--append --direct` created). Idempotent.

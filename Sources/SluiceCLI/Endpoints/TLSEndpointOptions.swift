@@ -116,7 +116,7 @@ struct TLSEndpointOptions: Hashable, Sendable {
         for (option, path) in [("cert", certificateFile), ("key", keyFile), ("cafile", caFile)] {
             guard let path else { continue }
             if access(path, R_OK) != 0 {
-                let reason = SluiceError(.system(.current), operation: "\(option)=", subject: path)
+                let reason = SluiceError(.system(.current), operation: "\(option)=", path: path)
                 throw CLIError(.noInput, reason.description)
             }
         }
