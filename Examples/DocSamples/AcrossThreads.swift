@@ -6,13 +6,16 @@ import Sluice
 
 enum AcrossThreads {
     static func makeTheStreamWhereItIsUsed() {
+        let done = DispatchSemaphore(value: 0)  // not in the page: the run waits for the thread
         let path = "/etc/passwd"
         let reader = Thread {
             // Made, read and dropped on this thread: only the path crossed.
             let bytes = (try? ReadStream.file(atPath: path).readToEnd())?.count ?? 0
             print("\(bytes) bytes")
+            done.signal()
         }
         reader.start()
+        done.wait()
     }
 
     static func cancelAPipelineFromAnotherThread() throws {

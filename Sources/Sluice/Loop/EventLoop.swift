@@ -84,6 +84,9 @@ public final class EventLoop: @unchecked Sendable {
     /// Turns of `run`'s loop, all told: a waiting loop takes one per wake-up, a spinning one
     /// thousands (for tests; read on the loop's thread).
     private(set) var iterations: UInt64 = 0
+    /// The thread running `run` now (its `pthread_self`), 0 when none: what
+    /// `preconditionInLoop` compares with.
+    private let runner = Atomic<UInt>(0)
 
     /// Creates a loop with the platform's selector (epoll on Linux).
     public init() throws {
@@ -127,6 +130,22 @@ public final class EventLoop: @unchecked Sendable {
         run(until: ContinuousClock.now.advanced(by: duration))
     }
 
+    /// Traps, in a debug build, when called on a thread other than the one running the loop
+    /// (while one runs): for what is bound to the loop — its timers and descriptors, and the
+    /// streams scheduled on it — which another thread reaches only through `execute`. A release
+    /// build checks nothing.
+    public func preconditionInLoop(
+        _ what: @autoclosure () -> String = "this", file: StaticString = #fileID, line: UInt = #line
+    ) {
+        #if DEBUG
+            let thread = runner.load(ordering: .relaxed)
+            precondition(
+                thread == 0 || thread == UInt(pthread_self()),
+                "\(what()) used off the thread running its event loop (hand it over with execute)", file: file,
+                line: line)
+        #endif
+    }
+
     /// Asks `run` to return after the current turn. Any thread.
     ///
     /// Each call ends exactly one `run`: the one in progress, or, when none is running, the
@@ -155,6 +174,8 @@ public final class EventLoop: @unchecked Sendable {
 
     @discardableResult
     private func runLoop(deadline: UInt64?) -> Bool {
+        let outer = runner.exchange(UInt(pthread_self()), ordering: .sequentiallyConsistent)
+        defer { runner.store(outer, ordering: .sequentiallyConsistent) }
         // A `stop()` made before this `run` is honoured (not cleared here); the one that ends a
         // run is spent as it returns.
         defer { stopRequested.store(false, ordering: .sequentiallyConsistent) }
@@ -265,6 +286,7 @@ public final class EventLoop: @unchecked Sendable {
 
     /// Starts watching `fd` with `interest`; throws EPERM for descriptors epoll cannot watch.
     func watch(fd: Int32, interest: Interest, handler: FDHandler) throws(SluiceError) {
+        preconditionInLoop("EventLoop.\(#function)")
         let index = Int(fd)
         if index >= handlers.count {
             let n = max(index + 1, handlers.count * 2, 64)
@@ -302,6 +324,7 @@ public final class EventLoop: @unchecked Sendable {
 
     /// Stops watching `fd`. Call before closing it.
     func unwatch(fd: Int32) {
+        preconditionInLoop("EventLoop.\(#function)")
         let index = Int(fd)
         guard index < handlers.count, handlers[index] != nil else { return }
         selector.deregister(fd: fd)
@@ -316,6 +339,7 @@ public final class EventLoop: @unchecked Sendable {
     /// Times are on the monotonic clock. Call on the loop's thread.
     @discardableResult
     public func schedule(after delay: Duration, repeating: Duration? = nil, _ body: @escaping () -> Void) -> LoopTimer {
+        preconditionInLoop("EventLoop.\(#function)")
         let timer = LoopTimer(
             deadline: monotonicNanoseconds() + delay.nanoseconds,
             interval: repeating.map { max(1, $0.nanoseconds) },

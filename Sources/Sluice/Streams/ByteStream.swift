@@ -235,6 +235,7 @@ public class ByteStream: ReadyClient {
 
     /// Closes the stream. Idempotent; no events are delivered after it.
     public func close() {
+        loop?.preconditionInLoop("\(name): close")
         guard streamStatus != .closed else { return }
         let wasOpen = streamStatus != .notOpen
         if let loop { detach(from: loop) }

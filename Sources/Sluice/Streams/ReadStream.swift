@@ -33,6 +33,7 @@ public class ReadStream: ByteStream {
     /// Reads without blocking: `.wouldBlock` when nothing is ready, `.processed(0)` at end,
     /// `.processed(-1)` on error. Re-arms `hasBytesAvailable` either way.
     public func tryRead(into buffer: UnsafeMutableRawBufferPointer) -> IOResult<Int> {
+        loop?.preconditionInLoop("\(name): read")
         switch streamStatus {
         case .open: break
         case .atEnd: return .processed(0)
@@ -176,6 +177,7 @@ public class WriteStream: ByteStream {
     /// Writes without blocking: `.wouldBlock` when no space, `.processed(-1)` on error.
     /// Re-arms `hasSpaceAvailable` either way.
     public func tryWrite(from buffer: UnsafeRawBufferPointer) -> IOResult<Int> {
+        loop?.preconditionInLoop("\(name): write")
         switch streamStatus {
         case .open: break
         case .atEnd: return .processed(0)
