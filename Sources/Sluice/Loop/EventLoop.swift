@@ -22,7 +22,9 @@ protocol ReadyClient: AnyObject {
 public final class LoopTimer {
     fileprivate var deadline: UInt64
     fileprivate let interval: UInt64?
-    fileprivate let body: () -> Void
+    /// Dropped once the timer is cancelled or has fired for good: what it captured (a
+    /// connection, say) is not held while the timer waits in the heap.
+    fileprivate var body: (() -> Void)?
     fileprivate var cancelled = false
     fileprivate weak var loop: EventLoop?
 
@@ -36,6 +38,7 @@ public final class LoopTimer {
     public func cancel() {
         guard !cancelled else { return }
         cancelled = true
+        body = nil
         loop?.timerCancelled()
     }
 
@@ -352,14 +355,16 @@ public final class EventLoop: @unchecked Sendable {
         while let first = timers.first, first.cancelled || first.deadline <= now {
             let timer = popTimer()
             if timer.cancelled { continue }
+            let body = timer.body
             if let interval = timer.interval {
                 timer.deadline = max(timer.deadline + interval, now)
                 pushTimer(timer)
             } else {
                 timer.cancelled = true
+                timer.body = nil
                 liveTimers -= 1
             }
-            timer.body()
+            body?()
         }
     }
 
