@@ -264,4 +264,29 @@ import Testing
             fromReceiver.close()
         }
     }
+
+    /// Fuzz/Corpus/tls/raw-client-hello: a real ClientHello with the key, then the peer hangs
+    /// up. Once the server had picked the pre-shared key, OpenSSL's verify result was the PSK
+    /// session's placeholder ("unspecified"), and the failure read "certificate not trusted"
+    /// (in a receiver's log, about a handshake where no certificate is used): it is a peer
+    /// that closed during the handshake.
+    @Test func aClientThatHangsUpAfterItsHelloIsNotACertificateFailure() throws {
+        let key = try #require(PreSharedKey(key: [UInt8](repeating: 7, count: 32)))
+        var settings = TLSSettings(role: .server)
+        settings.preSharedKey = key
+        let server = try TLSEngine(context: TLSContext(settings), name: "stranger")
+        settings.role = .client
+        let client = try TLSEngine(context: TLSContext(settings), name: "receiver")
+        #expect(client.handshake() == .wantInput)
+        let hello = Array(client.output())
+        #expect(hello.withUnsafeBytes { server.feed($0) } == hello.count)
+        #expect(server.handshake() == .wantInput)
+        server.endInput()
+        guard case .failed(let error) = server.handshake() else {
+            Issue.record("the handshake did not fail")
+            return
+        }
+        #expect(error.code == .protocolViolation, "\(error)")
+        #expect(!"\(error)".contains("certificate"), "\(error)")
+    }
 }
