@@ -144,6 +144,11 @@ final class Harness {
 }
 
 nonisolated(unsafe) let harness = Harness()
+// The scratch directory goes when libFuzzer exits (after a finding too, but not after a crash).
+atexit {
+    harness.sweep()
+    rmdir(harness.directory)
+}
 
 /// The client end of the connection: what it writes to the receiver and reads back.
 class Client {
