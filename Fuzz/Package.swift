@@ -26,6 +26,7 @@ let package = Package(
         fuzzTarget("FuzzReceiver"),
         fuzzTarget("FuzzSender"),
         fuzzTarget("FuzzParsers"),
+        fuzzTarget("FuzzTLSReceiver"),
         // Writes the seed corpora (make-seeds.sh); built without sanitizers.
         .executableTarget(name: "MakeSeeds", dependencies: ["FuzzSupport", sluice]),
     ],

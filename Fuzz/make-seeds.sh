@@ -8,7 +8,11 @@
 #              partial files' range lists;
 #   frames/, receiver/, sender/
 #              valid transfer sessions, both ways, encoded with the protocol's own encoder
-#              (MakeSeeds).
+#              (MakeSeeds);
+#   tls/       what reaches a receiver over TLS: nothing, plaintext, an HTTP request, real
+#              ClientHellos (whole, cut, with a wrong key, followed by records), a TLS 1.2
+#              ClientHello; and a real client's sessions with the key, with a wrong one, and
+#              with its stream edited (MakeSeeds, with the target's keys).
 set -euo pipefail
 cd "$(dirname "$0")"
 fuzz=$PWD
@@ -24,6 +28,7 @@ seeds=$fuzz/.build/seeds/release/MakeSeeds
 
 rm -rf "$corpus"
 "$seeds" sessions "$corpus"
+"$seeds" tls "$corpus/tls"
 
 # Inputs for the compressed streams: text, and bytes that do not compress (stored blocks).
 raw=$work/raw

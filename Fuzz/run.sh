@@ -2,8 +2,8 @@
 # Fuzz/run.sh [TARGET] [SECONDS]
 #
 # Builds the libFuzzer targets (this package, with -sanitize=fuzzer,address) and runs each for
-# SECONDS (default 30): TARGET is inflate, frames, receiver, sender or parsers (default: all
-# five). First every input in Regressions/TARGET is replayed, then libFuzzer starts from a
+# SECONDS (default 30): TARGET is inflate, frames, receiver, sender, parsers or tls (default:
+# all six). First every input in Regressions/TARGET is replayed, then libFuzzer starts from a
 # scratch copy of Corpus/TARGET (the repository's corpus is never modified). Exits 1 on any
 # finding and says where the input that caused it was saved; to keep it, copy it to
 # Regressions/TARGET and add a regression test in Tests/SluiceTests.
@@ -16,15 +16,15 @@ cd "$(dirname "$0")"
 fuzz=$PWD
 
 usage() {
-    echo "usage: Fuzz/run.sh [inflate|frames|receiver|sender|parsers|all] [SECONDS]" >&2
+    echo "usage: Fuzz/run.sh [inflate|frames|receiver|sender|parsers|tls|all] [SECONDS]" >&2
     exit 64
 }
 target=${1:-all}
 seconds=${2:-30}
 [[ $seconds =~ ^[1-9][0-9]*$ ]] || usage
 case $target in
-    all) targets=(inflate frames receiver sender parsers) ;;
-    inflate | frames | receiver | sender | parsers) targets=("$target") ;;
+    all) targets=(inflate frames receiver sender parsers tls) ;;
+    inflate | frames | receiver | sender | parsers | tls) targets=("$target") ;;
     *) usage ;;
 esac
 product() {
@@ -34,6 +34,7 @@ product() {
         receiver) echo FuzzReceiver ;;
         sender) echo FuzzSender ;;
         parsers) echo FuzzParsers ;;
+        tls) echo FuzzTLSReceiver ;;
     esac
 }
 

@@ -46,6 +46,54 @@ private func descriptorTarget(_ fd: Int32) -> String? {
         #expect(Duration.seconds(Int64.max).nanoseconds == .max)
     }
 
+    /// Timers cancelled long before their deadlines (a connection's idle, handshake and
+    /// admission timers when it ends at once) are dropped with what their closures hold, not
+    /// kept until the deadline; the others still fire in order. (Seen through the tls fuzz
+    /// target: every connection it made left its cancelled timers in the heap, and a session
+    /// that ended gracefully stayed alive for 5 s through its cancelled closing timer.)
+    @Test func cancelledTimersAreReleasedBeforeTheirDeadlines() throws {
+        final class Captured {}
+        let loop = try EventLoop()
+        // At once, what its closure holds.
+        weak var single: Captured?
+        do {
+            let captured = Captured()
+            single = captured
+            loop.schedule(after: .seconds(300)) { _ = captured }.cancel()
+        }
+        #expect(single == nil)
+        // Fired, likewise.
+        weak var fired: Captured?
+        do {
+            let captured = Captured()
+            fired = captured
+            loop.schedule(after: .milliseconds(1)) { _ = captured }
+        }
+        loop.run()
+        #expect(fired == nil)
+        // Swept from the heap, once most of it is cancelled.
+        weak var first: Captured?
+        for i in 0..<1000 {
+            let captured = Captured()
+            if i == 0 { first = captured }
+            loop.schedule(after: .seconds(300)) { _ = captured }.cancel()
+        }
+        #expect(first == nil)
+        #expect(loop.timersHeld < 64)
+
+        var order: [Int] = []
+        var timers: [LoopTimer] = []
+        for i in 0..<200 {
+            let due = 1 + i * 37 % 50
+            timers.append(loop.schedule(after: .milliseconds(due)) { order.append(due) })
+        }
+        for (i, timer) in timers.enumerated() where i % 3 != 2 { timer.cancel() }
+        #expect(loop.timersHeld < 200)
+        loop.run()
+        #expect(order.count == 66)
+        #expect(order == order.sorted())
+    }
+
     @Test func oneShotAndRepeatingTimersFireInOrder() throws {
         let loop = try EventLoop()
         var fired: [String] = []

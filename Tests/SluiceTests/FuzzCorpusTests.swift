@@ -39,6 +39,34 @@ import Testing
         }
     }
 
+    /// The tls target's seeds: raw bytes (control byte 0) whose ClientHellos are whole
+    /// handshake records, and a real client's sessions (no edits) whose plaintext is a whole
+    /// session of the protocol.
+    @Test func tlsSeedsAreWhatTheyClaim() throws {
+        let seeds = try Self.seeds("tls")
+        #expect(seeds.count >= 10)
+        for (name, payload) in seeds {
+            let control = try #require(payload.first, "tls/\(name)")
+            let rest = Array(payload.dropFirst())
+            if name.hasPrefix("raw-client-hello") || name == "raw-tls12-client-hello" {
+                #expect(control == 0, "tls/\(name)")
+                #expect(rest.starts(with: [0x16, 0x03, 0x01]), "tls/\(name)")
+                let length = rest.count >= 5 ? Int(rest[3]) << 8 | Int(rest[4]) : 0
+                if name.hasSuffix("truncated") {
+                    #expect(rest.count < 5 + length, "tls/\(name)")
+                } else {
+                    #expect(rest.count >= 5 + length && rest[5] == 0x01, "tls/\(name): not a ClientHello")
+                }
+            }
+            if name.hasPrefix("client-") && name != "client-http" {
+                #expect(control & 3 != 0 && control >> 4 & 3 == 0, "tls/\(name)")
+                let decoded = decode(rest, cuts: [], direction: .toReceiver)
+                #expect(decoded.first == .magic, "tls/\(name)")
+                #expect(decoded.last == .frame(.bye), "tls/\(name) does not end with BYE")
+            }
+        }
+    }
+
     @Test func inflateSeedsAreRealStreams() throws {
         let seeds = try Self.seeds("inflate")
         #expect(seeds.count >= 10)

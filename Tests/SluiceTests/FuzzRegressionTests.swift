@@ -228,4 +228,65 @@ import Testing
             #expect(error?.code == .corruptData, "pieces \(piece), output \(outputSize): \(String(describing: error))")
         }
     }
+
+    /// Fuzz/Regressions/tls/wrong-magic-after-handshake: a client with the key whose plaintext
+    /// is a wrong magic. The session ends on the violation gracefully, and while it drains
+    /// what the peer still sends, a 5 s timer stands ready to cut a peer that never closes;
+    /// the peer's close cancels it. The cancelled timer still held its closure, and through
+    /// it the connection, its streams and the loop, until its deadline: every such session
+    /// outlived its close by 5 s, and a loop dropped meanwhile leaked. (The same in
+    /// plaintext, here over bound pairs; where, too, the peer's close went unnoticed while
+    /// draining, since a bound pair reports its end without a read, and the session waited
+    /// for that timer.)
+    @Test func aSessionEndedOnAViolationLeavesNothingOnItsLoop() throws {
+        try withTemporaryDirectory { directory in
+            let receiver = try TransferReceiver(directory: directory)
+            var report: TransferSessionReport?
+            receiver.onSessionEnd = { report = $0 }
+            let (input, toReceiver) = boundPair(bufferSize: 4096)
+            let (fromReceiver, output) = boundPair(bufferSize: 4096)
+            toReceiver.open()
+            fromReceiver.open()
+            weak var weakLoop: EventLoop?
+            do {
+                let loop = try EventLoop()
+                weakLoop = loop
+                receiver.serve(input: input, output: output, peer: "stranger", on: loop)
+                let magic = Array("SLUICu\r\n".utf8)
+                #expect(magic.withUnsafeBufferPointer { toReceiver.write($0.baseAddress!, maxLength: $0.count) } == 8)
+                #expect(runLoop(loop) { report != nil })
+                #expect(report?.error?.code == .protocolViolation)
+                toReceiver.close()
+                // At once: not when the 5 s timer that cuts a peer that never closes comes round.
+                #expect(runLoop(loop, for: .seconds(2)) { input.streamStatus == .closed })
+            }
+            #expect(weakLoop == nil, "the closed session's loop is still held")
+            fromReceiver.close()
+        }
+    }
+
+    /// Fuzz/Corpus/tls/raw-client-hello: a real ClientHello with the key, then the peer hangs
+    /// up. Once the server had picked the pre-shared key, OpenSSL's verify result was the PSK
+    /// session's placeholder ("unspecified"), and the failure read "certificate not trusted"
+    /// (in a receiver's log, about a handshake where no certificate is used): it is a peer
+    /// that closed during the handshake.
+    @Test func aClientThatHangsUpAfterItsHelloIsNotACertificateFailure() throws {
+        let key = try #require(PreSharedKey(key: [UInt8](repeating: 7, count: 32)))
+        var settings = TLSSettings(role: .server)
+        settings.preSharedKey = key
+        let server = try TLSEngine(context: TLSContext(settings), name: "stranger")
+        settings.role = .client
+        let client = try TLSEngine(context: TLSContext(settings), name: "receiver")
+        #expect(client.handshake() == .wantInput)
+        let hello = Array(client.output())
+        #expect(hello.withUnsafeBytes { server.feed($0) } == hello.count)
+        #expect(server.handshake() == .wantInput)
+        server.endInput()
+        guard case .failed(let error) = server.handshake() else {
+            Issue.record("the handshake did not fail")
+            return
+        }
+        #expect(error.code == .protocolViolation, "\(error)")
+        #expect(!"\(error)".contains("certificate"), "\(error)")
+    }
 }

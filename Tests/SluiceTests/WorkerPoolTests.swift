@@ -35,6 +35,28 @@ struct WorkerPoolTests {
         #expect(pool.outstandingJobs == 0)
     }
 
+    /// The queue kept each job it had handed out until 64 had gone by: while the pool then
+    /// waited, what the last jobs captured stayed alive (a receiver's closed sessions, with
+    /// their buffers and TLS engines). Seen through the tls fuzz target's leak check.
+    @Test("A finished job lets go of what it captured while the pool waits")
+    func finishedJobReleasesItsCaptures() {
+        final class Captured: Sendable {}
+        let pool = WorkerPool(threads: 1)
+        weak var held: Captured?
+        let ran = DispatchSemaphore(value: 0)
+        for _ in 0..<3 {
+            let captured = Captured()
+            held = captured
+            pool.submit {
+                _ = captured
+                ran.signal()
+            }
+            ran.wait()
+        }
+        #expect(waitUntil { held == nil })
+        pool.shutdown()
+    }
+
     @Test("A job's result comes back on the loop's thread, and the loop never waits for it")
     func completesOnLoop() throws {
         let pool = WorkerPool(threads: 1)

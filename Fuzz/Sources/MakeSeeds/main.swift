@@ -1,9 +1,11 @@
 // Writes the fuzz targets' seed corpora: valid sessions of the transfer protocol, encoded with
 // the protocol's own encoder, for FuzzFrames, FuzzReceiver and FuzzSender; and the compressed files that
-// `Fuzz/make-seeds.sh` made with gzip and pigz, each behind a seed byte, for FuzzInflate.
+// `Fuzz/make-seeds.sh` made with gzip and pigz, each behind a seed byte, for FuzzInflate; and
+// what strangers and senders send to a receiver over TLS, for FuzzTLSReceiver.
 //
 //     MakeSeeds sessions CORPUS_DIR          (writes CORPUS_DIR/frames, receiver, sender)
 //     MakeSeeds inflate OUT_DIR FILE...
+//     MakeSeeds tls OUT_DIR
 import Foundation
 import FuzzSupport
 
@@ -294,6 +296,84 @@ func answerSessions() -> [(String, [UInt8])] {
     return sessions.map { name, frames in (name, frames.reduce(Wire.magic) { $0 + $1.encoded }) }
 }
 
+/// The first flight of a client holding `key`: its ClientHello (with a new random and key share
+/// each time it is made).
+func clientHello(_ key: PreSharedKey) -> [UInt8] {
+    var settings = TLSSettings(role: .client)
+    settings.preSharedKey = key
+    guard let context = try? TLSContext(settings), let engine = try? TLSEngine(context: context, name: "seed"),
+        engine.handshake() == .wantInput
+    else { fatalError("MakeSeeds: no ClientHello") }
+    return Array(engine.output())
+}
+
+/// A TLS 1.2 ClientHello (ECDHE-RSA with AES-GCM, no TLS 1.3 extension), as an old client
+/// sends: the receiver, TLS 1.3 only, must refuse it.
+func tls12ClientHello() -> [UInt8] {
+    func length16(_ bytes: [UInt8]) -> [UInt8] { [UInt8(bytes.count >> 8), UInt8(bytes.count & 0xff)] + bytes }
+    let extensions =
+        [0x00, 0x0a] + length16(length16([0x00, 0x17, 0x00, 0x18]))  // supported_groups
+        + [0x00, 0x0b] + length16([0x01, 0x00])  // ec_point_formats
+        + [0x00, 0x0d] + length16(length16([0x04, 0x01, 0x05, 0x01]))  // signature_algorithms
+    let body: [UInt8] =
+        [0x03, 0x03] + (0..<32).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 5) } + [0x00]
+        + length16([0xc0, 0x2f, 0xc0, 0x30, 0x00, 0x9c]) + [0x01, 0x00] + length16(extensions)
+    let handshake: [UInt8] = [0x01, 0x00] + length16(body)
+    return [0x16, 0x03, 0x01] + length16(handshake)
+}
+
+/// FuzzTLSReceiver's seeds (after the seed byte), by name: a control byte, then raw bytes, or a
+/// client's edits and plaintext (see that target).
+func tlsSeeds() -> [(String, [UInt8])] {
+    let hello = clientHello(FuzzKeys.receiver)
+    let plaintext = Dictionary(uniqueKeysWithValues: sessions())
+    let http = Array("GET / HTTP/1.1\r\nHost: receiver\r\n\r\n".utf8)
+    // After the ClientHello: a ChangeCipherSpec and an application data record of garbage.
+    let records: [UInt8] =
+        [0x14, 0x03, 0x03, 0x00, 0x01, 0x01, 0x17, 0x03, 0x03, 0x00, 0x28] + (0..<40).map { UInt8($0) }
+    let raw: UInt8 = 0
+    let client: UInt8 = 0x01
+    let wrongKey: UInt8 = 0x04
+    let closeNotify: UInt8 = 0x08
+    func edits(_ list: [[UInt8]]) -> [UInt8] { list.flatMap { $0 } }
+    func offset(_ value: Int) -> [UInt8] { [UInt8(value >> 8), UInt8(value & 0xff)] }
+    // The client's second flight starts after its ClientHello (a ChangeCipherSpec, then the
+    // encrypted Finished).
+    let second = hello.count
+    return [
+        ("raw-empty", [raw]),
+        ("raw-plaintext-session", [raw] + plaintext["one-file"]!),
+        ("raw-http", [raw] + http),
+        ("raw-client-hello", [raw] + hello),
+        ("raw-client-hello-truncated", [raw] + hello.prefix(hello.count / 2)),
+        ("raw-client-hello-wrong-key", [raw] + clientHello(FuzzKeys.wrong)),
+        ("raw-client-hello-then-records", [raw] + hello + records),
+        ("raw-tls12-client-hello", [raw] + tls12ClientHello()),
+        ("client-empty", [client | closeNotify] + plaintext["empty"]!),
+        ("client-one-file", [client | closeNotify] + plaintext["one-file"]!),
+        ("client-tree", [client | closeNotify] + plaintext["tree"]!),
+        ("client-compressed-cut", [client] + plaintext["compressed"]!),
+        ("client-http", [client | closeNotify] + http),
+        ("client-wrong-key", [client | wrongKey | closeNotify] + plaintext["one-file"]!),
+        // One edit each: kind (0 insert, 1 overwrite, 2 cut), offset, length, bytes.
+        ("edit-record-before-hello", [client | 1 << 4] + edits([[0] + offset(0) + [5, 0x16, 0x03, 0x01, 0x00, 0x00]])),
+        ("edit-hello-overwritten", [client | 1 << 4] + edits([[1] + offset(0x40) + [2, 0xff, 0xff]])),
+        ("edit-hello-cut", [client | 1 << 4] + edits([[2] + offset(hello.count / 2) + [0]])),
+        ("edit-finished-cut", [client | 1 << 4] + edits([[2] + offset(second + 6) + [0]])),
+        (
+            "edit-finished-overwritten",
+            [client | closeNotify | 1 << 4] + edits([[1] + offset(second + 6 + 8) + [1, 0x00]]) + plaintext["empty"]!
+        ),
+        (
+            "edit-two",
+            [client | closeNotify | 2 << 4] + edits([[0] + offset(second) + [6, 0x14, 0x03, 0x03, 0x00, 0x01, 0x01]])
+                + edits([[1] + offset(1) + [2, 0x03, 0x03]]) + plaintext["one-file"]!
+        ),
+        // The record's length made larger than what follows: the client stalls mid-record.
+        ("edit-record-length-stall", [client | 1 << 4] + edits([[1] + offset(3) + [2, 0x03, 0x03]])),
+    ]
+}
+
 func write(_ bytes: [UInt8], to path: String) {
     guard FileManager.default.createFile(atPath: path, contents: Data(bytes)) else {
         fatalError("MakeSeeds: cannot write \(path)")
@@ -355,7 +435,12 @@ case "inflate" where arguments.count > 3:
         let auto = FuzzInput.seedByte(count: bytes.count + 1) { $0.below(8) < 5 }
         write([auto] + bytes, to: out + "/" + (path as NSString).lastPathComponent)
     }
+case "tls":
+    let out = arguments[2]
+    makeDirectory(out)
+    // The seed byte only picks the pieces the client's bytes are written in.
+    for (name, payload) in tlsSeeds() { write([0] + payload, to: "\(out)/\(name)") }
 default:
-    print("usage: MakeSeeds sessions CORPUS_DIR | MakeSeeds inflate OUT_DIR FILE...")
+    print("usage: MakeSeeds sessions CORPUS_DIR | MakeSeeds inflate OUT_DIR FILE... | MakeSeeds tls OUT_DIR")
     exit(64)
 }

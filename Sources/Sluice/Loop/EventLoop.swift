@@ -22,7 +22,9 @@ protocol ReadyClient: AnyObject {
 public final class LoopTimer {
     fileprivate var deadline: UInt64
     fileprivate let interval: UInt64?
-    fileprivate let body: () -> Void
+    /// Dropped once the timer is cancelled or has fired for good: what it captured (a
+    /// connection, say) is not held while the timer waits in the heap.
+    fileprivate var body: (() -> Void)?
     fileprivate var cancelled = false
     fileprivate weak var loop: EventLoop?
 
@@ -36,6 +38,7 @@ public final class LoopTimer {
     public func cancel() {
         guard !cancelled else { return }
         cancelled = true
+        body = nil
         loop?.timerCancelled()
     }
 
@@ -353,7 +356,23 @@ public final class EventLoop: @unchecked Sendable {
 
     fileprivate func timerCancelled() {
         liveTimers -= 1
+        // A cancelled timer waits in the heap until it reaches the top, holding its closure and
+        // what that captures. Connections that end long before their timeouts (a port scan, a
+        // failed handshake: idle, handshake and admission timers of seconds or minutes) would
+        // pile them up for that long; once most of the heap is cancelled, it is swept.
+        if timers.count >= 64 && timers.count > 2 * liveTimers { sweepCancelledTimers() }
     }
+
+    /// Drops the cancelled timers from the heap and restores its order (in linear time: the
+    /// sweep runs once the heap has doubled past the live timers, so each cancel costs O(1)
+    /// amortised).
+    private func sweepCancelledTimers() {
+        timers.removeAll { $0.cancelled }
+        for i in stride(from: timers.count / 2 - 1, through: 0, by: -1) { siftDown(i) }
+    }
+
+    /// Timers in the heap, cancelled ones included (for tests).
+    var timersHeld: Int { timers.count }
 
     private func nextTimerDeadline() -> UInt64? {
         while let first = timers.first, first.cancelled { _ = popTimer() }
@@ -364,14 +383,16 @@ public final class EventLoop: @unchecked Sendable {
         while let first = timers.first, first.cancelled || first.deadline <= now {
             let timer = popTimer()
             if timer.cancelled { continue }
+            let body = timer.body
             if let interval = timer.interval {
                 timer.deadline = max(timer.deadline + interval, now)
                 pushTimer(timer)
             } else {
                 timer.cancelled = true
+                timer.body = nil
                 liveTimers -= 1
             }
-            timer.body()
+            body?()
         }
     }
 
@@ -391,19 +412,23 @@ public final class EventLoop: @unchecked Sendable {
         let last = timers.removeLast()
         if !timers.isEmpty {
             timers[0] = last
-            var i = 0
-            while true {
-                let l = 2 * i + 1
-                let r = l + 1
-                var smallest = i
-                if l < timers.count && timers[l].deadline < timers[smallest].deadline { smallest = l }
-                if r < timers.count && timers[r].deadline < timers[smallest].deadline { smallest = r }
-                if smallest == i { break }
-                timers.swapAt(i, smallest)
-                i = smallest
-            }
+            siftDown(0)
         }
         return top
+    }
+
+    private func siftDown(_ start: Int) {
+        var i = start
+        while true {
+            let l = 2 * i + 1
+            let r = l + 1
+            var smallest = i
+            if l < timers.count && timers[l].deadline < timers[smallest].deadline { smallest = l }
+            if r < timers.count && timers[r].deadline < timers[smallest].deadline { smallest = r }
+            if smallest == i { break }
+            timers.swapAt(i, smallest)
+            i = smallest
+        }
     }
 }
 

@@ -278,7 +278,9 @@ final class TLSEngine {
                 .authenticationFailed, operation: operation, subject: name,
                 detail: "the peer showed a certificate instead of using the pre-shared key")
         }
-        if handshaking && verify != X509_V_OK, let text = X509_verify_cert_error_string(verify) {
+        // With a pre-shared key no certificate is checked, and the verify result is the PSK
+        // session's placeholder (OpenSSL's "unspecified"), not a verdict on anything.
+        if handshaking && !usesKey && verify != X509_V_OK, let text = X509_verify_cert_error_string(verify) {
             return SluiceError(
                 .authenticationFailed, operation: operation, subject: name,
                 detail: "certificate not trusted: \(String(cString: text))")

@@ -42,8 +42,9 @@ public final class WorkerPool: @unchecked Sendable {
     }
 
     private let condition = ConditionLock()
-    /// Guarded by `condition`.
-    private var jobs: [@Sendable () -> Void] = []
+    /// Guarded by `condition`. A job's slot is emptied as a worker takes it, so that what a
+    /// finished job captured (a session, its buffers) is not kept while the pool waits.
+    private var jobs: [(@Sendable () -> Void)?] = []
     private var head = 0
     private var started = 0
     private var idle = 0
@@ -108,14 +109,18 @@ public final class WorkerPool: @unchecked Sendable {
         while true {
             if head < jobs.count {
                 let job = jobs[head]
+                jobs[head] = nil
                 head += 1
-                if head > 64 && head * 2 > jobs.count {
+                if head == jobs.count {
+                    jobs.removeAll(keepingCapacity: true)
+                    head = 0
+                } else if head > 64 && head * 2 > jobs.count {
                     jobs.removeFirst(head)
                     head = 0
                 }
                 running += 1
                 condition.unlock()
-                job()
+                job?()
                 condition.lock()
                 running -= 1
                 continue

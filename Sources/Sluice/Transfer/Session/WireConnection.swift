@@ -121,6 +121,10 @@ final class WireConnection: ByteStreamDelegate {
         case .hasSpaceAvailable:
             writeOffered.set()
             flush()
+        case .endEncountered where stream === input && drainsInput:
+            // A stream that knows its end without a read (a bound pair, memory) reports it so,
+            // rather than as bytes available: the drain ends here, not at the cut's timer.
+            drain()
         case .endEncountered where stream === input:
             notePeerClosed()
         case .errorOccurred:
