@@ -208,8 +208,8 @@ final class AuthenticatingListener {
             output.close()
             return
         }
-        if handshaking.count >= Self.maxHandshakes, let oldest = handshaking.keys.min() {
-            TLS.cancelHandshake(handshaking[oldest]!)
+        if handshaking.count >= Self.maxHandshakes, let oldest = handshaking.min(by: { $0.key < $1.key }) {
+            TLS.cancelHandshake(oldest.value)
         }
         let pair = TLS.secure((input, output), context: context)
         let id = nextID

@@ -213,8 +213,10 @@ public final class TransferReceiver {
         if ownCount >= maxPendingPerAddress {
             victims = byAddress[address] ?? []
         } else if waiting.count >= maxPendingConnections {
+            // The most waiting; between equals, the one whose oldest is oldest.
             let heaviest = byAddress.values.max { a, b in
-                a.count != b.count ? a.count < b.count : a.map(\.id).min()! > b.map(\.id).min()!
+                a.count != b.count
+                    ? a.count < b.count : (a.map(\.id).min() ?? .max) > (b.map(\.id).min() ?? .max)
             }
             victims = heaviest ?? []
         } else {
