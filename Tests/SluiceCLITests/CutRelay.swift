@@ -26,16 +26,10 @@ final class CutRelay: @unchecked Sendable {
     init(to targetPort: UInt16, cutAfter: Int, towardClient: Bool = false, stall: Bool = false) throws {
         self.towardClient = towardClient
         self.stall = stall
-        let (fd, boundPort) = try boundLoopbackSocket()
-        guard listen(fd, 1) == 0 else {
-            close(fd)
-            throw POSIXError(.EADDRINUSE)
-        }
-        listener = fd
-        port = boundPort
+        (listener, port) = try listeningLoopbackSocket()
         Thread.detachNewThread { [self] in
             defer { finished.signal() }
-            let client = accept(fd, nil, nil)
+            let client = accept(listener, nil, nil)
             guard client >= 0 else { return }
             guard let server = connectToLoopback(port: targetPort) else {
                 close(client)
@@ -105,4 +99,14 @@ final class CutRelay: @unchecked Sendable {
             }
         }
     }
+}
+
+/// A TCP socket listening on a free port of 127.0.0.1 (a backlog of one), and the port.
+func listeningLoopbackSocket() throws -> (Int32, UInt16) {
+    let (fd, port) = try boundLoopbackSocket()
+    guard listen(fd, 1) == 0 else {
+        close(fd)
+        throw POSIXError(.EADDRINUSE)
+    }
+    return (fd, port)
 }

@@ -46,16 +46,10 @@ final class CuttingServer: @unchecked Sendable {
     private let finished = DispatchSemaphore(value: 0)
 
     init(reply: [UInt8]) throws {
-        let (fd, boundPort) = try boundLoopbackSocket()
-        guard listen(fd, 1) == 0 else {
-            close(fd)
-            throw POSIXError(.EADDRINUSE)
-        }
-        listener = fd
-        port = boundPort
+        (listener, port) = try listeningLoopbackSocket()
         Thread.detachNewThread { [self] in
             defer { finished.signal() }
-            let client = accept(fd, nil, nil)
+            let client = accept(listener, nil, nil)
             guard client >= 0 else { return }
             var buffer = [UInt8](repeating: 0, count: 4096)
             _ = buffer.withUnsafeMutableBytes { recv(client, $0.baseAddress, $0.count, 0) }
