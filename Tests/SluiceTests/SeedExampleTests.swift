@@ -28,16 +28,17 @@ import Testing
         #expect(text.hasSuffix("all samples ran\n"))
     }
 
-    /// Every code line of the pages' samples is in `Examples/DocSamples` (comments and spacing
-    /// aside), so the copies the build checks are the samples the pages show.
+    /// Every code line of the pages' samples (and README.md's) is in `Examples/DocSamples`
+    /// (comments and spacing aside), so the copies the build checks are the samples the pages
+    /// show.
     @Test(arguments: [
-        ("GettingStarted.md", nil), ("FoundationOnLinux.md", nil), ("SwiftConcurrency.md", "## Across threads"),
+        ("Sources/Sluice/Sluice.docc/GettingStarted.md", nil), ("Sources/Sluice/Sluice.docc/FoundationOnLinux.md", nil),
+        ("Sources/Sluice/Sluice.docc/SwiftConcurrency.md", "## Across threads"), ("README.md", nil),
     ])
     func docSamplesAreCopiedAsWritten(page: String, from heading: String?) throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent()
-        var markdown = try String(
-            contentsOf: root.appendingPathComponent("Sources/Sluice/Sluice.docc/\(page)"), encoding: .utf8)
+        var markdown = try String(contentsOf: root.appendingPathComponent(page), encoding: .utf8)
         if let heading, let start = markdown.range(of: heading) { markdown = String(markdown[start.lowerBound...]) }
         let samples = try FileManager.default.contentsOfDirectory(
             atPath: root.appendingPathComponent("Examples/DocSamples").path
