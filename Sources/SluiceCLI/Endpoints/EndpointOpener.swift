@@ -221,7 +221,9 @@ final class AuthenticatingListener {
                 Terminal.report("\(name): \(PeerText.sanitized(error.description))")
                 return
             }
-            guard let handOn = onAuthenticated else { return TLS.cancelHandshake(pair) }
+            // Still in `handshaking`, so not cancelled: `cancel()` empties it as it lets go of
+            // `onAuthenticated`.
+            guard let handOn = onAuthenticated else { return }
             cancel()
             handOn(pair)
         }
