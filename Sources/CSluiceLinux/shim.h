@@ -78,6 +78,9 @@ extern int sync_file_range(int fd, __off64_t offset, __off64_t nbytes, unsigned 
 #define SYNC_FILE_RANGE_WRITE 2
 #endif
 
+/* syncfs(2), likewise: the receiver flushes a batch of files with one call, not an fsync each. */
+extern int syncfs(int fd);
+
 /* fallocate(2), likewise: the receiver reserves a file's blocks when it starts (a full disk is
    then told before the data is sent, and the file system allocates once, not page by page). */
 extern int fallocate(int fd, int mode, __off64_t offset, __off64_t len);

@@ -194,6 +194,8 @@ struct MachineDriver {
     var created: [[String]] = []
     var answersSent = 0
     var reports = 0
+    /// Files staged and not yet committed.
+    var staged = 0
     var ended: SessionEnd?
     /// Makes the store's outcomes random (failures included) rather than always successful.
     var chaotic = false
@@ -243,7 +245,16 @@ struct MachineDriver {
             case .finishData:
                 queue += machine.handle(chaotic && coin() ? .dataFailed(.failed(.data, "corrupt")) : .dataFinished)
             case .commitFile:
-                queue += machine.handle(.committed(chaotic && coin() ? .failed(.data, "SHA-256 mismatch") : nil))
+                if coin() {
+                    // Set aside for a batch: answered when the batch is committed.
+                    staged += 1
+                    queue += machine.handle(.staged)
+                    if coin() { queue += commitStaged() }
+                } else {
+                    queue += machine.handle(.committed(chaotic && coin() ? .failed(.data, "SHA-256 mismatch") : nil))
+                }
+            case .commitStaged:
+                queue += commitStaged()
             case .joinTransfer:
                 queue += machine.handle(.transferJoined(chaotic && coin() ? "JOIN: unknown transfer id" : nil))
             case .openRange(let request, _):
@@ -259,6 +270,7 @@ struct MachineDriver {
             case .report:
                 reports += 1
             case .settleDirectories:
+                queue += commitStaged()
                 queue += machine.handle(.directoriesSettled)
             case .end(let how):
                 #expect(ended == nil, "the session ended twice")
@@ -268,6 +280,16 @@ struct MachineDriver {
     }
 
     mutating func coin() -> Bool { Bool.random(using: &random) }
+
+    /// The staged files' outcomes, in order.
+    mutating func commitStaged() -> [ReceiverAction] {
+        var actions: [ReceiverAction] = []
+        while staged > 0 {
+            staged -= 1
+            actions += machine.handle(.stagedCommitted(chaotic && coin() ? .failed(.io, "rename") : nil))
+        }
+        return actions
+    }
 
     /// Nothing the store is asked for may lead outside its directory.
     mutating func check(_ request: EntryRequest) {
@@ -741,17 +763,21 @@ struct EagerFileTests {
         }
     }
 
-    @Test("Eager to a receiver that does not offer it, eager and resumable, or a RANGE flagged eager: violations")
+    @Test(
+        "Eager to a receiver that does not offer it, eager and resumable without a size, or a RANGE flagged eager: violations"
+    )
     func eagerViolations() {
         var old = receiver(eager: false)
         #expect(!old.capabilities.contains(Wire.Capability.eager))
         #expect(
             old.received(.frame(.file(fileHeader("f", size: 1, flags: Self.eager)))).last
                 == .end(.violation("FILE flagged eager: this receiver does not offer eager")))
-        var both = receiver()
+        var sizeless = receiver()
         #expect(
-            both.received(.frame(.file(fileHeader("f", size: 1, flags: Self.eager | Wire.FileFlags.resumable)))).last
-                == .end(.violation("FILE flagged both eager and resumable")))
+            sizeless.received(
+                .frame(.file(fileHeader("f", size: 0, flags: Wire.FileFlags.eager | Wire.FileFlags.resumable)))
+            )
+            .last == .end(.violation("FILE flagged eager and resumable without a size")))
         var joined = ReceiverMachine(settings: .init(streams: true))
         _ = joined.received(.magic)
         _ = joined.received(.frame(.hello(version: 1, capabilities: ["sha256", "streams"])))
@@ -830,6 +856,122 @@ struct EagerFileTests {
         _ = machine.proceed()
         _ = machine.handle(.entryOpened(0, .success(small)))
         #expect(machine.received(.frame(.accept(offset: 0))).last == .end(.violation("unexpected ACCEPT")))
+    }
+
+    static let eagerResume = Set(["sha256", "resume", "eager", "eager-resume"])
+    static let large = OpenedEntry(size: 1 << 20, mode: 0o644, mtimeSeconds: 0, mtimeNanoseconds: 0)
+
+    @Test(
+        "To a receiver offering eager-resume a large file goes eager and resumable; held in part, it is announced again"
+    )
+    func senderAnnouncesAgainWhatIsHeld() {
+        var machine = sender(receiverOffers: Self.eagerResume)
+        #expect(machine.proceed() == [.openEntry(0)])
+        let announced = machine.handle(.entryOpened(0, .success(Self.large)))
+        guard case .send(.file(let header))? = announced.first else {
+            Issue.record("no FILE: \(announced)")
+            return
+        }
+        #expect(header.eager && header.resumable)
+        #expect(announced.last == .startData(index: 0, offset: 0, compressed: false, range: nil))
+        // The receiver holds 4096 bytes: the data stops, ABORT ends what it skips, and the file
+        // is announced again, not eager, then resumed from there.
+        #expect(
+            machine.received(.frame(.accept(offset: 4096))) == [
+                .stopData(0), .send(.abort(reason: "the receiver holds part of the file: announced again")),
+            ])
+        #expect(machine.announcedAgain == [0])
+        #expect(machine.proceed() == [.openEntry(0)])
+        let again = machine.handle(.entryOpened(0, .success(Self.large)))
+        guard case .send(.file(let second))? = again.first, again.count == 1 else {
+            Issue.record("announced again eagerly: \(again)")
+            return
+        }
+        #expect(!second.eager && second.resumable)
+        #expect(
+            machine.received(.frame(.accept(offset: 4096))) == [
+                .startData(index: 0, offset: 4096, compressed: false, range: nil)
+            ])
+        #expect(
+            machine.handle(.dataEnded(size: 1 << 20, digest: Self.digest)).last
+                == .send(.end(size: 1 << 20, digest: Self.digest)))
+        #expect(machine.received(.frame(.stored)) == [.settle(0, .stored)])
+        #expect(machine.proceed() == [.openEntry(1)])
+    }
+
+    @Test("Goodbye waits while a file sent eager and resumable is unanswered; an ACCEPT past its size is a violation")
+    func senderHoldsGoodbye() {
+        var machine = SenderMachine(entries: [Self.entries[1]], settings: .init())
+        _ = machine.received(.magic)
+        _ = machine.received(.frame(.hello(version: 1, capabilities: Self.eagerResume)))
+        _ = machine.proceed()
+        _ = machine.handle(.entryOpened(0, .success(Self.large)))
+        _ = machine.handle(.dataEnded(size: 1 << 20, digest: Self.digest))
+        #expect(!machine.canProceed && machine.proceed().isEmpty, "no goodbye yet: the file may be asked for again")
+        var lying = machine
+        #expect(
+            lying.received(.frame(.accept(offset: (1 << 20) + 1))).last
+                == .end(.violation("ACCEPT offset \((1 << 20) + 1) out of range for a file sent eagerly")))
+        #expect(machine.received(.frame(.stored)) == [.settle(0, .stored)])
+        #expect(machine.proceed() == [.send(.bye)])
+    }
+
+    @Test("The receiver answers an eager file it holds part of with ACCEPT, keeps the partial, skips the data")
+    func receiverAsksForWhatItLacks() {
+        var machine = receiver()
+        #expect(machine.capabilities.isSuperset(of: ["eager", "eager-resume"]))
+        let flags = Self.eager | Wire.FileFlags.resumable
+        _ = machine.received(.frame(.file(fileHeader("big", size: 1 << 20, flags: flags))))
+        #expect(machine.handle(.fileOpened(.success(4096))) == [.dropFile(keep: true), .send(.accept(offset: 4096))])
+        #expect(machine.state == .discarding)
+        let piece: [UInt8] = [1, 2, 3]
+        piece.withUnsafeBytes { #expect(machine.received(.data($0, endsFrame: true)).isEmpty) }
+        #expect(machine.received(.frame(.abort(reason: "announced again"))).isEmpty)
+        #expect(machine.state == .idle)
+        // Announced again, not eager: resumed as any resumable file.
+        _ = machine.received(
+            .frame(.file(fileHeader("big", size: 1 << 20, flags: Wire.FileFlags.sizeKnown | Wire.FileFlags.resumable))))
+        #expect(machine.handle(.fileOpened(.success(4096))) == [.send(.accept(offset: 4096))])
+        #expect(machine.isReceivingFile)
+        // Held nothing: an eager resumable file is simply received.
+        var fresh = receiver()
+        _ = fresh.received(.frame(.file(fileHeader("big", size: 1 << 20, flags: flags))))
+        #expect(fresh.handle(.fileOpened(.success(0))).isEmpty)
+        #expect(fresh.isReceivingFile)
+    }
+
+    @Test(
+        "Answers behind a staged file wait for its commit and go out in order; an ACCEPT behind it asks for the commit")
+    func stagedAnswersKeepTheirOrder() {
+        var machine = receiver()
+        func store(_ path: String) {
+            _ = machine.received(.frame(.file(fileHeader(path, size: 1, flags: Self.eager))))
+            _ = machine.handle(.fileOpened(.success(0)))
+            [UInt8]([7]).withUnsafeBytes { _ = machine.received(.data($0, endsFrame: true)) }
+            _ = machine.decoded(1)
+            _ = machine.received(.frame(.end(size: 1, digest: Self.digest)))
+            _ = machine.handle(.dataFinished)
+        }
+        store("a")
+        #expect(machine.handle(.staged).isEmpty, "set aside: no answer yet")
+        #expect(machine.acceptsMessages, "the next entry is received meanwhile")
+        // Refused at its header: its answer waits behind a's.
+        #expect(machine.received(.frame(.file(fileHeader("../x", size: 1)))).isEmpty)
+        // A file that waits for ACCEPT: the staged file is committed now.
+        _ = machine.received(.frame(.file(fileHeader("c", size: 10))))
+        #expect(machine.handle(.fileOpened(.success(0))) == [.commitStaged])
+        let answers = machine.handle(.stagedCommitted(nil)).compactMap { action -> Frame? in
+            if case .send(let frame) = action { return frame }
+            return nil
+        }
+        guard answers.count == 3 else {
+            Issue.record("answers: \(answers)")
+            return
+        }
+        #expect(answers[0] == .stored)
+        if case .refused = answers[1] {} else { Issue.record("second answer: \(answers[1])") }
+        #expect(answers[2] == .accept(offset: 0))
+        #expect(machine.queuedAnswers.isEmpty && machine.entriesAnswered == 2)
     }
 }
 

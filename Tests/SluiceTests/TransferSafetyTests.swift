@@ -174,7 +174,10 @@ struct TransferSafetyTests {
             #expect(summary.succeeded, "\(summary.results)")
             #expect(summary.resumedBytes == UInt64(resumed))
             #expect(summary.resumedBytes > 0)
-            #expect(summary.bytes == UInt64(bytes.count - resumed))
+            // Sent eagerly until the receiver said how much it holds: what was in flight by then
+            // was sent for nothing (at most the whole file once more).
+            #expect(summary.bytes >= UInt64(bytes.count - resumed))
+            #expect(summary.bytes <= UInt64(2 * bytes.count - resumed))
             #expect(readFile(dst + "/big.bin") == bytes)
             #expect(FileInfo(dst + "/big.bin")?.mtimeNanoseconds == 42)
             #expect(treePaths(dst) == ["big.bin"])

@@ -59,7 +59,9 @@ enum ReceiverAction: Equatable, Sendable {
     /// The file's data ended: flush the decompressor; answer `.dataFinished` or `.dataFailed`.
     case finishData
     /// Check the digest against `digest` (and the held bytes' SHA-256 against `held`, when
-    /// HELD came), set mode and mtime, flush, rename into place; answer `.committed`.
+    /// HELD came), set mode and mtime, flush, rename into place; answer `.committed`, or
+    /// `.staged` when the file waits to be flushed and renamed with others (then
+    /// `.stagedCommitted` later, in the order files were staged).
     case commitFile(digest: [UInt8], held: [UInt8]? = nil)
     /// Join the transfer of several connections `join` names (create it for index 0); answer
     /// `.transferJoined`.
@@ -76,7 +78,11 @@ enum ReceiverAction: Equatable, Sendable {
     case dropFile(keep: Bool)
     /// An entry was answered.
     case report(TransferFileResult)
-    /// Set the attributes of the directories created by this session; answer
+    /// Move the staged files into place now (answering `.stagedCommitted` for each): an answer
+    /// the sender waits for is queued behind theirs.
+    case commitStaged
+    /// Move every staged file into place (answering `.stagedCommitted` for each), then set the
+    /// attributes of the directories created by this session and flush; answer
     /// `.directoriesSettled`.
     case settleDirectories
     /// The session is over: close the connection (after what is queued, unless it failed).
@@ -94,12 +100,19 @@ enum ReceiverOutcome: Equatable, Sendable {
     case dataFinished
     /// Verified and moved into place (nil), or why not.
     case committed(EntryRejection?)
+    /// Verified and set aside to be moved into place with others after one flush: the machine
+    /// goes on, and the file's answer waits for `.stagedCommitted`.
+    case staged
+    /// The oldest staged file was moved into place (nil), or why not.
+    case stagedCommitted(EntryRejection?)
     /// Joined the transfer (nil), or why not (the reason goes to the sender in ERROR).
     case transferJoined(String?)
     /// The range verified (nil) — and the file stored when `fileStored` (it was the last
     /// range in), `resumed` bytes of it held from an interrupted transfer — or why not.
     case rangeCommitted(EntryRejection?, fileStored: Bool, resumed: UInt64? = nil)
     case directoriesSettled
+    /// The flush before goodbye failed: files answered stored may not be on disk.
+    case flushFailed(SluiceError)
     case timedOut
     /// The peer closed its sending direction.
     case peerClosed
@@ -122,8 +135,8 @@ struct ReceiverMachine: Sendable {
         var resume = true
         /// Offer the `streams` capability (one transfer over several connections).
         var streams = false
-        /// Offer the `eager` capability (a small file's data follows its FILE without waiting
-        /// for ACCEPT).
+        /// Offer the `eager` and `eager-resume` capabilities (a file's data follows its FILE
+        /// without waiting for ACCEPT).
         var eager = true
         /// Serve this connection only as part of a transfer it joins (`receive --once` once
         /// another connection's transfer is the one served): any other first message after HELLO
@@ -154,6 +167,13 @@ struct ReceiverMachine: Sendable {
         var header: EntryHeader { request.header }
         /// The bytes this entry carries when known: the range's length, or the file's size.
         var expected: UInt64? { range?.length ?? (header.sizeKnown ? header.size : nil) }
+    }
+
+    /// An answer in the order entries were announced: ready to go, or a staged file's, which
+    /// waits for its commit.
+    enum QueuedAnswer: Equatable, Sendable {
+        case ready([ReceiverAction])
+        case staged(IncomingFile)
     }
 
     enum Pending: Equatable, Sendable {
@@ -195,6 +215,8 @@ struct ReceiverMachine: Sendable {
     private(set) var digest = TransferDigest.sha256
     /// The sender listed `held-sha256` in HELLO.
     private(set) var peerChecksHeld = false
+    /// Answers held back behind a staged file's, oldest first; empty when nothing is staged.
+    private(set) var queuedAnswers: [QueuedAnswer] = []
 
     init(settings: Settings) {
         self.settings = settings
@@ -206,7 +228,7 @@ struct ReceiverMachine: Sendable {
         set.formUnion(settings.digests.map(\.capability))
         if settings.resume { set.formUnion([Wire.Capability.resume, Wire.Capability.heldSHA256]) }
         if settings.streams { set.insert(Wire.Capability.streams) }
-        if settings.eager { set.insert(Wire.Capability.eager) }
+        if settings.eager { set.formUnion([Wire.Capability.eager, Wire.Capability.eagerResume]) }
         return set
     }
 
@@ -323,7 +345,9 @@ struct ReceiverMachine: Sendable {
         case (.idle, .file(let header)):
             if header.eager {
                 guard settings.eager else { return violation("FILE flagged eager: this receiver does not offer eager") }
-                guard !header.resumable else { return violation("FILE flagged both eager and resumable") }
+                guard !header.resumable || header.sizeKnown else {
+                    return violation("FILE flagged eager and resumable without a size")
+                }
             }
             entriesAnnounced += 1
             return startFile(header)
@@ -551,7 +575,7 @@ struct ReceiverMachine: Sendable {
                             isDirectory: false, size: request.header.size)
                 }
                 state = .receiving(IncomingFile(request: request, offset: offset, range: range))
-                return [.send(.accept(offset: offset))]
+                return goAhead(offset)
             case .failure(let rejection):
                 state = .idle
                 return answer(rejection, path: request.relative, isDirectory: false, size: request.header.size)
@@ -578,16 +602,24 @@ struct ReceiverMachine: Sendable {
                             header, .failed(.io, "held partial data is larger than the file"), path: request.relative)
                 }
                 guard offset == 0 || !header.eager else {
-                    // The store resumes only resumable files, and an eager one never is.
-                    state = .idle
-                    return [.dropFile(keep: false)]
-                        + refuseAtHeader(
-                            header, .failed(.io, "internal: held partial data for a file sent eagerly"),
-                            path: request.relative)
+                    guard header.resumable else {
+                        // The store resumes only resumable files.
+                        state = .idle
+                        return [.dropFile(keep: false)]
+                            + refuseAtHeader(
+                                header, .failed(.io, "internal: held partial data for a file sent eagerly"),
+                                path: request.relative)
+                    }
+                    // Part of it is here: the sender is told how much (`eager-resume`) and
+                    // announces it again; the data it sent meanwhile is skipped, the partial kept.
+                    // ACCEPT answers this announcement; the next one is answered as any other.
+                    state = .discarding
+                    entriesAnswered += 1
+                    return [.dropFile(keep: true)] + goAhead(offset)
                 }
                 state = .receiving(IncomingFile(request: request, offset: offset))
                 // An eager file's data is already on its way: no go-ahead.
-                return header.eager ? [] : [.send(.accept(offset: offset))]
+                return header.eager ? [] : goAhead(offset)
             case .failure(let rejection):
                 state = .idle
                 return refuseAtHeader(request.header, rejection, path: request.relative)
@@ -621,40 +653,74 @@ struct ReceiverMachine: Sendable {
         case (.committing(let file), .committed(let rejection)):
             state = .idle
             return answerFile(file, rejection)
-        case (.settling, .directoriesSettled):
+        case (.committing(let file), .staged) where file.range == nil:
+            state = .idle
+            queuedAnswers.append(.staged(file))
+            return []
+        case (_, .stagedCommitted(let rejection)):
+            guard case .staged(let file)? = queuedAnswers.first else { break }
+            queuedAnswers.removeFirst()
+            var actions = answerFile(file, rejection, queued: false)
+            while case .ready(let ready)? = queuedAnswers.first {
+                queuedAnswers.removeFirst()
+                actions += ready
+            }
+            return actions
+        case (.settling, .directoriesSettled) where queuedAnswers.isEmpty:
             return [.send(.bye)] + end(.goodbye)
+        case (.settling, .flushFailed(let error)):
+            return [.send(.error(reason: error.description))] + end(.connectionFailed(error))
 
         case (.awaitingMagic, _), (.awaitingHello, _), (.idle, _), (.joining, _), (.storing, _), (.receiving, _),
             (.finishing, _), (.committing, _), (.discarding, _), (.settling, _):
-            // An outcome nobody asked for: a bug in the session, not the peer's doing. It ends
-            // this session only.
-            assertionFailure("receiver machine: outcome \(outcome) in state \(state)")
-            return end(
-                .connectionFailed(
-                    SluiceError(
-                        .invalidArgument, operation: "receive",
-                        detail: "internal: unexpected \(outcome) in state \(state)")))
+            break
         }
+        // An outcome nobody asked for: a bug in the session, not the peer's doing. It ends this
+        // session only.
+        assertionFailure("receiver machine: outcome \(outcome) in state \(state)")
+        return end(
+            .connectionFailed(
+                SluiceError(
+                    .invalidArgument, operation: "receive", detail: "internal: unexpected \(outcome) in state \(state)")
+            ))
     }
 
     // MARK: Answers and ending
 
-    /// Answers an entry: STORED when `rejection` is nil, else REFUSED or FAILED.
+    /// ACCEPT: the go-ahead for a file's data, or for a file sent eagerly, how much of it is
+    /// held. It waits behind staged files' answers like any answer (the sender matches answers
+    /// by their order), and has them committed now, since the sender waits for it.
+    private mutating func goAhead(_ offset: UInt64) -> [ReceiverAction] {
+        guard !queuedAnswers.isEmpty else { return [.send(.accept(offset: offset))] }
+        queuedAnswers.append(.ready([.send(.accept(offset: offset))]))
+        return [.commitStaged]
+    }
+
+    /// Answers an entry: STORED when `rejection` is nil, else REFUSED or FAILED. Behind a
+    /// staged file's answer (unless `queued` is false: the staged file's own), the answer waits
+    /// its turn, so that answers go out in the order entries were announced.
     private mutating func answer(
         _ rejection: EntryRejection?, path: String, isDirectory: Bool, size: UInt64?, resumed: UInt64 = 0,
-        rangeOnly: Bool = false
+        rangeOnly: Bool = false, queued: Bool = true
     ) -> [ReceiverAction] {
         entriesAnswered += 1
         var result = TransferFileResult(
             path: path, isDirectory: isDirectory, size: size, resumedBytes: resumed,
             outcome: rejection?.outcome ?? .stored)
         result.rangeOnly = rangeOnly
-        return [.send(rejection?.frame ?? .stored), .report(result)]
+        let actions: [ReceiverAction] = [.send(rejection?.frame ?? .stored), .report(result)]
+        guard queued, !queuedAnswers.isEmpty else { return actions }
+        queuedAnswers.append(.ready(actions))
+        return []
     }
 
-    private mutating func answerFile(_ file: IncomingFile, _ rejection: EntryRejection?) -> [ReceiverAction] {
+    private mutating func answerFile(_ file: IncomingFile, _ rejection: EntryRejection?, queued: Bool = true)
+        -> [ReceiverAction]
+    {
         let size: UInt64 = rejection == nil || !file.header.sizeKnown ? file.total : file.header.size
-        return answer(rejection, path: file.request.relative, isDirectory: false, size: size, resumed: file.offset)
+        return answer(
+            rejection, path: file.request.relative, isDirectory: false, size: size, resumed: file.offset,
+            queued: queued)
     }
 
     /// Turns the session away after HELLO: the receiver serves all the sessions it allows.

@@ -56,12 +56,16 @@ struct LocalFailure: Error, Equatable, Sendable {
 /// The sending side of the transfer protocol as a pure state machine: decoded messages and the
 /// outcomes of its own actions in, actions out — no sockets, files or clocks.
 ///
-/// Directories are announced without waiting; a file waits for ACCEPT (with the offset the
-/// receiver holds), its data follows, then END, and the next entry is announced at once while
-/// the receiver verifies. A small file to a receiver that offers `eager` does not wait: its
-/// data follows FILE at once (it is not resumable, and the receiver sends no ACCEPT for it). Answers come in the order entries were announced. `proceed()`
-/// announces one entry at a time, so that its session can stop while its outbound buffer is
-/// full whatever the number of entries.
+/// Directories are announced without waiting. To a receiver that offers `eager` a small file
+/// does not wait either: its data follows FILE at once (it is not resumable, and the receiver
+/// sends no ACCEPT for it); to one that also offers `eager-resume` neither does a file of any
+/// size, flagged resumable when over `Wire.eagerLimit`: if the receiver holds part of it, it
+/// answers ACCEPT with what it holds and skips the data, and the file is announced again, not
+/// eager, to be resumed. Otherwise a file waits for ACCEPT (with the offset the receiver holds),
+/// its data follows, then END. The next entry is announced at once while the receiver
+/// verifies, so no file costs a round trip. Answers come in the order entries were announced.
+/// `proceed()` announces one entry at a time, so that its session can stop while its outbound
+/// buffer is full whatever the number of entries.
 struct SenderMachine: Sendable {
     struct Settings: Equatable, Sendable {
         var compress = false
@@ -92,6 +96,8 @@ struct SenderMachine: Sendable {
         var range: ByteRange? = nil
         /// The bytes the receiver holds (ACCEPT's offset).
         var held: UInt64 = 0
+        /// Sent eagerly, its data following FILE without waiting for ACCEPT.
+        var eager = false
     }
 
     /// One piece of work of a connection: an entry, whole, or one range of a file (whose size
@@ -141,6 +147,11 @@ struct SenderMachine: Sendable {
     private(set) var unanswered: [Int] = []
     /// Entries whose data could not be read here: their FAILED answer reports this reason.
     private var localFailures: [Int: String] = [:]
+    /// Files sent eager and resumable, unanswered, with their announced size: ACCEPT for one of
+    /// them says the receiver holds that many of its bytes and skips the data sent.
+    private var eagerResumable: [Int: UInt64] = [:]
+    /// Files announced again, not eager, because the receiver holds part of them.
+    private(set) var announcedAgain: Set<Int> = []
     private(set) var settled: [Bool]
 
     init(entries: [Entry], settings: Settings, work: [Work]? = nil, join: TransferJoin? = nil, fallback: [Work]? = nil)
@@ -172,10 +183,11 @@ struct SenderMachine: Sendable {
         [.send(.hello(version: Wire.version, capabilities: capabilities))]
     }
 
-    /// True when `proceed()` would announce an entry (or say goodbye).
+    /// True when `proceed()` would announce an entry (or say goodbye). Goodbye waits while a
+    /// file sent eager and resumable is unanswered: the receiver may ask for it again.
     var canProceed: Bool {
-        if case .ready = state { return true }
-        return false
+        guard case .ready = state else { return false }
+        return next < work.count || eagerResumable.isEmpty
     }
 
     var hasEnded: Bool {
@@ -191,7 +203,7 @@ struct SenderMachine: Sendable {
 
     /// Announces the next entry, or says goodbye after the last.
     mutating func proceed() -> [SenderAction] {
-        guard case .ready = state else { return [] }
+        guard canProceed else { return [] }
         guard next < work.count else {
             state = .byeSent
             return [.send(.bye)]
@@ -274,6 +286,8 @@ struct SenderMachine: Sendable {
         case (_, .hello):
             return violation("a second HELLO")
 
+        case (_, .accept(let offset)) where unanswered.first.map { eagerResumable[$0] != nil } ?? false:
+            return heldPart(of: unanswered[0], offset: offset)
         case (.awaitingAccept(let file), .accept(let offset)):
             guard unanswered.last == file.index else { return violation("unexpected ACCEPT") }
             guard file.range != nil || offset == 0 || (file.resumable && offset <= (file.size ?? 0)) else {
@@ -306,6 +320,22 @@ struct SenderMachine: Sendable {
         }
     }
 
+    /// ACCEPT for a file sent eager and resumable: the receiver holds `offset` of its bytes and
+    /// skips the data sent. Its data stops (ABORT ends what the receiver skips) and it is
+    /// announced next, not eager, to resume from what the receiver holds.
+    private mutating func heldPart(of index: Int, offset: UInt64) -> [SenderAction] {
+        guard let size = eagerResumable[index], offset > 0, offset <= size else {
+            return violation("ACCEPT offset \(offset) out of range for a file sent eagerly")
+        }
+        unanswered.removeFirst()
+        eagerResumable[index] = nil
+        announcedAgain.insert(index)
+        work.insert(.entry(index), at: next)
+        guard case .sending(let file) = state, file.index == index else { return [] }
+        state = .ready
+        return [.stopData(index), .send(.abort(reason: "the receiver holds part of the file: announced again"))]
+    }
+
     /// STORED, REFUSED or FAILED: the answer to the oldest unanswered entry.
     private mutating func answered(_ frame: Frame) -> [SenderAction] {
         guard let index = unanswered.first else { return violation("an answer for no entry") }
@@ -332,6 +362,7 @@ struct SenderMachine: Sendable {
             return violation("\(frame.type.name) is not an answer")
         }
         unanswered.removeFirst()
+        eagerResumable[index] = nil
         var actions: [SenderAction] = [.settle(index, outcome)]
         settled[index] = true
         switch state {
@@ -390,12 +421,15 @@ struct SenderMachine: Sendable {
                         CurrentFile(index: index, size: planned, resumable: resumable, compressed: false, range: range))
                     return [.send(.range(RangeHeader(range: range, entry: header)))]
                 }
-                // Resuming a small file would save less than the round trip for ACCEPT costs.
+                // Resuming a small file would save less than the round trip for ACCEPT costs; a
+                // larger one goes eager and resumable where the receiver can say it holds part.
+                let small = info.size.map { $0 <= Wire.eagerLimit } ?? false
                 let eager =
                     settings.eager && peerCapabilities.contains(Wire.Capability.eager)
-                    && info.size.map { $0 <= Wire.eagerLimit } ?? false
+                    && (small || peerCapabilities.contains(Wire.Capability.eagerResume))
+                    && !announcedAgain.contains(index)
                 let resumable =
-                    !eager && settings.resume && entry.seekable && info.size != nil
+                    !(eager && small) && settings.resume && entry.seekable && info.size != nil
                     && peerCapabilities.contains(Wire.Capability.resume)
                 let compressed = settings.compress && peerCapabilities.contains(Wire.Capability.deflate)
                 var flags: UInt8 = 0
@@ -407,7 +441,9 @@ struct SenderMachine: Sendable {
                     flags: flags, size: info.size ?? 0, mode: info.mode, mtimeSeconds: info.mtimeSeconds,
                     mtimeNanoseconds: info.mtimeNanoseconds, path: Array(entry.relative.utf8))
                 unanswered.append(index)
-                let file = CurrentFile(index: index, size: info.size, resumable: resumable, compressed: compressed)
+                if eager && resumable { eagerResumable[index] = info.size ?? 0 }
+                let file = CurrentFile(
+                    index: index, size: info.size, resumable: resumable, compressed: compressed, eager: eager)
                 guard eager else {
                     state = .awaitingAccept(file)
                     return [.send(.file(header))]

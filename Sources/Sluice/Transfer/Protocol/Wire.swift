@@ -46,6 +46,11 @@ enum Wire {
         /// A FILE flagged eager may be followed by its DATA and END at once, without waiting for
         /// ACCEPT (which the receiver does not send for it).
         static let eager = "eager"
+        /// With `eager`: a FILE of any size may be eager, and a file over `Wire.eagerLimit` is
+        /// then flagged eager and resumable. A receiver holding part of such a file answers
+        /// ACCEPT with the bytes it holds instead of taking the data, skips the data up to END
+        /// or ABORT, and the sender announces the file again, not eager, to resume it.
+        static let eagerResume = "eager-resume"
         /// A resumed file's (or range's) held bytes are checked with SHA-256 apart from the agreed
         /// digest: HELD carries it, and END's digest covers only the bytes after them.
         static let heldSHA256 = "held-sha256"
@@ -119,14 +124,15 @@ enum Wire {
         static let sizeKnown: UInt8 = 1 << 0
         static let compressed: UInt8 = 1 << 1
         static let resumable: UInt8 = 1 << 2
-        /// The data follows without waiting for ACCEPT (to a receiver offering `eager`); never
-        /// with `resumable`.
+        /// The data follows without waiting for ACCEPT (to a receiver offering `eager`); with
+        /// `resumable` only to a receiver offering `eager-resume`.
         static let eager: UInt8 = 1 << 3
         static let all: UInt8 = 0b1111
     }
 
-    /// The largest file a sender sends eagerly: past it, waiting for ACCEPT (which may say the
-    /// file is refused, or resumed) costs less than data sent for nothing.
+    /// The largest file a sender sends eagerly to a receiver without `eager-resume`, and the
+    /// largest it sends eagerly without flagging it resumable to one with it (resuming so small a
+    /// file saves less than the resume costs).
     static let eagerLimit: UInt64 = 64 * 1024
 
     /// REFUSED codes.

@@ -57,6 +57,16 @@ final class ActiveFile {
 final class ReceiverSession: WireConnectionOwner {
     /// With fsync on, writeback of a file is started each time this much more has arrived.
     static let writebackWindow: UInt64 = 8 << 20
+    /// With fsync on, verified files are flushed (one `syncfs`) and renamed in batches of at
+    /// most this many files or bytes; while one batch is committed the next fills, and a
+    /// session whose next batch is full stops reading until the first is done. A staged file
+    /// holds two descriptors (the file, locked, and its directory).
+    static let stagedFiles = 64
+    static let stagedBytes: UInt64 = 64 << 20
+    /// A sender that has sent everything may wait for the answers of staged files (it says
+    /// goodbye once no file it sent eagerly can be asked for again): staged files are committed
+    /// once nothing has arrived for this long.
+    static let quietCommit: Duration = .milliseconds(3)
     /// The window of this receiver's files: none without fsync.
     private var writeback: UInt64? { options.fsync ? Self.writebackWindow : nil }
     /// With `directIO`, files of at least this many bytes to come are written past the page
@@ -123,6 +133,19 @@ final class ReceiverSession: WireConnectionOwner {
     private var scratchStorage: UnsafeMutableRawBufferPointer?
     /// The transfer of several connections this session joined.
     private var group: TransferGroup?
+    /// With fsync: files verified and set aside, to be flushed with one `syncfs` and renamed
+    /// into place together (`ReceiverStore.commitStaged`), and their bytes.
+    private var staged: [ReceiverStore.StagedFile] = []
+    private var stagedBytes: UInt64 = 0
+    /// A batch of staged files is being committed on a worker (one at a time, so that their
+    /// answers come back in order).
+    private var committingStaged = false
+    /// Committing the staged files was asked for while a batch was being committed.
+    private var commitAsked = false
+    /// Work waiting for every staged file to be committed (goodbye).
+    private var afterStaged: [() -> Void] = []
+    /// Commits the staged files once the sender has been quiet for `quietCommit`.
+    private var quietTimer: LoopTimer?
 
     var isEnded: Bool { ended }
     var inboundCapacity: Int { connection.inbound.capacity }
@@ -217,6 +240,7 @@ final class ReceiverSession: WireConnectionOwner {
             // Waiting for its own disk or hasher is not the peer's silence.
             let waitingHere =
                 !self.machine.acceptsMessages || self.dataBlocked || self.finishBlocked || self.piecesLent > 0
+                || self.committingStaged
             if !waitingHere && monotonicNanoseconds() - self.connection.lastActivity >= limit {
                 self.perform(self.machine.handle(.timedOut))
             } else {
@@ -259,11 +283,12 @@ final class ReceiverSession: WireConnectionOwner {
     }
 
     private func parse() {
-        while !ended, machine.acceptsMessages, !dataBlocked {
+        while !ended, machine.acceptsMessages, !dataBlocked, !stagedFull {
             guard connection.outbound.freeSpace >= 2 * Frame.largestAnswer else { return }
             switch decoder.next(connection.inbound.readable) {
             case .needMore:
                 if peerClosed { perform(machine.handle(.peerClosed)) }
+                commitWhenQuiet()
                 return
             case .violation(let reason):
                 perform(machine.violated(reason))
@@ -490,6 +515,8 @@ final class ReceiverSession: WireConnectionOwner {
                 receiver?.emit(.entry(sessionID: id, result))
             case .settleDirectories:
                 settleDirectories()
+            case .commitStaged:
+                commitStaged()
             case .end(let how):
                 end(how)
             }
@@ -569,8 +596,10 @@ final class ReceiverSession: WireConnectionOwner {
         if direct { file.target.writeDirectly() }
         self.file = file
         connection.inbound.resize(to: inboundShare)
-        guard opened.offset > 0 else {
-            perform(machine.handle(.fileOpened(.success(0))))
+        guard opened.offset > 0, !header.eager else {
+            // An eager file with held bytes is not continued here: the machine tells the
+            // sender how many, drops the file (keeping the partial), and skips the data.
+            perform(machine.handle(.fileOpened(.success(opened.offset))))
             return
         }
         if machine.checksHeld {
@@ -658,6 +687,10 @@ final class ReceiverSession: WireConnectionOwner {
         // The commit closes the descriptors, whatever becomes of the session meanwhile.
         file.busy = true
         file.abandonWhenIdle = nil
+        if fsync {
+            stage(file)
+            return
+        }
         store.pool.submit(
             {
                 store.commit(
@@ -667,6 +700,110 @@ final class ReceiverSession: WireConnectionOwner {
             if self.file === file { self.file = nil }
             perform(machine.handle(.committed(rejection)))
             pump()
+        }
+    }
+
+    /// Sets the verified file's mode and mtime on a worker and sets it aside, to be flushed and
+    /// renamed with others; the machine goes on with the next entry.
+    private func stage(_ file: ActiveFile) {
+        let store = self.store
+        let (request, opened) = (file.request, file.opened)
+        store.pool.submit({ store.stage(opened, header: request.header) }, completingOn: loop) { [self] rejection in
+            if self.file === file { self.file = nil }
+            if let rejection {
+                perform(machine.handle(.committed(rejection)))
+                pump()
+                return
+            }
+            staged.append(ReceiverStore.StagedFile(opened: opened, request: request))
+            stagedBytes += file.position
+            guard !ended else {
+                // Verified: it takes its name even though nobody hears of it.
+                commitStagedAfterEnd()
+                return
+            }
+            perform(machine.handle(.staged))
+            if staged.count >= Self.stagedFiles || stagedBytes >= Self.stagedBytes { commitStaged() }
+            pump()
+        }
+    }
+
+    /// A full batch is staged while the one before is being committed: stop reading.
+    private var stagedFull: Bool { committingStaged && staged.count >= Self.stagedFiles }
+
+    /// Commits the staged files (one flush, then the renames) on a worker, and hands the
+    /// machine their outcomes in order. One batch at a time: asked meanwhile, the next batch
+    /// follows this one.
+    private func commitStaged() {
+        guard !committingStaged else {
+            commitAsked = true
+            return
+        }
+        guard !staged.isEmpty else {
+            runAfterStaged()
+            return
+        }
+        let batch = staged
+        staged.removeAll()
+        stagedBytes = 0
+        committingStaged = true
+        commitAsked = false
+        let (store, overwrite) = (self.store, options.overwrite)
+        store.pool.submit({ store.commitStaged(batch, overwrite: overwrite) }, completingOn: loop) {
+            [self] rejections in
+            committingStaged = false
+            for rejection in rejections { perform(machine.handle(.stagedCommitted(rejection))) }
+            if ended {
+                commitStagedAfterEnd()
+                return
+            }
+            if commitAsked || !afterStaged.isEmpty || staged.count >= Self.stagedFiles
+                || stagedBytes >= Self.stagedBytes
+            {
+                commitStaged()
+            } else {
+                commitWhenQuiet()
+            }
+            pump()
+        }
+    }
+
+    /// Commits the staged files if nothing more arrives for `quietCommit`: the sender may be
+    /// waiting for their answers.
+    private func commitWhenQuiet() {
+        guard quietTimer == nil, !staged.isEmpty, !ended else { return }
+        let seen = connection.bytesRead
+        quietTimer = loop.schedule(after: Self.quietCommit) { [weak self] in
+            guard let self else { return }
+            quietTimer = nil
+            guard !ended else { return }
+            if connection.bytesRead == seen {
+                commitStaged()
+            } else {
+                commitWhenQuiet()
+            }
+        }
+    }
+
+    /// Runs what waits for every staged file to be committed, once none is left.
+    private func runAfterStaged() {
+        guard staged.isEmpty, !committingStaged else { return }
+        let waiting = afterStaged
+        afterStaged.removeAll()
+        for work in waiting { work() }
+    }
+
+    /// The session ended with files staged: they are committed all the same, in the background
+    /// (`finishDiskWork` waits for them).
+    private func commitStagedAfterEnd() {
+        guard !staged.isEmpty, !committingStaged else { return }
+        let batch = staged
+        staged.removeAll()
+        let (store, overwrite) = (self.store, options.overwrite)
+        store.handingOn.enter()
+        store.pool.submit {
+            _ = store.commitStaged(batch, overwrite: overwrite)
+            store.handingOn.leave()
         }
     }
 
@@ -695,15 +832,28 @@ final class ReceiverSession: WireConnectionOwner {
         }
     }
 
+    /// Once every staged file is in place: sets the directories' attributes and, with fsync,
+    /// flushes the file system once more, so that goodbye means every file stored is on disk
+    /// under its name.
     private func settleDirectories() {
-        let store = self.store
-        let directories = createdDirectories
-        createdDirectories.removeAll()
-        let box = UncheckedBox(directories)
-        store.pool.submit({ store.settleDirectories(box.value) }, completingOn: loop) { [self] warnings in
-            for warning in warnings { receiver?.emit(.warning(sessionID: id, warning)) }
-            perform(machine.handle(.directoriesSettled))
+        afterStaged.append { [self] in
+            let store = self.store
+            let directories = createdDirectories
+            createdDirectories.removeAll()
+            let box = UncheckedBox(directories)
+            let fsync = options.fsync
+            store.pool.submit(
+                { (store.settleDirectories(box.value), fsync ? store.flushAll() : nil) }, completingOn: loop
+            ) { [self] warnings, failure in
+                for warning in warnings { receiver?.emit(.warning(sessionID: id, warning)) }
+                if let failure {
+                    perform(machine.handle(.flushFailed(failure)))
+                    return
+                }
+                perform(machine.handle(.directoriesSettled))
+            }
         }
+        commitStaged()
     }
 
     // MARK: Ending
@@ -711,6 +861,10 @@ final class ReceiverSession: WireConnectionOwner {
     private func end(_ how: SessionEnd) {
         guard !ended else { return }
         ended = true
+        afterStaged.removeAll()
+        commitStagedAfterEnd()
+        quietTimer?.cancel()
+        quietTimer = nil
         idleTimer?.cancel()
         idleTimer = nil
         admissionTimer?.cancel()

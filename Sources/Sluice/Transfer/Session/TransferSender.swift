@@ -61,6 +61,9 @@ public final class TransferSender: WireConnectionOwner {
     private lazy var sourceWatcher = SourceWatcher(self)
 
     private var bytesDone: UInt64 = 0
+    /// Each entry's bytes in `bytesDone`: a file announced again (its receiver held part of
+    /// it) counts from what it held, not twice.
+    private var counted: [UInt64]
     private var bytesSentOfFiles: UInt64 = 0
     private var resumedBytes: UInt64 = 0
 
@@ -99,6 +102,7 @@ public final class TransferSender: WireConnectionOwner {
         outcomes = Array(repeating: nil, count: entries.count)
         sizes = entries.map(\.size)
         resumed = Array(repeating: 0, count: entries.count)
+        counted = Array(repeating: 0, count: entries.count)
         machine = SenderMachine(
             entries: Self.machineEntries(entries),
             settings: .init(compress: options.compress, resume: options.resume, eager: options.eager),
@@ -302,6 +306,10 @@ public final class TransferSender: WireConnectionOwner {
     /// Opens entry `index` (a file by path, or a stream) and tells the machine what it found.
     private func openEntry(_ index: Int) {
         let entry = entries[index]
+        if machine.announcedAgain.contains(index) {
+            bytesDone -= counted[index]
+            counted[index] = 0
+        }
         switch entry.kind {
         case .directory:
             perform(machine.handle(.entryOpened(index, .failure(LocalFailure("a directory has no data")))))
@@ -542,6 +550,7 @@ public final class TransferSender: WireConnectionOwner {
         hasher?.update(file.digest, bytes)
         file.position += UInt64(bytes.count)
         bytesDone += UInt64(bytes.count)
+        counted[file.index] += UInt64(bytes.count)
         bytesSentOfFiles += UInt64(bytes.count)
     }
 

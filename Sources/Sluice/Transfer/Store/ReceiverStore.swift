@@ -154,6 +154,23 @@ final class ReceiverStore: @unchecked Sendable {
             closeDescriptor(file.fd)
             closeDescriptor(file.parent)
         }
+        let settled = settle(file, header: header) { () throws(SluiceError) in
+            if fsync {
+                beforeFsync?(relative)
+                try syscallValue("fsync", file.display) { Glibc.fsync(file.fd) }
+            }
+        }
+        if let settled {
+            unlinkat(file.parent, file.temporary, 0)
+            return .failed(.io, settled.description)
+        }
+        return rename(file, overwrite: overwrite, fsync: fsync)
+    }
+
+    /// Gives the file its mode and mtime (and drops its resume mark), then runs `then`.
+    private func settle(
+        _ file: OpenedFile, header: EntryHeader, then: () throws(SluiceError) -> Void = { () throws(SluiceError) in }
+    ) -> SluiceError? {
         let fd = file.fd
         let mtime = timespec(tv_sec: Int(header.mtimeSeconds), tv_nsec: Int(header.mtimeNanoseconds))
         let times = [timespec(tv_sec: 0, tv_nsec: utimeNow), mtime]
@@ -161,15 +178,62 @@ final class ReceiverStore: @unchecked Sendable {
         let settled = Result { () throws(SluiceError) in
             try syscallValue("fchmod", file.display) { fchmod(fd, destination.permissions(header.mode)) }
             try syscallValue("futimens", file.display) { futimens(fd, times) }
-            if fsync {
-                beforeFsync?(relative)
-                try syscallValue("fsync", file.display) { Glibc.fsync(fd) }
+            try then()
+        }
+        if case .failure(let error) = settled { return error }
+        return nil
+    }
+
+    /// A verified file set aside, its mode and mtime set, to be flushed and renamed with others.
+    struct StagedFile: Sendable {
+        var opened: OpenedFile
+        var request: EntryRequest
+    }
+
+    /// Sets the verified file's mode and mtime and starts its writeback (`sync_file_range`),
+    /// leaving it open (and locked) under its temporary name for `commitStaged`. On failure
+    /// the file is removed and its descriptors closed.
+    func stage(_ file: OpenedFile, header: EntryHeader) -> EntryRejection? {
+        let settled = settle(file, header: header) { () throws(SluiceError) in
+            _ = sync_file_range(file.fd, 0, 0, UInt32(SYNC_FILE_RANGE_WRITE))
+        }
+        guard let settled else { return nil }
+        unlinkat(file.parent, file.temporary, 0)
+        closeDescriptor(file.fd)
+        closeDescriptor(file.parent)
+        return .failed(.io, settled.description)
+    }
+
+    /// Flushes the file system once (`syncfs`), so that every staged file's data is on disk,
+    /// then moves each to its final name: a name never holds a file whose data a crash could
+    /// lose. One answer per file, in order; every descriptor closed.
+    func commitStaged(_ files: [StagedFile], overwrite: Bool) -> [EntryRejection?] {
+        for file in files { beforeFsync?(file.request.relative) }
+        if let failure = flushAll() {
+            for file in files { abandon(file.opened, keep: false) }
+            return files.map { _ in .failed(.io, failure.description) }
+        }
+        return files.map { file in
+            defer {
+                closeDescriptor(file.opened.fd)
+                closeDescriptor(file.opened.parent)
             }
+            return rename(file.opened, overwrite: overwrite, fsync: false)
         }
-        if case .failure(let error) = settled {
-            unlinkat(file.parent, file.temporary, 0)
-            return .failed(.io, error.description)
+    }
+
+    /// Flushes the destination's file system (`syncfs`): what was written and renamed there is
+    /// on disk when it returns nil.
+    func flushAll() -> SluiceError? {
+        let flushed = Result { () throws(SluiceError) in
+            try syscallValue("syncfs", destination.path) { syncfs(destination.fd) }
         }
+        if case .failure(let error) = flushed { return error }
+        return nil
+    }
+
+    /// Moves a settled temporary file to its final name; with `fsync`, flushes its directory.
+    private func rename(_ file: OpenedFile, overwrite: Bool, fsync: Bool) -> EntryRejection? {
         let committed = Destination.commit(
             file.parent, file.temporary, file.name, overwrite: overwrite, display: file.display)
         switch committed {
