@@ -136,7 +136,7 @@ final class DescriptorReadStream: ReadStream {
 final class DescriptorWriteStream: WriteStream {
     let path: String?
     /// The file did not exist before this stream opened it.
-    private(set) var createdFile = false
+    private var createdFile = false
     private let mode: FileWriteMode
     private let permissions: mode_t
     private var givenFD: Int32?
@@ -253,6 +253,13 @@ final class DescriptorWriteStream: WriteStream {
         } else {
             channel?.updateInterest()
         }
+    }
+
+    /// Removes the file this stream created, if it did (see `WriteStream.abandon()`).
+    override func abandon() {
+        guard createdFile, let path else { return }
+        createdFile = false
+        unlink(path)
     }
 
     /// Flushes written data to the device (`fsync`).

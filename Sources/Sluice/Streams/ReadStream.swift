@@ -232,4 +232,9 @@ public class WriteStream: ByteStream {
     /// The first `count` bytes of the space `lendSpace` gave now hold the next bytes of the
     /// stream: they count as written. Throws what writing them threw (the stream has failed).
     func takeLentSpace(_ count: Int) throws(SluiceError) {}
+    /// What was written here will not be used (the pipeline writing it failed): take back
+    /// what the stream made that did not exist before it opened. A file stream removes the
+    /// file it created (never one that was there); other kinds made nothing, and do nothing.
+    /// Called once the stream is closed.
+    func abandon() {}
 }
