@@ -71,13 +71,66 @@ struct UncheckedBox<T>: @unchecked Sendable {
     init(_ value: T) { self.value = value }
 }
 
-/// The read end of a bound pair.
+/// The buffer is the core of its two ends: each side's loop, closing, waiting and readiness.
+extension BoundBuffer: StreamCore {
+    func attach(_ stream: ByteStream, side: StreamSide, to loop: EventLoop) { setLoop(loop, of: side) }
+    func detach(_ stream: ByteStream, side: StreamSide) { setLoop(nil, of: side) }
+
+    private func setLoop(_ loop: EventLoop?, of side: StreamSide) {
+        condition.lock()
+        switch side {
+        case .reader: readerLoop = loop
+        case .writer: writerLoop = loop
+        }
+        condition.unlock()
+    }
+
+    /// An end closed: the other is woken, to read the end (or to fail its write).
+    func streamClosed(_ stream: ByteStream, side: StreamSide) {
+        condition.lock()
+        let peer: ByteStream?
+        let peerLoop: EventLoop?
+        switch side {
+        case .reader:
+            readerClosed = true
+            (peer, peerLoop) = (writer, writerLoop)
+        case .writer:
+            writerClosed = true
+            (peer, peerLoop) = (reader, readerLoop)
+        }
+        condition.broadcast()
+        condition.unlock()
+        Self.wake(peer, peerLoop: peerLoop, from: stream.loop)
+    }
+
+    func waitUntilReady(_ stream: ByteStream, side: StreamSide) throws(SluiceError) {
+        condition.lock()
+        while !isReadyLocked(side) { condition.wait() }
+        condition.unlock()
+    }
+
+    func isReady(_ stream: ByteStream, side: StreamSide) -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return isReadyLocked(side)
+    }
+
+    /// Bytes to read (or the end), or room to write (or no reader left). Call with the lock held.
+    private func isReadyLocked(_ side: StreamSide) -> Bool {
+        switch side {
+        case .reader: return count > 0 || writerClosed
+        case .writer: return count < capacity || readerClosed
+        }
+    }
+}
+
+/// The read end of a bound pair. The rest is the buffer's (its `StreamCore`).
 final class BoundReadStream: ReadStream {
     let shared: BoundBuffer
 
     init(shared: BoundBuffer) {
         self.shared = shared
-        super.init(name: "bound pair")
+        super.init(name: "bound pair", core: shared)
     }
 
     override func readPrimitive(_ buffer: UnsafeMutableRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
@@ -95,54 +148,22 @@ final class BoundReadStream: ReadStream {
         return atEnd ? .processed(0) : .wouldBlock
     }
 
-    override func waitUntilReadable() throws(SluiceError) {
-        shared.condition.lock()
-        while shared.count == 0 && !shared.writerClosed { shared.condition.wait() }
-        shared.condition.unlock()
-    }
-
-    override var bytesAvailablePrimitive: Bool {
-        shared.condition.lock()
-        defer { shared.condition.unlock() }
-        return shared.count > 0 || shared.writerClosed
-    }
     override var isReadyWithoutKernel: Bool { bytesAvailablePrimitive }
     override var isAtEndWithoutReading: Bool {
         shared.condition.lock()
         defer { shared.condition.unlock() }
         return shared.count == 0 && shared.writerClosed
     }
-
-    override func attach(to loop: EventLoop) {
-        shared.condition.lock()
-        shared.readerLoop = loop
-        shared.condition.unlock()
-        signal()
-    }
-    override func detach(from loop: EventLoop) {
-        shared.condition.lock()
-        shared.readerLoop = nil
-        shared.condition.unlock()
-    }
-
-    override func closePrimitive() {
-        shared.condition.lock()
-        shared.readerClosed = true
-        let writer = shared.writer
-        let writerLoop = shared.writerLoop
-        shared.condition.broadcast()
-        shared.condition.unlock()
-        BoundBuffer.wake(writer, peerLoop: writerLoop, from: loop)
-    }
 }
 
-/// The write end of a bound pair: accepts bytes while the buffer has room.
+/// The write end of a bound pair: accepts bytes while the buffer has room. The rest is the
+/// buffer's (its `StreamCore`).
 final class BoundWriteStream: WriteStream {
     let shared: BoundBuffer
 
     init(shared: BoundBuffer) {
         self.shared = shared
-        super.init(name: "bound pair")
+        super.init(name: "bound pair", core: shared)
     }
 
     override func writePrimitive(_ buffer: UnsafeRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
@@ -163,40 +184,7 @@ final class BoundWriteStream: WriteStream {
         return .wouldBlock
     }
 
-    override func waitUntilWritable() throws(SluiceError) {
-        shared.condition.lock()
-        while shared.count == shared.capacity && !shared.readerClosed { shared.condition.wait() }
-        shared.condition.unlock()
-    }
-
-    override var spaceAvailablePrimitive: Bool {
-        shared.condition.lock()
-        defer { shared.condition.unlock() }
-        return shared.count < shared.capacity || shared.readerClosed
-    }
     override var isReadyWithoutKernel: Bool { spaceAvailablePrimitive }
-
-    override func attach(to loop: EventLoop) {
-        shared.condition.lock()
-        shared.writerLoop = loop
-        shared.condition.unlock()
-        signal()
-    }
-    override func detach(from loop: EventLoop) {
-        shared.condition.lock()
-        shared.writerLoop = nil
-        shared.condition.unlock()
-    }
-
-    override func closePrimitive() {
-        shared.condition.lock()
-        shared.writerClosed = true
-        let reader = shared.reader
-        let readerLoop = shared.readerLoop
-        shared.condition.broadcast()
-        shared.condition.unlock()
-        BoundBuffer.wake(reader, peerLoop: readerLoop, from: loop)
-    }
 }
 
 /// A connected pair of streams, as `Stream.getBoundStreams(withBufferSize:)`: bytes written to

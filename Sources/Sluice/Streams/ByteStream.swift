@@ -172,9 +172,16 @@ public class ByteStream: ReadyClient {
     /// The name is a file's path: errors about the stream quote it (`open "in": …`).
     public let nameIsPath: Bool
 
-    init(name: String, nameIsPath: Bool = false) {
+    /// What this stream's family shares between its halves (see `StreamCore`): the hooks
+    /// below forward to it. nil for kinds that override the hooks themselves.
+    var streamCore: (any StreamCore)?
+    /// Which half this stream is (`ReadStream` and `WriteStream` say), for its core.
+    var side: StreamSide { .reader }
+
+    init(name: String, nameIsPath: Bool = false, core: (any StreamCore)? = nil) {
         self.name = name
         self.nameIsPath = nameIsPath
+        streamCore = core
     }
 
     /// An error about this stream, for its kinds and for code that reports on its behalf (a
@@ -212,6 +219,7 @@ public class ByteStream: ReadyClient {
 
     /// Removes the stream from `loop`: no more events; it keeps working in polling mode.
     public func remove(from loop: EventLoop) {
+        defer { streamCore?.left(self, loop: loop) }
         guard self.loop === loop else { return }
         detach(from: loop)
         self.loop = nil
@@ -246,11 +254,13 @@ public class ByteStream: ReadyClient {
     }
 
     /// A stream property; see `StreamPropertyKey`.
-    public func property(forKey key: StreamPropertyKey) -> Any? { nil }
+    public func property(forKey key: StreamPropertyKey) -> Any? { streamCore?.property(key, of: self) }
 
     /// Sets a property; returns false if the stream does not support it (now).
     @discardableResult
-    public func setProperty(_ value: Any?, forKey key: StreamPropertyKey) -> Bool { false }
+    public func setProperty(_ value: Any?, forKey key: StreamPropertyKey) -> Bool {
+        streamCore?.setProperty(value, key) ?? false
+    }
 
     // MARK: For kinds of stream
 
@@ -411,13 +421,22 @@ public class ByteStream: ReadyClient {
 
     /// Opens the underlying resource. Returns true when open now, false when opening
     /// (the kind calls `didOpen()` later).
-    func openPrimitive() throws(SluiceError) -> Bool { true }
-    func closePrimitive() {}
+    func openPrimitive() throws(SluiceError) -> Bool { try streamCore?.open(self, side: side) ?? true }
+    func closePrimitive() { streamCore?.streamClosed(self, side: side) }
     /// Starts delivering readiness through `loop` (watch the fd, or use the ready queue).
-    func attach(to loop: EventLoop) { signal() }
-    func detach(from loop: EventLoop) {}
+    func attach(to loop: EventLoop) {
+        streamCore?.attach(self, side: side, to: loop)
+        signal()
+    }
+    func detach(from loop: EventLoop) { streamCore?.detach(self, side: side) }
     /// The armed state changed: watch (or stop watching) the kernel, or queue a ready-queue turn.
-    func interestChanged() { if armed { signal() } }
+    func interestChanged() {
+        if let streamCore {
+            streamCore.interestChanged(self)
+        } else if armed {
+            signal()
+        }
+    }
     /// True when readiness comes from the ready queue rather than the kernel.
     final var servedByReadyQueue: Bool {
         get { !machine.pointee.kernelWatched }
@@ -432,5 +451,5 @@ public class ByteStream: ReadyClient {
     /// and `write` (see `CopyPath`).
     var offersKernelCopy: Bool { false }
     /// That descriptor, while the stream is open.
-    var kernelCopyDescriptor: Int32? { nil }
+    var kernelCopyDescriptor: Int32? { streamCore?.kernelCopyDescriptor }
 }

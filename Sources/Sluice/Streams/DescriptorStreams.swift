@@ -14,12 +14,15 @@ public enum FileWriteMode: Sendable {
 
 /// Reads a file by path (from an offset) or any descriptor: stdin, a pipe, a tty, a socket.
 /// Regular files are served from the loop's ready queue; everything else is watched by epoll.
+/// Opened, it forwards to its `DescriptorChannel` (its `StreamCore`).
 final class DescriptorReadStream: ReadStream {
     private let path: String?
     private var offset: UInt64
     private var givenFD: Int32?
     private let ownsGivenFD: Bool
-    private(set) var channel: DescriptorChannel?
+    private(set) var channel: DescriptorChannel? {
+        didSet { streamCore = channel }
+    }
 
     init(path: String, offset: UInt64) {
         self.path = path
@@ -42,7 +45,7 @@ final class DescriptorReadStream: ReadStream {
         offset = 0
         ownsGivenFD = false
         self.channel = channel
-        super.init(name: name)
+        super.init(name: name, core: channel)
         channel.reader = self
         servedByReadyQueue = channel.unwatchable
     }
@@ -63,15 +66,13 @@ final class DescriptorReadStream: ReadStream {
                     throw error
                 }
             } else {
-                fd = givenFD!
+                fd = try given(givenFD)
             }
             let channel = DescriptorChannel(fd: fd, ownsDescriptor: path != nil || ownsGivenFD)
             channel.reader = self
             self.channel = channel
         }
-        channel!.opened(self)
-        servedByReadyQueue = channel!.unwatchable
-        return true
+        return try super.openPrimitive()
     }
 
     override func readPrimitive(_ buffer: UnsafeMutableRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
@@ -79,43 +80,13 @@ final class DescriptorReadStream: ReadStream {
         return try syscall("read", name) { Glibc.read(fd, buffer.baseAddress, buffer.count) }
     }
 
-    override func waitUntilReadable() throws(SluiceError) {
-        _ = try pollDescriptor(channel!.fd, events: Int16(POLLIN), timeoutMilliseconds: -1)
-    }
-
-    override var bytesAvailablePrimitive: Bool {
-        guard let channel else { return false }
-        if channel.isRegularFile { return true }
-        return (try? pollDescriptor(channel.fd, events: Int16(POLLIN), timeoutMilliseconds: 0)) ?? 0 != 0
-    }
-
     override var offersKernelCopy: Bool { true }
-    override var kernelCopyDescriptor: Int32? { channel.flatMap { $0.closed ? nil : $0.fd } }
-
-    override func closePrimitive() { channel?.streamClosed(.reader) }
-    override func attach(to loop: EventLoop) {
-        channel?.attach(self, to: loop)
-        signal()
-    }
-    override func detach(from loop: EventLoop) { channel?.detach(self) }
-    override func interestChanged() {
-        if servedByReadyQueue {
-            if armed { signal() }
-        } else {
-            channel?.updateInterest()
-        }
-    }
 
     override func property(forKey key: StreamPropertyKey) -> Any? {
         switch key {
-        case .fileCurrentOffset:
-            guard let channel, isOpenish else { return offset }
-            let pos = lseek(channel.fd, 0, SEEK_CUR)
-            return pos < 0 ? nil : UInt64(pos)
-        case .fileDescriptor:
-            return channel?.fd ?? givenFD
-        default:
-            return nil
+        case .fileCurrentOffset where channel == nil || !isOpenish: return offset
+        case .fileDescriptor where channel == nil: return givenFD
+        default: return super.property(forKey: key)
         }
     }
 
@@ -133,6 +104,7 @@ final class DescriptorReadStream: ReadStream {
 }
 
 /// Writes a file by path (truncate, append, or create-new, with permissions) or any descriptor.
+/// Opened, it forwards to its `DescriptorChannel` (its `StreamCore`).
 final class DescriptorWriteStream: WriteStream {
     let path: String?
     /// The file did not exist before this stream opened it.
@@ -141,7 +113,9 @@ final class DescriptorWriteStream: WriteStream {
     private let permissions: mode_t
     private var givenFD: Int32?
     private let ownsGivenFD: Bool
-    private(set) var channel: DescriptorChannel?
+    private(set) var channel: DescriptorChannel? {
+        didSet { streamCore = channel }
+    }
 
     init(path: String, mode: FileWriteMode, permissions: mode_t) {
         self.path = path
@@ -166,7 +140,7 @@ final class DescriptorWriteStream: WriteStream {
         permissions = 0
         ownsGivenFD = false
         self.channel = channel
-        super.init(name: name)
+        super.init(name: name, core: channel)
         channel.writer = self
         servedByReadyQueue = channel.unwatchable
     }
@@ -191,15 +165,13 @@ final class DescriptorWriteStream: WriteStream {
                 }
                 fd = try opened.get()
             } else {
-                fd = givenFD!
+                fd = try given(givenFD)
             }
             let channel = DescriptorChannel(fd: fd, ownsDescriptor: path != nil || ownsGivenFD)
             channel.writer = self
             self.channel = channel
         }
-        channel!.opened(self)
-        servedByReadyQueue = channel!.unwatchable
-        return true
+        return try super.openPrimitive()
     }
 
     override func writePrimitive(_ buffer: UnsafeRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
@@ -228,32 +200,7 @@ final class DescriptorWriteStream: WriteStream {
         return try syscall("write", name) { writeSuppressingSIGPIPE(fd, buffer) }
     }
 
-    override func waitUntilWritable() throws(SluiceError) {
-        _ = try pollDescriptor(channel!.fd, events: Int16(POLLOUT), timeoutMilliseconds: -1)
-    }
-
-    override var spaceAvailablePrimitive: Bool {
-        guard let channel else { return false }
-        if channel.isRegularFile { return true }
-        return (try? pollDescriptor(channel.fd, events: Int16(POLLOUT), timeoutMilliseconds: 0)) ?? 0 != 0
-    }
-
     override var offersKernelCopy: Bool { true }
-    override var kernelCopyDescriptor: Int32? { channel.flatMap { $0.closed ? nil : $0.fd } }
-
-    override func closePrimitive() { channel?.streamClosed(.writer) }
-    override func attach(to loop: EventLoop) {
-        channel?.attach(self, to: loop)
-        signal()
-    }
-    override func detach(from loop: EventLoop) { channel?.detach(self) }
-    override func interestChanged() {
-        if servedByReadyQueue {
-            if armed { signal() }
-        } else {
-            channel?.updateInterest()
-        }
-    }
 
     /// Removes the file this stream created, if it did (see `WriteStream.abandon()`).
     override func abandon() {
@@ -270,16 +217,15 @@ final class DescriptorWriteStream: WriteStream {
     }
 
     override func property(forKey key: StreamPropertyKey) -> Any? {
-        switch key {
-        case .fileCurrentOffset:
-            guard let channel, isOpenish else { return nil }
-            let pos = lseek(channel.fd, 0, SEEK_CUR)
-            return pos < 0 ? nil : UInt64(pos)
-        case .fileDescriptor:
-            return channel?.fd ?? givenFD
-        default:
-            return nil
-        }
+        key == .fileDescriptor && channel == nil ? givenFD : super.property(forKey: key)
+    }
+}
+
+extension ByteStream {
+    /// The descriptor a stream was given, to open it on.
+    fileprivate func given(_ fd: Int32?) throws(SluiceError) -> Int32 {
+        guard let fd else { throw error(.notOpen, operation: "open") }
+        return fd
     }
 }
 

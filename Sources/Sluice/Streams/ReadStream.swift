@@ -124,8 +124,8 @@ public class ReadStream: ByteStream {
     /// See `lend(upTo:)`; nil when the kind keeps no bytes in memory.
     func lendPrimitive(upTo maxLength: Int) -> UnsafeRawBufferPointer? { nil }
     /// Polling mode after `.wouldBlock`: wait until a read can make progress.
-    func waitUntilReadable() throws(SluiceError) {}
-    var bytesAvailablePrimitive: Bool { true }
+    func waitUntilReadable() throws(SluiceError) { try streamCore?.waitUntilReady(self, side: .reader) }
+    var bytesAvailablePrimitive: Bool { streamCore?.isReady(self, side: .reader) ?? true }
 }
 
 /// A stream to write bytes to, as NSOutputStream. Create one with a factory
@@ -135,6 +135,7 @@ public class ReadStream: ByteStream {
 /// no further `hasSpaceAvailable` comes until it writes.
 public class WriteStream: ByteStream {
     override var readinessEvent: StreamEvent { .hasSpaceAvailable }
+    override var side: StreamSide { .writer }
 
     /// Writes up to `maxLength` bytes from `buffer`. Returns the count accepted (may be fewer),
     /// 0 when a fixed-capacity stream is full, or -1 on error.
@@ -220,8 +221,8 @@ public class WriteStream: ByteStream {
     // MARK: Hooks
 
     func writePrimitive(_ buffer: UnsafeRawBufferPointer) throws(SluiceError) -> IOResult<Int> { .processed(0) }
-    func waitUntilWritable() throws(SluiceError) {}
-    var spaceAvailablePrimitive: Bool { true }
+    func waitUntilWritable() throws(SluiceError) { try streamCore?.waitUntilReady(self, side: .writer) }
+    var spaceAvailablePrimitive: Bool { streamCore?.isReady(self, side: .writer) ?? true }
     /// A fixed-capacity stream that is full: the write that filled it ends the stream.
     var isFullForever: Bool { false }
     /// For kinds that copy what they are given into memory of their own before writing it
