@@ -52,6 +52,27 @@ final class BoundBuffer: @unchecked Sendable {
         return n
     }
 
+    /// Runs `move` (a `take` or a `put`) for `stream`, the `side` end, under the lock; wakes the
+    /// other end when it moved bytes. Returns the count moved and whether the other end had
+    /// closed, as seen under the same lock.
+    func transfer(
+        for stream: ByteStream, side: StreamSide, _ move: (BoundBuffer) -> Int
+    ) -> (count: Int, peerClosed: Bool) {
+        condition.lock()
+        let n = move(self)
+        let peerClosed = side == .reader ? writerClosed : readerClosed
+        let (peer, peerLoop) = self.peer(of: side)
+        if n > 0 { condition.broadcast() }
+        condition.unlock()
+        if n > 0 { Self.wake(peer, peerLoop: peerLoop, from: stream.loop) }
+        return (n, peerClosed)
+    }
+
+    /// The other end and its loop. Call with the lock held.
+    private func peer(of side: StreamSide) -> (ByteStream?, EventLoop?) {
+        side == .reader ? (writer, writerLoop) : (reader, readerLoop)
+    }
+
     /// Wakes the other end: directly on the same loop, through `execute` on another loop, and
     /// through the condition for an end blocked in polling mode.
     static func wake(_ peer: ByteStream?, peerLoop: EventLoop?, from myLoop: EventLoop?) {
@@ -88,16 +109,11 @@ extension BoundBuffer: StreamCore {
     /// An end closed: the other is woken, to read the end (or to fail its write).
     func streamClosed(_ stream: ByteStream, side: StreamSide) {
         condition.lock()
-        let peer: ByteStream?
-        let peerLoop: EventLoop?
         switch side {
-        case .reader:
-            readerClosed = true
-            (peer, peerLoop) = (writer, writerLoop)
-        case .writer:
-            writerClosed = true
-            (peer, peerLoop) = (reader, readerLoop)
+        case .reader: readerClosed = true
+        case .writer: writerClosed = true
         }
+        let (peer, peerLoop) = self.peer(of: side)
         condition.broadcast()
         condition.unlock()
         Self.wake(peer, peerLoop: peerLoop, from: stream.loop)
@@ -134,18 +150,9 @@ final class BoundReadStream: ReadStream {
     }
 
     override func readPrimitive(_ buffer: UnsafeMutableRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
-        shared.condition.lock()
-        let n = shared.take(into: buffer)
-        let atEnd = n == 0 && shared.writerClosed
-        let writer = shared.writer
-        let writerLoop = shared.writerLoop
-        if n > 0 { shared.condition.broadcast() }
-        shared.condition.unlock()
-        if n > 0 {
-            BoundBuffer.wake(writer, peerLoop: writerLoop, from: loop)
-            return .processed(n)
-        }
-        return atEnd ? .processed(0) : .wouldBlock
+        let (n, writerClosed) = shared.transfer(for: self, side: .reader) { $0.take(into: buffer) }
+        if n > 0 { return .processed(n) }
+        return writerClosed ? .processed(0) : .wouldBlock
     }
 
     override var isReadyWithoutKernel: Bool { bytesAvailablePrimitive }
@@ -167,21 +174,9 @@ final class BoundWriteStream: WriteStream {
     }
 
     override func writePrimitive(_ buffer: UnsafeRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
-        shared.condition.lock()
-        if shared.readerClosed {
-            shared.condition.unlock()
-            throw SluiceError(.system(.brokenPipe), operation: "write", subject: name)
-        }
-        let n = shared.put(from: buffer)
-        let reader = shared.reader
-        let readerLoop = shared.readerLoop
-        if n > 0 { shared.condition.broadcast() }
-        shared.condition.unlock()
-        if n > 0 {
-            BoundBuffer.wake(reader, peerLoop: readerLoop, from: loop)
-            return .processed(n)
-        }
-        return .wouldBlock
+        let (n, readerClosed) = shared.transfer(for: self, side: .writer) { $0.readerClosed ? 0 : $0.put(from: buffer) }
+        if readerClosed { throw SluiceError(.system(.brokenPipe), operation: "write", subject: name) }
+        return n > 0 ? .processed(n) : .wouldBlock
     }
 
     override var isReadyWithoutKernel: Bool { spaceAvailablePrimitive }

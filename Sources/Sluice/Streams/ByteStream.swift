@@ -417,6 +417,67 @@ public class ByteStream: ReadyClient {
     }
     private var heldLoop: EventLoop?
 
+    // MARK: Reading and writing
+
+    /// One read or write that does not block (`tryRead`, `tryWrite`): refused unless the
+    /// stream is open, then `primitive`, with the status `busy` while it runs; after it, the
+    /// end (0 bytes, or a fixed-capacity stream's last write), a re-arm, or the failure.
+    @inline(__always)
+    final func attempt(
+        _ operation: String, bytes: Int, during busy: StreamStatus,
+        _ primitive: () throws(SluiceError) -> IOResult<Int>
+    ) -> IOResult<Int> {
+        loop?.preconditionInLoop("\(name): \(operation)")
+        switch streamStatus {
+        case .open: break
+        case .atEnd: return .processed(0)
+        case .notOpen, .opening: return .processed(misuse(.notOpen, operation))
+        case .closed: return .processed(misuse(.closed, operation))
+        case .error: return .processed(-1)
+        case .reading, .writing: return .processed(misuse(.invalidArgument, operation))
+        }
+        if bytes == 0 { return .processed(0) }
+        streamStatus = busy
+        do {
+            let result = try primitive()
+            if streamStatus == busy { streamStatus = .open }
+            switch result {
+            case .processed(0):
+                reachedEnd()
+                return .processed(0)
+            case .processed(let n):
+                if isFullForever { reachedEnd() } else { rearm() }
+                return .processed(n)
+            case .wouldBlock:
+                rearm()
+                return .wouldBlock
+            }
+        } catch {
+            if streamStatus == busy { streamStatus = .open }
+            fail(error)
+            return .processed(-1)
+        }
+    }
+
+    /// A read or write in polling mode: `attempt` again after each wait until it is processed.
+    final func blocking(
+        _ attempt: () -> IOResult<Int>, waitingWith wait: () throws(SluiceError) -> Void
+    ) -> Int {
+        while true {
+            switch attempt() {
+            case .processed(let n):
+                return n
+            case .wouldBlock:
+                do {
+                    try wait()
+                } catch {
+                    fail(error)
+                    return -1
+                }
+            }
+        }
+    }
+
     // MARK: Hooks for kinds (overridden)
 
     /// Opens the underlying resource. Returns true when open now, false when opening
@@ -446,6 +507,8 @@ public class ByteStream: ReadyClient {
     var isReadyWithoutKernel: Bool { true }
     /// For ready-queue read kinds: the end is known without a read (memory, bound pair).
     var isAtEndWithoutReading: Bool { false }
+    /// For write kinds: a fixed-capacity stream that is full, whose last write ends it.
+    var isFullForever: Bool { false }
     /// A plain descriptor underneath (a file, pipe or socket: not memory, TLS or a custom
     /// stream), whose bytes a pipeline may move inside the kernel instead of through `read`
     /// and `write` (see `CopyPath`).
