@@ -1,5 +1,10 @@
 import FoundationEssentials
 
+// The pipeline's work, by file: this one holds its state, start, cancel and events;
+// PipelineEngine.swift moves the bytes through the stages (read, stages, write, backpressure);
+// PipelineZeroCopy.swift schedules the kernel's zero-copy calls (ZeroCopy.swift makes them);
+// PipelineTeardown.swift ends it; PipelineTypes.swift has its options and result.
+
 /// Copies a source stream to a sink stream through zero or more stages on an `EventLoop`,
 /// under backpressure:
 ///

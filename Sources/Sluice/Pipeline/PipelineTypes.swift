@@ -1,9 +1,3 @@
-import FoundationEssentials
-
-#if canImport(Glibc)
-    import Glibc
-#endif
-
 /// How a pipeline runs.
 public struct PipelineOptions: Sendable {
     public var chunkSize: ChunkSize

@@ -39,17 +39,6 @@ final class DescriptorReadStream: ReadStream {
         super.init(name: name ?? "fd \(fd)", nameIsPath: nameIsPath && name != nil)
     }
 
-    /// For socket pairs: a reader over a channel shared with a writer.
-    init(channel: DescriptorChannel, name: String) {
-        path = nil
-        offset = 0
-        ownsGivenFD = false
-        self.channel = channel
-        super.init(name: name, core: channel)
-        channel.reader = self
-        servedByReadyQueue = channel.unwatchable
-    }
-
     override func openPrimitive() throws(SluiceError) -> Bool {
         if channel == nil {
             let fd: Int32
@@ -132,17 +121,6 @@ final class DescriptorWriteStream: WriteStream {
         givenFD = fd
         ownsGivenFD = ownsDescriptor
         super.init(name: name ?? "fd \(fd)", nameIsPath: nameIsPath && name != nil)
-    }
-
-    init(channel: DescriptorChannel, name: String) {
-        path = nil
-        mode = .append
-        permissions = 0
-        ownsGivenFD = false
-        self.channel = channel
-        super.init(name: name, core: channel)
-        channel.writer = self
-        servedByReadyQueue = channel.unwatchable
     }
 
     override func openPrimitive() throws(SluiceError) -> Bool {
