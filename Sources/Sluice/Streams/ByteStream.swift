@@ -175,7 +175,7 @@ public class ByteStream: ReadyClient {
     /// What this stream's family shares between its halves (see `StreamCore`): the hooks
     /// below forward to it. nil for kinds that override the hooks themselves.
     var streamCore: (any StreamCore)?
-    /// Which half this stream is (`ReadStream` and `WriteStream` say), for its core.
+    /// Which half this stream is, for its core: a reader unless it is a `WriteStream`.
     var side: StreamSide { .reader }
 
     init(name: String, nameIsPath: Bool = false, core: (any StreamCore)? = nil) {
