@@ -2,6 +2,25 @@
     import Glibc
 #endif
 
+/// The connection is the core of its two TLS streams.
+extension TLSConnection: StreamCore {
+    func open(_ stream: ByteStream, side: StreamSide) throws(SluiceError) -> Bool { try open(stream) }
+    func streamClosed(_ stream: ByteStream, side: StreamSide) { streamClosed(stream) }
+    func attach(_ stream: ByteStream, side: StreamSide, to loop: EventLoop) { attach(to: loop) }
+    func detach(_ stream: ByteStream, side: StreamSide) {}
+    func left(_ stream: ByteStream, loop: EventLoop) { leftLoop() }
+
+    func waitUntilReady(_ stream: ByteStream, side: StreamSide) throws(SluiceError) {
+        switch side {
+        case .reader: try waitUntilReadable()
+        case .writer: try waitUntilWritable()
+        }
+    }
+
+    func isReady(_ stream: ByteStream, side: StreamSide) -> Bool { side == .reader ? readerReady : writerReady }
+    func property(_ key: StreamPropertyKey, of stream: ByteStream) -> Any? { property(key) }
+}
+
 /// The read stream of a TLS pair: decrypted bytes from the connection.
 final class TLSReadStream: ReadStream {
     let connection: TLSConnection
@@ -10,10 +29,8 @@ final class TLSReadStream: ReadStream {
 
     init(connection: TLSConnection, name: String) {
         self.connection = connection
-        super.init(name: name)
+        super.init(name: name, core: connection)
     }
-
-    override func openPrimitive() throws(SluiceError) -> Bool { try connection.open(self) }
 
     override func readPrimitive(_ buffer: UnsafeMutableRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
         if let deferredFailure { throw deferredFailure }
@@ -44,23 +61,7 @@ final class TLSReadStream: ReadStream {
         return .processed(total)
     }
 
-    override func waitUntilReadable() throws(SluiceError) { try connection.waitUntilReadable() }
-    override var bytesAvailablePrimitive: Bool { connection.readerReady }
     override var isReadyWithoutKernel: Bool { connection.readerReady || deferredFailure != nil }
-
-    override func closePrimitive() { connection.streamClosed(self) }
-    override func attach(to loop: EventLoop) {
-        connection.attach(to: loop)
-        signal()
-    }
-    override func remove(from loop: EventLoop) {
-        super.remove(from: loop)
-        connection.leftLoop()
-    }
-    override func property(forKey key: StreamPropertyKey) -> Any? { connection.property(key) }
-    override func setProperty(_ value: Any?, forKey key: StreamPropertyKey) -> Bool {
-        connection.setProperty(value, key)
-    }
 }
 
 /// The write stream of a TLS pair: bytes encrypted onto the connection. Closing it sends
@@ -70,10 +71,8 @@ final class TLSWriteStream: WriteStream {
 
     init(connection: TLSConnection, name: String) {
         self.connection = connection
-        super.init(name: name)
+        super.init(name: name, core: connection)
     }
-
-    override func openPrimitive() throws(SluiceError) -> Bool { try connection.open(self) }
 
     override func writePrimitive(_ buffer: UnsafeRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
         guard let engine = connection.engine else { throw SluiceError(.notOpen, operation: "write", subject: name) }
@@ -103,21 +102,5 @@ final class TLSWriteStream: WriteStream {
         return total > 0 ? .processed(total) : .wouldBlock
     }
 
-    override func waitUntilWritable() throws(SluiceError) { try connection.waitUntilWritable() }
-    override var spaceAvailablePrimitive: Bool { connection.writerReady }
     override var isReadyWithoutKernel: Bool { connection.writerReady }
-
-    override func closePrimitive() { connection.streamClosed(self) }
-    override func attach(to loop: EventLoop) {
-        connection.attach(to: loop)
-        signal()
-    }
-    override func remove(from loop: EventLoop) {
-        super.remove(from: loop)
-        connection.leftLoop()
-    }
-    override func property(forKey key: StreamPropertyKey) -> Any? { connection.property(key) }
-    override func setProperty(_ value: Any?, forKey key: StreamPropertyKey) -> Bool {
-        connection.setProperty(value, key)
-    }
 }

@@ -62,7 +62,7 @@ struct SocketOptions {
 /// and finished with `SO_ERROR`; a loop timer bounds it. Once connected, a `DescriptorChannel`
 /// takes the descriptor over: interest while a stream is armed, `shutdown(SHUT_WR)` when the
 /// write stream closes first, `close` after both.
-final class SocketCore: FDHandler {
+final class SocketCore: FDHandler, StreamCore {
     enum Target {
         case host(String, UInt16)
         case addresses([SocketAddress])
@@ -147,7 +147,7 @@ final class SocketCore: FDHandler {
 
     /// `openPrimitive` of both streams: true when connected now, false while connecting on a
     /// loop. The first stream to open starts the connect.
-    func open(_ stream: ByteStream) throws(SluiceError) -> Bool {
+    func open(_ stream: ByteStream, side: StreamSide) throws(SluiceError) -> Bool {
         switch state {
         case .connected(let channel):
             guard !channel.closed else { throw stream.error(.closed, operation: "open") }
@@ -346,17 +346,33 @@ final class SocketCore: FDHandler {
 
     // MARK: Loop and closing
 
-    func attach(_ stream: ByteStream, to loop: EventLoop) {
+    func attach(_ stream: ByteStream, side: StreamSide, to loop: EventLoop) {
         if case .connected(let channel) = state, stream.isOpenish, !channel.closed {
             channel.attach(stream, to: loop)
         }
     }
 
-    func detach(_ stream: ByteStream) {
+    func detach(_ stream: ByteStream, side: StreamSide) {
         if case .connected(let channel) = state { channel.detach(stream) }
     }
 
-    func streamClosed(_ stream: ByteStream, side: DescriptorChannel.Side) {
+    /// A socket is always watched by epoll, connected or not.
+    func interestChanged(_ stream: ByteStream) { channel?.updateInterest() }
+
+    /// Polling mode: waits with `poll` until the connected socket is readable (writable).
+    func waitUntilReady(_ stream: ByteStream, side: StreamSide) throws(SluiceError) {
+        let fd = try descriptor(for: stream, "poll")
+        _ = try pollDescriptor(fd, events: side.pollEvents, timeoutMilliseconds: -1)
+    }
+
+    func isReady(_ stream: ByteStream, side: StreamSide) -> Bool {
+        guard let fd = try? descriptor(for: stream, "poll") else { return false }
+        return (try? pollDescriptor(fd, events: side.pollEvents, timeoutMilliseconds: 0)) ?? 0 != 0
+    }
+
+    var kernelCopyDescriptor: Int32? { channel?.kernelCopyDescriptor }
+
+    func streamClosed(_ stream: ByteStream, side: StreamSide) {
         switch state {
         case .connected(let channel):
             channel.streamClosed(side)
@@ -371,7 +387,7 @@ final class SocketCore: FDHandler {
 
     // MARK: Properties
 
-    func property(_ key: StreamPropertyKey) -> Any? {
+    func property(_ key: StreamPropertyKey, of stream: ByteStream) -> Any? {
         let fd = channel.flatMap { $0.closed ? nil : $0.fd }
         switch key {
         case .fileDescriptor:
@@ -445,46 +461,22 @@ final class SocketCore: FDHandler {
     }
 }
 
-/// The read stream of a socket pair: `recv` on the connected socket.
+/// The read stream of a socket pair: `recv` on the connected socket. The rest is the core's.
 final class SocketReadStream: ReadStream {
     let core: SocketCore
 
     init(core: SocketCore, name: String) {
         self.core = core
-        super.init(name: name)
+        super.init(name: name, core: core)
         servedByReadyQueue = false  // a socket is always watched by epoll
     }
-
-    override func openPrimitive() throws(SluiceError) -> Bool { try core.open(self) }
 
     override func readPrimitive(_ buffer: UnsafeMutableRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
         let fd = try core.descriptor(for: self, "recv")
         return try syscall("recv", name) { recv(fd, buffer.baseAddress, buffer.count, 0) }
     }
 
-    override func waitUntilReadable() throws(SluiceError) {
-        let fd = try core.descriptor(for: self, "poll")
-        _ = try pollDescriptor(fd, events: Int16(POLLIN), timeoutMilliseconds: -1)
-    }
-
-    override var bytesAvailablePrimitive: Bool {
-        guard let fd = try? core.descriptor(for: self, "poll") else { return false }
-        return (try? pollDescriptor(fd, events: Int16(POLLIN), timeoutMilliseconds: 0)) ?? 0 != 0
-    }
-
     override var offersKernelCopy: Bool { true }
-    override var kernelCopyDescriptor: Int32? { core.channel.flatMap { $0.closed ? nil : $0.fd } }
-
-    override func closePrimitive() { core.streamClosed(self, side: .reader) }
-    override func attach(to loop: EventLoop) {
-        core.attach(self, to: loop)
-        signal()
-    }
-    override func detach(from loop: EventLoop) { core.detach(self) }
-    override func interestChanged() { core.channel?.updateInterest() }
-
-    override func property(forKey key: StreamPropertyKey) -> Any? { core.property(key) }
-    override func setProperty(_ value: Any?, forKey key: StreamPropertyKey) -> Bool { core.setProperty(value, key) }
 }
 
 /// The write stream of a socket pair: `send` with `MSG_NOSIGNAL` on the connected socket.
@@ -494,38 +486,14 @@ final class SocketWriteStream: WriteStream {
 
     init(core: SocketCore, name: String) {
         self.core = core
-        super.init(name: name)
+        super.init(name: name, core: core)
         servedByReadyQueue = false  // a socket is always watched by epoll
     }
-
-    override func openPrimitive() throws(SluiceError) -> Bool { try core.open(self) }
 
     override func writePrimitive(_ buffer: UnsafeRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
         let fd = try core.descriptor(for: self, "send")
         return try syscall("send", name) { send(fd, buffer.baseAddress, buffer.count, Int32(MSG_NOSIGNAL)) }
     }
 
-    override func waitUntilWritable() throws(SluiceError) {
-        let fd = try core.descriptor(for: self, "poll")
-        _ = try pollDescriptor(fd, events: Int16(POLLOUT), timeoutMilliseconds: -1)
-    }
-
-    override var spaceAvailablePrimitive: Bool {
-        guard let fd = try? core.descriptor(for: self, "poll") else { return false }
-        return (try? pollDescriptor(fd, events: Int16(POLLOUT), timeoutMilliseconds: 0)) ?? 0 != 0
-    }
-
     override var offersKernelCopy: Bool { true }
-    override var kernelCopyDescriptor: Int32? { core.channel.flatMap { $0.closed ? nil : $0.fd } }
-
-    override func closePrimitive() { core.streamClosed(self, side: .writer) }
-    override func attach(to loop: EventLoop) {
-        core.attach(self, to: loop)
-        signal()
-    }
-    override func detach(from loop: EventLoop) { core.detach(self) }
-    override func interestChanged() { core.channel?.updateInterest() }
-
-    override func property(forKey key: StreamPropertyKey) -> Any? { core.property(key) }
-    override func setProperty(_ value: Any?, forKey key: StreamPropertyKey) -> Bool { core.setProperty(value, key) }
 }

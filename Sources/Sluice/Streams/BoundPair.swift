@@ -52,6 +52,27 @@ final class BoundBuffer: @unchecked Sendable {
         return n
     }
 
+    /// Runs `move` (a `take` or a `put`) for `stream`, the `side` end, under the lock; wakes the
+    /// other end when it moved bytes. Returns the count moved and whether the other end had
+    /// closed, as seen under the same lock.
+    func transfer(
+        for stream: ByteStream, side: StreamSide, _ move: (BoundBuffer) -> Int
+    ) -> (count: Int, peerClosed: Bool) {
+        condition.lock()
+        let n = move(self)
+        let peerClosed = side == .reader ? writerClosed : readerClosed
+        let (peer, peerLoop) = self.peer(of: side)
+        if n > 0 { condition.broadcast() }
+        condition.unlock()
+        if n > 0 { Self.wake(peer, peerLoop: peerLoop, from: stream.loop) }
+        return (n, peerClosed)
+    }
+
+    /// The other end and its loop. Call with the lock held.
+    private func peer(of side: StreamSide) -> (ByteStream?, EventLoop?) {
+        side == .reader ? (writer, writerLoop) : (reader, readerLoop)
+    }
+
     /// Wakes the other end: directly on the same loop, through `execute` on another loop, and
     /// through the condition for an end blocked in polling mode.
     static func wake(_ peer: ByteStream?, peerLoop: EventLoop?, from myLoop: EventLoop?) {
@@ -71,132 +92,94 @@ struct UncheckedBox<T>: @unchecked Sendable {
     init(_ value: T) { self.value = value }
 }
 
-/// The read end of a bound pair.
+/// The buffer is the core of its two ends: each side's loop, closing, waiting and readiness.
+extension BoundBuffer: StreamCore {
+    func attach(_ stream: ByteStream, side: StreamSide, to loop: EventLoop) { setLoop(loop, of: side) }
+    func detach(_ stream: ByteStream, side: StreamSide) { setLoop(nil, of: side) }
+
+    private func setLoop(_ loop: EventLoop?, of side: StreamSide) {
+        condition.lock()
+        switch side {
+        case .reader: readerLoop = loop
+        case .writer: writerLoop = loop
+        }
+        condition.unlock()
+    }
+
+    /// An end closed: the other is woken, to read the end (or to fail its write).
+    func streamClosed(_ stream: ByteStream, side: StreamSide) {
+        condition.lock()
+        switch side {
+        case .reader: readerClosed = true
+        case .writer: writerClosed = true
+        }
+        let (peer, peerLoop) = self.peer(of: side)
+        condition.broadcast()
+        condition.unlock()
+        Self.wake(peer, peerLoop: peerLoop, from: stream.loop)
+    }
+
+    func waitUntilReady(_ stream: ByteStream, side: StreamSide) throws(SluiceError) {
+        condition.lock()
+        while !isReadyLocked(side) { condition.wait() }
+        condition.unlock()
+    }
+
+    func isReady(_ stream: ByteStream, side: StreamSide) -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return isReadyLocked(side)
+    }
+
+    /// Bytes to read (or the end), or room to write (or no reader left). Call with the lock held.
+    private func isReadyLocked(_ side: StreamSide) -> Bool {
+        switch side {
+        case .reader: return count > 0 || writerClosed
+        case .writer: return count < capacity || readerClosed
+        }
+    }
+}
+
+/// The read end of a bound pair. The rest is the buffer's (its `StreamCore`).
 final class BoundReadStream: ReadStream {
     let shared: BoundBuffer
 
     init(shared: BoundBuffer) {
         self.shared = shared
-        super.init(name: "bound pair")
+        super.init(name: "bound pair", core: shared)
     }
 
     override func readPrimitive(_ buffer: UnsafeMutableRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
-        shared.condition.lock()
-        let n = shared.take(into: buffer)
-        let atEnd = n == 0 && shared.writerClosed
-        let writer = shared.writer
-        let writerLoop = shared.writerLoop
-        if n > 0 { shared.condition.broadcast() }
-        shared.condition.unlock()
-        if n > 0 {
-            BoundBuffer.wake(writer, peerLoop: writerLoop, from: loop)
-            return .processed(n)
-        }
-        return atEnd ? .processed(0) : .wouldBlock
+        let (n, writerClosed) = shared.transfer(for: self, side: .reader) { $0.take(into: buffer) }
+        if n > 0 { return .processed(n) }
+        return writerClosed ? .processed(0) : .wouldBlock
     }
 
-    override func waitUntilReadable() throws(SluiceError) {
-        shared.condition.lock()
-        while shared.count == 0 && !shared.writerClosed { shared.condition.wait() }
-        shared.condition.unlock()
-    }
-
-    override var bytesAvailablePrimitive: Bool {
-        shared.condition.lock()
-        defer { shared.condition.unlock() }
-        return shared.count > 0 || shared.writerClosed
-    }
     override var isReadyWithoutKernel: Bool { bytesAvailablePrimitive }
     override var isAtEndWithoutReading: Bool {
         shared.condition.lock()
         defer { shared.condition.unlock() }
         return shared.count == 0 && shared.writerClosed
     }
-
-    override func attach(to loop: EventLoop) {
-        shared.condition.lock()
-        shared.readerLoop = loop
-        shared.condition.unlock()
-        signal()
-    }
-    override func detach(from loop: EventLoop) {
-        shared.condition.lock()
-        shared.readerLoop = nil
-        shared.condition.unlock()
-    }
-
-    override func closePrimitive() {
-        shared.condition.lock()
-        shared.readerClosed = true
-        let writer = shared.writer
-        let writerLoop = shared.writerLoop
-        shared.condition.broadcast()
-        shared.condition.unlock()
-        BoundBuffer.wake(writer, peerLoop: writerLoop, from: loop)
-    }
 }
 
-/// The write end of a bound pair: accepts bytes while the buffer has room.
+/// The write end of a bound pair: accepts bytes while the buffer has room. The rest is the
+/// buffer's (its `StreamCore`).
 final class BoundWriteStream: WriteStream {
     let shared: BoundBuffer
 
     init(shared: BoundBuffer) {
         self.shared = shared
-        super.init(name: "bound pair")
+        super.init(name: "bound pair", core: shared)
     }
 
     override func writePrimitive(_ buffer: UnsafeRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
-        shared.condition.lock()
-        if shared.readerClosed {
-            shared.condition.unlock()
-            throw SluiceError(.system(.brokenPipe), operation: "write", subject: name)
-        }
-        let n = shared.put(from: buffer)
-        let reader = shared.reader
-        let readerLoop = shared.readerLoop
-        if n > 0 { shared.condition.broadcast() }
-        shared.condition.unlock()
-        if n > 0 {
-            BoundBuffer.wake(reader, peerLoop: readerLoop, from: loop)
-            return .processed(n)
-        }
-        return .wouldBlock
+        let (n, readerClosed) = shared.transfer(for: self, side: .writer) { $0.readerClosed ? 0 : $0.put(from: buffer) }
+        if readerClosed { throw SluiceError(.system(.brokenPipe), operation: "write", subject: name) }
+        return n > 0 ? .processed(n) : .wouldBlock
     }
 
-    override func waitUntilWritable() throws(SluiceError) {
-        shared.condition.lock()
-        while shared.count == shared.capacity && !shared.readerClosed { shared.condition.wait() }
-        shared.condition.unlock()
-    }
-
-    override var spaceAvailablePrimitive: Bool {
-        shared.condition.lock()
-        defer { shared.condition.unlock() }
-        return shared.count < shared.capacity || shared.readerClosed
-    }
     override var isReadyWithoutKernel: Bool { spaceAvailablePrimitive }
-
-    override func attach(to loop: EventLoop) {
-        shared.condition.lock()
-        shared.writerLoop = loop
-        shared.condition.unlock()
-        signal()
-    }
-    override func detach(from loop: EventLoop) {
-        shared.condition.lock()
-        shared.writerLoop = nil
-        shared.condition.unlock()
-    }
-
-    override func closePrimitive() {
-        shared.condition.lock()
-        shared.writerClosed = true
-        let reader = shared.reader
-        let readerLoop = shared.readerLoop
-        shared.condition.broadcast()
-        shared.condition.unlock()
-        BoundBuffer.wake(reader, peerLoop: readerLoop, from: loop)
-    }
 }
 
 /// A connected pair of streams, as `Stream.getBoundStreams(withBufferSize:)`: bytes written to

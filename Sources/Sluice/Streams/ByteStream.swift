@@ -172,9 +172,16 @@ public class ByteStream: ReadyClient {
     /// The name is a file's path: errors about the stream quote it (`open "in": …`).
     public let nameIsPath: Bool
 
-    init(name: String, nameIsPath: Bool = false) {
+    /// What this stream's family shares between its halves (see `StreamCore`): the hooks
+    /// below forward to it. nil for kinds that override the hooks themselves.
+    var streamCore: (any StreamCore)?
+    /// Which half this stream is, for its core: a reader unless it is a `WriteStream`.
+    var side: StreamSide { .reader }
+
+    init(name: String, nameIsPath: Bool = false, core: (any StreamCore)? = nil) {
         self.name = name
         self.nameIsPath = nameIsPath
+        streamCore = core
     }
 
     /// An error about this stream, for its kinds and for code that reports on its behalf (a
@@ -212,6 +219,7 @@ public class ByteStream: ReadyClient {
 
     /// Removes the stream from `loop`: no more events; it keeps working in polling mode.
     public func remove(from loop: EventLoop) {
+        defer { streamCore?.left(self, loop: loop) }
         guard self.loop === loop else { return }
         detach(from: loop)
         self.loop = nil
@@ -246,11 +254,13 @@ public class ByteStream: ReadyClient {
     }
 
     /// A stream property; see `StreamPropertyKey`.
-    public func property(forKey key: StreamPropertyKey) -> Any? { nil }
+    public func property(forKey key: StreamPropertyKey) -> Any? { streamCore?.property(key, of: self) }
 
     /// Sets a property; returns false if the stream does not support it (now).
     @discardableResult
-    public func setProperty(_ value: Any?, forKey key: StreamPropertyKey) -> Bool { false }
+    public func setProperty(_ value: Any?, forKey key: StreamPropertyKey) -> Bool {
+        streamCore?.setProperty(value, key) ?? false
+    }
 
     // MARK: For kinds of stream
 
@@ -407,17 +417,87 @@ public class ByteStream: ReadyClient {
     }
     private var heldLoop: EventLoop?
 
+    // MARK: Reading and writing
+
+    /// One read or write that does not block (`tryRead`, `tryWrite`): refused unless the
+    /// stream is open, then `primitive`, with the status `busy` while it runs; after it, the
+    /// end (0 bytes, or a fixed-capacity stream's last write), a re-arm, or the failure.
+    @inline(__always)
+    final func attempt(
+        _ operation: String, bytes: Int, during busy: StreamStatus,
+        _ primitive: () throws(SluiceError) -> IOResult<Int>
+    ) -> IOResult<Int> {
+        loop?.preconditionInLoop("\(name): \(operation)")
+        switch streamStatus {
+        case .open: break
+        case .atEnd: return .processed(0)
+        case .notOpen, .opening: return .processed(misuse(.notOpen, operation))
+        case .closed: return .processed(misuse(.closed, operation))
+        case .error: return .processed(-1)
+        case .reading, .writing: return .processed(misuse(.invalidArgument, operation))
+        }
+        if bytes == 0 { return .processed(0) }
+        streamStatus = busy
+        do {
+            let result = try primitive()
+            if streamStatus == busy { streamStatus = .open }
+            switch result {
+            case .processed(0):
+                reachedEnd()
+                return .processed(0)
+            case .processed(let n):
+                if isFullForever { reachedEnd() } else { rearm() }
+                return .processed(n)
+            case .wouldBlock:
+                rearm()
+                return .wouldBlock
+            }
+        } catch {
+            if streamStatus == busy { streamStatus = .open }
+            fail(error)
+            return .processed(-1)
+        }
+    }
+
+    /// A read or write in polling mode: `attempt` again after each wait until it is processed.
+    final func blocking(
+        _ attempt: () -> IOResult<Int>, waitingWith wait: () throws(SluiceError) -> Void
+    ) -> Int {
+        while true {
+            switch attempt() {
+            case .processed(let n):
+                return n
+            case .wouldBlock:
+                do {
+                    try wait()
+                } catch {
+                    fail(error)
+                    return -1
+                }
+            }
+        }
+    }
+
     // MARK: Hooks for kinds (overridden)
 
     /// Opens the underlying resource. Returns true when open now, false when opening
     /// (the kind calls `didOpen()` later).
-    func openPrimitive() throws(SluiceError) -> Bool { true }
-    func closePrimitive() {}
+    func openPrimitive() throws(SluiceError) -> Bool { try streamCore?.open(self, side: side) ?? true }
+    func closePrimitive() { streamCore?.streamClosed(self, side: side) }
     /// Starts delivering readiness through `loop` (watch the fd, or use the ready queue).
-    func attach(to loop: EventLoop) { signal() }
-    func detach(from loop: EventLoop) {}
+    func attach(to loop: EventLoop) {
+        streamCore?.attach(self, side: side, to: loop)
+        signal()
+    }
+    func detach(from loop: EventLoop) { streamCore?.detach(self, side: side) }
     /// The armed state changed: watch (or stop watching) the kernel, or queue a ready-queue turn.
-    func interestChanged() { if armed { signal() } }
+    func interestChanged() {
+        if let streamCore {
+            streamCore.interestChanged(self)
+        } else if armed {
+            signal()
+        }
+    }
     /// True when readiness comes from the ready queue rather than the kernel.
     final var servedByReadyQueue: Bool {
         get { !machine.pointee.kernelWatched }
@@ -427,10 +507,12 @@ public class ByteStream: ReadyClient {
     var isReadyWithoutKernel: Bool { true }
     /// For ready-queue read kinds: the end is known without a read (memory, bound pair).
     var isAtEndWithoutReading: Bool { false }
+    /// For write kinds: a fixed-capacity stream that is full, whose last write ends it.
+    var isFullForever: Bool { false }
     /// A plain descriptor underneath (a file, pipe or socket: not memory, TLS or a custom
     /// stream), whose bytes a pipeline may move inside the kernel instead of through `read`
     /// and `write` (see `CopyPath`).
     var offersKernelCopy: Bool { false }
     /// That descriptor, while the stream is open.
-    var kernelCopyDescriptor: Int32? { nil }
+    var kernelCopyDescriptor: Int32? { streamCore?.kernelCopyDescriptor }
 }

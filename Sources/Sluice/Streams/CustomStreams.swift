@@ -109,61 +109,74 @@ public final class StreamReadiness: Sendable {
     }
 }
 
+/// The core of a custom stream: the user's source or sink behind it, and the readiness it
+/// signals through.
+final class CustomStreamCore: StreamCore {
+    /// The user's object: a read stream's source, or a write stream's sink.
+    enum End {
+        case source(any ByteSource)
+        case sink(any ByteSink)
+    }
+    let end: End
+    let readiness = StreamReadiness()
+
+    init(_ end: End) { self.end = end }
+
+    func open(_ stream: ByteStream, side: StreamSide) throws(SluiceError) -> Bool {
+        switch end {
+        case .source(let source): try source.open(readiness: readiness)
+        case .sink(let sink): try sink.open(readiness: readiness)
+        }
+        return true
+    }
+
+    func streamClosed(_ stream: ByteStream, side: StreamSide) {
+        switch end {
+        case .source(let source): source.close()
+        case .sink(let sink): sink.close()
+        }
+    }
+
+    func attach(_ stream: ByteStream, side: StreamSide, to loop: EventLoop) { readiness.attach(stream, to: loop) }
+    func detach(_ stream: ByteStream, side: StreamSide) { readiness.attach(stream, to: nil) }
+    func waitUntilReady(_ stream: ByteStream, side: StreamSide) throws(SluiceError) { readiness.wait() }
+
+    func isReady(_ stream: ByteStream, side: StreamSide) -> Bool {
+        switch end {
+        case .source(let source): return source.hasBytesAvailable
+        case .sink(let sink): return sink.hasSpaceAvailable
+        }
+    }
+}
+
 /// A read stream over a user's `ByteSource`, served from the loop's ready queue.
 final class CustomReadStream: ReadStream {
     let source: any ByteSource
-    let readiness = StreamReadiness()
 
     init(source: any ByteSource, name: String) {
         self.source = source
-        super.init(name: name)
+        super.init(name: name, core: CustomStreamCore(.source(source)))
     }
 
-    override func openPrimitive() throws(SluiceError) -> Bool {
-        try source.open(readiness: readiness)
-        return true
-    }
-    override func closePrimitive() { source.close() }
     override func readPrimitive(_ buffer: UnsafeMutableRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
         try source.read(into: buffer)
     }
-    override func waitUntilReadable() throws(SluiceError) { readiness.wait() }
-    override var bytesAvailablePrimitive: Bool { source.hasBytesAvailable }
     override var isReadyWithoutKernel: Bool { source.hasBytesAvailable }
-    override func attach(to loop: EventLoop) {
-        readiness.attach(self, to: loop)
-        signal()
-    }
-    override func detach(from loop: EventLoop) { readiness.attach(self, to: nil) }
 }
 
 /// A write stream over a user's `ByteSink`, served from the loop's ready queue.
 final class CustomWriteStream: WriteStream {
     let sink: any ByteSink
-    let readiness = StreamReadiness()
-    private var full = false
 
     init(sink: any ByteSink, name: String) {
         self.sink = sink
-        super.init(name: name)
+        super.init(name: name, core: CustomStreamCore(.sink(sink)))
     }
 
-    override func openPrimitive() throws(SluiceError) -> Bool {
-        try sink.open(readiness: readiness)
-        return true
-    }
-    override func closePrimitive() { sink.close() }
     override func writePrimitive(_ buffer: UnsafeRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
         try sink.write(from: buffer)
     }
-    override func waitUntilWritable() throws(SluiceError) { readiness.wait() }
-    override var spaceAvailablePrimitive: Bool { sink.hasSpaceAvailable }
     override var isReadyWithoutKernel: Bool { sink.hasSpaceAvailable }
-    override func attach(to loop: EventLoop) {
-        readiness.attach(self, to: loop)
-        signal()
-    }
-    override func detach(from loop: EventLoop) { readiness.attach(self, to: nil) }
 }
 
 extension ReadStream {

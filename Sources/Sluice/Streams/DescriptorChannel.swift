@@ -140,13 +140,10 @@ final class DescriptorChannel: FDHandler {
         updateInterest()
     }
 
-    /// Which of the channel's streams is speaking.
-    enum Side { case reader, writer }
-
     /// A stream using the fd closed: shut down its direction, and close the fd after the last.
     /// The stream names its side rather than passing itself: a stream closing in its `deinit`
     /// can no longer be found through the channel's weak references.
-    func streamClosed(_ side: Side) {
+    func streamClosed(_ side: StreamSide) {
         switch side {
         case .reader:
             readerOpen = false
@@ -162,5 +159,53 @@ final class DescriptorChannel: FDHandler {
         }
         if let savedFlags { _ = fcntl(fd, F_SETFL, savedFlags) }
         if ownsDescriptor { closeDescriptor(fd) }
+    }
+}
+
+/// The channel is the core of the descriptor streams over it (a file's, a pipe's, or the two
+/// of a socket pair made from a descriptor).
+extension DescriptorChannel: StreamCore {
+    func open(_ stream: ByteStream, side: StreamSide) throws(SluiceError) -> Bool {
+        opened(stream)
+        stream.servedByReadyQueue = unwatchable
+        return true
+    }
+
+    func streamClosed(_ stream: ByteStream, side: StreamSide) { streamClosed(side) }
+
+    func attach(_ stream: ByteStream, side: StreamSide, to loop: EventLoop) { attach(stream, to: loop) }
+
+    func detach(_ stream: ByteStream, side: StreamSide) { detach(stream) }
+
+    func interestChanged(_ stream: ByteStream) {
+        if stream.servedByReadyQueue {
+            if stream.armed { stream.signal() }
+        } else {
+            updateInterest()
+        }
+    }
+
+    func waitUntilReady(_ stream: ByteStream, side: StreamSide) throws(SluiceError) {
+        _ = try pollDescriptor(fd, events: side.pollEvents, timeoutMilliseconds: -1)
+    }
+
+    func isReady(_ stream: ByteStream, side: StreamSide) -> Bool {
+        if isRegularFile { return true }
+        return (try? pollDescriptor(fd, events: side.pollEvents, timeoutMilliseconds: 0)) ?? 0 != 0
+    }
+
+    var kernelCopyDescriptor: Int32? { closed ? nil : fd }
+
+    func property(_ key: StreamPropertyKey, of stream: ByteStream) -> Any? {
+        switch key {
+        case .fileCurrentOffset:
+            guard stream.isOpenish else { return nil }
+            let pos = lseek(fd, 0, SEEK_CUR)
+            return pos < 0 ? nil : UInt64(pos)
+        case .fileDescriptor:
+            return fd
+        default:
+            return nil
+        }
     }
 }

@@ -14,64 +14,45 @@ public enum FileWriteMode: Sendable {
 
 /// Reads a file by path (from an offset) or any descriptor: stdin, a pipe, a tty, a socket.
 /// Regular files are served from the loop's ready queue; everything else is watched by epoll.
+/// Opened, it forwards to its `DescriptorChannel` (its `StreamCore`).
 final class DescriptorReadStream: ReadStream {
-    private let path: String?
+    private let origin: DescriptorOrigin
     private var offset: UInt64
-    private var givenFD: Int32?
-    private let ownsGivenFD: Bool
-    private(set) var channel: DescriptorChannel?
+    private(set) var channel: DescriptorChannel? {
+        didSet { streamCore = channel }
+    }
 
     init(path: String, offset: UInt64) {
-        self.path = path
+        origin = .path(path)
         self.offset = offset
-        self.ownsGivenFD = true
         super.init(name: path, nameIsPath: true)
     }
 
     init(fd: Int32, ownsDescriptor: Bool, name: String? = nil, nameIsPath: Bool = false) {
-        path = nil
+        origin = .descriptor(fd, owned: ownsDescriptor)
         offset = 0
-        givenFD = fd
-        ownsGivenFD = ownsDescriptor
         super.init(name: name ?? "fd \(fd)", nameIsPath: nameIsPath && name != nil)
     }
 
-    /// For socket pairs: a reader over a channel shared with a writer.
-    init(channel: DescriptorChannel, name: String) {
-        path = nil
-        offset = 0
-        ownsGivenFD = false
-        self.channel = channel
-        super.init(name: name)
-        channel.reader = self
-        servedByReadyQueue = channel.unwatchable
+    override func openPrimitive() throws(SluiceError) -> Bool {
+        if channel == nil { channel = try origin.channel(for: self, opening: openPath) }
+        return try super.openPrimitive()
     }
 
-    override func openPrimitive() throws(SluiceError) -> Bool {
-        if channel == nil {
-            let fd: Int32
-            if let path {
-                fd = try openFile(path, flags: O_RDONLY | O_CLOEXEC, permissions: 0).get()
-                var st = stat()
-                if fstat(fd, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR {
-                    closeDescriptor(fd)
-                    throw SluiceError(.system(.isDirectory), operation: "open", path: path)
-                }
-                if offset > 0 && lseek(fd, off_t(offset), SEEK_SET) < 0 {
-                    let error = SluiceError(.system(.current), operation: "lseek", path: path)
-                    closeDescriptor(fd)
-                    throw error
-                }
-            } else {
-                fd = givenFD!
-            }
-            let channel = DescriptorChannel(fd: fd, ownsDescriptor: path != nil || ownsGivenFD)
-            channel.reader = self
-            self.channel = channel
+    /// Opens the file to read, at the offset asked for; a directory is refused.
+    private func openPath(_ path: String) throws(SluiceError) -> Int32 {
+        let fd = try openFile(path, flags: O_RDONLY | O_CLOEXEC, permissions: 0).get()
+        var st = stat()
+        if fstat(fd, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR {
+            closeDescriptor(fd)
+            throw SluiceError(.system(.isDirectory), operation: "open", path: path)
         }
-        channel!.opened(self)
-        servedByReadyQueue = channel!.unwatchable
-        return true
+        if offset > 0 && lseek(fd, off_t(offset), SEEK_SET) < 0 {
+            let error = SluiceError(.system(.current), operation: "lseek", path: path)
+            closeDescriptor(fd)
+            throw error
+        }
+        return fd
     }
 
     override func readPrimitive(_ buffer: UnsafeMutableRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
@@ -79,43 +60,13 @@ final class DescriptorReadStream: ReadStream {
         return try syscall("read", name) { Glibc.read(fd, buffer.baseAddress, buffer.count) }
     }
 
-    override func waitUntilReadable() throws(SluiceError) {
-        _ = try pollDescriptor(channel!.fd, events: Int16(POLLIN), timeoutMilliseconds: -1)
-    }
-
-    override var bytesAvailablePrimitive: Bool {
-        guard let channel else { return false }
-        if channel.isRegularFile { return true }
-        return (try? pollDescriptor(channel.fd, events: Int16(POLLIN), timeoutMilliseconds: 0)) ?? 0 != 0
-    }
-
     override var offersKernelCopy: Bool { true }
-    override var kernelCopyDescriptor: Int32? { channel.flatMap { $0.closed ? nil : $0.fd } }
-
-    override func closePrimitive() { channel?.streamClosed(.reader) }
-    override func attach(to loop: EventLoop) {
-        channel?.attach(self, to: loop)
-        signal()
-    }
-    override func detach(from loop: EventLoop) { channel?.detach(self) }
-    override func interestChanged() {
-        if servedByReadyQueue {
-            if armed { signal() }
-        } else {
-            channel?.updateInterest()
-        }
-    }
 
     override func property(forKey key: StreamPropertyKey) -> Any? {
         switch key {
-        case .fileCurrentOffset:
-            guard let channel, isOpenish else { return offset }
-            let pos = lseek(channel.fd, 0, SEEK_CUR)
-            return pos < 0 ? nil : UInt64(pos)
-        case .fileDescriptor:
-            return channel?.fd ?? givenFD
-        default:
-            return nil
+        case .fileCurrentOffset where channel == nil || !isOpenish: return offset
+        case .fileDescriptor where channel == nil: return origin.givenFD
+        default: return super.property(forKey: key)
         }
     }
 
@@ -133,73 +84,53 @@ final class DescriptorReadStream: ReadStream {
 }
 
 /// Writes a file by path (truncate, append, or create-new, with permissions) or any descriptor.
+/// Opened, it forwards to its `DescriptorChannel` (its `StreamCore`).
 final class DescriptorWriteStream: WriteStream {
-    let path: String?
+    private let origin: DescriptorOrigin
     /// The file did not exist before this stream opened it.
-    private(set) var createdFile = false
+    private var createdFile = false
     private let mode: FileWriteMode
     private let permissions: mode_t
-    private var givenFD: Int32?
-    private let ownsGivenFD: Bool
-    private(set) var channel: DescriptorChannel?
+    private(set) var channel: DescriptorChannel? {
+        didSet { streamCore = channel }
+    }
 
     init(path: String, mode: FileWriteMode, permissions: mode_t) {
-        self.path = path
+        origin = .path(path)
         self.mode = mode
         self.permissions = permissions
-        ownsGivenFD = true
         super.init(name: path, nameIsPath: true)
     }
 
     init(fd: Int32, ownsDescriptor: Bool, name: String? = nil, nameIsPath: Bool = false) {
-        path = nil
+        origin = .descriptor(fd, owned: ownsDescriptor)
         mode = .append
         permissions = 0
-        givenFD = fd
-        ownsGivenFD = ownsDescriptor
         super.init(name: name ?? "fd \(fd)", nameIsPath: nameIsPath && name != nil)
     }
 
-    init(channel: DescriptorChannel, name: String) {
-        path = nil
-        mode = .append
-        permissions = 0
-        ownsGivenFD = false
-        self.channel = channel
-        super.init(name: name)
-        channel.writer = self
-        servedByReadyQueue = channel.unwatchable
+    override func openPrimitive() throws(SluiceError) -> Bool {
+        if channel == nil { channel = try origin.channel(for: self, opening: openPath) }
+        return try super.openPrimitive()
     }
 
-    override func openPrimitive() throws(SluiceError) -> Bool {
-        if channel == nil {
-            let fd: Int32
-            if let path {
-                var flags = O_WRONLY | O_CREAT | O_CLOEXEC
-                switch mode {
-                case .truncate: flags |= O_TRUNC
-                case .append: flags |= O_APPEND
-                case .createNew: flags |= O_EXCL
-                }
-                let perms = permissions
-                // Try an exclusive create first, so a failed copy knows whether the file is its own.
-                let exclusive = (flags & ~(O_TRUNC | O_APPEND)) | O_EXCL
-                var opened = openFile(path, flags: exclusive, permissions: perms)
-                createdFile = (try? opened.get()) != nil
-                if !createdFile && mode != .createNew && opened.failureErrno == .fileExists {
-                    opened = openFile(path, flags: flags, permissions: perms)
-                }
-                fd = try opened.get()
-            } else {
-                fd = givenFD!
-            }
-            let channel = DescriptorChannel(fd: fd, ownsDescriptor: path != nil || ownsGivenFD)
-            channel.writer = self
-            self.channel = channel
+    /// Opens (creates) the file to write, as `mode` says, noting whether it created it.
+    private func openPath(_ path: String) throws(SluiceError) -> Int32 {
+        var flags = O_WRONLY | O_CREAT | O_CLOEXEC
+        switch mode {
+        case .truncate: flags |= O_TRUNC
+        case .append: flags |= O_APPEND
+        case .createNew: flags |= O_EXCL
         }
-        channel!.opened(self)
-        servedByReadyQueue = channel!.unwatchable
-        return true
+        let perms = permissions
+        // Try an exclusive create first, so a failed copy knows whether the file is its own.
+        let exclusive = (flags & ~(O_TRUNC | O_APPEND)) | O_EXCL
+        var opened = openFile(path, flags: exclusive, permissions: perms)
+        createdFile = (try? opened.get()) != nil
+        if !createdFile && mode != .createNew && opened.failureErrno == .fileExists {
+            opened = openFile(path, flags: flags, permissions: perms)
+        }
+        return try opened.get()
     }
 
     override func writePrimitive(_ buffer: UnsafeRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
@@ -228,31 +159,13 @@ final class DescriptorWriteStream: WriteStream {
         return try syscall("write", name) { writeSuppressingSIGPIPE(fd, buffer) }
     }
 
-    override func waitUntilWritable() throws(SluiceError) {
-        _ = try pollDescriptor(channel!.fd, events: Int16(POLLOUT), timeoutMilliseconds: -1)
-    }
-
-    override var spaceAvailablePrimitive: Bool {
-        guard let channel else { return false }
-        if channel.isRegularFile { return true }
-        return (try? pollDescriptor(channel.fd, events: Int16(POLLOUT), timeoutMilliseconds: 0)) ?? 0 != 0
-    }
-
     override var offersKernelCopy: Bool { true }
-    override var kernelCopyDescriptor: Int32? { channel.flatMap { $0.closed ? nil : $0.fd } }
 
-    override func closePrimitive() { channel?.streamClosed(.writer) }
-    override func attach(to loop: EventLoop) {
-        channel?.attach(self, to: loop)
-        signal()
-    }
-    override func detach(from loop: EventLoop) { channel?.detach(self) }
-    override func interestChanged() {
-        if servedByReadyQueue {
-            if armed { signal() }
-        } else {
-            channel?.updateInterest()
-        }
+    /// Removes the file this stream created, if it did (see `WriteStream.abandon()`).
+    override func abandon() {
+        guard createdFile, case .path(let path) = origin else { return }
+        createdFile = false
+        unlink(path)
     }
 
     /// Flushes written data to the device (`fsync`).
@@ -263,16 +176,37 @@ final class DescriptorWriteStream: WriteStream {
     }
 
     override func property(forKey key: StreamPropertyKey) -> Any? {
-        switch key {
-        case .fileCurrentOffset:
-            guard let channel, isOpenish else { return nil }
-            let pos = lseek(channel.fd, 0, SEEK_CUR)
-            return pos < 0 ? nil : UInt64(pos)
-        case .fileDescriptor:
-            return channel?.fd ?? givenFD
-        default:
-            return nil
+        key == .fileDescriptor && channel == nil ? origin.givenFD : super.property(forKey: key)
+    }
+}
+
+/// Where a descriptor stream's descriptor comes from: a file it opens by path, or a
+/// descriptor it was given.
+private enum DescriptorOrigin {
+    case path(String)
+    /// `owned`: the stream closes it.
+    case descriptor(Int32, owned: Bool)
+
+    var givenFD: Int32? {
+        if case .descriptor(let fd, _) = self { return fd }
+        return nil
+    }
+
+    /// The channel over the descriptor, with `stream` as its reader or writer: the file at the
+    /// path opened by `opening` (the channel closes it), or the descriptor given.
+    func channel(for stream: ByteStream, opening: (String) throws(SluiceError) -> Int32) throws(SluiceError)
+        -> DescriptorChannel
+    {
+        let channel: DescriptorChannel
+        switch self {
+        case .path(let path): channel = DescriptorChannel(fd: try opening(path), ownsDescriptor: true)
+        case .descriptor(let fd, let owned): channel = DescriptorChannel(fd: fd, ownsDescriptor: owned)
         }
+        switch stream.side {
+        case .reader: channel.reader = stream
+        case .writer: channel.writer = stream
+        }
+        return channel
     }
 }
 

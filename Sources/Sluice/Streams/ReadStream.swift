@@ -15,53 +15,14 @@ public class ReadStream: ByteStream {
 
     /// Reads into `buffer`; as `read(_:maxLength:)`.
     public func read(into buffer: UnsafeMutableRawBufferPointer) -> Int {
-        while true {
-            switch tryRead(into: buffer) {
-            case .processed(let n):
-                return n
-            case .wouldBlock:
-                do {
-                    try waitUntilReadable()
-                } catch {
-                    fail(error)
-                    return -1
-                }
-            }
-        }
+        blocking({ tryRead(into: buffer) }, waitingWith: waitUntilReadable)
     }
 
     /// Reads without blocking: `.wouldBlock` when nothing is ready, `.processed(0)` at end,
     /// `.processed(-1)` on error. Re-arms `hasBytesAvailable` either way.
     public func tryRead(into buffer: UnsafeMutableRawBufferPointer) -> IOResult<Int> {
-        loop?.preconditionInLoop("\(name): read")
-        switch streamStatus {
-        case .open: break
-        case .atEnd: return .processed(0)
-        case .notOpen, .opening: return .processed(misuse(.notOpen, "read"))
-        case .closed: return .processed(misuse(.closed, "read"))
-        case .error: return .processed(-1)
-        case .reading, .writing: return .processed(misuse(.invalidArgument, "read"))
-        }
-        if buffer.count == 0 { return .processed(0) }
-        streamStatus = .reading
-        do {
-            let result = try readPrimitive(buffer)
-            if streamStatus == .reading { streamStatus = .open }
-            switch result {
-            case .processed(0):
-                reachedEnd()
-                return .processed(0)
-            case .processed(let n):
-                rearm()
-                return .processed(n)
-            case .wouldBlock:
-                rearm()
-                return .wouldBlock
-            }
-        } catch {
-            if streamStatus == .reading { streamStatus = .open }
-            fail(error)
-            return .processed(-1)
+        attempt("read", bytes: buffer.count, during: .reading) { () throws(SluiceError) in
+            try readPrimitive(buffer)
         }
     }
 
@@ -91,12 +52,7 @@ public class ReadStream: ByteStream {
     }
 
     /// True when a read would return at once (with bytes or with the end), as NSInputStream.
-    public var hasBytesAvailable: Bool {
-        switch streamStatus {
-        case .open: return bytesAvailablePrimitive
-        case .atEnd, .notOpen, .opening, .closed, .error, .reading, .writing: return false
-        }
-    }
+    public var hasBytesAvailable: Bool { streamStatus == .open && bytesAvailablePrimitive }
 
     /// Reads everything to the end (polling mode: the stream must not be scheduled on a loop,
     /// or the call must be made on that loop's thread). Opens the stream if it is not open yet.
@@ -124,8 +80,8 @@ public class ReadStream: ByteStream {
     /// See `lend(upTo:)`; nil when the kind keeps no bytes in memory.
     func lendPrimitive(upTo maxLength: Int) -> UnsafeRawBufferPointer? { nil }
     /// Polling mode after `.wouldBlock`: wait until a read can make progress.
-    func waitUntilReadable() throws(SluiceError) {}
-    var bytesAvailablePrimitive: Bool { true }
+    func waitUntilReadable() throws(SluiceError) { try streamCore?.waitUntilReady(self, side: .reader) }
+    var bytesAvailablePrimitive: Bool { streamCore?.isReady(self, side: .reader) ?? true }
 }
 
 /// A stream to write bytes to, as NSOutputStream. Create one with a factory
@@ -135,6 +91,7 @@ public class ReadStream: ByteStream {
 /// no further `hasSpaceAvailable` comes until it writes.
 public class WriteStream: ByteStream {
     override var readinessEvent: StreamEvent { .hasSpaceAvailable }
+    override var side: StreamSide { .writer }
 
     /// Writes up to `maxLength` bytes from `buffer`. Returns the count accepted (may be fewer),
     /// 0 when a fixed-capacity stream is full, or -1 on error.
@@ -144,19 +101,7 @@ public class WriteStream: ByteStream {
 
     /// Writes from `buffer`; as `write(_:maxLength:)`.
     public func write(from buffer: UnsafeRawBufferPointer) -> Int {
-        while true {
-            switch tryWrite(from: buffer) {
-            case .processed(let n):
-                return n
-            case .wouldBlock:
-                do {
-                    try waitUntilWritable()
-                } catch {
-                    fail(error)
-                    return -1
-                }
-            }
-        }
+        blocking({ tryWrite(from: buffer) }, waitingWith: waitUntilWritable)
     }
 
     /// Writes all of `bytes` (polling mode). Returns false on error or when full.
@@ -177,53 +122,19 @@ public class WriteStream: ByteStream {
     /// Writes without blocking: `.wouldBlock` when no space, `.processed(-1)` on error.
     /// Re-arms `hasSpaceAvailable` either way.
     public func tryWrite(from buffer: UnsafeRawBufferPointer) -> IOResult<Int> {
-        loop?.preconditionInLoop("\(name): write")
-        switch streamStatus {
-        case .open: break
-        case .atEnd: return .processed(0)
-        case .notOpen, .opening: return .processed(misuse(.notOpen, "write"))
-        case .closed: return .processed(misuse(.closed, "write"))
-        case .error: return .processed(-1)
-        case .reading, .writing: return .processed(misuse(.invalidArgument, "write"))
-        }
-        if buffer.count == 0 { return .processed(0) }
-        streamStatus = .writing
-        do {
-            let result = try writePrimitive(buffer)
-            if streamStatus == .writing { streamStatus = .open }
-            switch result {
-            case .processed(0):
-                reachedEnd()
-                return .processed(0)
-            case .processed(let n):
-                if isFullForever { reachedEnd() } else { rearm() }
-                return .processed(n)
-            case .wouldBlock:
-                rearm()
-                return .wouldBlock
-            }
-        } catch {
-            if streamStatus == .writing { streamStatus = .open }
-            fail(error)
-            return .processed(-1)
+        attempt("write", bytes: buffer.count, during: .writing) { () throws(SluiceError) in
+            try writePrimitive(buffer)
         }
     }
 
     /// True when a write would not block, as NSOutputStream.
-    public var hasSpaceAvailable: Bool {
-        switch streamStatus {
-        case .open: return spaceAvailablePrimitive
-        case .atEnd, .notOpen, .opening, .closed, .error, .reading, .writing: return false
-        }
-    }
+    public var hasSpaceAvailable: Bool { streamStatus == .open && spaceAvailablePrimitive }
 
     // MARK: Hooks
 
     func writePrimitive(_ buffer: UnsafeRawBufferPointer) throws(SluiceError) -> IOResult<Int> { .processed(0) }
-    func waitUntilWritable() throws(SluiceError) {}
-    var spaceAvailablePrimitive: Bool { true }
-    /// A fixed-capacity stream that is full: the write that filled it ends the stream.
-    var isFullForever: Bool { false }
+    func waitUntilWritable() throws(SluiceError) { try streamCore?.waitUntilReady(self, side: .writer) }
+    var spaceAvailablePrimitive: Bool { streamCore?.isReady(self, side: .writer) ?? true }
     /// For kinds that copy what they are given into memory of their own before writing it
     /// (`DirectFileWriteStream`): that memory's free space (at most `maxLength` bytes), for a
     /// pipeline with nothing between its ends to read the source straight into, skipping its
@@ -232,4 +143,9 @@ public class WriteStream: ByteStream {
     /// The first `count` bytes of the space `lendSpace` gave now hold the next bytes of the
     /// stream: they count as written. Throws what writing them threw (the stream has failed).
     func takeLentSpace(_ count: Int) throws(SluiceError) {}
+    /// What was written here will not be used (the pipeline writing it failed): take back
+    /// what the stream made that did not exist before it opened. A file stream removes the
+    /// file it created (never one that was there); other kinds made nothing, and do nothing.
+    /// Called once the stream is closed.
+    func abandon() {}
 }
