@@ -37,13 +37,14 @@ struct FilesBench {
         let bytes = try makeTree(at: source)
         let destination = directory + "/tree-received"
         guard mkdir(destination, 0o755) == 0 else { throw failure("mkdir \(destination)") }
+        // Made before the receiver starts, so that a failure leaves no thread waiting.
+        let sender = try TransferSender(paths: [source])
+        let loop = try EventLoop()
         let listener = try Socket.listen(host: "127.0.0.1", port: 0)
         let server = FilesBenchServer(
             listener: listener, destination: destination,
             options: TransferReceiveOptions(fsync: false, idleTimeout: .seconds(60)))
         server.start()
-        let loop = try EventLoop()
-        let sender = try TransferSender(paths: [source])
         var summary: TransferSummary?
         let (measured, cpu) = CPUTime.measure { () -> (TransferSessionReport?, Double) in
             let start = monotonicNanoseconds()
