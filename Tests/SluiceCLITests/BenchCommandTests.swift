@@ -92,6 +92,41 @@ final class PictureSeries: NSObject, XMLParserDelegate {
         #expect((report["best"] as? [String: Int])?.count == paths.count)
         #expect((report["threads"] as? Int ?? 0) >= 1)
         #expect(report["gzip_engine"] as? String != nil)
+        // The many-files row: every file of the tree sent and counted.
+        let files = try #require(report["files"] as? [String: Any])
+        #expect(files["files"] as? Int == 2000)
+        #expect(files["smallest_file"] as? Int == 1024 && files["largest_file"] as? Int == 16384)
+        #expect(files["fsync"] as? Bool == false)
+        let bytes = try #require(files["bytes"] as? Int)
+        #expect((2000 * 1024...2000 * 16384).contains(bytes))
+        #expect((files["seconds"] as? Double ?? 0) > 0)
+        #expect((files["files_per_second"] as? Double ?? 0) > 0)
+        #expect((files["bytes_per_second"] as? Double ?? 0) > 0)
+        #expect((files["cpu_seconds_per_gib"] as? Double ?? -1) >= 0)
+    }
+
+    /// The many-files row's tree is the same every run (its sizes and bytes come from a seed),
+    /// so its figures compare across runs and machines.
+    @Test func manyFilesTreeIsTheSameEveryRun() throws {
+        try withTemporaryDirectory { dir in
+            let bench = FilesBench(files: 250, filesPerDirectory: 100)
+            let first = try bench.makeTree(at: "\(dir)/a")
+            let second = try bench.makeTree(at: "\(dir)/b")
+            #expect(first == second)
+            #expect(directoryEntries("\(dir)/a") == ["d000", "d001", "d002"])
+            #expect(directoryEntries("\(dir)/a/d002").count == 50)
+            #expect(contents("\(dir)/a/d001/f00123") == contents("\(dir)/b/d001/f00123"))
+            let sizes = try (0..<250).map { index -> Int in
+                let name = "\(dir)/a/d\(String(format: "%03d", index / 100))/f\(String(format: "%05d", index))"
+                return try #require(contents(name)).count
+            }
+            #expect(sizes.allSatisfy { (1024...16384).contains($0) })
+            #expect(sizes.reduce(0, +) == Int(first))
+            #expect(Set(sizes).count > 100)
+
+            let result = try bench.run(in: dir)
+            #expect(result.files == 250 && result.bytes == first)
+        }
     }
 
     @Test func compressionRowsNameTheirEngineAndThreads() throws {
@@ -107,6 +142,8 @@ final class PictureSeries: NSObject, XMLParserDelegate {
         #expect(outcome.stdoutText.contains("file → file"))
         #expect(outcome.stdoutText.contains("64K"))
         #expect(outcome.stdoutText.contains("peak RSS"))
+        #expect(outcome.stdoutText.contains("many files: 2000 of 1–16 KiB, send → receive on loopback, no fsync\n  "))
+        #expect(outcome.stdoutText.contains(" files/s, "))
         #expect(outcome.stderr.isEmpty)  // no progress when stderr is not a terminal
     }
 

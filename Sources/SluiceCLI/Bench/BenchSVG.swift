@@ -62,6 +62,9 @@ struct BenchChart {
     var x: Axis
     var y: Axis
     var series: [Series]
+    /// A line of text under the plot: a figure that has no place on its axes (the matrix's
+    /// many-files row, which has no chunk size).
+    var note: String? = nil
 
     /// Okabe and Ito's palette, which readers with any common colour blindness can tell apart
     /// (its yellow, too light on white, is left out), and a grey.
@@ -96,6 +99,10 @@ struct BenchChart {
         for item in series { out += draw(item) }
         out += "</g>\n"
         out += legend()
+        if let note {
+            out += "<text class=\"note\" x=\"\(n(Self.left))\" y=\"\(n(Self.height - 8))\" font-size=\"11\" "
+            out += "fill=\"#333333\">\(Self.escape(note))</text>\n"
+        }
         out += "</svg>\n"
         return out
     }
