@@ -4,8 +4,8 @@
 #
 # Trees (made once in $SLUICE_BENCH_DATA/trees, the same bytes every time: Python's
 # random.Random with a fixed seed):
-#   a  FILES files (default 10,000) of 1–64 KiB, uniform, 10 to a directory (1,000
-#      directories, ~335 MB)
+#   a  FILES files (default 10,000) of 1–64 KiB, log-uniform, 10 to a directory (1,000
+#      directories, ~150 MB)
 #   b  BFILES files (default 100,000) of 1–8 KiB, 100 to a directory; only with BIG=1 (slow)
 #   c  CFILES files (default 500) of 128 KiB in one directory (64 MiB)
 #
@@ -207,7 +207,9 @@ for i in range(count):
     folder = os.path.join(root, "d%04d" % (i // per))
     if i % per == 0:
         os.makedirs(folder)
-    size = rng.randint(low, high)
+    # Log-uniform between low and high (most files small, as in a source tree): 10,000 of
+    # 1–64 KiB make ~150 MB; equal bounds give that size.
+    size = int(round(low * (high / low) ** rng.random()))
     with open(os.path.join(folder, "f%06d" % i), "wb") as f:
         f.write(rng.randbytes(size))
     total += size

@@ -136,6 +136,9 @@ final class Session {
             expect(!ended, "\(action) after the session ended")
             switch action {
             case .send(let frame):
+                // ACCEPT for an eager file the store holds part of: the file is announced
+                // again, and answered then.
+                if case .accept = frame, machine.state == .discarding { outstanding = false }
                 send(frame)
             case .makeDirectory(let request):
                 check(request)
@@ -179,6 +182,8 @@ final class Session {
             case .settleDirectories:
                 expect(file == nil, "settling with a file open")
                 handle(.directoriesSettled)
+            case .commitStaged:
+                expect(false, "commitStaged with nothing staged (this store commits at once)")
             case .end(let how):
                 ended = true
                 expect(machine.hasEnded, "end action, machine not ended")

@@ -164,8 +164,11 @@ public struct TransferReceiveOptions: Sendable {
     /// Keep the data of an interrupted file under its temporary name and continue it when
     /// the same file (path, size, mtime) is sent again.
     public var resume: Bool
-    /// Flush each file to disk (`fsync`, and the directory after the rename) before
-    /// answering `stored`.
+    /// Make each file's data durable before it takes its final name and is answered
+    /// `stored`: verified files are flushed in batches (one `syncfs` per batch of up to 64
+    /// files or 64 MiB) and renamed after their batch's flush, and the file system is flushed
+    /// once more before the session's goodbye. Off, files are renamed as soon as they are
+    /// verified and nothing is flushed.
     public var fsync: Bool
     /// Drop a connection that sends nothing for this long; nil never does.
     public var idleTimeout: Duration?

@@ -71,7 +71,10 @@ final class ReceiveSession: Interruptible {
     /// Descriptors a session may hold (its socket, the file it writes, the partial it resumes,
     /// a directory), and those the process holds anyway (the loop, its workers, standard I/O).
     static let descriptorsPerSession = 4
-    static let descriptorsBesides = 64
+    /// Besides the loop, its workers and standard I/O: the files sessions set aside to be
+    /// flushed in batches (two descriptors each, a budget's worth being committed while
+    /// another is set aside).
+    static let descriptorsBesides = 64 + 4 * TransferReceiver.stagedBudget
 
     /// Connections waiting to authenticate, at most (each holds its socket): fewer where the
     /// open-file limit cannot make room for them beside the sessions.

@@ -447,7 +447,9 @@ struct ReceiveOptions: Sendable {
                 + "connections still authenticating wait apart; the\nopen-file limit is raised to N x 4 + 64 + 1024"
         ),
         OptionSpec("no-resume", help: "never continue interrupted files: start over"),
-        OptionSpec("no-fsync", help: "do not flush each file to disk before\nanswering"),
+        OptionSpec(
+            "no-fsync", help: "do not flush files to disk before\nanswering (by default one syncfs per\nbatch of files)"
+        ),
         OptionSpec(
             "direct",
             help:

@@ -52,6 +52,36 @@ final class ActiveFile {
     var position: UInt64 { base + written }
 }
 
+/// A small file received whole into memory before anything of it touches the disk.
+final class WholeFile {
+    let request: EntryRequest
+    let digest: FileDigest
+    private(set) var bytes: [UInt8] = []
+
+    /// Files received this way: eager (their data follows at once), of a known size of at most
+    /// `Wire.eagerLimit` bytes, uncompressed.
+    static func takes(_ header: EntryHeader) -> Bool {
+        header.eager && header.sizeKnown && header.size <= Wire.eagerLimit && !header.compressed
+    }
+
+    init(_ request: EntryRequest, digest: TransferDigest) {
+        self.request = request
+        self.digest = FileDigest(digest)
+        bytes.reserveCapacity(Int(request.header.size))
+    }
+
+    func append(_ piece: UnsafeRawBufferPointer) {
+        digest.update(piece)
+        bytes.append(contentsOf: piece)
+    }
+}
+
+/// A verified file set aside for a batch, or one whose answer waits its turn among them.
+enum StagedSlot {
+    case file(ReceiverStore.StagedFile)
+    case failed(EntryRejection)
+}
+
 /// One connection to a `TransferReceiver`: runs a `ReceiverMachine` on the loop, feeding it
 /// what the `FrameDecoder` makes of the socket's bytes and performing its actions.
 final class ReceiverSession: WireConnectionOwner {
@@ -135,7 +165,15 @@ final class ReceiverSession: WireConnectionOwner {
     private var group: TransferGroup?
     /// With fsync: files verified and set aside, to be flushed with one `syncfs` and renamed
     /// into place together (`ReceiverStore.commitStaged`), and their bytes.
-    private var staged: [ReceiverStore.StagedFile] = []
+    private var staged: [StagedSlot] = [] {
+        didSet { receiver?.filesStaged += staged.count - oldValue.count }
+    }
+    /// A small file received whole into memory, written with one job on `lane`.
+    private var wholeFile: WholeFile?
+    /// This session's disk work that must stay in order: small files written whole, and files
+    /// set aside for a batch. Jobs submitted and not yet completed on the loop:
+    private let lane: SerialLane
+    private var laneJobs = 0
     private var stagedBytes: UInt64 = 0
     /// A batch of staged files is being committed on a worker (one at a time, so that their
     /// answers come back in order).
@@ -144,6 +182,9 @@ final class ReceiverSession: WireConnectionOwner {
     private var commitAsked = false
     /// Work waiting for every staged file to be committed (goodbye).
     private var afterStaged: [() -> Void] = []
+    /// Small files written whole in flight on `lane` at most, each holding its bytes: past
+    /// that, the session stops reading until one is done.
+    static let laneDepth = 64
     /// Commits the staged files once the sender has been quiet for `quietCommit`.
     private var quietTimer: LoopTimer?
 
@@ -171,6 +212,7 @@ final class ReceiverSession: WireConnectionOwner {
                 overwrite: options.overwrite, maxSize: options.maxSize, resume: options.resume,
                 streams: options.streams, eager: options.eager))
         hasher = DigestWorker(loop: loop)
+        lane = SerialLane(pool: store.pool)
         heldHasher = DigestWorker(loop: loop)
         connection = WireConnection(
             input: input, output: output, inboundCapacity: Self.initialInbound,
@@ -185,6 +227,7 @@ final class ReceiverSession: WireConnectionOwner {
     deinit {
         scratchStorage?.deallocate()
         if file != nil { receiver?.filesReceiving -= 1 }
+        receiver?.filesStaged -= staged.count
     }
 
     private var scratch: UnsafeMutableRawBufferPointer {
@@ -240,7 +283,7 @@ final class ReceiverSession: WireConnectionOwner {
             // Waiting for its own disk or hasher is not the peer's silence.
             let waitingHere =
                 !self.machine.acceptsMessages || self.dataBlocked || self.finishBlocked || self.piecesLent > 0
-                || self.committingStaged
+                || self.committingStaged || self.laneJobs > 0
             if !waitingHere && monotonicNanoseconds() - self.connection.lastActivity >= limit {
                 self.perform(self.machine.handle(.timedOut))
             } else {
@@ -283,7 +326,7 @@ final class ReceiverSession: WireConnectionOwner {
     }
 
     private func parse() {
-        while !ended, machine.acceptsMessages, !dataBlocked, !stagedFull {
+        while !ended, machine.acceptsMessages, !dataBlocked, !stagedFull, laneJobs < Self.laneDepth {
             guard connection.outbound.freeSpace >= 2 * Frame.largestAnswer else { return }
             switch decoder.next(connection.inbound.readable) {
             case .needMore:
@@ -328,6 +371,16 @@ final class ReceiverSession: WireConnectionOwner {
     /// write, hash. Returns how many it took: fewer when the hasher is full (the rest waits in
     /// the inbound buffer, and reading stops, until `onRoom`).
     private func deliver(_ piece: UnsafeRawBufferPointer) -> Int {
+        if let wholeFile {
+            let (allowed, actions) = machine.decoded(piece.count)
+            guard allowed else {
+                perform(actions)
+                return piece.count
+            }
+            wholeFile.append(piece)
+            bytesStored += UInt64(piece.count)
+            return piece.count
+        }
         guard let file else { return piece.count }
         guard let inflate = file.inflate else {
             // A range's descriptor belongs to its transfer, which may close it: never lent.
@@ -443,6 +496,10 @@ final class ReceiverSession: WireConnectionOwner {
 
     /// END arrived: flush the decompressor (when there is one) into the file.
     private func finishData() {
+        if wholeFile != nil {
+            perform(machine.handle(.dataFinished))
+            return
+        }
         guard let file else { return }
         guard let inflate = file.inflate else {
             perform(machine.handle(.dataFinished))
@@ -543,6 +600,13 @@ final class ReceiverSession: WireConnectionOwner {
     }
 
     private func openFile(_ request: EntryRequest) {
+        if WholeFile.takes(request.header) {
+            // Nothing touches the disk until the file is here and verified: then one job on
+            // the lane creates, writes and settles it, while the next file arrives.
+            wholeFile = WholeFile(request, digest: machine.digest)
+            perform(machine.handle(.fileOpened(.success(0))))
+            return
+        }
         let store = self.store
         let (overwrite, resume, continueHeld) = (options.overwrite, options.resume, machine.continuesHeld)
         store.pool.submit(
@@ -651,6 +715,11 @@ final class ReceiverSession: WireConnectionOwner {
     }
 
     private func commitFile(expecting digest: [UInt8], held: [UInt8]?) {
+        if let whole = wholeFile {
+            wholeFile = nil
+            storeWhole(whole, expecting: digest)
+            return
+        }
         guard let file else { return }
         file.committing = true
         hasher.finalize(file.digest) { [self] computed in
@@ -708,28 +777,76 @@ final class ReceiverSession: WireConnectionOwner {
     private func stage(_ file: ActiveFile) {
         let store = self.store
         let (request, opened) = (file.request, file.opened)
-        store.pool.submit({ store.stage(opened, header: request.header) }, completingOn: loop) { [self] rejection in
+        laneJobs += 1
+        lane.submit({ store.stage(opened, header: request.header) }, completingOn: loop) { [self] rejection in
+            laneJobs -= 1
             if self.file === file { self.file = nil }
             if let rejection {
                 perform(machine.handle(.committed(rejection)))
                 pump()
                 return
             }
-            staged.append(ReceiverStore.StagedFile(opened: opened, request: request))
-            stagedBytes += file.position
-            guard !ended else {
-                // Verified: it takes its name even though nobody hears of it.
-                commitStagedAfterEnd()
-                return
-            }
+            setAside(.file(ReceiverStore.StagedFile(opened: opened, request: request)), bytes: file.position)
             perform(machine.handle(.staged))
-            if staged.count >= Self.stagedFiles || stagedBytes >= Self.stagedBytes { commitStaged() }
+            if batchFull { commitStaged() }
             pump()
         }
     }
 
+    /// A small file received whole: its digest checked here, then created, written and
+    /// settled by one job on the lane. The machine goes on at once (`.staged`); the file's
+    /// answer follows the job (without fsync) or its batch (with).
+    private func storeWhole(_ whole: WholeFile, expecting digest: [UInt8]) {
+        guard whole.digest.finalize() == digest else {
+            perform(machine.handle(.committed(.failed(.data, "\(machine.digest) mismatch (data altered in transit)"))))
+            return
+        }
+        let (store, overwrite, fsync) = (self.store, options.overwrite, options.fsync)
+        let (request, bytes) = (whole.request, whole.bytes)
+        laneJobs += 1
+        lane.submit({ store.storeWhole(request, bytes: bytes, overwrite: overwrite, fsync: fsync) }, completingOn: loop)
+        { [self] outcome in
+            laneJobs -= 1
+            switch outcome {
+            case .stored:
+                perform(machine.handle(.stagedCommitted(nil)))
+            case .rejected(let rejection) where !fsync:
+                perform(machine.handle(.stagedCommitted(rejection)))
+            case .rejected(let rejection):
+                // Answered in its turn among the batch's files.
+                setAside(.failed(rejection), bytes: 0)
+            case .staged(let file):
+                setAside(.file(file), bytes: UInt64(bytes.count))
+            }
+            if ended {
+                commitStagedAfterEnd()
+            } else if batchFull || !afterStaged.isEmpty {
+                commitStaged()
+            } else {
+                commitWhenQuiet()
+            }
+            pump()
+        }
+        perform(machine.handle(.staged))
+    }
+
+    /// Adds to the batch; after the session's end, what is verified takes its name all the
+    /// same (nobody hears of it).
+    private func setAside(_ slot: StagedSlot, bytes: UInt64) {
+        staged.append(slot)
+        stagedBytes += bytes
+        if ended { commitStagedAfterEnd() }
+    }
+
+    /// The staged files make a batch: this session's limits, or the receiver's budget of
+    /// descriptors for staged files.
+    private var batchFull: Bool {
+        staged.count >= Self.stagedFiles || stagedBytes >= Self.stagedBytes
+            || (receiver?.filesStaged ?? 0) >= TransferReceiver.stagedBudget
+    }
+
     /// A full batch is staged while the one before is being committed: stop reading.
-    private var stagedFull: Bool { committingStaged && staged.count >= Self.stagedFiles }
+    private var stagedFull: Bool { committingStaged && batchFull }
 
     /// Commits the staged files (one flush, then the renames) on a worker, and hands the
     /// machine their outcomes in order. One batch at a time: asked meanwhile, the next batch
@@ -749,7 +866,7 @@ final class ReceiverSession: WireConnectionOwner {
         committingStaged = true
         commitAsked = false
         let (store, overwrite) = (self.store, options.overwrite)
-        store.pool.submit({ store.commitStaged(batch, overwrite: overwrite) }, completingOn: loop) {
+        store.pool.submit({ Self.commit(batch, in: store, overwrite: overwrite) }, completingOn: loop) {
             [self] rejections in
             committingStaged = false
             for rejection in rejections { perform(machine.handle(.stagedCommitted(rejection))) }
@@ -757,9 +874,7 @@ final class ReceiverSession: WireConnectionOwner {
                 commitStagedAfterEnd()
                 return
             }
-            if commitAsked || !afterStaged.isEmpty || staged.count >= Self.stagedFiles
-                || stagedBytes >= Self.stagedBytes
-            {
+            if commitAsked || !afterStaged.isEmpty || batchFull {
                 commitStaged()
             } else {
                 commitWhenQuiet()
@@ -785,9 +900,25 @@ final class ReceiverSession: WireConnectionOwner {
         }
     }
 
+    /// Commits a batch's files (`ReceiverStore.commitStaged`) and returns an outcome for each
+    /// slot, in order.
+    private static func commit(_ batch: [StagedSlot], in store: ReceiverStore, overwrite: Bool) -> [EntryRejection?] {
+        let files = batch.compactMap { slot -> ReceiverStore.StagedFile? in
+            if case .file(let file) = slot { return file }
+            return nil
+        }
+        var committed = store.commitStaged(files, overwrite: overwrite)[...]
+        return batch.map { slot in
+            switch slot {
+            case .file: return committed.popFirst() ?? nil
+            case .failed(let rejection): return rejection
+            }
+        }
+    }
+
     /// Runs what waits for every staged file to be committed, once none is left.
     private func runAfterStaged() {
-        guard staged.isEmpty, !committingStaged else { return }
+        guard staged.isEmpty, !committingStaged, laneJobs == 0 else { return }
         let waiting = afterStaged
         afterStaged.removeAll()
         for work in waiting { work() }
@@ -802,12 +933,13 @@ final class ReceiverSession: WireConnectionOwner {
         let (store, overwrite) = (self.store, options.overwrite)
         store.handingOn.enter()
         store.pool.submit {
-            _ = store.commitStaged(batch, overwrite: overwrite)
+            _ = Self.commit(batch, in: store, overwrite: overwrite)
             store.handingOn.leave()
         }
     }
 
     private func dropFile(keep: Bool) {
+        wholeFile = nil
         guard let file else { return }
         self.file = nil
         hasher.discardFilling()

@@ -45,6 +45,12 @@ public final class TransferReceiver {
     /// Sessions receiving a file now: with more than one, sessions hand their writes to
     /// workers rather than make the others wait while they write.
     var filesReceiving = 0
+    /// Files set aside by sessions to be flushed and renamed in batches (each holds two
+    /// descriptors): past `stagedBudget` between them, a session commits its batch at once.
+    var filesStaged = 0
+    /// The most files the receiver's sessions set aside between them before committing, with
+    /// `TransferReceiveOptions.fsync`: each holds two descriptors until its batch is renamed.
+    public static let stagedBudget = 1024
     /// Pieces of data handed to workers to write, since the start (for tests and statistics).
     var piecesLent: UInt64 = 0
     private var nextID = 1

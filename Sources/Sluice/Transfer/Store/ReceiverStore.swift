@@ -204,6 +204,50 @@ final class ReceiverStore: @unchecked Sendable {
         return .failed(.io, settled.description)
     }
 
+    /// What became of a small file written whole (`storeWhole`).
+    enum WholeOutcome: Sendable {
+        /// Stored under its final name (without fsync).
+        case stored
+        /// Written and set aside for a batch (with fsync).
+        case staged(StagedFile)
+        case rejected(EntryRejection)
+    }
+
+    /// Creates, writes and settles a small file received whole in memory, in one go on a
+    /// worker: stored under its final name, or with `fsync` set aside as `stage` does.
+    func storeWhole(_ request: EntryRequest, bytes: [UInt8], overwrite: Bool, fsync: Bool) -> WholeOutcome {
+        let file: OpenedFile
+        switch openFile(request, overwrite: overwrite, resume: false) {
+        case .failure(let rejection): return .rejected(rejection)
+        case .success(let opened): file = opened
+        }
+        var done = 0
+        while done < bytes.count {
+            let n = bytes.withUnsafeBytes { buffer in
+                pwrite(
+                    file.fd, UnsafeRawBufferPointer(rebasing: buffer[done...]).baseAddress, buffer.count - done,
+                    off_t(done))
+            }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else {
+                let reason = n < 0 ? "\(Errno.current)" : "wrote nothing"
+                abandon(file, keep: false)
+                return .rejected(.failed(.io, "write \(quoted(file.display)): \(reason)"))
+            }
+            done += n
+        }
+        if fsync {
+            if let rejection = stage(file, header: request.header) { return .rejected(rejection) }
+            return .staged(StagedFile(opened: file, request: request))
+        }
+        if let rejection = commit(
+            file, header: request.header, relative: request.relative, overwrite: overwrite, fsync: false)
+        {
+            return .rejected(rejection)
+        }
+        return .stored
+    }
+
     /// Flushes the file system once (`syncfs`), so that every staged file's data is on disk,
     /// then moves each to its final name: a name never holds a file whose data a crash could
     /// lose. One answer per file, in order; every descriptor closed.

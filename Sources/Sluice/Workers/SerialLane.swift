@@ -1,0 +1,63 @@
+import Synchronization
+
+/// Jobs that run one after another on a `WorkerPool`'s threads, in the order they were
+/// submitted, each completion then running on a loop in the same order: a session's disk work
+/// that must stay in order (a file written before the batch that renames it), without a thread
+/// of its own and without waiting for the loop between jobs.
+final class SerialLane: Sendable {
+    private let pool: WorkerPool
+    private let state = Mutex(State())
+
+    private struct State: ~Copyable {
+        var waiting: [@Sendable () -> Void] = []
+        var running = false
+    }
+
+    init(pool: WorkerPool) {
+        self.pool = pool
+    }
+
+    /// Jobs submitted and not yet finished (the one running included).
+    var pending: Int {
+        state.withLock { $0.waiting.count + ($0.running ? 1 : 0) }
+    }
+
+    /// Runs `work` on a worker once every job submitted before it has run, then `completion`
+    /// with its result on `loop`'s thread. Call on the loop's thread.
+    func submit<T: Sendable>(
+        _ work: @escaping @Sendable () -> T, completingOn loop: EventLoop, _ completion: @escaping (T) -> Void
+    ) {
+        loop.retainSource()
+        let box = UncheckedBox(completion)
+        let job: @Sendable () -> Void = {
+            let value = work()
+            loop.execute {
+                loop.releaseSource()
+                box.value(value)
+            }
+        }
+        let start = state.withLock { state -> Bool in
+            guard !state.running else {
+                state.waiting.append(job)
+                return false
+            }
+            state.running = true
+            return true
+        }
+        if start { run(job) }
+    }
+
+    private func run(_ job: @escaping @Sendable () -> Void) {
+        pool.submit { [self] in
+            job()
+            let next = state.withLock { state -> (@Sendable () -> Void)? in
+                guard !state.waiting.isEmpty else {
+                    state.running = false
+                    return nil
+                }
+                return state.waiting.removeFirst()
+            }
+            if let next { run(next) }
+        }
+    }
+}
