@@ -200,6 +200,9 @@ final class Destination: @unchecked Sendable {
         return nil
     }
 
+    /// How long opening a temporary file waits for another transfer's lock on it to go.
+    static let lockWaitMilliseconds = 1000
+
     /// Opens (creating it) temporary file `temporary` under `parent` without following a link,
     /// a fresh one when the name is linked elsewhere or the partial there is `untrusted`, and
     /// locks it against a concurrent transfer of the same file (`flock`). Returns the
@@ -246,8 +249,19 @@ final class Destination: @unchecked Sendable {
             break
         }
         let descriptor = fd
-        let locked = Result { () throws(SluiceError) in
+        var locked = Result { () throws(SluiceError) in
             try syscall("flock", display) { flock(descriptor, LOCK_EX | LOCK_NB) }
+        }
+        // A transfer of the same file that just ended may still be closing it (its queued
+        // writes finish first): a sender that reconnects at once waits for that, up to a
+        // second, rather than be told the file is busy.
+        var waited = 0
+        while case .success(.wouldBlock) = locked, waited < Self.lockWaitMilliseconds {
+            usleep(10_000)
+            waited += 10
+            locked = Result { () throws(SluiceError) in
+                try syscall("flock", display) { flock(descriptor, LOCK_EX | LOCK_NB) }
+            }
         }
         switch locked {
         case .success(.processed):
