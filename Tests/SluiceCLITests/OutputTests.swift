@@ -235,3 +235,33 @@ import Testing
             ])
     }
 }
+
+@Suite struct TreeProgressTests {
+    static func progress(path: String?) -> TransferProgress {
+        TransferProgress(
+            bytesDone: 50 << 20, bytesTotal: 150 << 20, bytesSent: 50 << 20, filesDone: 1234, filesTotal: 10_000,
+            currentPath: path, seconds: 1.5)
+    }
+
+    @Test func aTreeShowsFilesPerSecondAndTheFileBeingSent() {
+        let path = "photos/2026/holiday/a-very-long-file-name-that-goes-on.jpeg"
+        let wide = TransferProgressDisplay.render(
+            Self.progress(path: path), rate: 30e6, fileRate: 812.4, finished: false, sizeKnown: true, width: 120)
+        #expect(wide.hasPrefix("1234/10000 files 812/s "), "\(wide)")
+        #expect(wide.hasSuffix(" …" + path.suffix(23)), "\(wide)")
+        #expect(wide.count <= 120, "\(wide.count) columns: \(wide)")
+        // A narrow terminal leaves the name out, and so does the final line.
+        let narrow = TransferProgressDisplay.render(
+            Self.progress(path: path), rate: 30e6, fileRate: 812.4, finished: false, sizeKnown: true, width: 80)
+        #expect(!narrow.contains("holiday") && narrow.hasPrefix("1234/10000 files 812/s "), "\(narrow)")
+        let done = TransferProgressDisplay.render(
+            Self.progress(path: path), rate: 30e6, fileRate: 812.4, finished: true, sizeKnown: true, width: 120)
+        #expect(!done.contains("holiday"), "\(done)")
+    }
+
+    @Test func aControlCharacterInAFileNameIsNotSentToTheTerminal() {
+        let line = TransferProgressDisplay.render(
+            Self.progress(path: "a\u{1B}[2Jb"), rate: 1, fileRate: 1, finished: false, sizeKnown: true, width: 120)
+        #expect(!line.contains("\u{1B}"), "\(line)")
+    }
+}

@@ -132,7 +132,9 @@ public struct TransferSummary: Sendable {
     public var files: Int
     /// Directory entries stored (created or already present).
     public var directories: Int
-    /// File bytes sent in this run (before compression; resumed prefixes excluded).
+    /// File bytes sent in this run (before compression; resumed prefixes excluded). A file
+    /// sent eagerly that the receiver turned out to hold part of counts what was sent of it
+    /// before the receiver said so, too.
     public var bytes: UInt64
     /// Bytes written to the connection: protocol, after compression.
     public var bytesSent: UInt64

@@ -12,12 +12,13 @@ enum TransferText {
 }
 
 /// The progress line of `sluice send`, redrawn ten times a second on stderr: files done of
-/// all, then bytes, time, rate, and with the total known a bar, percent and ETA (as `copy`'s).
+/// all (and, for a tree, files a second), then bytes, time, rate, and with the total known a
+/// bar, percent and ETA (as `copy`'s), then the file being sent where the terminal is wide.
 final class TransferProgressDisplay {
     private let sender: any TransferProgressSource
     private let output: (String) -> Void
     private var timer: LoopTimer?
-    private var samples: [(time: Double, bytes: UInt64)] = []
+    private var samples: [(time: Double, bytes: UInt64, files: Int)] = []
     /// True while a line is drawn without its newline.
     private var open = false
 
@@ -36,26 +37,47 @@ final class TransferProgressDisplay {
         }
     }
 
-    /// The line for `progress`, `rate` bytes a second, within `width` columns.
+    /// The columns the current file's name may take, on a terminal of at least
+    /// `currentFileMinimumWidth` columns.
+    static let currentFileColumns = 24
+    static let currentFileMinimumWidth = 100
+
+    /// The line for `progress`, `rate` bytes and `fileRate` files a second, within `width`
+    /// columns.
     static func render(
-        _ progress: TransferProgress, rate: Double, finished: Bool, sizeKnown: Bool, width: Int
+        _ progress: TransferProgress, rate: Double, fileRate: Double = 0, finished: Bool, sizeKnown: Bool, width: Int
     ) -> String {
-        let files = "\(progress.filesDone)/\(progress.filesTotal) files"
+        var files = "\(progress.filesDone)/\(progress.filesTotal) files"
+        if progress.filesTotal > 1 && fileRate > 0 { files += " \(Int(fileRate.rounded()))/s" }
+        var current = ""
+        if !finished, width >= currentFileMinimumWidth, progress.filesTotal > 1, let path = progress.currentPath {
+            current = " " + shortened(PeerText.sanitized(path), to: currentFileColumns)
+        }
         let snapshot = ProgressSnapshot(
             sourceBytes: progress.bytesDone, elapsedSeconds: progress.seconds, rate: rate,
             sourceSize: sizeKnown ? progress.bytesTotal : nil, stage: nil, bottleneck: nil, finished: finished)
-        return files + " " + ProgressLine.render(snapshot, width: max(20, width - files.count - 1))
+        let room = max(20, width - files.count - 1 - current.count)
+        return files + " " + ProgressLine.render(snapshot, width: room) + current
+    }
+
+    /// `path`, or its end after `…` when longer than `columns` characters.
+    static func shortened(_ path: String, to columns: Int) -> String {
+        guard path.count > columns, columns > 1 else { return path }
+        return "…" + path.suffix(columns - 1)
     }
 
     private func draw() {
         let progress = sender.progress
-        samples.append((progress.seconds, progress.bytesDone))
+        samples.append((progress.seconds, progress.bytesDone, progress.filesDone))
         while let first = samples.first, progress.seconds - first.time > 2, samples.count > 2 { samples.removeFirst() }
         let oldest = samples[0]
         let span = progress.seconds - oldest.time
         let rate = span > 0 ? Double(progress.bytesDone - oldest.bytes) / span : 0
+        let fileRate = span > 0 ? Double(progress.filesDone - oldest.files) / span : 0
         show(
-            Self.render(progress, rate: rate, finished: false, sizeKnown: sizeKnown, width: Terminal.columns(of: 2)),
+            Self.render(
+                progress, rate: rate, fileRate: fileRate, finished: false, sizeKnown: sizeKnown,
+                width: Terminal.columns(of: 2)),
             final: false)
     }
 
@@ -73,8 +95,11 @@ final class TransferProgressDisplay {
         var progress = sender.progress
         progress.seconds = summary.seconds
         let rate = summary.seconds > 0 ? Double(progress.bytesDone) / summary.seconds : 0
+        let fileRate = summary.seconds > 0 ? Double(progress.filesDone) / summary.seconds : 0
         show(
-            Self.render(progress, rate: rate, finished: true, sizeKnown: sizeKnown, width: Terminal.columns(of: 2)),
+            Self.render(
+                progress, rate: rate, fileRate: fileRate, finished: true, sizeKnown: sizeKnown,
+                width: Terminal.columns(of: 2)),
             final: true)
     }
 
