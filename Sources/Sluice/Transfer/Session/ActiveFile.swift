@@ -1,0 +1,53 @@
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The receiver's state of the file being received: its temporary file, digest, decoder.
+final class ActiveFile {
+    let opened: OpenedFile
+    let request: EntryRequest
+    /// The digest agreed with the sender, of what the file holds.
+    let digest: FileDigest
+    /// Decompresses the file's data, when it comes compressed (the stage driver `copy` uses).
+    let inflate: StageDriver?
+    /// Bytes written to the temporary file (after the held prefix).
+    var written: UInt64 = 0
+    /// Its writes, with their writeback: made here on the loop, or by the session's
+    /// `DigestWorker` (a file received whole, while others are received too, or compressed).
+    let target: WriteTarget
+    /// Its digest was asked for: the commit reports a failed write.
+    var committing = false
+    /// A worker holds the file's descriptors (reading back its prefix, or committing it): it
+    /// must not be closed under that work.
+    var busy = false
+    /// Dropped while busy: abandon it (keeping the partial when true) once the work is done.
+    var abandonWhenIdle: Bool?
+    /// For a range: the file shared with the other connections of the transfer, the range,
+    /// and the bytes of it held from an interrupted transfer.
+    let shared: SharedFile?
+    let range: ByteRange?
+    let held: UInt64
+    /// With `held-sha256`: the SHA-256 of the held bytes, computed beside the data.
+    var heldCheck: HeldCheck?
+    /// Where this session's bytes start in the file.
+    let base: UInt64
+
+    /// With `writebackWindow`, writeback of what was written is started each time that much
+    /// more has arrived (receive with fsync).
+    init(
+        opened: OpenedFile, request: EntryRequest, digest: TransferDigest, inflate: StageDriver?,
+        writebackWindow: UInt64?, shared: SharedFile? = nil, range: ByteRange? = nil, held: UInt64 = 0
+    ) {
+        self.digest = FileDigest(digest)
+        self.opened = opened
+        self.request = request
+        self.inflate = inflate
+        self.shared = shared
+        self.range = range
+        self.held = held
+        base = range.map { $0.start + held } ?? opened.offset
+        target = WriteTarget(fd: opened.fd, display: opened.display, writebackWindow: writebackWindow, start: base)
+    }
+
+    var position: UInt64 { base + written }
+}

@@ -1,0 +1,382 @@
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+extension ReceiverSession {
+    // MARK: Data
+
+    /// Passes DATA bytes through the file's data path: decompress, check with the machine,
+    /// write, hash. Returns how many it took: fewer when the hasher is full (the rest waits in
+    /// the inbound buffer, and reading stops, until `onRoom`).
+    func deliver(_ piece: UnsafeRawBufferPointer) -> Int {
+        if let wholeFile {
+            let (allowed, actions) = machine.decoded(piece.count)
+            guard allowed else {
+                perform(actions)
+                return piece.count
+            }
+            wholeFile.append(piece)
+            bytesStored += UInt64(piece.count)
+            return piece.count
+        }
+        guard let file else { return piece.count }
+        guard let inflate = file.inflate else {
+            // A range's descriptor belongs to its transfer, which may close it: never lent.
+            // Nor are bytes written directly: the disk is written from the hasher's aligned
+            // slots, by its worker.
+            if file.shared == nil, !file.target.wantsAlignedWrites,
+                piecesLent > 0 || (receiver?.filesReceiving ?? 0) > 1
+            {
+                return lend(piece, to: file, file.target)
+            }
+            guard hasher.hasRoom(for: 1) else {
+                dataBlocked = true
+                return 0
+            }
+            let n = min(piece.count, hasher.room)
+            store(UnsafeRawBufferPointer(rebasing: piece[0..<n]), to: file)
+            return n
+        }
+        var input = piece
+        while !input.isEmpty, self.file === file {
+            guard hasher.hasRoom(for: Self.scratchSize) else {
+                dataBlocked = true
+                return piece.count - input.count
+            }
+            let step = Result { () throws(SluiceError) in try inflate.step(input: input, output: scratch) }
+            switch step {
+            case .failure(let error):
+                perform(machine.handle(.dataFailed(Self.rejection(inflating: error))))
+                return piece.count
+            case .success(let progress):
+                if progress.produced > 0 {
+                    store(UnsafeRawBufferPointer(rebasing: scratch[0..<progress.produced]), to: file)
+                }
+                input = UnsafeRawBufferPointer(rebasing: input[progress.consumed...])
+                if progress.consumed == 0 && progress.produced == 0 && self.file === file {
+                    let reason = progress.finished ? "bytes after the end" : "no progress"
+                    perform(machine.handle(.dataFailed(.failed(.data, "compressed data: \(reason)"))))
+                    return piece.count
+                }
+            }
+        }
+        return piece.count
+    }
+
+    private static func rejection(inflating error: SluiceError) -> EntryRejection {
+        error.code == .limitExceeded
+            ? .failed(.data, "more data than announced") : .failed(.data, "compressed data: \(error.reason)")
+    }
+
+    /// Decoded bytes: if the machine allows them, written at the file's end and hashed — here,
+    /// or by the hasher's worker for a compressed file.
+    func store(_ bytes: UnsafeRawBufferPointer, to file: ActiveFile) {
+        let (allowed, actions) = machine.decoded(bytes.count)
+        guard allowed else {
+            perform(actions)
+            return
+        }
+        let target = file.target
+        if file.inflate != nil || target.wantsAlignedWrites {
+            // Decompressed into the scratch buffer, used again at once, or to be written
+            // past the page cache (from aligned memory, which can wait for the disk on the
+            // worker): copied for the worker.
+            hasher.update(file.digest, bytes, writingTo: target, at: file.position)
+        } else {
+            // Written here: no piece of it is lent then, so the worker does not hold it.
+            guard target.write(bytes, at: file.position) == .written else {
+                let reason = target.failure?.description ?? "write \(quoted(file.opened.display)): failed"
+                perform(machine.handle(.dataFailed(.failed(.io, reason))))
+                return
+            }
+            hasher.update(file.digest, bytes)
+        }
+        file.written += UInt64(bytes.count)
+        bytesStored += UInt64(bytes.count)
+    }
+
+    /// A file received whole, uncompressed: its bytes are written and hashed where they lie in
+    /// the inbound buffer, by the hasher's worker, so that the loop goes on receiving meanwhile
+    /// (the page-cache copy and the hash are most of a receiver's work). The buffer keeps lent
+    /// bytes in place until they come back, reading into the space after them only; when that
+    /// is full, this session reads nothing more until they are back. Returns the bytes taken:
+    /// all of them.
+    private func lend(_ piece: UnsafeRawBufferPointer, to file: ActiveFile, _ target: WriteTarget) -> Int {
+        let (allowed, actions) = machine.decoded(piece.count)
+        guard allowed else {
+            perform(actions)
+            return piece.count
+        }
+        let position = file.position
+        file.written += UInt64(piece.count)
+        bytesStored += UInt64(piece.count)
+        piecesLent += 1
+        receiver?.piecesLent += 1
+        connection.inbound.lend()
+        hasher.writeLent(file.digest, piece, to: target, at: position, owner: connection) { [self] written in
+            piecesLent -= 1
+            connection.inbound.returned()
+            if piecesLent == 0 { connection.fitInbound() }
+            if !written { writeFailed(target) }
+            pump()
+        }
+        return piece.count
+    }
+
+    /// The hasher's worker could not write to the file: the file fails (unless its commit,
+    /// already waiting for the worker, reports it).
+    func writeFailed(_ target: WriteTarget) {
+        guard let file, file.target === target, !file.committing else { return }
+        let reason = target.failure?.description ?? "write \(quoted(file.opened.display)): failed"
+        perform(machine.handle(.dataFailed(.failed(.io, reason))))
+        pump()
+    }
+
+    /// END arrived: flush the decompressor (when there is one) into the file.
+    func finishData() {
+        if wholeFile != nil {
+            perform(machine.handle(.dataFinished))
+            return
+        }
+        guard let file else { return }
+        guard let inflate = file.inflate else {
+            perform(machine.handle(.dataFinished))
+            return
+        }
+        while self.file === file {
+            guard hasher.hasRoom(for: Self.scratchSize) else {
+                finishBlocked = true
+                return
+            }
+            let step = Result { () throws(SluiceError) in try inflate.step(input: nil, output: scratch) }
+            switch step {
+            case .failure(let error):
+                perform(machine.handle(.dataFailed(Self.rejection(inflating: error))))
+                return
+            case .success(let progress):
+                if progress.produced > 0 {
+                    store(UnsafeRawBufferPointer(rebasing: scratch[0..<progress.produced]), to: file)
+                }
+                guard self.file === file else { return }
+                if progress.finished {
+                    perform(machine.handle(.dataFinished))
+                    return
+                }
+                if progress.produced == 0 {
+                    perform(machine.handle(.dataFailed(.failed(.data, "compressed data: truncated"))))
+                    return
+                }
+            }
+        }
+    }
+
+    func roomForHashing() {
+        guard !ended else { return }
+        if finishBlocked {
+            finishBlocked = false
+            finishData()
+        }
+        dataBlocked = false
+        pump()
+    }
+
+    // MARK: Opening and committing files
+
+    func openFile(_ request: EntryRequest) {
+        if WholeFile.takes(request.header) {
+            // Nothing touches the disk until the file is here and verified: then one job on
+            // the lane creates, writes and settles it, while the next file arrives.
+            wholeFile = WholeFile(request, digest: machine.digest)
+            perform(machine.handle(.fileOpened(.success(0))))
+            return
+        }
+        let store = self.store
+        let (overwrite, resume, continueHeld) = (options.overwrite, options.resume, machine.continuesHeld)
+        store.pool.submit(
+            { store.openFile(request, overwrite: overwrite, resume: resume, continueHeld: continueHeld) },
+            completingOn: loop
+        ) {
+            [self] result in
+            switch result {
+            case .failure(let rejection):
+                perform(machine.handle(.fileOpened(.failure(rejection))))
+            case .success(let opened):
+                logStartedOver(opened)
+                guard !ended else {
+                    store.pool.submit { store.abandon(opened, keep: true) }
+                    return
+                }
+                didOpen(opened, request)
+            }
+            pump()
+        }
+    }
+
+    /// Logs why a partial found at the file's temporary name was not continued, if it was not.
+    func logStartedOver(_ opened: OpenedFile) {
+        if let notice = opened.startedOver { receiver?.emit(.warning(sessionID: id, notice)) }
+    }
+
+    private func didOpen(_ opened: OpenedFile, _ request: EntryRequest) {
+        var inflate: StageDriver?
+        let header = request.header
+        if header.compressed {
+            var maxOutput: UInt64? = header.sizeKnown ? header.size - min(opened.offset, header.size) : nil
+            if let maxSize = options.maxSize { maxOutput = min(maxOutput ?? maxSize, maxSize) }
+            let limit = InflateLimit(maxOutputBytes: maxOutput.map { Int(clamping: $0) })
+            inflate = (try? Inflate(format: .deflate, limit: limit)).map { StageDriver($0) }
+            guard inflate != nil else {
+                store.pool.submit { [store] in store.abandon(opened, keep: true) }
+                perform(machine.handle(.fileOpened(.failure(.failed(.io, "inflate: cannot initialise zlib")))))
+                return
+            }
+        }
+        let direct =
+            options.directIO
+            && (!header.sizeKnown || header.size - min(opened.offset, header.size) >= Self.directMinimum)
+        // Direct writes need block-aligned offsets: a partial is continued from its last whole
+        // block (the few bytes after it come again, and are written over themselves).
+        let block = UInt64(WriteTarget.directAlignment)
+        let opened = direct ? opened.continued(at: opened.offset - opened.offset % block) : opened
+        let file = ActiveFile(
+            opened: opened, request: request, digest: machine.digest, inflate: inflate, writebackWindow: writeback)
+        if direct { file.target.writeDirectly() }
+        self.file = file
+        connection.inbound.resize(to: inboundShare)
+        guard opened.offset > 0, !header.eager else {
+            // An eager file with held bytes is not continued here: the machine tells the
+            // sender how many, drops the file (keeping the partial), and skips the data.
+            perform(machine.handle(.fileOpened(.success(opened.offset))))
+            return
+        }
+        if machine.checksHeld {
+            // Checked apart with SHA-256 (HELD) while the rest arrives; the agreed digest covers
+            // only the rest.
+            file.heldCheck = HeldCheck(worker: heldHasher, fd: opened.fd, from: 0, length: opened.offset)
+            perform(machine.handle(.fileOpened(.success(opened.offset))))
+            return
+        }
+        file.busy = true
+        hasher.hashPrefix(file.digest, of: opened.fd, length: opened.offset) { [self] ok in
+            file.busy = false
+            if let keep = file.abandonWhenIdle {
+                let abandoned = file.opened
+                store.pool.submit { [store] in store.abandon(abandoned, keep: keep) }
+                return
+            }
+            guard !ended, self.file === file else { return }
+            if ok {
+                perform(machine.handle(.fileOpened(.success(opened.offset))))
+            } else {
+                self.file = nil
+                store.pool.submit { [store] in store.abandon(opened, keep: false) }
+                perform(
+                    machine.handle(
+                        .fileOpened(
+                            .failure(.failed(.io, "read \(quoted(opened.display)): cannot read the held partial")))))
+            }
+            pump()
+        }
+    }
+
+    /// Nil when `file` held no bytes to check apart, or their SHA-256 is the sender's (HELD);
+    /// else why the file fails. On the loop.
+    func checkHeld(_ file: ActiveFile, against expected: [UInt8]?, _ then: @escaping (EntryRejection?) -> Void) {
+        HeldCheck.outcome(of: file.heldCheck) { outcome in
+            switch outcome {
+            case .none:
+                then(nil)
+            case .digest(let computed):
+                then(
+                    computed == expected
+                        ? nil : .failed(.data, "SHA-256 mismatch (held partial data differs from the sender's file)"))
+            case .unreadable:
+                then(.failed(.io, "read \(quoted(file.opened.display)): cannot read the held partial"))
+            }
+        }
+    }
+
+    func commitFile(expecting digest: [UInt8], held: [UInt8]?) {
+        if let whole = wholeFile {
+            wholeFile = nil
+            storeWhole(whole, expecting: digest)
+            return
+        }
+        guard let file else { return }
+        file.committing = true
+        hasher.finalize(file.digest) { [self] computed in
+            checkHeld(file, against: held) { [self] heldFailure in
+                commitFile(file, digest: digest, computed: computed, heldFailure: heldFailure)
+            }
+        }
+    }
+
+    func commitFile(_ file: ActiveFile, digest: [UInt8], computed: [UInt8], heldFailure: EntryRejection?) {
+        guard !ended, self.file === file else { return }
+        var rejection: EntryRejection?
+        if let failure = file.target.failure {
+            rejection = .failed(.io, failure.description)
+        } else if let heldFailure {
+            rejection = heldFailure
+        } else if computed != digest {
+            let what =
+                file.opened.offset > 0 && file.heldCheck == nil
+                ? " (held partial data or data in transit altered)" : " (data altered in transit)"
+            rejection = .failed(.data, "\(machine.digest) mismatch\(what)")
+        }
+        if let rejection {
+            self.file = nil
+            let abandoned = file.opened
+            store.pool.submit { [store] in store.abandon(abandoned, keep: false) }
+            perform(machine.handle(.committed(rejection)))
+            pump()
+            return
+        }
+        let store = self.store
+        let (overwrite, fsync) = (options.overwrite, options.fsync)
+        let (request, opened) = (file.request, file.opened)
+        // The commit closes the descriptors, whatever becomes of the session meanwhile.
+        file.busy = true
+        file.abandonWhenIdle = nil
+        if fsync {
+            stage(file)
+            return
+        }
+        store.pool.submit(
+            {
+                store.commit(
+                    opened, header: request.header, relative: request.relative, overwrite: overwrite, fsync: fsync)
+            }, completingOn: loop
+        ) { [self] rejection in
+            if self.file === file { self.file = nil }
+            perform(machine.handle(.committed(rejection)))
+            pump()
+        }
+    }
+
+    func dropFile(keep: Bool) {
+        wholeFile = nil
+        guard let file else { return }
+        self.file = nil
+        hasher.discardFilling()
+        if file.shared != nil {
+            dropRange(file)
+            return
+        }
+        guard !file.busy else {
+            // A worker has the descriptors: it abandons the file when done (a commit in
+            // progress finishes and closes them itself).
+            file.abandonWhenIdle = keep
+            return
+        }
+        let store = self.store
+        let abandoned = file.opened
+        // Writes still queued for it finish before its descriptors close (even when the loop
+        // stops meanwhile: `finishDiskWork` waits for the hand-over).
+        store.handingOn.enter()
+        hasher.afterQueued {
+            store.pool.submit { store.abandon(abandoned, keep: keep) }
+            store.handingOn.leave()
+        }
+    }
+}
