@@ -183,5 +183,3 @@ extension ReceiverSession {
         shared.note(range, holds: bytes ?? (file.held + file.written))
     }
 }
-
-/// Why a connection may not join a transfer: the text its ERROR carries.
