@@ -82,7 +82,7 @@ final class ReceiverStore: @unchecked Sendable {
             let file = OpenedFile(
                 parent: parent, name: name, temporary: temporary, fd: fd, offset: offset, resumable: resumable,
                 display: destination.display(request.relative), startedOver: startedOver)
-            if request.header.sizeKnown,
+            if request.header.sizeKnown, request.header.size - min(offset, request.header.size) >= Self.reserveMinimum,
                 let rejection = Self.reserve(fd, from: offset, to: request.header.size, display: file.display)
             {
                 abandon(file, keep: offset > 0)
@@ -92,6 +92,11 @@ final class ReceiverStore: @unchecked Sendable {
             return .success(file)
         }
     }
+
+    /// Files with fewer bytes than this to come are not reserved: the two calls cost more than
+    /// they save (a small file is allocated in one go anyway), and a full disk shows at the
+    /// write, which for a small file comes at once.
+    static let reserveMinimum: UInt64 = 256 << 10
 
     /// Reserves the blocks of the bytes still to come, `offset` to `size` (`fallocate` with
     /// `FALLOC_FL_KEEP_SIZE`: the file's size, and with it what a resume finds, stays what was
