@@ -1,3 +1,4 @@
+import CSluiceLinux
 import Dispatch
 import Foundation
 import Synchronization
@@ -166,6 +167,13 @@ struct PipelinedSendTests {
             #expect(readFile(dst + "/small") == readFile(src + "/small"))
             #expect(readFile(dst + "/large") == readFile(src + "/large"))
             #expect(treePaths(dst) == ["large", "small"])
+            // The resume mark of a partial never stays on a stored file.
+            for name in ["small", "large"] {
+                let fd = open(dst + "/" + name, O_RDONLY)
+                defer { close(fd) }
+                let size = fgetxattr(fd, Destination.resumeAttribute, nil, 0)
+                #expect(fd >= 0 && size < 0, "\(name)")
+            }
             _ = sender
         }
     }

@@ -206,15 +206,26 @@ final class Destination: @unchecked Sendable {
     /// Opens (creating it) temporary file `temporary` under `parent` without following a link,
     /// a fresh one when the name is linked elsewhere or the partial there is `untrusted`, and
     /// locks it against a concurrent transfer of the same file (`flock`). Returns the
-    /// descriptor, its status, and the line to log when an untrusted partial was replaced.
+    /// descriptor, its status, the line to log when an untrusted partial was replaced, and
+    /// whether this call created the file (nothing was there: it carries no attribute).
     static func openLocked(_ parent: Int32, _ temporary: String, display: String)
-        -> Result<(fd: Int32, status: stat, startedOver: String?), EntryRejection>
+        -> Result<(fd: Int32, status: stat, startedOver: String?, fresh: Bool), EntryRejection>
     {
         var flags = O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC
         var fd: Int32 = -1
         var st = stat()
         var startedOver: String?
-        for attempt in 0..<2 {
+        // Most often nothing is there: created with O_EXCL, the file is new, ours, unlinked
+        // elsewhere, and needs none of the checks below.
+        fd = openat(parent, temporary, flags | O_EXCL, 0o600)
+        let fresh = fd >= 0
+        if fresh {
+            st.st_mode = S_IFREG | 0o600
+        } else if errno != EEXIST {
+            let error = SluiceError(.system(Errno.current), operation: "openat", subject: display)
+            return .failure(.failed(.io, error.description))
+        }
+        for attempt in 0..<2 where !fresh {
             let opened = Result { () throws(SluiceError) in
                 try syscallValue("openat", display) { openat(parent, temporary, flags, 0o600) }
             }
@@ -273,7 +284,7 @@ final class Destination: @unchecked Sendable {
             closeDescriptor(fd)
             return .failure(.failed(.io, error.description))
         }
-        return .success((fd, st, startedOver))
+        return .success((fd, st, startedOver, fresh))
     }
 
     /// Opens (creating it) the temporary file of `header` under `parent`, locked against a
@@ -284,13 +295,15 @@ final class Destination: @unchecked Sendable {
     static func openTemporary(
         _ parent: Int32, _ temporary: String, header: EntryHeader, resume: Bool, continueHeld: Bool = true,
         display: String
-    ) -> Result<(fd: Int32, offset: UInt64, resumable: Bool, startedOver: String?), EntryRejection> {
+    ) -> Result<(fd: Int32, offset: UInt64, resumable: Bool, startedOver: String?, fresh: Bool), EntryRejection> {
         let fd: Int32
         var st: stat
         let startedOver: String?
+        let fresh: Bool
         switch openLocked(parent, temporary, display: display) {
         case .failure(let rejection): return .failure(rejection)
-        case .success(let (descriptor, status, notice)): (fd, st, startedOver) = (descriptor, status, notice)
+        case .success(let (descriptor, status, notice, created)):
+            (fd, st, startedOver, fresh) = (descriptor, status, notice, created)
         }
         let descriptor = fd
         let resumable = resume && header.sizeKnown && header.resumable
@@ -315,12 +328,12 @@ final class Destination: @unchecked Sendable {
                 let tag = resumeTag(header)
                 // Without user xattrs (some file systems) the partial is simply not resumable.
                 let rc = tag.withUnsafeBytes { fsetxattr(descriptor, resumeAttribute, $0.baseAddress, $0.count, 0) }
-                if rc != 0 { return .success((fd, 0, false, startedOver)) }
-            } else {
+                if rc != 0 { return .success((fd, 0, false, startedOver, fresh)) }
+            } else if !fresh {
                 fremovexattr(descriptor, resumeAttribute)
             }
         }
-        return .success((fd, offset, resumable, startedOver))
+        return .success((fd, offset, resumable, startedOver, fresh))
     }
 
     /// Moves the finished temporary file to its final name within `parent`: an exchange (or

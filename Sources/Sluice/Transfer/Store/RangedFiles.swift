@@ -42,7 +42,7 @@ extension ReceiverStore {
         case .failure(let rejection):
             closeDescriptor(parent)
             return .failure(rejection)
-        case .success(let (descriptor, status, notice)): (fd, st, startedOver) = (descriptor, status, notice)
+        case .success(let (descriptor, status, notice, _)): (fd, st, startedOver) = (descriptor, status, notice)
         }
         let header = request.header
         var resumable = resume && header.resumable

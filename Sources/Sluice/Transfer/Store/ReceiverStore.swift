@@ -19,6 +19,8 @@ struct OpenedFile: Sendable {
     var display: String
     /// Why a partial found at the temporary name was replaced rather than resumed, to log.
     var startedOver: String? = nil
+    /// Created by this transfer: it never carried the resume mark unless `resumable`.
+    var fresh = false
 
     /// The same file, its held bytes counted only up to `offset` (at most `self.offset`).
     func continued(at offset: UInt64) -> OpenedFile {
@@ -78,10 +80,10 @@ final class ReceiverStore: @unchecked Sendable {
         case .failure(let rejection):
             closeDescriptor(parent)
             return .failure(rejection)
-        case .success(let (fd, offset, resumable, startedOver)):
+        case .success(let (fd, offset, resumable, startedOver, fresh)):
             let file = OpenedFile(
                 parent: parent, name: name, temporary: temporary, fd: fd, offset: offset, resumable: resumable,
-                display: destination.display(request.relative), startedOver: startedOver)
+                display: destination.display(request.relative), startedOver: startedOver, fresh: fresh)
             if request.header.sizeKnown, request.header.size - min(offset, request.header.size) >= Self.reserveMinimum,
                 let rejection = Self.reserve(fd, from: offset, to: request.header.size, display: file.display)
             {
@@ -179,7 +181,7 @@ final class ReceiverStore: @unchecked Sendable {
         let fd = file.fd
         let mtime = timespec(tv_sec: Int(header.mtimeSeconds), tv_nsec: Int(header.mtimeNanoseconds))
         let times = [timespec(tv_sec: 0, tv_nsec: utimeNow), mtime]
-        fremovexattr(fd, Destination.resumeAttribute)
+        if file.resumable || !file.fresh { fremovexattr(fd, Destination.resumeAttribute) }
         let settled = Result { () throws(SluiceError) in
             try syscallValue("fchmod", file.display) { fchmod(fd, destination.permissions(header.mode)) }
             try syscallValue("futimens", file.display) { futimens(fd, times) }
