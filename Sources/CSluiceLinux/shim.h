@@ -78,6 +78,26 @@ extern int sync_file_range(int fd, __off64_t offset, __off64_t nbytes, unsigned 
 #define SYNC_FILE_RANGE_WRITE 2
 #endif
 
+/* openat2(2) with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS: opens the
+   directory `path` below `dirfd` in one call, refusing any symbolic link on the way or a path
+   that would leave `dirfd` (the receiver's walk of one component at a time does the same in
+   several calls). -1 with errno (ENOSYS where the kernel or headers lack it). */
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <errno.h>
+static inline int sluice_open_directory_beneath(int dirfd, const char *path) {
+#ifdef __NR_openat2
+    struct { unsigned long long flags, mode, resolve; } how = {
+        O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0, 0x08 | 0x04 | 0x02
+    };
+    return (int)syscall(__NR_openat2, dirfd, path, &how, sizeof how);
+#else
+    (void)dirfd; (void)path;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
 /* syncfs(2), likewise: the receiver flushes a batch of files with one call, not an fsync each. */
 extern int syncfs(int fd);
 

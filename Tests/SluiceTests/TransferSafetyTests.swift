@@ -1,3 +1,4 @@
+import CSluiceLinux
 import Foundation
 import TestThreads
 import Testing
@@ -18,6 +19,42 @@ struct TransferSafetyTests {
         runLoop(harness.loop, for: .seconds(10)) { client.done && harness.reports.count > sessionsBefore }
         #expect(client.done)
         return client
+    }
+
+    @Test("The one-call parent open refuses a link on the way and a path that climbs out, as the walk does")
+    func parentOpenedBeneath() throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: dst + "/real/dir", withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: root + "/outside", withIntermediateDirectories: true)
+            #expect(symlink(root + "/outside", dst + "/link") == 0)
+            #expect(symlink("dir", dst + "/real/inner") == 0)
+            let fd = open(dst, O_RDONLY | O_DIRECTORY)
+            defer { close(fd) }
+            let opened = sluice_open_directory_beneath(fd, "real/dir")
+            #expect(opened >= 0)
+            close(opened)
+            for path in ["link", "link/x", "real/inner", "../outside", "real/../../outside", "/tmp"] {
+                let refused = sluice_open_directory_beneath(fd, path)
+                #expect(refused < 0, "\(path)")
+                if refused >= 0 { close(refused) }
+            }
+            // Through the store: a file under the link is refused, none lands outside.
+            let destination = try Destination(path: dst, permissionBits: 0o755)
+            guard case .failure = destination.openParent(of: ["link", "f"], relative: "link/f") else {
+                Issue.record("a parent through a link was opened")
+                return
+            }
+            guard
+                case .success(let (parent, created)) = destination.openParent(
+                    of: ["real", "dir", "f"], relative: "real/dir/f")
+            else {
+                Issue.record("real/dir was not opened")
+                return
+            }
+            close(parent)
+            #expect(created.isEmpty)
+        }
     }
 
     @Test("A size beyond the disk's free space is refused without reserving any of it")

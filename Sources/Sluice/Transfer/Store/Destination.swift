@@ -47,6 +47,13 @@ final class Destination: @unchecked Sendable {
     /// directories (mode 0755 less the umask) on the way. Returns the descriptor (to close) and
     /// the relative paths of the directories created.
     func openParent(of components: [String], relative: String) -> Result<(Int32, [String]), EntryRejection> {
+        if components.count > 1 {
+            // Most often the directory is there: one call opens it, with the same refusals
+            // as the walk below (no link, nothing outside). Missing, refused or unsupported:
+            // the walk creates it, or says precisely why not.
+            let direct = sluice_open_directory_beneath(fd, components.dropLast().joined(separator: "/"))
+            if direct >= 0 { return .success((direct, [])) }
+        }
         var current = dup(fd)
         guard current >= 0 else {
             return .failure(.failed(.io, "dup \(path): \(Errno.current)"))
