@@ -1,4 +1,3 @@
-import CSluiceLinux
 import Foundation
 import TestThreads
 import Testing
@@ -31,11 +30,11 @@ struct TransferSafetyTests {
             #expect(symlink("dir", dst + "/real/inner") == 0)
             let fd = open(dst, O_RDONLY | O_DIRECTORY)
             defer { close(fd) }
-            let opened = sluice_open_directory_beneath(fd, "real/dir")
+            let opened = Destination.openBeneath(fd, "real/dir")
             #expect(opened >= 0)
             close(opened)
             for path in ["link", "link/x", "real/inner", "../outside", "real/../../outside", "/tmp"] {
-                let refused = sluice_open_directory_beneath(fd, path)
+                let refused = Destination.openBeneath(fd, path)
                 #expect(refused < 0, "\(path)")
                 if refused >= 0 { close(refused) }
             }
@@ -197,6 +196,7 @@ struct TransferSafetyTests {
             #expect(!fileExists(dst + "/big.bin"))
             var partial = try #require(FileInfo(dst + "/.big.bin.sluice-part"))
             #expect(partial.size > 0 && partial.size < bytes.count)
+            #expect(Destination.hasResumeMark(dst + "/.big.bin.sluice-part"))
             var resumed = partial.size
             if directIO {
                 // A partial that ends within a block (as one left by a crash may): continued

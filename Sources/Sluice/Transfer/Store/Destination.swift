@@ -46,12 +46,27 @@ final class Destination: @unchecked Sendable {
     /// Opens the directory that will hold the last of `components`, creating missing
     /// directories (mode 0755 less the umask) on the way. Returns the descriptor (to close) and
     /// the relative paths of the directories created.
+    /// Opens directory `path` below `directory` in one call (`openat2` with
+    /// `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`): -1 with `errno` when a link is on the way, the
+    /// path leaves `directory`, something is missing, or the kernel lacks the call.
+    static func openBeneath(_ directory: Int32, _ path: String) -> Int32 {
+        sluice_open_directory_beneath(directory, path)
+    }
+
+    /// Whether the file at `path` carries the resume mark of a partial (`resumeAttribute`).
+    static func hasResumeMark(_ path: String) -> Bool {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { return false }
+        defer { closeDescriptor(fd) }
+        return fgetxattr(fd, resumeAttribute, nil, 0) >= 0
+    }
+
     func openParent(of components: [String], relative: String) -> Result<(Int32, [String]), EntryRejection> {
         if components.count > 1 {
             // Most often the directory is there: one call opens it, with the same refusals
             // as the walk below (no link, nothing outside). Missing, refused or unsupported:
             // the walk creates it, or says precisely why not.
-            let direct = sluice_open_directory_beneath(fd, components.dropLast().joined(separator: "/"))
+            let direct = Self.openBeneath(fd, components.dropLast().joined(separator: "/"))
             if direct >= 0 { return .success((direct, [])) }
         }
         var current = dup(fd)
