@@ -924,6 +924,9 @@ struct EagerFileTests {
         _ = machine.received(.frame(.file(fileHeader("big", size: 1 << 20, flags: flags))))
         #expect(machine.handle(.fileOpened(.success(4096))) == [.dropFile(keep: true), .send(.accept(offset: 4096))])
         #expect(machine.state == .discarding)
+        // ACCEPT answers this announcement, with no report: the next one is answered as any other
+        // (Fuzz/Regressions/receiver/eager-resumable-held-partial).
+        #expect(machine.entriesAnnounced == 1 && machine.entriesAnswered == 1)
         let piece: [UInt8] = [1, 2, 3]
         piece.withUnsafeBytes { #expect(machine.received(.data($0, endsFrame: true)).isEmpty) }
         #expect(machine.received(.frame(.abort(reason: "announced again"))).isEmpty)
