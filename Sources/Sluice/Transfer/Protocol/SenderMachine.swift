@@ -96,8 +96,6 @@ struct SenderMachine: Sendable {
         var range: ByteRange? = nil
         /// The bytes the receiver holds (ACCEPT's offset).
         var held: UInt64 = 0
-        /// Sent eagerly, its data following FILE without waiting for ACCEPT.
-        var eager = false
     }
 
     /// One piece of work of a connection: an entry, whole, or one range of a file (whose size
@@ -442,8 +440,7 @@ struct SenderMachine: Sendable {
                     mtimeNanoseconds: info.mtimeNanoseconds, path: Array(entry.relative.utf8))
                 unanswered.append(index)
                 if eager && resumable { eagerResumable[index] = info.size ?? 0 }
-                let file = CurrentFile(
-                    index: index, size: info.size, resumable: resumable, compressed: compressed, eager: eager)
+                let file = CurrentFile(index: index, size: info.size, resumable: resumable, compressed: compressed)
                 guard eager else {
                     state = .awaitingAccept(file)
                     return [.send(.file(header))]
