@@ -37,27 +37,55 @@ import Testing
         }
     }
 
-    /// A file larger than the receiver's free space (a sparse one of 15 TiB) is refused when it
-    /// starts, before its data is sent: exit 74 naming the full disk, nothing left behind.
+    /// An empty inbox in `dir`, and a sparse file of 15 TiB beside it, holding `tail` at its end.
+    static func inboxAndHugeFile(_ dir: String, endingIn tail: String = "") -> (String, String) {
+        let inbox = "\(dir)/in"
+        mkdir(inbox, 0o755)
+        let huge = "\(dir)/huge.bin"
+        let fd = open(huge, O_WRONLY | O_CREAT, 0o644)
+        #expect(ftruncate(fd, 15 << 40) == 0)
+        _ = tail.withCString { pwrite(fd, $0, strlen($0), off_t(15 << 40) - off_t(strlen($0))) }
+        close(fd)
+        return (inbox, huge)
+    }
+
+    /// A file larger than the receiver's free space (15 TiB, sent compressed: its data, not
+    /// holes) is refused when it starts, before its data is sent: exit 74 naming the full
+    /// disk, nothing left behind.
     @Test func aFileTheDiskHasNoRoomForIsRefusedBeforeItsData() throws {
         try withTemporaryDirectory { dir in
-            let inbox = "\(dir)/in"
-            mkdir(inbox, 0o755)
-            let huge = "\(dir)/huge.bin"
-            let fd = open(huge, O_WRONLY | O_CREAT, 0o644)
-            #expect(ftruncate(fd, 15 << 40) == 0)
-            close(fd)
+            let (inbox, huge) = Self.inboxAndHugeFile(dir)
             var fs = statvfs()
             #expect(statvfs(inbox, &fs) == 0)
             try #require(UInt64(fs.f_bavail) * UInt64(fs.f_frsize) < 15 << 40, "a disk with 15 TiB free")
             let receiver = try ReceiverProcess(["--dir", inbox, "--once"])
             // Refused at once; sent, the zeros would take hours: a failure, not a hang.
-            let sent = try Running(sluiceBinary, withTestKey(["send", huge, try receiver.address()]))
+            let sent = try Running(sluiceBinary, withTestKey(["send", "-z", huge, try receiver.address()]))
                 .wait(within: .seconds(30))
             #expect(sent.status == 74, "\(sent.stderrText)")
             #expect(sent.stderrText.contains("No space left on device"), "\(sent.stderrText)")
             #expect(receiver.wait().status == 74)
             #expect(directoryEntries(inbox).isEmpty, "\(directoryEntries(inbox))")
+        }
+    }
+
+    /// The same 15 TiB holding nothing, sent as it is: one hole, stored sparse in a moment.
+    @Test func aHugeSparseFileCrossesAsOneHole() throws {
+        try withTemporaryDirectory { dir in
+            let (inbox, huge) = Self.inboxAndHugeFile(dir, endingIn: "data at the end")
+            let receiver = try ReceiverProcess(["--dir", inbox, "--once"])
+            let sent = try Running(
+                sluiceBinary, withTestKey(["send", "--stats=json", huge, try receiver.address()])
+            ).wait(within: .seconds(60))
+            #expect(sent.status == 0, "\(sent.stderrText)")
+            #expect(receiver.wait().status == 0)
+            var st = stat()
+            #expect(stat("\(inbox)/huge.bin", &st) == 0)
+            #expect(st.st_size == 15 << 40)
+            #expect(Int(st.st_blocks) * 512 <= 1 << 20, "\(st.st_blocks) blocks")
+            let stats = lastJSONObject(sent.stderrText)
+            #expect((stats?["bytes_sent"] as? Int).map { $0 < 1 << 20 } == true, "\(sent.stdoutText)")
+            #expect((stats?["hole_bytes"] as? Int).map { $0 >= (15 << 40) - 4096 } == true)
         }
     }
 

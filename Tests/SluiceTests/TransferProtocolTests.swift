@@ -228,12 +228,22 @@ struct MachineDriver {
                 switch frame {
                 case .stored, .refused, .failed: answersSent += 1
                 case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined,
-                    .held:
+                    .held, .link, .hole, .xattr, .owner:
                     break
                 }
             case .makeDirectory(let request):
                 check(request)
                 queue += machine.handle(.directoryMade(chaotic && coin() ? .failed(.io, "disk") : nil))
+            case .makeLink(let request, let link):
+                check(request)
+                if link.kind == .hard {
+                    // Only a file of this session flagged linked: a checked relative path.
+                    let target = String(decoding: link.target, as: UTF8.self)
+                    #expect(machine.linkTargets.contains(target))
+                }
+                queue += machine.handle(.linkMade(chaotic && coin() ? .refused(.exists, "exists") : nil))
+            case .deliverHole:
+                break
             case .openFile(let request):
                 check(request)
                 let header = request.header
@@ -558,7 +568,12 @@ struct SenderMachineTests {
             entries: Self.entries, settings: .init(compress: false, resume: true, digests: [.sha256]))
         #expect(
             machine.start() == [
-                .send(.hello(version: 1, capabilities: ["sha256", "deflate", "resume", "held-sha256"]))
+                .send(
+                    .hello(
+                        version: 1,
+                        capabilities: [
+                            "sha256", "deflate", "resume", "held-sha256", "links", "holes", "xattrs", "owners",
+                        ]))
             ])
         #expect(machine.received(.magic).isEmpty)
         #expect(machine.received(.frame(.hello(version: 1, capabilities: ["sha256", "resume"]))).isEmpty)

@@ -46,6 +46,12 @@ final class ActiveFile {
     let inflate: Inflate?
     /// For a RANGE: which bytes of the file `content` holds.
     var range: ByteRange?
+    /// HOLEs taken: `content` holds each as its digest input (`Wire.holeDigestInput`).
+    var holes: UInt64 = 0
+    var holeCount: UInt64 = 0
+
+    /// The bytes the file holds: data, and the zeros of its holes.
+    var size: UInt64 { UInt64(content.count) - 13 * holeCount + holes }
 
     init(request: EntryRequest, content: [UInt8], inflate: Inflate?, range: ByteRange? = nil) {
         self.request = request
@@ -158,6 +164,21 @@ final class Session {
                     store.directories.insert(request.relative)
                     handle(.directoryMade(nil))
                 }
+            case .makeLink(let request, let link):
+                check(request)
+                makeLink(request, link)
+            case .deliverHole(let length):
+                guard let file else {
+                    expect(false, "deliverHole without a file")
+                    break
+                }
+                expect(file.request.header.sparse && file.inflate == nil && file.range == nil, "a hole in \(file)")
+                // The machine allowed it: within the announced size. Hashed as the protocol
+                // hashes a hole (its message); the bytes it stands for are counted apart.
+                file.content += Wire.holeDigestInput(length)
+                file.holes += length
+                file.holeCount += 1
+                expect(file.size <= file.request.header.size, "a hole past the announced size")
             case .openFile(let request):
                 check(request)
                 openFile(request)
@@ -222,10 +243,33 @@ final class Session {
     func send(_ frame: Frame) {
         switch frame {
         case .stored, .refused, .failed: answersSent += 1
-        case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined, .held:
+        case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined, .held,
+            .link, .hole, .xattr, .owner:
             break
         }
         expectDecodes(frame, by: &answers, side: "receiver")
+    }
+
+    /// LINK: a symbolic link is stored as a name (its target is never followed); a hard link
+    /// only to a file this session stored flagged linked.
+    func makeLink(_ request: EntryRequest, _ link: LinkHeader) {
+        if link.kind == .hard {
+            let target = String(decoding: link.target, as: UTF8.self)
+            expect(machine.linkTargets.contains(target), "a hard link to \(target), not a linked file of the session")
+            expect(store.files[target] != nil, "a hard link to \(target), which is not stored")
+        }
+        let name = request.relative
+        if store.parentsBlocked(request.components) || store.directories.contains(name) {
+            handle(.linkMade(.refused(.exists, "exists (a directory)")))
+        } else if store.files[name] != nil && !machine.settings.overwrite {
+            handle(.linkMade(.refused(.exists, "exists")))
+        } else if diskFails() {
+            handle(.linkMade(.failed(.io, "symlink: No space left on device")))
+        } else {
+            store.makeParents(request.components)
+            store.files[name] = link.kind == .hard ? store.files[String(decoding: link.target, as: UTF8.self)] : []
+            handle(.linkMade(nil))
+        }
     }
 
     func openFile(_ request: EntryRequest) {
@@ -322,12 +366,12 @@ final class Session {
         file.content.append(contentsOf: bytes)
         let header = file.request.header
         if let range = file.range {
-            expect(UInt64(file.content.count) <= range.length, "\(file.content.count) bytes in \(range)")
+            expect(file.size <= range.length, "\(file.size) bytes in \(range)")
         } else if header.sizeKnown {
-            expect(UInt64(file.content.count) <= header.size, "\(file.content.count) bytes of \(header.size) announced")
+            expect(file.size <= header.size, "\(file.size) bytes of \(header.size) announced")
         }
         if let maxSize = machine.settings.maxSize {
-            expect(UInt64(file.content.count) <= maxSize, "\(file.content.count) bytes, the limit is \(maxSize)")
+            expect(file.size <= maxSize, "\(file.size) bytes, the limit is \(maxSize)")
         }
     }
 
@@ -467,6 +511,10 @@ func fuzzReceiver(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
     settings.streams = seed.below(2) == 0
     settings.mustJoin = settings.streams && seed.below(8) == 0
     settings.eager = seed.below(4) != 0
+    settings.links = seed.below(4) != 0
+    settings.holes = seed.below(4) != 0
+    settings.xattrs = seed.below(4) != 0
+    settings.owners = seed.below(2) == 0
     run(bytes, seed, settings)
     return 0
 }

@@ -25,6 +25,18 @@ let allEntries: [SenderMachine.Entry] = [
     .init(relative: "stdin", isDirectory: false, seekable: false, mode: 0o600, mtimeSeconds: 0, mtimeNanoseconds: 0),
     .init(relative: "d/e", isDirectory: true, seekable: false, mode: 0o700, mtimeSeconds: 4, mtimeNanoseconds: 5),
     .init(relative: "c", isDirectory: false, seekable: true, mode: 0o644, mtimeSeconds: 6, mtimeNanoseconds: 7),
+    .init(
+        relative: "d/s", isDirectory: false, seekable: false, mode: 0o777, mtimeSeconds: 8, mtimeNanoseconds: 9,
+        symlinkTarget: Array("a".utf8)),
+    .init(
+        relative: "big", isDirectory: false, seekable: true, mode: 0o600, mtimeSeconds: 10, mtimeNanoseconds: 11,
+        linked: true, sparse: true,
+        attributes: EntryAttributes(
+            xattrs: [ExtendedAttribute(name: "user.x", value: [1, 2])],
+            owner: EntryOwner(uid: 1, gid: 2, user: "daemon", group: ""))),
+    .init(
+        relative: "d/h", isDirectory: false, seekable: true, mode: 0o600, mtimeSeconds: 10, mtimeNanoseconds: 11,
+        hardLinkTo: 6),
 ]
 
 /// `SLUICE_FUZZ_TRACE=1 FuzzSender INPUT` prints every action (to read a finding).

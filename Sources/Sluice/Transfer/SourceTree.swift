@@ -8,6 +8,8 @@ struct OutgoingEntry {
         case directory
         case file(String)
         case stream(ReadStream)
+        /// A symbolic link inside a directory sent: its target as written.
+        case symlink(String, target: [UInt8])
     }
 
     var kind: Kind
@@ -17,6 +19,13 @@ struct OutgoingEntry {
     var mtimeSeconds: Int64
     var mtimeNanoseconds: UInt32
     var size: UInt64?
+    /// Another name of the file entry at this index (`-H`).
+    var hardLinkTo: Int? = nil
+    /// A later entry is another name of this file.
+    var linked = false
+    /// Fewer blocks allocated than its size: it has holes.
+    var sparse = false
+    var attributes = EntryAttributes()
 
     var isDirectory: Bool {
         if case .directory = kind { return true }
@@ -25,15 +34,50 @@ struct OutgoingEntry {
 }
 
 /// Turns the sender's sources into the list of entries to send, walking directories: regular
-/// files and directories (empty ones too) are sent, each directory before what it holds;
-/// symbolic links inside a directory, devices, sockets and FIFOs are skipped with a warning.
-/// A path given directly is followed if it is a link, as `scp -r` does. `selection` chooses
-/// among them (`FileSelection`).
+/// files, directories (empty ones too) and symbolic links are sent, each directory before what
+/// it holds; devices, sockets and FIFOs are skipped with a warning. A path given directly is
+/// followed if it is a link, as `scp -r` does. `selection` chooses among them
+/// (`FileSelection`). With `options.hardLinks`, a file's second name is an entry of its own,
+/// after every file, naming the first (`hardLinkTo`).
 enum SourceTree {
+    /// What the walk reads besides names and sizes.
+    struct Options {
+        var hardLinks = false
+        var xattrs = false
+        var owners = false
+        var numericIDs = false
+
+        init(hardLinks: Bool = false, xattrs: Bool = false, owners: Bool = false, numericIDs: Bool = false) {
+            self.hardLinks = hardLinks
+            self.xattrs = xattrs
+            self.owners = owners
+            self.numericIDs = numericIDs
+        }
+
+        init(_ send: TransferSendOptions) {
+            self.init(
+                hardLinks: send.hardLinks, xattrs: send.xattrs, owners: send.owners, numericIDs: send.numericIDs)
+        }
+    }
+
+    /// The walk's output: entries, then the hard links found, which go after every file.
+    private struct Collected {
+        var entries: [OutgoingEntry] = []
+        var links: [OutgoingEntry] = []
+        /// The first name of each file with several (device, inode).
+        var firstNames: [FileKey: Int] = [:]
+    }
+
+    private struct FileKey: Hashable {
+        var device: UInt64
+        var inode: UInt64
+    }
+
     static func entries(
-        _ sources: [TransferSource], selection: FileSelection = FileSelection(), warn: (String) -> Void
+        _ sources: [TransferSource], selection: FileSelection = FileSelection(), options: Options = Options(),
+        warn: (String) -> Void
     ) throws(SluiceError) -> [OutgoingEntry] {
-        var out: [OutgoingEntry] = []
+        var collected = Collected()
         let walker = Walker(selection: selection)
         for source in sources {
             switch source {
@@ -43,7 +87,7 @@ enum SourceTree {
                         .invalidArgument, operation: "send", subject: name,
                         detail: "a stream's name must be a relative path without '.' or '..' components")
                 }
-                out.append(
+                collected.entries.append(
                     OutgoingEntry(
                         kind: .stream(stream), relative: name, mode: mode & 0o7777, mtimeSeconds: Int64(time(nil)),
                         mtimeNanoseconds: 0, size: nil))
@@ -53,11 +97,15 @@ enum SourceTree {
                 let name = try baseName(path)
                 switch st.st_mode & S_IFMT {
                 case S_IFREG:
-                    if walker.takesFile([name], relative: name) { out.append(entry(.file(path), name, st)) }
+                    if walker.takesFile([name], relative: name) {
+                        add(entry(.file(path), name, st), st, path: path, options: options, to: &collected, warn: warn)
+                    }
                 case S_IFDIR:
-                    out.append(entry(.directory, name, st))
+                    add(entry(.directory, name, st), st, path: path, options: options, to: &collected, warn: warn)
                     var found: Set<[String]> = []
-                    try walk(path, relative: name, below: [], walker: walker, found: &found, into: &out, warn: warn)
+                    try walk(
+                        path, relative: name, below: [], walker: walker, options: options, found: &found,
+                        into: &collected, warn: warn)
                     if let missing = walker.listed?.subtracting(found).min(by: { $0.lexicographicallyPrecedes($1) }) {
                         let listed = path + "/" + missing.joined(separator: "/")
                         throw SluiceError(.system(.noSuchFile), operation: "stat", subject: listed)
@@ -67,7 +115,36 @@ enum SourceTree {
                 }
             }
         }
-        return out
+        return collected.entries + collected.links
+    }
+
+    /// Adds an entry found by the walk: a file's second name becomes a link to its first (with
+    /// `hardLinks`); extended attributes and owner are read as asked.
+    private static func add(
+        _ found: OutgoingEntry, _ st: stat, path: String, options: Options, to collected: inout Collected,
+        warn: (String) -> Void
+    ) {
+        var entry = found
+        if options.owners { entry.attributes.owner = OwnerNames.shared.owner(of: st, numeric: options.numericIDs) }
+        if case .symlink = entry.kind {
+            collected.entries.append(entry)
+            return
+        }
+        if options.xattrs { entry.attributes.xattrs = SourceMetadata.xattrs(path, warn: warn) }
+        if case .file = entry.kind {
+            entry.sparse = Int64(st.st_blocks) * 512 < Int64(st.st_size)
+            if options.hardLinks, st.st_nlink > 1 {
+                let key = FileKey(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
+                if let first = collected.firstNames[key] {
+                    entry.hardLinkTo = first
+                    collected.entries[first].linked = true
+                    collected.links.append(entry)
+                    return
+                }
+                collected.firstNames[key] = collected.entries.count
+            }
+        }
+        collected.entries.append(entry)
     }
 
     /// The selection, prepared for the walk.
@@ -134,8 +211,8 @@ enum SourceTree {
     }
 
     private static func walk(
-        _ directory: String, relative: String, below: [String], walker: Walker, found: inout Set<[String]>,
-        into out: inout [OutgoingEntry], warn: (String) -> Void
+        _ directory: String, relative: String, below: [String], walker: Walker, options: Options,
+        found: inout Set<[String]>, into out: inout Collected, warn: (String) -> Void
     )
         throws(SluiceError)
     {
@@ -181,15 +258,22 @@ enum SourceTree {
             switch st.st_mode & S_IFMT {
             case S_IFREG:
                 if walker.selection.shard?.contains(childRelative) ?? true {
-                    out.append(entry(.file(path), childRelative, st))
+                    add(entry(.file(path), childRelative, st), st, path: path, options: options, to: &out, warn: warn)
                 }
             case S_IFDIR:
-                out.append(entry(.directory, childRelative, st))
+                add(entry(.directory, childRelative, st), st, path: path, options: options, to: &out, warn: warn)
                 try walk(
-                    path, relative: childRelative, below: childBelow, walker: walker, found: &found, into: &out,
-                    warn: warn)
+                    path, relative: childRelative, below: childBelow, walker: walker, options: options,
+                    found: &found, into: &out, warn: warn)
             case S_IFLNK:
-                warn("skipping symbolic link \(quoted(path))")
+                guard walker.selection.shard?.contains(childRelative) ?? true else { continue }
+                guard let target = SourceMetadata.linkTarget(path) else {
+                    warn("skipping symbolic link \(quoted(path)): cannot read its target")
+                    continue
+                }
+                add(
+                    entry(.symlink(path, target: target), childRelative, st), st, path: path, options: options,
+                    to: &out, warn: warn)
             default:
                 warn("skipping \(quoted(path)): not a regular file or directory")
             }

@@ -47,6 +47,8 @@ public struct TransferFileResult: Hashable, Sendable {
     /// one range, verified and written, and the file is not complete yet (the answer to its
     /// last range says whether it was stored).
     public var rangeOnly = false
+    /// True for a symbolic or hard link (`TransferSendOptions.hardLinks`).
+    public var isLink = false
 
     public init(
         path: String, isDirectory: Bool = false, size: UInt64?, resumedBytes: UInt64 = 0, outcome: TransferOutcome
@@ -82,6 +84,16 @@ public struct TransferSendOptions: Sendable {
     var eager = true
     /// Which files of the sources are sent (all, by default).
     public var selection = FileSelection()
+    /// Files with several names within the sources are sent once and linked (`-H`), where the
+    /// receiver takes links.
+    public var hardLinks = false
+    /// Send `user.*` extended attributes (`-X`), where the receiver takes them.
+    public var xattrs = false
+    /// Send each entry's owner and group (`--owner`, `-a`), which a receiver running as root
+    /// keeps: by name where it knows the name, else by number.
+    public var owners = false
+    /// With `owners`: by number only (`--numeric-ids`).
+    public var numericIDs = false
 
     public init(
         compress: Bool = false, compressionLevel: Int = 6, threads: Int? = nil, chunkSize: ChunkSize = .default,
@@ -149,6 +161,11 @@ public struct TransferSummary: Sendable {
     public var error: SluiceError?
     /// The digest files were checked with, as agreed with the receiver (nil when no HELLO came).
     public var digest: TransferDigest? = nil
+    /// Bytes of sparse files' holes: counted in the files' sizes, not sent.
+    public var holeBytes: UInt64 = 0
+
+    /// Symbolic and hard links stored (counted in `files` too).
+    public var links: Int { results.filter { $0.isLink && $0.outcome.isStored }.count }
 
     /// True when the connection completed and every entry was stored.
     public var succeeded: Bool { error == nil && results.allSatisfy { $0.outcome.isStored } }
@@ -200,6 +217,12 @@ public struct TransferReceiveOptions: Sendable {
     /// Offer the `eager` capability (a small file's data follows its FILE at once). Off, the
     /// receiver speaks as one published before it; for tests of that.
     var eager = true
+    /// Give files the owner and group the sender sends (`send --owner`), by name where this
+    /// machine knows it, else by number: offered only when the receiver runs as root.
+    public var keepsOwners = true
+    /// Offer `links`, `holes` and `xattrs`. Off, the receiver speaks as one published before
+    /// them; for tests of that.
+    var offersMetadata = true
 
     public init(
         overwrite: Bool = false, maxSize: UInt64? = nil, resume: Bool = true, fsync: Bool = true,

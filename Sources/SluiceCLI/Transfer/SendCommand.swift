@@ -20,8 +20,9 @@ enum SendCommand: Command {
         tcp:HOST:PORT, unix:PATH). The receiver checks each file's digest
         (XXH3-128 or SHA-256) and stores it under its final name only when
         complete; an interrupted file is continued where it stopped when sent
-        again. Symbolic links inside directories are skipped. With the path -,
-        standard input is sent as one file named NAME (never resumed).
+        again. Symbolic links inside directories go as links, sparse files as
+        data and holes. With the path -, standard input is sent as one file
+        named NAME (never resumed).
 
         Options:
         \(SendOptions.parser.helpLines().joined(separator: "\n"))

@@ -199,6 +199,11 @@ struct SendOptions: Sendable {
     var nulSeparated = false
     /// `--shard I/N`.
     var shard: Shard?
+    /// `-H`, `-X`, `--owner` (or `-a`), `--numeric-ids`.
+    var hardLinks = false
+    var xattrs = false
+    var owners = false
+    var numericIDs = false
 
     static let name = OptionSpec(
         "name", value: .required("NAME"), help: "the name to store standard input under\n(with the path -)")
@@ -244,6 +249,17 @@ struct SendOptions: Sendable {
             help:
                 "send only shard I (0 to N-1) of N: the files whose\npath hashes to I, so N runs cover the tree\n"
                 + "exactly once"),
+        OptionSpec(
+            "hard-links", short: "H",
+            help: "send a file with several names once, and the\nother names as links to it"),
+        OptionSpec("xattrs", short: "X", help: "send user.* extended attributes"),
+        OptionSpec(
+            "owner",
+            help: "send owners and groups, kept by a receiver\nrunning as root (by name, else by number)"),
+        OptionSpec("numeric-ids", help: "with --owner: by number, not by name"),
+        OptionSpec(
+            "archive", short: "a",
+            help: "what rsync -a keeps: with links, modes and\ntimes (always sent), --owner"),
         // Never a secret on the command line: other users can read it. Parsed only to say so.
         OptionSpec("code", value: .optional("[=CODE]"), help: ""),
         CommonOptions.quiet, CommonOptions.help, CommonOptions.version,
@@ -317,6 +333,13 @@ struct SendOptions: Sendable {
             }
             self.shard = shard
         }
+        hardLinks = parsed.has("hard-links")
+        xattrs = parsed.has("xattrs")
+        owners = parsed.has("owner") || parsed.has("archive")
+        numericIDs = parsed.has("numeric-ids")
+        if numericIDs && !owners, let option = parsed.last("numeric-ids") {
+            throw UsageError("\(option.spelling) goes with --owner (or -a)")
+        }
     }
 
     /// The selection the options name, reading the files they name: 66 for a file that cannot
@@ -388,10 +411,15 @@ struct SendOptions: Sendable {
     static let maxStreams = 64
 
     var libraryOptions: TransferSendOptions {
-        TransferSendOptions(
+        var options = TransferSendOptions(
             compress: compressionLevel != nil, compressionLevel: compressionLevel ?? CompressionSpec.defaultLevel,
             threads: threads,
             chunkSize: chunkSize, rateLimit: rateLimit, resume: resume)
+        options.hardLinks = hardLinks
+        options.xattrs = xattrs
+        options.owners = owners
+        options.numericIDs = numericIDs
+        return options
     }
 }
 
@@ -417,6 +445,8 @@ struct ReceiveOptions: Sendable {
     var streams = true
     /// Write large files with O_DIRECT (`--direct`).
     var directIO = false
+    /// Give files the owner a sender sends, running as root (not `--no-owners`).
+    var keepOwners = true
     /// Give files the sender's permission bits unmasked (`--keep-modes`).
     var keepModes = false
     /// Transfers a pairing code serves before a new one is printed (`--code-uses`).
@@ -439,6 +469,9 @@ struct ReceiveOptions: Sendable {
             help:
                 "give files and directories the sender's\npermission bits as sent, as rsync -p (default:\nless this process's umask, as cp); never\nsetuid, setgid or sticky"
         ),
+        OptionSpec(
+            "no-owners",
+            help: "running as root: leave files owned by root\nwhatever owner a sender sends (send --owner)"),
         OptionSpec("max-size", value: .required("SIZE"), help: "refuse files larger than SIZE, like 100M, 4G"),
         OptionSpec(
             "max-sessions", value: .required("N"),
@@ -490,6 +523,7 @@ struct ReceiveOptions: Sendable {
         once = parsed.has("once")
         overwrite = parsed.has("overwrite")
         keepModes = parsed.has("keep-modes")
+        keepOwners = !parsed.has("no-owners")
         if let option = parsed.last("max-size") {
             let text = option.value ?? ""
             guard let size = ChunkSize.parseBytes(text) else {
@@ -524,9 +558,11 @@ struct ReceiveOptions: Sendable {
     }
 
     var libraryOptions: TransferReceiveOptions {
-        TransferReceiveOptions(
+        var options = TransferReceiveOptions(
             overwrite: overwrite, maxSize: maxSize, resume: resume, fsync: fsync,
             idleTimeout: .nanoseconds(Int64(idleSeconds * 1e9)), maxSessions: maxSessions, streams: streams,
             directIO: directIO, keepsModes: keepModes)
+        options.keepsOwners = keepOwners
+        return options
     }
 }

@@ -5,6 +5,7 @@ import Sluice
 enum TransferText {
     /// `1.20MiB`, or `1.20MiB, 512KiB resumed`.
     static func size(_ result: TransferFileResult) -> String {
+        if result.isLink { return "link" }
         var text = result.size.map { Format.bytes($0) } ?? "?"
         if result.resumedBytes > 0 { text += ", \(Format.bytes(result.resumedBytes)) resumed" }
         return text
@@ -149,12 +150,14 @@ struct SendStatsReport {
         var fields: [(String, String)] = [
             ("destination", Format.jsonString(destination)),
             ("files", "\(summary.files)"),
+            ("links", "\(summary.links)"),
             ("directories", "\(summary.directories)"),
             ("refused", "\(refused)"),
             ("failed", "\(failed)"),
             ("bytes", "\(summary.bytes)"),
             ("bytes_sent", "\(summary.bytesSent)"),
             ("resumed_bytes", "\(summary.resumedBytes)"),
+            ("hole_bytes", "\(summary.holeBytes)"),
             ("seconds", Format.jsonNumber(summary.seconds)),
             ("rate", Format.jsonNumber(rate)),
             ("chunk_size", "\(chunkSize.bytes)"),
@@ -174,10 +177,12 @@ struct SendStatsReport {
         var rows: [(String, String)] = [
             ("destination", destination),
             ("files", "\(summary.files) stored, \(refused) refused, \(failed) failed"),
+            ("links", "\(summary.links) (among the files)"),
             ("directories", "\(summary.directories)"),
             ("bytes", "\(summary.bytes) (\(Format.bytes(summary.bytes)))"),
             ("bytes sent", "\(summary.bytesSent) (\(Format.bytes(summary.bytesSent)), on the wire)"),
             ("resumed bytes", "\(summary.resumedBytes) (\(Format.bytes(summary.resumedBytes)))"),
+            ("holes", "\(summary.holeBytes) (\(Format.bytes(summary.holeBytes)), not sent)"),
             ("seconds", Format.fixed(summary.seconds, 3)),
             ("rate", Format.rate(rate)),
             ("chunk size", "\(chunkSize) (\(chunkSize.bytes) bytes)"),
@@ -199,6 +204,7 @@ struct ReceiveStatsReport {
     var address: String
     var sessions = 0
     var files = 0
+    var links = 0
     var directories = 0
     var refused = 0
     var failed = 0
@@ -213,6 +219,7 @@ struct ReceiveStatsReport {
             switch result.outcome {
             case .stored:
                 if result.isDirectory { directories += 1 } else if !result.rangeOnly { files += 1 }
+                if result.isLink { links += 1 }
                 resumedBytes += result.resumedBytes
             case .refused: refused += 1
             case .failed: failed += 1
@@ -228,6 +235,7 @@ struct ReceiveStatsReport {
             ("address", Format.jsonString(address)),
             ("sessions", "\(sessions)"),
             ("files", "\(files)"),
+            ("links", "\(links)"),
             ("directories", "\(directories)"),
             ("refused", "\(refused)"),
             ("failed", "\(failed)"),
@@ -245,6 +253,7 @@ struct ReceiveStatsReport {
             ("address", address),
             ("sessions", "\(sessions)"),
             ("files", "\(files) stored, \(refused) refused, \(failed) failed"),
+            ("links", "\(links) (among the files)"),
             ("directories", "\(directories)"),
             ("bytes", "\(bytes) (\(Format.bytes(bytes)))"),
             ("resumed bytes", "\(resumedBytes) (\(Format.bytes(resumedBytes)))"),

@@ -13,6 +13,14 @@ enum Frame: Equatable, Sendable {
     case rangeEnd(length: UInt64, digest: [UInt8], fileDigest: [UInt8])
     /// The SHA-256 of the bytes the receiver held of a resumed file or range (`held-sha256`).
     case held(digest: [UInt8])
+    /// A symbolic or hard link (`links`).
+    case link(LinkHeader)
+    /// The next `length` bytes of the file being sent are zeros, not sent (`holes`).
+    case hole(length: UInt64)
+    /// An extended attribute of the entry announced next (`xattrs`).
+    case xattr(ExtendedAttribute)
+    /// The owner of the entry announced next (`owners`).
+    case owner(EntryOwner)
     case joined
     case accept(offset: UInt64)
     case stored
@@ -32,6 +40,10 @@ enum Frame: Equatable, Sendable {
         case .range: return .range
         case .rangeEnd: return .rangeEnd
         case .held: return .held
+        case .link: return .link
+        case .hole: return .hole
+        case .xattr: return .xattr
+        case .owner: return .owner
         case .joined: return .joined
         case .accept: return .accept
         case .stored: return .stored
@@ -55,6 +67,10 @@ enum Frame: Equatable, Sendable {
         case .rangeEnd(let length, let digest, let fileDigest):
             return MessageWriter.rangeEnd(length: length, digest: digest, fileDigest: fileDigest)
         case .held(let digest): return MessageWriter.message(.held) { $0.raw(digest) }
+        case .link(let link): return MessageWriter.link(link)
+        case .hole(let length): return MessageWriter.message(.hole) { $0.u64(length) }
+        case .xattr(let attribute): return MessageWriter.xattr(attribute)
+        case .owner(let owner): return MessageWriter.owner(owner)
         case .joined: return MessageWriter.message(.joined)
         case .accept(let offset): return MessageWriter.accept(offset: offset)
         case .stored: return MessageWriter.message(.stored)
@@ -73,7 +89,7 @@ enum Frame: Equatable, Sendable {
 /// send.
 enum FrameDirection: Sendable {
     /// Sender → receiver: HELLO, FILE, DIR, DATA, END, ABORT, BYE, JOIN, RANGE, RANGE-END,
-    /// HELD, ERROR.
+    /// HELD, LINK, HOLE, XATTR, OWNER, ERROR.
     case toReceiver
     /// Receiver → sender: HELLO, ACCEPT, STORED, REFUSED, FAILED, JOINED, BYE, ERROR.
     case toSender
@@ -83,7 +99,8 @@ enum FrameDirection: Sendable {
         case (_, .hello), (_, .bye), (_, .error): return true
         case (.toReceiver, .file), (.toReceiver, .directory), (.toReceiver, .data), (.toReceiver, .end),
             (.toReceiver, .abort), (.toReceiver, .join), (.toReceiver, .range), (.toReceiver, .rangeEnd),
-            (.toReceiver, .held):
+            (.toReceiver, .held), (.toReceiver, .link), (.toReceiver, .hole), (.toReceiver, .xattr),
+            (.toReceiver, .owner):
             return true
         case (.toReceiver, .accept), (.toReceiver, .stored), (.toReceiver, .refused), (.toReceiver, .failed),
             (.toReceiver, .joined):
@@ -93,7 +110,7 @@ enum FrameDirection: Sendable {
             return true
         case (.toSender, .file), (.toSender, .directory), (.toSender, .data), (.toSender, .end),
             (.toSender, .abort), (.toSender, .join), (.toSender, .range), (.toSender, .rangeEnd),
-            (.toSender, .held):
+            (.toSender, .held), (.toSender, .link), (.toSender, .hole), (.toSender, .xattr), (.toSender, .owner):
             return false
         }
     }
@@ -245,6 +262,15 @@ struct FrameDecoder: Sendable {
         case .held:
             guard payload.count == SHA256Digest.byteCount else { return nil }
             return .held(digest: reader.rest())
+        case .link:
+            return MessageReader.link(payload).map(Frame.link)
+        case .hole:
+            guard payload.count == 8, let length = reader.u64(), length > 0 else { return nil }
+            return .hole(length: length)
+        case .xattr:
+            return MessageReader.xattr(payload).map(Frame.xattr)
+        case .owner:
+            return MessageReader.owner(payload).map(Frame.owner)
         case .joined:
             return .joined
         case .accept:

@@ -25,6 +25,8 @@ struct EntryRequest: Equatable, Sendable {
     /// The components joined with `/`.
     var relative: String
     var header: EntryHeader
+    /// What XATTR and OWNER messages before it said.
+    var attributes = EntryAttributes()
 }
 
 /// How a receiver session ended.
@@ -51,6 +53,12 @@ enum ReceiverAction: Equatable, Sendable {
     case send(Frame)
     /// Create the directory (and missing parents); answer with `.directoryMade`.
     case makeDirectory(EntryRequest)
+    /// Create the symbolic link, or the hard link to a file this session stored (its checked
+    /// relative path in `target`), at the request's path; answer with `.linkMade`.
+    case makeLink(EntryRequest, LinkHeader)
+    /// The next `length` bytes of the file are a hole: advance past them unwritten, hashing
+    /// zeros (no answer).
+    case deliverHole(UInt64)
     /// Open the file's temporary file, finding how much a partial holds; answer `.fileOpened`.
     case openFile(EntryRequest)
     /// Pass the DATA bytes just decoded into the file's data path: decompress if compressed,
@@ -93,6 +101,8 @@ enum ReceiverAction: Equatable, Sendable {
 enum ReceiverOutcome: Equatable, Sendable {
     /// Created or already there (nil), or why not.
     case directoryMade(EntryRejection?)
+    /// The link was made (nil), or why not.
+    case linkMade(EntryRejection?)
     /// The offset to resume from (0 for a new file), or why the file cannot be received.
     case fileOpened(Result<UInt64, EntryRejection>)
     /// Decompressing or writing failed: the file fails with this answer.
@@ -144,7 +154,20 @@ struct ReceiverMachine: Sendable {
         var mustJoin = false
         /// The digests offered, the preferred first (SHA-256 among them).
         var digests = TransferDigest.offered
+        /// Offer `links`, `holes` and `xattrs`.
+        var links = true
+        var holes = true
+        var xattrs = true
+        /// Offer `owners`: only a receiver that may give files away (root).
+        var owners = false
+        /// The most DIR entries one session may announce: each directory created is remembered
+        /// until goodbye (its mode and mtime are set then), so a sender may not ask for millions.
+        var maxDirectories = 1 << 20
     }
+
+    /// The most files of one session a hard link may name (those flagged `linked` and stored);
+    /// a link to one past it is refused.
+    static let maxLinkTargets = 65536
 
     /// The file being received.
     struct IncomingFile: Equatable, Sendable {
@@ -178,6 +201,7 @@ struct ReceiverMachine: Sendable {
 
     enum Pending: Equatable, Sendable {
         case directory(EntryRequest)
+        case link(EntryRequest, LinkHeader)
         case file(EntryRequest)
         case range(EntryRequest, ByteRange)
     }
@@ -217,6 +241,11 @@ struct ReceiverMachine: Sendable {
     private(set) var peerChecksHeld = false
     /// Answers held back behind a staged file's, oldest first; empty when nothing is staged.
     private(set) var queuedAnswers: [QueuedAnswer] = []
+    /// XATTR and OWNER for the entry announced next.
+    private(set) var pendingAttributes = EntryAttributes()
+    /// Files of this session flagged `linked` and stored: what a hard link may name.
+    private(set) var linkTargets: Set<String> = []
+    private(set) var directoriesAnnounced = 0
 
     init(settings: Settings) {
         self.settings = settings
@@ -229,6 +258,10 @@ struct ReceiverMachine: Sendable {
         if settings.resume { set.formUnion([Wire.Capability.resume, Wire.Capability.heldSHA256]) }
         if settings.streams { set.insert(Wire.Capability.streams) }
         if settings.eager { set.formUnion([Wire.Capability.eager, Wire.Capability.eagerResume]) }
+        if settings.links { set.insert(Wire.Capability.links) }
+        if settings.holes { set.insert(Wire.Capability.holes) }
+        if settings.xattrs { set.insert(Wire.Capability.xattrs) }
+        if settings.owners { set.insert(Wire.Capability.owners) }
         return set
     }
 
@@ -328,9 +361,27 @@ struct ReceiverMachine: Sendable {
             return []
         case (.awaitingHello, .file), (.awaitingHello, .directory), (.awaitingHello, .end),
             (.awaitingHello, .abort), (.awaitingHello, .bye), (.awaitingHello, .join), (.awaitingHello, .range),
-            (.awaitingHello, .rangeEnd), (.awaitingHello, .held):
+            (.awaitingHello, .rangeEnd), (.awaitingHello, .held), (.awaitingHello, .link), (.awaitingHello, .hole),
+            (.awaitingHello, .xattr), (.awaitingHello, .owner):
             return violation("\(frame.type.name) before HELLO")
 
+        case (.idle, .xattr(let attribute)):
+            return takeAttribute(attribute)
+        case (.idle, .owner(let owner)):
+            guard settings.owners else {
+                return violation("OWNER: this receiver does not keep owners (it is not running as root)")
+            }
+            guard pendingAttributes.owner == nil else { return violation("two OWNERs for one entry") }
+            pendingAttributes.owner = owner
+            return []
+        case (.idle, .link(let header)):
+            guard settings.links else { return violation("LINK: this receiver does not offer links") }
+            guard pendingAttributes.xattrs.isEmpty else { return violation("XATTR before a LINK") }
+            entriesAnnounced += 1
+            return startLink(header)
+
+        case (.idle, .join) where !pendingAttributes.isEmpty, (.idle, .bye) where !pendingAttributes.isEmpty:
+            return violation("XATTR or OWNER not followed by an entry")
         case (.idle, .join(let join)):
             guard settings.streams else { return violation("JOIN: this receiver does not offer streams") }
             guard joined == nil, entriesAnnounced == 0 else { return violation("JOIN after the transfer began") }
@@ -339,6 +390,9 @@ struct ReceiverMachine: Sendable {
         case (.idle, .range(let header)):
             guard joined != nil else { return violation("RANGE outside a transfer of several connections") }
             guard !header.entry.eager else { return violation("RANGE flagged eager (a range waits for ACCEPT)") }
+            guard !header.entry.sparse && !header.entry.linked else {
+                return violation("RANGE flagged sparse or linked (a range is sent whole)")
+            }
             entriesAnnounced += 1
             return startRange(header)
 
@@ -349,9 +403,22 @@ struct ReceiverMachine: Sendable {
                     return violation("FILE flagged eager and resumable without a size")
                 }
             }
+            if header.linked && !settings.links {
+                return violation("FILE flagged linked: this receiver offers no links")
+            }
+            if header.sparse {
+                guard settings.holes else { return violation("FILE flagged sparse: this receiver offers no holes") }
+                guard !header.compressed && header.sizeKnown else {
+                    return violation("FILE flagged sparse without a size, or compressed")
+                }
+            }
             entriesAnnounced += 1
             return startFile(header)
         case (.idle, .directory(let header)):
+            directoriesAnnounced += 1
+            guard directoriesAnnounced <= settings.maxDirectories else {
+                return violation("more than \(settings.maxDirectories) directories in one session")
+            }
             entriesAnnounced += 1
             switch PathCheck.receivable(header.path) {
             case .failure(let refusal):
@@ -360,15 +427,23 @@ struct ReceiverMachine: Sendable {
                     isDirectory: true, size: nil)
             case .success(let components):
                 let request = EntryRequest(
-                    components: components, relative: components.joined(separator: "/"), header: header)
+                    components: components, relative: components.joined(separator: "/"), header: header,
+                    attributes: takePendingAttributes())
                 state = .storing(.directory(request))
                 return [.makeDirectory(request)]
             }
         case (.idle, .bye):
             state = .settling
             return [.settleDirectories]
-        case (.idle, .hello), (.idle, .end), (.idle, .abort), (.idle, .rangeEnd), (.idle, .held):
+        case (.idle, .hello), (.idle, .end), (.idle, .abort), (.idle, .rangeEnd), (.idle, .held), (.idle, .hole):
             return violation("\(frame.type.name) between entries")
+
+        case (.receiving(let file), .hole(let length)):
+            guard settings.holes, file.header.sparse, file.range == nil else {
+                return violation("HOLE in a file not flagged sparse")
+            }
+            let (allowed, actions) = decodedBytes(length)
+            return allowed ? [.deliverHole(length)] : actions
 
         case (.receiving(var file), .held(let digest)):
             guard checksHeld, file.offset > 0, file.heldDigest == nil else {
@@ -406,16 +481,18 @@ struct ReceiverMachine: Sendable {
             state = .finishing(file)
             return [.finishData]
         case (.receiving, .hello), (.receiving, .file), (.receiving, .directory), (.receiving, .bye),
-            (.receiving, .join), (.receiving, .range):
+            (.receiving, .join), (.receiving, .range), (.receiving, .link), (.receiving, .xattr),
+            (.receiving, .owner):
             return violation("\(frame.type.name) in the middle of a file")
 
         case (.discarding, .end), (.discarding, .abort), (.discarding, .rangeEnd):
             state = .idle
             return []
-        case (.discarding, .held):
+        case (.discarding, .held), (.discarding, .hole):
             return []
         case (.discarding, .hello), (.discarding, .file), (.discarding, .directory), (.discarding, .bye),
-            (.discarding, .join), (.discarding, .range):
+            (.discarding, .join), (.discarding, .range), (.discarding, .link), (.discarding, .xattr),
+            (.discarding, .owner):
             return violation("\(frame.type.name) in the middle of a file")
 
         case (_, .error(let reason)):
@@ -444,7 +521,8 @@ struct ReceiverMachine: Sendable {
                     header, .refused(.tooLarge, "too large: \(header.size) bytes, the limit is \(maxSize)"),
                     path: relative)
             }
-            let request = EntryRequest(components: components, relative: relative, header: header)
+            let request = EntryRequest(
+                components: components, relative: relative, header: header, attributes: takePendingAttributes())
             state = .storing(.file(request))
             return [.openFile(request)]
         }
@@ -485,10 +563,76 @@ struct ReceiverMachine: Sendable {
             if let (rejection, path) = problem {
                 return answer(rejection, path: path, isDirectory: false, size: header.size)
             }
-            let request = EntryRequest(components: components, relative: relative, header: header)
+            let request = EntryRequest(
+                components: components, relative: relative, header: header, attributes: takePendingAttributes())
             state = .storing(.range(request, range))
             return [.openRange(request, range)]
         }
+    }
+
+    /// XATTR: kept for the entry announced next, within the limits; only `user.*`, and never
+    /// the receiver's own resume mark.
+    private mutating func takeAttribute(_ attribute: ExtendedAttribute) -> [ReceiverAction] {
+        guard settings.xattrs else { return violation("XATTR: this receiver does not take extended attributes") }
+        let name = PeerText.sanitized(Array(attribute.name.utf8))
+        guard attribute.name.hasPrefix(Wire.xattrNamespace), attribute.name.utf8.count > Wire.xattrNamespace.utf8.count
+        else { return violation("XATTR \(name): only user.* attributes are taken") }
+        guard !attribute.name.hasPrefix("user.sluice.") else {
+            return violation("XATTR \(name): user.sluice.* is the receiver's own")
+        }
+        let bytes = pendingAttributes.xattrBytes + attribute.name.utf8.count + attribute.value.count
+        guard pendingAttributes.xattrs.count < Wire.maxXattrsPerEntry, bytes <= Wire.maxXattrBytesPerEntry else {
+            return violation(
+                "more than \(Wire.maxXattrsPerEntry) extended attributes or \(Wire.maxXattrBytesPerEntry) bytes of them for one entry"
+            )
+        }
+        guard !pendingAttributes.xattrs.contains(where: { $0.name == attribute.name }) else {
+            return violation("XATTR \(name) twice for one entry")
+        }
+        pendingAttributes.xattrs.append(attribute)
+        pendingAttributes.xattrBytes = bytes
+        return []
+    }
+
+    private mutating func takePendingAttributes() -> EntryAttributes {
+        defer { pendingAttributes = EntryAttributes() }
+        return pendingAttributes
+    }
+
+    /// A LINK: its path checked as any entry's; a hard link's target must be a file this
+    /// session stored that its FILE said would be linked to.
+    private mutating func startLink(_ header: LinkHeader) -> [ReceiverAction] {
+        let attributes = takePendingAttributes()
+        let components: [String]
+        switch PathCheck.receivable(header.path) {
+        case .failure(let refusal):
+            return answer(
+                .refused(.invalidPath, "invalid path: \(refusal.reason)"), path: PeerText.sanitized(header.path),
+                isDirectory: false, size: nil, isLink: true)
+        case .success(let checked): components = checked
+        }
+        let relative = components.joined(separator: "/")
+        var link = header
+        if header.kind == .hard {
+            guard case .success(let target) = PathCheck.components(header.target),
+                linkTargets.contains(target.joined(separator: "/"))
+            else {
+                return answer(
+                    .refused(
+                        .invalidPath,
+                        "hard link to \(PeerText.sanitized(header.target)): not a file stored by this transfer"),
+                    path: relative, isDirectory: false, size: nil, isLink: true)
+            }
+            link.target = Array(target.joined(separator: "/").utf8)
+        }
+        let request = EntryRequest(
+            components: components, relative: relative,
+            header: EntryHeader(
+                mode: 0o777, mtimeSeconds: header.mtimeSeconds, mtimeNanoseconds: header.mtimeNanoseconds,
+                path: header.path),
+            attributes: attributes)
+        state = .storing(.link(request, link))
+        return [.makeLink(request, link)]
     }
 
     // MARK: Data
@@ -496,6 +640,10 @@ struct ReceiverMachine: Sendable {
     /// The file's data path decoded `count` more bytes: may they be written? When not, the
     /// file has been answered (too large, more than announced) and the actions say so.
     mutating func decoded(_ count: Int) -> (write: Bool, actions: [ReceiverAction]) {
+        decodedBytes(UInt64(count))
+    }
+
+    private mutating func decodedBytes(_ count: UInt64) -> (write: Bool, actions: [ReceiverAction]) {
         let file: IncomingFile
         let finishing: Bool
         switch state {
@@ -508,8 +656,18 @@ struct ReceiverMachine: Sendable {
         case .awaitingMagic, .awaitingHello, .idle, .joining, .storing, .committing, .discarding, .settling, .ended:
             return (false, [])
         }
-        let newTotal = file.total + UInt64(count)
+        let (newTotal, overflow) = file.total.addingReportingOverflow(count)
         let size = file.expected
+        if overflow {
+            state = finishing ? .idle : .discarding
+            return (
+                false,
+                [.dropFile(keep: false)]
+                    + answer(
+                        .failed(.data, "more data than a file can hold"), path: file.request.relative,
+                        isDirectory: false, size: size, resumed: file.offset)
+            )
+        }
         if let size, newTotal > size {
             state = finishing ? .idle : .discarding
             return (
@@ -531,7 +689,7 @@ struct ReceiverMachine: Sendable {
             )
         }
         var updated = file
-        updated.received = file.received + UInt64(count)
+        updated.received = file.received + count
         state = finishing ? .finishing(updated) : .receiving(updated)
         return (true, [])
     }
@@ -591,6 +749,9 @@ struct ReceiverMachine: Sendable {
         case (.storing(.directory(let request)), .directoryMade(let rejection)):
             state = .idle
             return answer(rejection, path: request.relative, isDirectory: true, size: nil)
+        case (.storing(.link(let request, _)), .linkMade(let rejection)):
+            state = .idle
+            return answer(rejection, path: request.relative, isDirectory: false, size: nil, isLink: true)
         case (.storing(.file(let request)), .fileOpened(let result)):
             switch result {
             case .success(let offset):
@@ -701,13 +862,14 @@ struct ReceiverMachine: Sendable {
     /// its turn, so that answers go out in the order entries were announced.
     private mutating func answer(
         _ rejection: EntryRejection?, path: String, isDirectory: Bool, size: UInt64?, resumed: UInt64 = 0,
-        rangeOnly: Bool = false, queued: Bool = true
+        rangeOnly: Bool = false, queued: Bool = true, isLink: Bool = false
     ) -> [ReceiverAction] {
         entriesAnswered += 1
         var result = TransferFileResult(
             path: path, isDirectory: isDirectory, size: size, resumedBytes: resumed,
             outcome: rejection?.outcome ?? .stored)
         result.rangeOnly = rangeOnly
+        result.isLink = isLink
         let actions: [ReceiverAction] = [.send(rejection?.frame ?? .stored), .report(result)]
         guard queued, !queuedAnswers.isEmpty else { return actions }
         queuedAnswers.append(.ready(actions))
@@ -718,6 +880,9 @@ struct ReceiverMachine: Sendable {
         -> [ReceiverAction]
     {
         let size: UInt64 = rejection == nil || !file.header.sizeKnown ? file.total : file.header.size
+        if rejection == nil, file.header.linked, file.range == nil, linkTargets.count < Self.maxLinkTargets {
+            linkTargets.insert(file.request.relative)
+        }
         return answer(
             rejection, path: file.request.relative, isDirectory: false, size: size, resumed: file.offset,
             queued: queued)
@@ -753,7 +918,8 @@ struct ReceiverMachine: Sendable {
             // An interrupted file keeps its partial data for a resume (the store decides
             // whether it may be kept).
             actions.append(.dropFile(keep: true))
-        case .awaitingMagic, .awaitingHello, .idle, .joining, .storing(.directory), .discarding, .settling, .ended:
+        case .awaitingMagic, .awaitingHello, .idle, .joining, .storing(.directory), .storing(.link), .discarding,
+            .settling, .ended:
             break
         }
         state = .ended(how)

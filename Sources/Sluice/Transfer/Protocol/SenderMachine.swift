@@ -86,6 +86,17 @@ struct SenderMachine: Sendable {
         var mode: UInt32
         var mtimeSeconds: Int64
         var mtimeNanoseconds: UInt32
+        /// A symbolic link: its target as read (`readlink`), sent with LINK.
+        var symlinkTarget: [UInt8]? = nil
+        /// A file with another name earlier in the transfer (`-H`): that entry's index. Sent as a
+        /// LINK to it once it is stored, or as a file where the receiver takes no links.
+        var hardLinkTo: Int? = nil
+        /// A later entry is a hard link to this file: FILE says so (`linked`).
+        var linked = false
+        /// Fewer blocks than its size (holes): its data may be sent as data and HOLEs.
+        var sparse = false
+        /// Extended attributes and owner, sent before the entry where the receiver takes them.
+        var attributes = EntryAttributes()
     }
 
     struct CurrentFile: Equatable, Sendable {
@@ -96,6 +107,8 @@ struct SenderMachine: Sendable {
         var range: ByteRange? = nil
         /// The bytes the receiver holds (ACCEPT's offset).
         var held: UInt64 = 0
+        /// Its data goes as DATA and HOLE (FILE flagged `sparse`).
+        var sparse = false
     }
 
     /// One piece of work of a connection: an entry, whole, or one range of a file (whose size
@@ -151,6 +164,8 @@ struct SenderMachine: Sendable {
     /// Files announced again, not eager, because the receiver holds part of them.
     private(set) var announcedAgain: Set<Int> = []
     private(set) var settled: [Bool]
+    /// Entries answered STORED: a hard link to one of them may go out.
+    private var stored: Set<Int> = []
 
     init(entries: [Entry], settings: Settings, work: [Work]? = nil, join: TransferJoin? = nil, fallback: [Work]? = nil)
     {
@@ -166,7 +181,10 @@ struct SenderMachine: Sendable {
     var workDone: Bool { next >= work.count }
 
     var capabilities: Set<String> {
-        var set: Set<String> = [Wire.Capability.deflate]
+        var set: Set<String> = [
+            Wire.Capability.deflate, Wire.Capability.links, Wire.Capability.holes, Wire.Capability.xattrs,
+            Wire.Capability.owners,
+        ]
         set.formUnion(settings.digests.map(\.capability))
         if settings.resume { set.formUnion([Wire.Capability.resume, Wire.Capability.heldSHA256]) }
         return set
@@ -185,7 +203,36 @@ struct SenderMachine: Sendable {
     /// file sent eager and resumable is unanswered: the receiver may ask for it again.
     var canProceed: Bool {
         guard case .ready = state else { return false }
-        return next < work.count || eagerResumable.isEmpty
+        guard next < work.count else { return eagerResumable.isEmpty }
+        if case .entry(let index) = work[next], let target = linkTarget(of: index) {
+            // A hard link waits for its target's answer (the walk puts links after the files).
+            return !unanswered.contains(target)
+        }
+        return true
+    }
+
+    /// The entry a hard link entry names, when it goes as a LINK (the receiver takes links).
+    private func linkTarget(of index: Int) -> Int? {
+        guard let target = entries[index].hardLinkTo, peerCapabilities.contains(Wire.Capability.links) else {
+            return nil
+        }
+        return target
+    }
+
+    /// Whether the receiver keeps what `capability` names.
+    func peerOffers(_ capability: String) -> Bool { peerCapabilities.contains(capability) }
+
+    /// XATTR and OWNER messages for entry `index`, as far as the receiver takes them.
+    private func attributeMessages(_ index: Int, link: Bool = false) -> [SenderAction] {
+        let attributes = entries[index].attributes
+        var out: [SenderAction] = []
+        if !link, peerCapabilities.contains(Wire.Capability.xattrs) {
+            out += attributes.xattrs.map { .send(.xattr($0)) }
+        }
+        if let owner = attributes.owner, peerCapabilities.contains(Wire.Capability.owners) {
+            out.append(.send(.owner(owner)))
+        }
+        return out
     }
 
     var hasEnded: Bool {
@@ -197,6 +244,12 @@ struct SenderMachine: Sendable {
     var sendingIndex: Int? {
         if case .sending(let file) = state { return file.index }
         return nil
+    }
+
+    /// Whether the data going out may hold HOLEs (its FILE was flagged `sparse`).
+    var sendingSparse: Bool {
+        if case .sending(let file) = state { return file.sparse }
+        return false
     }
 
     /// Announces the next entry, or says goodbye after the last.
@@ -214,9 +267,32 @@ struct SenderMachine: Sendable {
             state = .opening(index)
             return [.openEntry(index)]
         }
+        if let target = entry.symlinkTarget {
+            guard peerCapabilities.contains(Wire.Capability.links) else {
+                settled[index] = true
+                return [.settle(index, .refused(reason: "a symbolic link: the receiver does not take links"))]
+            }
+            unanswered.append(index)
+            let link = LinkHeader(
+                kind: .symbolic, mtimeSeconds: entry.mtimeSeconds, mtimeNanoseconds: entry.mtimeNanoseconds,
+                path: Array(entry.relative.utf8), target: target)
+            return attributeMessages(index, link: true) + [.send(.link(link))]
+        }
+        if let target = linkTarget(of: index) {
+            guard stored.contains(target) else {
+                settled[index] = true
+                let reason = "not linked: \(entries[target].relative) (its other name) was not stored"
+                return [.settle(index, .failed(reason: reason, kind: .io))]
+            }
+            unanswered.append(index)
+            let link = LinkHeader(
+                kind: .hard, mtimeSeconds: entry.mtimeSeconds, mtimeNanoseconds: entry.mtimeNanoseconds,
+                path: Array(entry.relative.utf8), target: Array(entries[target].relative.utf8))
+            return [.send(.link(link))]
+        }
         if entry.isDirectory {
             unanswered.append(index)
-            return [
+            return attributeMessages(index) + [
                 .send(
                     .directory(
                         EntryHeader(
@@ -313,7 +389,7 @@ struct SenderMachine: Sendable {
             return violation("goodbye before the sender's")
 
         case (_, .file), (_, .directory), (_, .end), (_, .abort), (_, .join), (_, .range), (_, .rangeEnd),
-            (_, .held):
+            (_, .held), (_, .link), (_, .hole), (_, .xattr), (_, .owner):
             return violation("\(frame.type.name) is not a message a receiver sends")
         }
     }
@@ -356,9 +432,10 @@ struct SenderMachine: Sendable {
                 outcome = .failed(reason: reason, kind: code == .data ? .data : .io)
             }
         case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined,
-            .held:
+            .held, .link, .hole, .xattr, .owner:
             return violation("\(frame.type.name) is not an answer")
         }
+        if outcome == .stored { stored.insert(index) }
         unanswered.removeFirst()
         eagerResumable[index] = nil
         var actions: [SenderAction] = [.settle(index, outcome)]
@@ -417,7 +494,7 @@ struct SenderMachine: Sendable {
                     unanswered.append(index)
                     state = .awaitingAccept(
                         CurrentFile(index: index, size: planned, resumable: resumable, compressed: false, range: range))
-                    return [.send(.range(RangeHeader(range: range, entry: header)))]
+                    return attributeMessages(index) + [.send(.range(RangeHeader(range: range, entry: header)))]
                 }
                 // Resuming a small file would save less than the round trip for ACCEPT costs; a
                 // larger one goes eager and resumable where the receiver can say it holds part.
@@ -435,20 +512,26 @@ struct SenderMachine: Sendable {
                 if compressed { flags |= Wire.FileFlags.compressed }
                 if resumable { flags |= Wire.FileFlags.resumable }
                 if eager { flags |= Wire.FileFlags.eager }
+                let links = peerCapabilities.contains(Wire.Capability.links)
+                if entry.linked && links { flags |= Wire.FileFlags.linked }
+                let sparse =
+                    entry.sparse && entry.seekable && !compressed && info.size != nil
+                    && peerCapabilities.contains(Wire.Capability.holes)
+                if sparse { flags |= Wire.FileFlags.sparse }
                 let header = EntryHeader(
                     flags: flags, size: info.size ?? 0, mode: info.mode, mtimeSeconds: info.mtimeSeconds,
                     mtimeNanoseconds: info.mtimeNanoseconds, path: Array(entry.relative.utf8))
                 unanswered.append(index)
                 if eager && resumable { eagerResumable[index] = info.size ?? 0 }
-                let file = CurrentFile(index: index, size: info.size, resumable: resumable, compressed: compressed)
+                let file = CurrentFile(
+                    index: index, size: info.size, resumable: resumable, compressed: compressed, sparse: sparse)
+                let announce = attributeMessages(index) + [.send(.file(header))]
                 guard eager else {
                     state = .awaitingAccept(file)
-                    return [.send(.file(header))]
+                    return announce
                 }
                 state = .sending(file)
-                return [
-                    .send(.file(header)), .startData(index: index, offset: 0, compressed: compressed, range: nil),
-                ]
+                return announce + [.startData(index: index, offset: 0, compressed: compressed, range: nil)]
             }
         case (.sending(let file), .rangeEnded(let length, let digest, let fileDigest, let held)) where file.range != nil:
             if length != file.range?.length {

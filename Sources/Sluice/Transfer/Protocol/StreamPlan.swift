@@ -6,7 +6,9 @@
 /// - A regular file of at least two minimum ranges is split into up to `streams` ranges of
 ///   equal length (rounded up to 64 KiB), range `k` on connection `k`; these files come next
 ///   on every connection, in the same order, so that all the ranges of a file travel at once.
-/// - Other files go, whole, to the connection with the fewest bytes planned so far.
+/// - Other files go, whole, to the connection with the fewest bytes planned so far; but files
+///   with holes or with another name (`-H`) go whole on connection 0, and links last on it, so
+///   that a hard link follows its file on the same connection.
 enum StreamPlan {
     /// The smallest range a file is split into.
     static let minimumRange: UInt64 = 256 << 10
@@ -23,9 +25,16 @@ enum StreamPlan {
         var load = Array(repeating: UInt64(0), count: streams)
         var whole: [Int] = []
         var unknown: [Int] = []
+        var pinned: [Int] = []
+        var links: [Int] = []
         for (index, entry) in entries.enumerated() {
             if entry.isDirectory {
                 work[0].append(.entry(index))
+            } else if entry.symlinkTarget != nil || entry.hardLinkTo != nil {
+                links.append(index)
+            } else if entry.linked || entry.sparse {
+                pinned.append(index)
+                load[0] += sizes[index] ?? 0
             } else if !entry.seekable || sizes[index] == nil {
                 unknown.append(index)
             } else {
@@ -50,7 +59,7 @@ enum StreamPlan {
             work[target].append(.entry(index))
             load[target] += sizes[index] ?? 0
         }
-        work[0] += unknown.map(SenderMachine.Work.entry)
+        work[0] += (pinned + unknown + links).map(SenderMachine.Work.entry)
         return work
     }
 

@@ -54,9 +54,19 @@ enum Wire {
         /// A resumed file's (or range's) held bytes are checked with SHA-256 apart from the agreed
         /// digest: HELD carries it, and END's digest covers only the bytes after them.
         static let heldSHA256 = "held-sha256"
+        /// LINK: symbolic links sent as links, and hard links within a transfer (a FILE flagged
+        /// `linked` may be named by a later LINK).
+        static let links = "links"
+        /// HOLE within a file's data: a run of zeros not sent, left unallocated (a sparse file).
+        static let holes = "holes"
+        /// XATTR before an entry: its `user.*` extended attributes.
+        static let xattrs = "xattrs"
+        /// OWNER before an entry: its owner and group. Offered only by a receiver that can give
+        /// files away (running as root).
+        static let owners = "owners"
     }
 
-    /// Message types. Sender → receiver: 0x01, 0x10–0x19, 0x7F. Receiver → sender: 0x01,
+    /// Message types. Sender → receiver: 0x01, 0x10–0x1D, 0x7F. Receiver → sender: 0x01,
     /// 0x15, 0x20–0x24, 0x7F.
     enum MessageType: UInt8, Sendable {
         case hello = 0x01
@@ -70,6 +80,10 @@ enum Wire {
         case range = 0x17
         case rangeEnd = 0x18
         case held = 0x19
+        case link = 0x1A
+        case hole = 0x1B
+        case xattr = 0x1C
+        case owner = 0x1D
         case accept = 0x20
         case stored = 0x21
         case refused = 0x22
@@ -95,6 +109,10 @@ enum Wire {
             case .range: return "RANGE"
             case .rangeEnd: return "RANGE-END"
             case .held: return "HELD"
+            case .link: return "LINK"
+            case .hole: return "HOLE"
+            case .xattr: return "XATTR"
+            case .owner: return "OWNER"
             case .joined: return "JOINED"
             case .error: return "ERROR"
             }
@@ -112,6 +130,10 @@ enum Wire {
             case .range: return 16 + Wire.maxControlPayload
             case .rangeEnd: return 8 + 2 * TransferDigest.sha256.byteCount
             case .held: return SHA256Digest.byteCount
+            case .link: return 1 + 12 + 2 + Wire.maxPathBytes + 2 + Wire.maxPathBytes
+            case .hole: return 8
+            case .xattr: return 1 + Wire.maxXattrNameBytes + Wire.maxXattrValueBytes
+            case .owner: return 8 + 2 * (1 + Wire.maxOwnerNameBytes)
             case .stored, .bye, .joined: return 0
             case .refused, .failed: return 1 + Wire.maxReasonBytes
             case .abort, .error: return Wire.maxReasonBytes
@@ -127,8 +149,39 @@ enum Wire {
         /// The data follows without waiting for ACCEPT (to a receiver offering `eager`); with
         /// `resumable` only to a receiver offering `eager-resume`.
         static let eager: UInt8 = 1 << 3
-        static let all: UInt8 = 0b1111
+        /// A later LINK (hard) may name this file (`links`).
+        static let linked: UInt8 = 1 << 4
+        /// Its data may come with HOLEs (`holes`): the receiver reserves no room for it.
+        static let sparse: UInt8 = 1 << 5
+        static let all: UInt8 = 0b11_1111
     }
+
+    /// LINK kinds.
+    enum LinkKind: UInt8, Sendable {
+        /// A symbolic link: the target as written, never followed by the receiver.
+        case symbolic = 1
+        /// A hard link to a file stored earlier in the same session (flagged `linked`).
+        case hard = 2
+    }
+
+    /// The longest extended attribute name and value (Linux's `XATTR_NAME_MAX` and
+    /// `XATTR_SIZE_MAX`), and the most attributes and bytes of them one entry may carry.
+    static let maxXattrNameBytes = 255
+    static let maxXattrValueBytes = 65536
+    static let maxXattrsPerEntry = 128
+    static let maxXattrBytesPerEntry = 256 * 1024
+    /// What a HOLE adds to its file's digest: its whole message (type, length, the hole's
+    /// length), not the zeros it stands for, so a hole of a terabyte costs no hashing. A
+    /// sparse file's digest is thus of its data and its holes as sent (a resumed prefix,
+    /// read back from disk, is hashed as the bytes it holds, zeros included, on both sides).
+    static func holeDigestInput(_ length: UInt64) -> [UInt8] {
+        Frame.hole(length: length).encoded
+    }
+
+    /// The only extended attributes sent and taken: `user.*`.
+    static let xattrNamespace = "user."
+    /// The longest user or group name in OWNER.
+    static let maxOwnerNameBytes = 64
 
     /// The largest file a sender sends eagerly to a receiver without `eager-resume`, and the
     /// largest it sends eagerly without flagging it resumable to one with it (resuming so small a
@@ -168,6 +221,47 @@ struct EntryHeader: Equatable, Sendable {
     var compressed: Bool { flags & Wire.FileFlags.compressed != 0 }
     var resumable: Bool { flags & Wire.FileFlags.resumable != 0 }
     var eager: Bool { flags & Wire.FileFlags.eager != 0 }
+}
+
+extension EntryHeader {
+    var linked: Bool { flags & Wire.FileFlags.linked != 0 }
+    var sparse: Bool { flags & Wire.FileFlags.sparse != 0 }
+}
+
+/// A LINK message: a symbolic link (its target as written) or a hard link to a file stored
+/// earlier in the session (its target the file's relative path).
+struct LinkHeader: Equatable, Sendable {
+    var kind: Wire.LinkKind
+    var mtimeSeconds: Int64
+    var mtimeNanoseconds: UInt32
+    var path: [UInt8]
+    var target: [UInt8]
+}
+
+/// An OWNER message: who owns the next entry, by id and by name (empty with `--numeric-ids`).
+/// A receiver maps the names to its own ids where it knows them, as rsync does.
+struct EntryOwner: Equatable, Sendable {
+    var uid: UInt32
+    var gid: UInt32
+    var user: String
+    var group: String
+}
+
+/// What XATTR and OWNER messages said about the entry that follows them.
+struct EntryAttributes: Equatable, Sendable {
+    /// `user.*` extended attributes, in the order sent.
+    var xattrs: [ExtendedAttribute] = []
+    var owner: EntryOwner?
+    /// Bytes of names and values, against `Wire.maxXattrBytesPerEntry`.
+    var xattrBytes = 0
+
+    var isEmpty: Bool { xattrs.isEmpty && owner == nil }
+}
+
+/// One extended attribute: its full name (`user.…`) and value.
+struct ExtendedAttribute: Equatable, Sendable {
+    var name: String
+    var value: [UInt8]
 }
 
 /// Which connection of a transfer over several this is (JOIN): the transfer's random id, the
@@ -285,6 +379,39 @@ struct MessageWriter {
 
     static func accept(offset: UInt64) -> [UInt8] { message(.accept) { $0.u64(offset) } }
 
+    static func link(_ link: LinkHeader) -> [UInt8] {
+        message(.link) { w in
+            w.u8(link.kind.rawValue)
+            w.u64(UInt64(bitPattern: link.mtimeSeconds))
+            w.u32(link.mtimeNanoseconds)
+            w.u16(UInt16(link.path.count))
+            w.raw(link.path)
+            w.u16(UInt16(link.target.count))
+            w.raw(link.target)
+        }
+    }
+
+    static func xattr(_ attribute: ExtendedAttribute) -> [UInt8] {
+        let name = Array(attribute.name.utf8)
+        return message(.xattr) { w in
+            w.u8(UInt8(name.count))
+            w.raw(name)
+            w.raw(attribute.value)
+        }
+    }
+
+    static func owner(_ owner: EntryOwner) -> [UInt8] {
+        message(.owner) { w in
+            w.u32(owner.uid)
+            w.u32(owner.gid)
+            for name in [owner.user, owner.group] {
+                let utf8 = Array(name.utf8)
+                w.u8(UInt8(utf8.count))
+                w.raw(utf8)
+            }
+        }
+    }
+
     static func answer(_ type: Wire.MessageType, code: UInt8, reason: String) -> [UInt8] {
         message(type) { w in
             w.u8(code)
@@ -380,6 +507,47 @@ struct MessageReader {
             let entry = MessageReader.entry(.file, UnsafeRawBufferPointer(rebasing: payload[16...]))
         else { return nil }
         return RangeHeader(range: ByteRange(start: start, length: length), entry: entry)
+    }
+
+    /// A LINK payload, or nil if malformed: an unknown kind, nanoseconds out of range, an empty
+    /// or over-long path or target, or a NUL in the target. The paths themselves are checked by
+    /// the receiver machine (a refusal, not a malformed message).
+    static func link(_ payload: UnsafeRawBufferPointer) -> LinkHeader? {
+        var r = MessageReader(payload)
+        guard let kindByte = r.u8(), let kind = Wire.LinkKind(rawValue: kindByte), let seconds = r.u64(),
+            let nanoseconds = r.u32(), nanoseconds < 1_000_000_000, let pathLength = r.u16(),
+            Int(pathLength) <= Wire.maxPathBytes, let path = r.raw(Int(pathLength)), let targetLength = r.u16(),
+            targetLength > 0, Int(targetLength) <= Wire.maxPathBytes, let target = r.raw(Int(targetLength)),
+            r.atEnd, !target.contains(0)
+        else { return nil }
+        return LinkHeader(
+            kind: kind, mtimeSeconds: Int64(bitPattern: seconds), mtimeNanoseconds: nanoseconds, path: path,
+            target: target)
+    }
+
+    /// An XATTR payload: a name of 1 to 255 bytes of UTF-8 without NUL, and the value (the
+    /// rest). Which names are taken is the receiver machine's rule.
+    static func xattr(_ payload: UnsafeRawBufferPointer) -> ExtendedAttribute? {
+        var r = MessageReader(payload)
+        guard let length = r.u8(), length > 0, let name = r.raw(Int(length)), !name.contains(0),
+            let text = String(validating: name, as: UTF8.self), r.remaining <= Wire.maxXattrValueBytes
+        else { return nil }
+        return ExtendedAttribute(name: text, value: r.rest())
+    }
+
+    /// An OWNER payload: ids, then user and group names (UTF-8 without NUL, possibly empty).
+    static func owner(_ payload: UnsafeRawBufferPointer) -> EntryOwner? {
+        var r = MessageReader(payload)
+        guard let uid = r.u32(), let gid = r.u32() else { return nil }
+        var names: [String] = []
+        for _ in 0..<2 {
+            guard let length = r.u8(), Int(length) <= Wire.maxOwnerNameBytes, let bytes = r.raw(Int(length)),
+                !bytes.contains(0), let text = String(validating: bytes, as: UTF8.self)
+            else { return nil }
+            names.append(text)
+        }
+        guard r.atEnd else { return nil }
+        return EntryOwner(uid: uid, gid: gid, user: names[0], group: names[1])
     }
 
     /// A FILE or DIR payload, or nil if malformed (lengths that do not add up, a path longer

@@ -95,7 +95,9 @@ public final class ParallelTransferSender: TransferProgressSource {
         self.options = options
         self.streams = streams
         var warnings: [String] = []
-        entries = try SourceTree.entries(sources, selection: options.selection) { text in
+        entries = try SourceTree.entries(
+            sources, selection: options.selection, options: SourceTree.Options(options)
+        ) { text in
             warnings.append(text)
             warning?(text)
         }
@@ -222,9 +224,13 @@ public final class ParallelTransferSender: TransferProgressSource {
         let resumed = senders.reduce(UInt64(0)) { total, sender in
             total + sender.resumedBytes(of: entry)
         }
-        return TransferFileResult(
+        var result = TransferFileResult(
             path: entries[entry].relative, isDirectory: entries[entry].isDirectory, size: entries[entry].size,
             resumedBytes: resumed, outcome: outcomes[entry] ?? .failed(reason: "not answered", kind: .io))
+        if case .symlink = entries[entry].kind { result.isLink = true }
+        if entries[entry].hardLinkTo != nil, senders.first?.sentLinks ?? false { result.isLink = true }
+        if result.isLink { result.size = nil }
+        return result
     }
 
     private func warn(_ text: String) {
@@ -294,13 +300,14 @@ public final class ParallelTransferSender: TransferProgressSource {
         }
         let ordered = summaries.keys.sorted().compactMap { summaries[$0] }
         let stored = entries.indices.filter { outcomes[$0] == .stored }
-        let total = TransferSummary(
+        var total = TransferSummary(
             files: stored.filter { !entries[$0].isDirectory }.count,
             directories: stored.filter { entries[$0].isDirectory }.count,
             bytes: ordered.reduce(0) { $0 + $1.bytes }, bytesSent: ordered.reduce(0) { $0 + $1.bytesSent },
             resumedBytes: ordered.reduce(0) { $0 + $1.resumedBytes },
             seconds: Double(monotonicNanoseconds() - started) / 1e9, results: entries.indices.map(result),
             error: ordered.lazy.compactMap(\.error).first, digest: ordered.lazy.compactMap(\.digest).first)
+        total.holeBytes = ordered.reduce(0) { $0 + $1.holeBytes }
         let finished = completion
         completion = nil
         finished?(total)

@@ -24,6 +24,13 @@ final class WholeFile {
         digest.update(piece)
         bytes.append(contentsOf: piece)
     }
+
+    /// A HOLE in a small file: written as zeros (the machine checked it fits the size), hashed
+    /// as the protocol hashes a hole.
+    func appendHole(_ length: Int) {
+        Wire.holeDigestInput(UInt64(length)).withUnsafeBytes { digest.update($0) }
+        bytes.append(contentsOf: repeatElement(0, count: length))
+    }
 }
 
 /// A verified file set aside for a batch, or one whose answer waits its turn among them.
@@ -41,7 +48,9 @@ extension ReceiverSession {
         let store = self.store
         let (request, opened) = (file.request, file.opened)
         laneJobs += 1
-        lane.submit({ store.stage(opened, header: request.header) }, completingOn: loop) { [self] rejection in
+        lane.submit(
+            { store.stage(opened, header: request.header, attributes: request.attributes) }, completingOn: loop
+        ) { [self] rejection in
             laneJobs -= 1
             if self.file === file { self.file = nil }
             if let rejection {

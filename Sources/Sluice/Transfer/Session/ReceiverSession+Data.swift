@@ -63,6 +63,19 @@ extension ReceiverSession {
         return piece.count
     }
 
+    /// A HOLE the machine allowed: the file's next `length` bytes are zeros, left unwritten
+    /// (the file is given its full size when it is settled) and hashed as a hole
+    /// (`Wire.holeDigestInput`).
+    func deliverHole(_ length: UInt64) {
+        if let wholeFile {
+            wholeFile.appendHole(Int(length))
+            return
+        }
+        guard let file else { return }
+        hasher.updateHole(file.digest, length: length)
+        file.written += length
+    }
+
     private static func rejection(inflating error: SluiceError) -> EntryRejection {
         error.code == .limitExceeded
             ? .failed(.data, "more data than announced") : .failed(.data, "compressed data: \(error.reason)")
@@ -345,7 +358,8 @@ extension ReceiverSession {
         store.pool.submit(
             {
                 store.commit(
-                    opened, header: request.header, relative: request.relative, overwrite: overwrite, fsync: fsync)
+                    opened, header: request.header, relative: request.relative, overwrite: overwrite, fsync: fsync,
+                    attributes: request.attributes)
             }, completingOn: loop
         ) { [self] rejection in
             if self.file === file { self.file = nil }

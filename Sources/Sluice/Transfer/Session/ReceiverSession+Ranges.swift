@@ -153,7 +153,8 @@ extension ReceiverSession {
             store.pool.submit(
                 {
                     store.commitRanged(
-                        opened, header: header, relative: request.relative, overwrite: overwrite, fsync: fsync)
+                        opened, header: header, relative: request.relative, overwrite: overwrite, fsync: fsync,
+                        attributes: request.attributes)
                 },
                 completingOn: loop
             ) { [self] rejection in

@@ -130,7 +130,9 @@ final class ReceiverSession: WireConnectionOwner {
         machine = ReceiverMachine(
             settings: .init(
                 overwrite: options.overwrite, maxSize: options.maxSize, resume: options.resume,
-                streams: options.streams, eager: options.eager))
+                streams: options.streams, eager: options.eager, links: options.offersMetadata,
+                holes: options.offersMetadata, xattrs: options.offersMetadata,
+                owners: options.keepsOwners && geteuid() == 0))
         hasher = DigestWorker(loop: loop)
         lane = SerialLane(pool: store.pool)
         heldHasher = DigestWorker(loop: loop)
@@ -294,6 +296,10 @@ final class ReceiverSession: WireConnectionOwner {
                 connection.send(frame.encoded)
             case .makeDirectory(let request):
                 makeDirectory(request)
+            case .makeLink(let request, let link):
+                makeLink(request, link)
+            case .deliverHole(let length):
+                deliverHole(length)
             case .openFile(let request):
                 openFile(request)
             case .deliverData:
@@ -338,6 +344,16 @@ final class ReceiverSession: WireConnectionOwner {
             case .failure(let rejection):
                 perform(machine.handle(.directoryMade(rejection)))
             }
+            pump()
+        }
+    }
+
+    /// Makes a link on the lane, after the files written whole before it.
+    private func makeLink(_ request: EntryRequest, _ link: LinkHeader) {
+        let (store, overwrite) = (self.store, options.overwrite)
+        lane.submit({ store.makeLink(request, link, overwrite: overwrite) }, completingOn: loop) { [self] rejection in
+            guard !ended else { return }
+            perform(machine.handle(.linkMade(rejection)))
             pump()
         }
     }

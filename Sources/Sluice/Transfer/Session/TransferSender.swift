@@ -14,8 +14,10 @@
 /// ```
 ///
 /// A directory is sent under its base name with everything below it (`photos/…`), each
-/// directory before its contents, empty ones included; symbolic links inside it are skipped
-/// with a warning. Each file is announced with its size, mode and mtime; the receiver answers
+/// directory before its contents, empty ones included; symbolic links inside it go as links
+/// (to a receiver that takes them), sparse files as data and holes, and with
+/// `TransferSendOptions.hardLinks`, `xattrs` and `owners`, second names, `user.*` attributes
+/// and owners too. Each file is announced with its size, mode and mtime; the receiver answers
 /// with the offset to start from (non-zero when it holds part of the file from an interrupted
 /// transfer and `resume` is on: the sender then hashes that prefix locally and sends the
 /// rest), the data follows in frames of at most the chunk size (raw deflate per file with
@@ -65,6 +67,8 @@ public final class TransferSender: WireConnectionOwner {
     /// it) counts from what it held, not twice.
     private var counted: [UInt64]
     private var bytesSentOfFiles: UInt64 = 0
+    /// Bytes of holes not sent (sparse files).
+    private(set) var holeBytes: UInt64 = 0
     private var resumedBytes: UInt64 = 0
 
     /// A sender of `paths` (files and directories). Lists directories now: throws for a path
@@ -82,7 +86,9 @@ public final class TransferSender: WireConnectionOwner {
         warning: ((String) -> Void)? = nil
     ) throws(SluiceError) {
         var warnings: [String] = []
-        let entries = try SourceTree.entries(sources, selection: options.selection) { text in
+        let entries = try SourceTree.entries(
+            sources, selection: options.selection, options: SourceTree.Options(options)
+        ) { text in
             warnings.append(text)
             warning?(text)
         }
@@ -112,11 +118,18 @@ public final class TransferSender: WireConnectionOwner {
     /// The entries as the sender machine knows them.
     static func machineEntries(_ entries: [OutgoingEntry]) -> [SenderMachine.Entry] {
         entries.map { entry in
-            let seekable: Bool
-            if case .file = entry.kind { seekable = true } else { seekable = false }
+            var seekable = false
+            var target: [UInt8]?
+            switch entry.kind {
+            case .file: seekable = true
+            case .symlink(_, let linkTarget): target = linkTarget
+            case .directory, .stream: break
+            }
             return SenderMachine.Entry(
                 relative: entry.relative, isDirectory: entry.isDirectory, seekable: seekable, mode: entry.mode,
-                mtimeSeconds: entry.mtimeSeconds, mtimeNanoseconds: entry.mtimeNanoseconds)
+                mtimeSeconds: entry.mtimeSeconds, mtimeNanoseconds: entry.mtimeNanoseconds, symlinkTarget: target,
+                hardLinkTo: entry.hardLinkTo, linked: entry.linked, sparse: entry.sparse,
+                attributes: entry.attributes)
         }
     }
 
@@ -135,6 +148,8 @@ public final class TransferSender: WireConnectionOwner {
     var holdGoodbye = false {
         didSet { if !holdGoodbye { advance() } }
     }
+    /// The receiver takes links: hard links went as links.
+    var sentLinks: Bool { machine.peerOffers(Wire.Capability.links) }
     /// Bytes written to the connection.
     var bytesWritten: UInt64 { connection?.bytesWritten ?? 0 }
     /// Bytes of entry `index` the receiver held and were not sent again.
@@ -227,12 +242,7 @@ public final class TransferSender: WireConnectionOwner {
             case .item(let item, let consumed):
                 connection.inbound.consume(consumed)
                 perform(machine.received(item))
-                if options.compress && !warnedNoDeflate && machine.canProceed
-                    && !machine.peerCapabilities.contains(Wire.Capability.deflate)
-                {
-                    warnedNoDeflate = true
-                    warn("the receiver does not accept compressed data: sending uncompressed")
-                }
+                if !warnedNoDeflate && machine.canProceed { warnAboutPeer() }
                 advance()
             }
         }
@@ -249,6 +259,29 @@ public final class TransferSender: WireConnectionOwner {
             !(holdGoodbye && machine.workDone)
         {
             perform(machine.proceed())
+        }
+    }
+
+    /// Once the receiver said HELLO: what it will not keep of what was asked.
+    private func warnAboutPeer() {
+        warnedNoDeflate = true
+        let lacks = { (capability: String) in !self.machine.peerOffers(capability) }
+        if options.compress && lacks(Wire.Capability.deflate) {
+            warn("the receiver does not accept compressed data: sending uncompressed")
+        }
+        if options.xattrs && lacks(Wire.Capability.xattrs) {
+            warn("the receiver does not keep extended attributes: sending files without them")
+        }
+        if options.owners && lacks(Wire.Capability.owners) {
+            warn("the receiver does not keep owners (it is not running as root): files take its user and group")
+        }
+        if lacks(Wire.Capability.links) {
+            if entries.contains(where: { if case .symlink = $0.kind { return true } else { return false } }) {
+                warn("the receiver does not take symbolic links: they are not sent")
+            }
+            if entries.contains(where: { $0.hardLinkTo != nil }) {
+                warn("the receiver does not take hard links: each name is sent as a file of its own")
+            }
         }
     }
 
@@ -291,9 +324,14 @@ public final class TransferSender: WireConnectionOwner {
     }
 
     private func result(_ index: Int) -> TransferFileResult {
-        TransferFileResult(
-            path: entries[index].relative, isDirectory: entries[index].isDirectory, size: sizes[index],
-            resumedBytes: resumed[index], outcome: outcomes[index] ?? .failed(reason: "not answered", kind: .io))
+        let entry = entries[index]
+        var result = TransferFileResult(
+            path: entry.relative, isDirectory: entry.isDirectory, size: sizes[index], resumedBytes: resumed[index],
+            outcome: outcomes[index] ?? .failed(reason: "not answered", kind: .io))
+        if case .symlink = entry.kind { result.isLink = true }
+        if entry.hardLinkTo != nil, machine.peerOffers(Wire.Capability.links) { result.isLink = true }
+        if result.isLink { result.size = nil }
+        return result
     }
 
     private func warn(_ text: String) {
@@ -311,8 +349,8 @@ public final class TransferSender: WireConnectionOwner {
             counted[index] = 0
         }
         switch entry.kind {
-        case .directory:
-            perform(machine.handle(.entryOpened(index, .failure(LocalFailure("a directory has no data")))))
+        case .directory, .symlink:
+            perform(machine.handle(.entryOpened(index, .failure(LocalFailure("a directory or link has no data")))))
         case .file(let path):
             let opened = Sluice.openFile(path, flags: O_RDONLY | O_NOFOLLOW | O_CLOEXEC, permissions: 0)
             let fd: Int32
@@ -351,6 +389,7 @@ public final class TransferSender: WireConnectionOwner {
     private func startData(_ index: Int, offset: UInt64, compressed: Bool, range: ByteRange?) {
         guard let file = current, file.index == index, let hasher else { return }
         file.compressed = compressed
+        file.sparse = machine.sendingSparse && range == nil && file.fd != nil
         if let range, let fd = file.fd {
             file.range = range
             file.position = range.start + offset
@@ -435,6 +474,8 @@ public final class TransferSender: WireConnectionOwner {
 
     private enum ReadResult {
         case bytes(Int)
+        /// A hole of this many bytes (a sparse file's).
+        case hole(UInt64)
         case end
         case wait
         case failed(String)
@@ -445,7 +486,10 @@ public final class TransferSender: WireConnectionOwner {
         if let fd = file.fd {
             let size = file.range?.end ?? file.size ?? 0
             guard file.position < size else { return .end }
-            let want = Int(min(UInt64(buffer.count), size - file.position))
+            let hole = file.holeHere()
+            if hole > 0 { return .hole(hole) }
+            let limit = file.sparse ? min(size, file.dataEnd) : size
+            let want = Int(min(UInt64(buffer.count), limit - file.position))
             let position = off_t(file.position)
             let result = Result { () throws(SluiceError) in
                 try syscallValue("read", localPath(file)) { pread(fd, buffer.baseAddress, want, position) }
@@ -496,7 +540,7 @@ public final class TransferSender: WireConnectionOwner {
                     case .bytes(let n):
                         raw.produced(n)
                         noteRead(file, UnsafeRawBufferPointer(rebasing: target[0..<n]))
-                    case .end: file.sourceEnded = true
+                    case .end, .hole: file.sourceEnded = true  // no holes in compressed data
                     case .wait:
                         rawBuffer = raw
                         return
@@ -524,6 +568,18 @@ public final class TransferSender: WireConnectionOwner {
                 case .bytes(let n):
                     produced = n
                     noteRead(file, UnsafeRawBufferPointer(rebasing: payload[0..<n]))
+                case .hole(let length):
+                    // HOLE: type, length 8, the hole's length.
+                    connection.outbound.setUInt8(Wire.MessageType.hole.rawValue, at: frameStart)
+                    connection.outbound.setUInt32(8, at: frameStart + 1)
+                    connection.outbound.setUInt32(UInt32(truncatingIfNeeded: length >> 32), at: frameStart + 5)
+                    connection.outbound.setUInt32(UInt32(truncatingIfNeeded: length), at: frameStart + 9)
+                    connection.outbound.produced(Wire.frameHeaderSize + 8)
+                    hasher.updateHole(file.digest, length: length)
+                    file.position += length
+                    bytesDone += length
+                    counted[file.index] += length
+                    holeBytes += length
                 case .end:
                     file.sourceEnded = true
                 case .wait:
@@ -716,13 +772,14 @@ public final class TransferSender: WireConnectionOwner {
             outcomes[index] = .failed(reason: reason, kind: .io)
         }
         let stored = entries.indices.filter { outcomes[$0] == .stored }
-        let summary = TransferSummary(
+        var summary = TransferSummary(
             files: stored.filter { !entries[$0].isDirectory }.count,
             directories: stored.filter { entries[$0].isDirectory }.count,
             bytes: bytesSentOfFiles, bytesSent: connection?.bytesWritten ?? 0, resumedBytes: resumedBytes,
             seconds: started == 0 ? 0 : Double(monotonicNanoseconds() - started) / 1e9,
             results: entries.indices.map(result), error: error,
             digest: machine.peerCapabilities.isEmpty ? nil : machine.digest)
+        summary.holeBytes = holeBytes
         let done = completion
         completion = nil
         done?(summary)
@@ -754,6 +811,35 @@ final class OutgoingFile {
     var streamReadable = false
     /// For a file: its mtime when it was opened (and announced).
     var openedMtime = timespec()
+    /// Sent as data and holes; the data run being read ends at `dataEnd`.
+    var sparse = false
+    var dataEnd: UInt64 = 0
+
+    /// For a sparse file: the length of the hole at `position` (0 in data), finding where the
+    /// data run from there ends (`SEEK_DATA`, `SEEK_HOLE`). Where the file system cannot say,
+    /// the rest is data.
+    func holeHere() -> UInt64 {
+        guard sparse, let fd, position >= dataEnd else { return 0 }
+        let size = self.size ?? 0
+        // SEEK_DATA and SEEK_HOLE (Linux's 3 and 4; Glibc's macros need _GNU_SOURCE).
+        var data = lseek(fd, off_t(clamping: position), 3)
+        if data < 0 {
+            guard errno == ENXIO else {
+                dataEnd = size
+                return 0
+            }
+            data = off_t(clamping: size)
+        }
+        let start = max(position, min(UInt64(data), size))
+        if start < size {
+            let hole = lseek(fd, off_t(clamping: start), 4)
+            dataEnd = hole < 0 ? size : max(start, min(UInt64(hole), size))
+            if dataEnd == start { dataEnd = size }
+        } else {
+            dataEnd = size
+        }
+        return start - position
+    }
 
     init(index: Int, fd: Int32?, stream: ReadStream?, size: UInt64?, digest: TransferDigest) {
         self.digest = FileDigest(digest)

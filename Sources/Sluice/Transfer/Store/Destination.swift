@@ -140,7 +140,9 @@ final class Destination: @unchecked Sendable {
 
     /// Creates directory `components` (and its parents) for a DIR entry. Returns the relative
     /// paths of the directories created (the entry's own last), to apply attributes to later.
-    func makeDirectory(_ components: [String], relative: String) -> Result<[String], EntryRejection> {
+    func makeDirectory(_ components: [String], relative: String, attributes: EntryAttributes = EntryAttributes())
+        -> Result<[String], EntryRejection>
+    {
         switch openParent(of: components, relative: relative) {
         case .failure(let rejection):
             return .failure(rejection)
@@ -148,7 +150,13 @@ final class Destination: @unchecked Sendable {
             defer { closeDescriptor(parent) }
             switch Destination.openDirectory(parent, components.last!, create: permissions(0o755)) {
             case .success(let (dirfd, wasCreated)):
-                closeDescriptor(dirfd)
+                defer { closeDescriptor(dirfd) }
+                if !attributes.isEmpty {
+                    let applied = Result { () throws(SluiceError) in
+                        try ReceiverStore.applyAttributes(attributes, to: dirfd, display: display(relative))
+                    }
+                    if case .failure(let error) = applied { return .failure(.failed(.io, error.description)) }
+                }
                 return .success(createdParents + (wasCreated ? [relative] : []))
             case .failure(let failure):
                 if case .notDirectory = failure {

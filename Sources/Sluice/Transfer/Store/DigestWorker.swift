@@ -151,6 +151,13 @@ final class DigestWorker: @unchecked Sendable {
         }
     }
 
+    /// Adds a hole of `length` bytes to `digest` as the protocol hashes one (`Wire.holeDigestInput`:
+    /// its HOLE message, not its zeros), on the worker in order with the other jobs.
+    func updateHole(_ digest: FileDigest, length: UInt64) {
+        submitFilling()
+        enqueue { Wire.holeDigestInput(length).withUnsafeBytes { digest.update($0) } }
+    }
+
     /// Writes `bytes` to `target` at `offset`, then hashes them for `digest`, on the worker in
     /// order with the other jobs, without copying them: they are lent, and the caller leaves
     /// them untouched (and `owner`, which holds their memory, is kept alive) until

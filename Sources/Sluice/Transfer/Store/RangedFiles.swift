@@ -91,11 +91,13 @@ extension ReceiverStore {
     }
 
     /// Commits a ranged file as `commit` does, its range list removed first.
-    func commitRanged(_ file: OpenedFile, header: EntryHeader, relative: String, overwrite: Bool, fsync: Bool)
-        -> EntryRejection?
-    {
+    func commitRanged(
+        _ file: OpenedFile, header: EntryHeader, relative: String, overwrite: Bool, fsync: Bool,
+        attributes: EntryAttributes = EntryAttributes()
+    ) -> EntryRejection? {
         fremovexattr(file.fd, Self.rangesAttribute)
-        return commit(file, header: header, relative: relative, overwrite: overwrite, fsync: fsync)
+        return commit(
+            file, header: header, relative: relative, overwrite: overwrite, fsync: fsync, attributes: attributes)
     }
 
     /// An extended attribute's value, or nil.

@@ -57,7 +57,7 @@ final class ReceiverStore: @unchecked Sendable {
 
     /// Creates a DIR entry's directory; returns the rejection, or the relative paths created.
     func makeDirectory(_ request: EntryRequest) -> Result<[String], EntryRejection> {
-        destination.makeDirectory(request.components, relative: request.relative)
+        destination.makeDirectory(request.components, relative: request.relative, attributes: request.attributes)
     }
 
     /// Opens (creating it) the temporary file for `request`, after checking what is at its
@@ -84,7 +84,9 @@ final class ReceiverStore: @unchecked Sendable {
             let file = OpenedFile(
                 parent: parent, name: name, temporary: temporary, fd: fd, offset: offset, resumable: resumable,
                 display: destination.display(request.relative), startedOver: startedOver, fresh: fresh)
-            if request.header.sizeKnown, request.header.size - min(offset, request.header.size) >= Self.reserveMinimum,
+            // A sparse file is not reserved: its holes are to stay unallocated.
+            if request.header.sizeKnown, !request.header.sparse,
+                request.header.size - min(offset, request.header.size) >= Self.reserveMinimum,
                 let rejection = Self.reserve(fd, from: offset, to: request.header.size, display: file.display)
             {
                 abandon(file, keep: offset > 0)
@@ -154,14 +156,15 @@ final class ReceiverStore: @unchecked Sendable {
 
     /// Gives the finished file its mode (`Destination.permissions`) and mtime, flushes it when `fsync`, and moves it to its
     /// final name (never over an existing file unless `overwrite`). Closes its descriptors.
-    func commit(_ file: OpenedFile, header: EntryHeader, relative: String, overwrite: Bool, fsync: Bool)
-        -> EntryRejection?
-    {
+    func commit(
+        _ file: OpenedFile, header: EntryHeader, relative: String, overwrite: Bool, fsync: Bool,
+        attributes: EntryAttributes = EntryAttributes()
+    ) -> EntryRejection? {
         defer {
             closeDescriptor(file.fd)
             closeDescriptor(file.parent)
         }
-        let settled = settle(file, header: header) { () throws(SluiceError) in
+        let settled = settle(file, header: header, attributes: attributes) { () throws(SluiceError) in
             if fsync {
                 beforeFsync?(relative)
                 try syscallValue("fsync", file.display) { Glibc.fsync(file.fd) }
@@ -174,15 +177,21 @@ final class ReceiverStore: @unchecked Sendable {
         return rename(file, overwrite: overwrite, fsync: fsync)
     }
 
-    /// Gives the file its mode and mtime (and drops its resume mark), then runs `then`.
+    /// Gives the file its size (a sparse file may end in a hole), owner and extended attributes,
+    /// mode and mtime (and drops its resume mark), then runs `then`.
     private func settle(
-        _ file: OpenedFile, header: EntryHeader, then: () throws(SluiceError) -> Void = { () throws(SluiceError) in }
+        _ file: OpenedFile, header: EntryHeader, attributes: EntryAttributes,
+        then: () throws(SluiceError) -> Void = { () throws(SluiceError) in }
     ) -> SluiceError? {
         let fd = file.fd
         let mtime = timespec(tv_sec: Int(header.mtimeSeconds), tv_nsec: Int(header.mtimeNanoseconds))
         let times = [timespec(tv_sec: 0, tv_nsec: utimeNow), mtime]
         if file.resumable || !file.fresh { fremovexattr(fd, Destination.resumeAttribute) }
         let settled = Result { () throws(SluiceError) in
+            if header.sparse {
+                try syscallValue("ftruncate", file.display) { ftruncate(fd, off_t(clamping: header.size)) }
+            }
+            if !attributes.isEmpty { try Self.applyAttributes(attributes, to: fd, display: file.display) }
             try syscallValue("fchmod", file.display) { fchmod(fd, destination.permissions(header.mode)) }
             try syscallValue("futimens", file.display) { futimens(fd, times) }
             try then()
@@ -200,8 +209,10 @@ final class ReceiverStore: @unchecked Sendable {
     /// Sets the verified file's mode and mtime and starts its writeback (`sync_file_range`),
     /// leaving it open (and locked) under its temporary name for `commitStaged`. On failure
     /// the file is removed and its descriptors closed.
-    func stage(_ file: OpenedFile, header: EntryHeader) -> EntryRejection? {
-        let settled = settle(file, header: header) { () throws(SluiceError) in
+    func stage(_ file: OpenedFile, header: EntryHeader, attributes: EntryAttributes = EntryAttributes())
+        -> EntryRejection?
+    {
+        let settled = settle(file, header: header, attributes: attributes) { () throws(SluiceError) in
             _ = sync_file_range(file.fd, 0, 0, UInt32(SYNC_FILE_RANGE_WRITE))
         }
         guard let settled else { return nil }
@@ -244,11 +255,14 @@ final class ReceiverStore: @unchecked Sendable {
             done += n
         }
         if fsync {
-            if let rejection = stage(file, header: request.header) { return .rejected(rejection) }
+            if let rejection = stage(file, header: request.header, attributes: request.attributes) {
+                return .rejected(rejection)
+            }
             return .staged(StagedFile(opened: file, request: request))
         }
         if let rejection = commit(
-            file, header: request.header, relative: request.relative, overwrite: overwrite, fsync: false)
+            file, header: request.header, relative: request.relative, overwrite: overwrite, fsync: false,
+            attributes: request.attributes)
         {
             return .rejected(rejection)
         }

@@ -1,0 +1,236 @@
+import CSluiceLinux
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The receiver's side of what a file is besides its bytes: links, extended attributes and
+/// owners. Everything works relative to descriptors opened beneath the destination, never
+/// following a link.
+extension ReceiverStore {
+    /// Creates the link `request` names: a symbolic link holding `link.target` as written, or
+    /// a hard link to `link.target`, a file of this session (the machine checked that). Made
+    /// under a temporary name, given its owner and mtime, then moved to its name as a file is
+    /// (never over an existing one without `overwrite`, never over a directory).
+    func makeLink(_ request: EntryRequest, _ link: LinkHeader, overwrite: Bool) -> EntryRejection? {
+        let parent: Int32
+        let name: String
+        switch openParent(for: request, overwrite: overwrite) {
+        case .failure(let rejection): return rejection
+        case .success(let (fd, last)): (parent, name) = (fd, last)
+        }
+        defer { closeDescriptor(parent) }
+        let display = destination.display(request.relative)
+        let temporary = Destination.linkTemporaryName()
+        switch link.kind {
+        case .symbolic:
+            let made = Result { () throws(SluiceError) in
+                try syscallValue("symlink", display) {
+                    (link.target + [0]).withUnsafeBufferPointer { target in
+                        target.withMemoryRebound(to: CChar.self) { symlinkat($0.baseAddress!, parent, temporary) }
+                    }
+                }
+            }
+            if case .failure(let error) = made { return .failed(.io, error.description) }
+            if let owner = request.attributes.owner {
+                let (uid, gid) = OwnerNames.shared.local(owner)
+                if fchownat(parent, temporary, uid, gid, AT_SYMLINK_NOFOLLOW) != 0 {
+                    let error = SluiceError(.system(.current), operation: "lchown", subject: display)
+                    unlinkat(parent, temporary, 0)
+                    return .failed(.io, error.description)
+                }
+            }
+            let times = [
+                timespec(tv_sec: 0, tv_nsec: utimeNow),
+                timespec(tv_sec: Int(link.mtimeSeconds), tv_nsec: Int(link.mtimeNanoseconds)),
+            ]
+            _ = utimensat(parent, temporary, times, AT_SYMLINK_NOFOLLOW)
+        case .hard:
+            let target = String(decoding: link.target, as: UTF8.self)
+            let components = target.split(separator: "/").map(String.init)
+            guard let targetName = components.last else { return .refused(.invalidPath, "invalid link target") }
+            let targetParent =
+                components.count > 1
+                ? Destination.openBeneath(destination.fd, components.dropLast().joined(separator: "/"))
+                : dup(destination.fd)
+            guard targetParent >= 0 else {
+                return .refused(.invalidPath, "hard link to \(quoted(target)): its directory cannot be opened")
+            }
+            defer { closeDescriptor(targetParent) }
+            var st = stat()
+            guard fstatat(targetParent, targetName, &st, AT_SYMLINK_NOFOLLOW) == 0, st.st_mode & S_IFMT == S_IFREG
+            else {
+                return .refused(.invalidPath, "hard link to \(quoted(target)): not a regular file")
+            }
+            let made = Result { () throws(SluiceError) in
+                try syscallValue("link", display) { linkat(targetParent, targetName, parent, temporary, 0) }
+            }
+            if case .failure(let error) = made { return .failed(.io, error.description) }
+        }
+        switch Destination.commit(parent, temporary, name, overwrite: overwrite, display: display) {
+        case .success: return nil
+        case .failure(let rejection): return rejection
+        }
+    }
+
+    /// Sets what XATTR and OWNER said on an open file or directory: the owner first (a change of
+    /// owner clears setuid and setgid bits, and the mode is set after it).
+    static func applyAttributes(_ attributes: EntryAttributes, to fd: Int32, display: String) throws(SluiceError) {
+        if let owner = attributes.owner {
+            let (uid, gid) = OwnerNames.shared.local(owner)
+            try syscallValue("fchown", display) { fchown(fd, uid, gid) }
+        }
+        for attribute in attributes.xattrs {
+            try syscallValue("fsetxattr", display) {
+                attribute.value.withUnsafeBytes { value in
+                    fsetxattr(fd, attribute.name, value.baseAddress, value.count, 0)
+                }
+            }
+        }
+    }
+}
+
+extension Destination {
+    /// A fresh temporary name for a link being made: reserved like a partial's
+    /// (`PathCheck.isPartialName`), so no sender can name it.
+    static func linkTemporaryName() -> String {
+        var random = SystemRandomNumberGenerator()
+        return ".sluice-part.link-" + String(random.next() as UInt64, radix: 16)
+    }
+}
+
+/// Maps owner and group names between machines, as rsync does: a name the receiver knows
+/// gives its own id, else the sender's number stands. Names looked up once.
+final class OwnerNames: Sendable {
+    static let shared = OwnerNames()
+
+    private struct Cache {
+        var users: [String: uid_t] = [:]
+        var groups: [String: gid_t] = [:]
+        var userNames: [uid_t: String] = [:]
+        var groupNames: [gid_t: String] = [:]
+    }
+
+    private let cache = Mutex(Cache())
+
+    /// The receiver's ids for `owner`.
+    func local(_ owner: EntryOwner) -> (uid_t, gid_t) {
+        let uid = owner.user.isEmpty ? owner.uid : (user(named: owner.user) ?? owner.uid)
+        let gid = owner.group.isEmpty ? owner.gid : (group(named: owner.group) ?? owner.gid)
+        return (uid, gid)
+    }
+
+    /// `st`'s owner as the sender sends it: ids, and names unless `numeric`.
+    func owner(of st: stat, numeric: Bool) -> EntryOwner {
+        EntryOwner(
+            uid: st.st_uid, gid: st.st_gid, user: numeric ? "" : userName(st.st_uid),
+            group: numeric ? "" : groupName(st.st_gid))
+    }
+
+    private func user(named name: String) -> uid_t? {
+        if let known = cache.withLock({ $0.users[name] }) { return known }
+        var entry = passwd()
+        var result: UnsafeMutablePointer<passwd>?
+        var buffer = [CChar](repeating: 0, count: 4096)
+        guard getpwnam_r(name, &entry, &buffer, buffer.count, &result) == 0, result != nil else { return nil }
+        cache.withLock { $0.users[name] = entry.pw_uid }
+        return entry.pw_uid
+    }
+
+    private func group(named name: String) -> gid_t? {
+        if let known = cache.withLock({ $0.groups[name] }) { return known }
+        var entry = Glibc.group()
+        var result: UnsafeMutablePointer<Glibc.group>?
+        var buffer = [CChar](repeating: 0, count: 4096)
+        guard getgrnam_r(name, &entry, &buffer, buffer.count, &result) == 0, result != nil else { return nil }
+        cache.withLock { $0.groups[name] = entry.gr_gid }
+        return entry.gr_gid
+    }
+
+    private func userName(_ uid: uid_t) -> String {
+        if let known = cache.withLock({ $0.userNames[uid] }) { return known }
+        let name = Self.name { buffer, length in
+            var entry = passwd()
+            var result: UnsafeMutablePointer<passwd>?
+            guard getpwuid_r(uid, &entry, buffer, length, &result) == 0, result != nil else { return nil }
+            return entry.pw_name
+        }
+        cache.withLock { $0.userNames[uid] = name }
+        return name
+    }
+
+    private func groupName(_ gid: gid_t) -> String {
+        if let known = cache.withLock({ $0.groupNames[gid] }) { return known }
+        let name = Self.name { buffer, length in
+            var entry = Glibc.group()
+            var result: UnsafeMutablePointer<Glibc.group>?
+            guard getgrgid_r(gid, &entry, buffer, length, &result) == 0, result != nil else { return nil }
+            return entry.gr_name
+        }
+        cache.withLock { $0.groupNames[gid] = name }
+        return name
+    }
+
+    /// The name a `get*_r` lookup finds (with a buffer for its strings), or "" when none, or
+    /// one too long to send.
+    private static func name(
+        _ lookup: (UnsafeMutablePointer<CChar>, Int) -> UnsafeMutablePointer<CChar>?
+    ) -> String {
+        var buffer = [CChar](repeating: 0, count: 4096)
+        let name = buffer.withUnsafeMutableBufferPointer { raw in
+            lookup(raw.baseAddress!, raw.count).map { String(cString: $0) } ?? ""
+        }
+        return name.utf8.count > Wire.maxOwnerNameBytes ? "" : name
+    }
+}
+
+/// Reads what the sender sends of a file besides its bytes.
+enum SourceMetadata {
+    /// The `user.*` extended attributes of `path` (not following a link), as many as one entry
+    /// may carry; `warn` hears of the rest.
+    static func xattrs(_ path: String, warn: (String) -> Void) -> [ExtendedAttribute] {
+        var size = llistxattr(path, nil, 0)
+        guard size > 0 else { return [] }
+        var names = [CChar](repeating: 0, count: size)
+        size = llistxattr(path, &names, names.count)
+        guard size > 0 else { return [] }
+        var out: [ExtendedAttribute] = []
+        var bytes = 0
+        for raw in names[0..<size].split(separator: 0) {
+            let name = String(decoding: raw.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            guard name.hasPrefix(Wire.xattrNamespace), !name.hasPrefix("user.sluice."),
+                name.utf8.count <= Wire.maxXattrNameBytes
+            else { continue }
+            let length = lgetxattr(path, name, nil, 0)
+            guard length >= 0, length <= Wire.maxXattrValueBytes else { continue }
+            var value = [UInt8](repeating: 0, count: length)
+            let got = value.withUnsafeMutableBytes { lgetxattr(path, name, $0.baseAddress, $0.count) }
+            guard got >= 0 else { continue }
+            value.removeSubrange(got...)
+            bytes += name.utf8.count + value.count
+            guard out.count < Wire.maxXattrsPerEntry, bytes <= Wire.maxXattrBytesPerEntry else {
+                warn("\(quoted(path)): more extended attributes than one entry may carry; the rest are not sent")
+                break
+            }
+            out.append(ExtendedAttribute(name: name, value: value))
+        }
+        return out
+    }
+
+    /// Sets extended attribute `name` of `path` (not following a link); false with `errno`
+    /// where it cannot. For tests, which reach the C library through here.
+    static func setXattr(_ path: String, _ name: String, _ value: [UInt8]) -> Bool {
+        value.withUnsafeBytes { lsetxattr(path, name, $0.baseAddress, $0.count, 0) } == 0
+    }
+
+    /// The target of symbolic link `path`, as written.
+    static func linkTarget(_ path: String) -> [UInt8]? {
+        var buffer = [UInt8](repeating: 0, count: Wire.maxPathBytes + 1)
+        let n = buffer.withUnsafeMutableBytes { raw in
+            raw.withMemoryRebound(to: CChar.self) { readlink(path, $0.baseAddress!, $0.count) }
+        }
+        guard n > 0, n <= Wire.maxPathBytes else { return nil }
+        return Array(buffer[0..<n])
+    }
+}
