@@ -32,6 +32,39 @@ import Testing
         }
     }
 
+    /// `--sync` over TLS: a second run sends nothing and itemizes nothing; a dry run lists the
+    /// change and makes none.
+    @Test func aSecondSyncSendsNothing() throws {
+        try withTemporaryDirectory { dir in
+            let tree = "\(dir)/tree"
+            let inbox = "\(dir)/in"
+            for path in [inbox, tree] {
+                try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            }
+            try write(randomBytes(10_000, seed: 1), to: "\(tree)/a")
+            try write(randomBytes(20_000, seed: 2), to: "\(tree)/b")
+            let receiver = try ReceiverProcess(["--dir", inbox])
+            let address = try receiver.address()
+            let send = { (extra: [String]) in
+                try sluice(withTestKey(["send", "--no-progress"] + extra + [tree, address]))
+            }
+            let first = try send(["--sync", "-i"])
+            #expect(first.status == 0, "\(first.stderrText)")
+            #expect(first.stdoutText.contains(">f+++++++++ tree/a"), "\(first.stdoutText)")
+            let second = try send(["--sync", "-i", "--stats=json"])
+            #expect(second.status == 0, "\(second.stderrText)")
+            #expect(second.stdoutText.isEmpty, "\(second.stdoutText)")
+            #expect((lastJSONObject(second.stderrText)?["unchanged"] as? Int) == 3, "\(second.stderrText)")
+            try write(randomBytes(5, seed: 3), to: "\(tree)/b")
+            let dry = try send(["-n"])
+            #expect(dry.status == 0, "\(dry.stderrText)")
+            #expect(dry.stdoutText == ">f.st...... tree/b\n", "\(dry.stdoutText)")
+            #expect(FileManager.default.contents(atPath: "\(inbox)/tree/b")?.count == 20_000)
+            receiver.signal(SIGTERM)
+            _ = receiver.wait()
+        }
+    }
+
     @Test func aTreeArrivesIdentical() throws {
         try withTemporaryDirectory { dir in
             let tree = "\(dir)/photos"

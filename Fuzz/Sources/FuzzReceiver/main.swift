@@ -167,6 +167,19 @@ final class Session {
             case .makeLink(let request, let link):
                 check(request)
                 makeLink(request, link)
+            case .checkEntry(let components, let header):
+                // The session answers in order, without the machine waiting: HAVE from the store.
+                expect(machine.settings.sync, "CHECK taken without the capability")
+                if let components {
+                    for component in components {
+                        expect(!component.isEmpty && component != "." && component != "..", "a CHECK path component")
+                    }
+                    let name = components.joined(separator: "/")
+                    let status: Wire.HaveStatus =
+                        store.files[name] != nil || store.directories.contains(name) ? .differs : .absent
+                    expectDecodes(.have(HaveAnswer(status: status)), by: &answers, side: "receiver")
+                }
+                _ = header
             case .deliverHole(let length):
                 guard let file else {
                     expect(false, "deliverHole without a file")
@@ -244,7 +257,7 @@ final class Session {
         switch frame {
         case .stored, .refused, .failed: answersSent += 1
         case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined, .held,
-            .link, .hole, .xattr, .owner:
+            .link, .hole, .xattr, .owner, .check, .have:
             break
         }
         expectDecodes(frame, by: &answers, side: "receiver")
@@ -515,6 +528,7 @@ func fuzzReceiver(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
     settings.holes = seed.below(4) != 0
     settings.xattrs = seed.below(4) != 0
     settings.owners = seed.below(2) == 0
+    settings.sync = seed.below(4) != 0
     run(bytes, seed, settings)
     return 0
 }

@@ -123,7 +123,11 @@ final class Session {
             switch action {
             case .send(let frame):
                 expectDecodes(frame, by: &sent, side: "sender")
+                // A dry run changes nothing: it asks, and says goodbye.
+                let asks: Set<Wire.MessageType> = [.hello, .check, .bye, .error, .join]
+                expect(!machine.settings.dryRun || asks.contains(frame.type), "\(frame.type.name) on a dry run")
             case .openEntry(let index):
+                expect(!machine.settings.dryRun, "an entry opened on a dry run")
                 expect(machine.entries.indices.contains(index), "open entry \(index) of \(machine.entries.count)")
                 expect(!machine.entries[index].isDirectory, "open a directory")
                 expect(sizes[index] == nil, "entry \(index) opened twice")
@@ -193,6 +197,8 @@ func fuzzSender(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
     settings.compress = choices.below(2) == 0
     settings.resume = choices.below(4) != 0
     let entries = Array(allEntries.prefix(choices.below(allEntries.count + 1)))
+    settings.sync = choices.below(4) == 0
+    settings.dryRun = settings.sync && choices.below(4) == 0
     let session = Session(settings: settings, entries: entries, choices: choices.fork())
     session.perform(session.machine.start())
     feed(

@@ -220,6 +220,36 @@ func sessions() -> [(String, [UInt8])] {
         $0.frame(.end(size: UInt64(binary.count), digest: SHA256Digest.hash(binary[100...])))
         $0.frame(.bye)
     }
+    add("metadata") {
+        // Links, holes, attributes and owners (a receiver offering links, holes, xattrs and
+        // owners): a directory and a file with attributes, a sparse file, a linked file and a
+        // hard link to it, symbolic links, one out of the directory, then a file through it.
+        $0.hello(["sha256", "resume", "links", "holes", "xattrs", "owners"])
+        $0.frame(.xattr(ExtendedAttribute(name: "user.kind", value: Array("dir".utf8))))
+        $0.frame(.owner(EntryOwner(uid: 1000, gid: 1000, user: "alice", group: "staff")))
+        $0.directory("home")
+        $0.frame(.xattr(ExtendedAttribute(name: "user.color", value: Array("blue".utf8))))
+        $0.file("home/a.txt", text, flags: Wire.FileFlags.sizeKnown | Wire.FileFlags.linked)
+        let sparse = Wire.FileFlags.sizeKnown | Wire.FileFlags.sparse
+        $0.frame(.file($0.entry("home/disk.img", flags: sparse, size: 6000, mode: 0o644)))
+        $0.data(Array(binary[0..<1000]))
+        $0.frame(.hole(length: 4000))
+        $0.data(Array(binary[0..<1000]))
+        let hashed = Array(binary[0..<1000]) + Wire.holeDigestInput(4000) + Array(binary[0..<1000])
+        $0.frame(.end(size: 6000, digest: SHA256Digest.hash(hashed)))
+        let link = { (kind: Wire.LinkKind, path: String, target: String) in
+            Frame.link(
+                LinkHeader(
+                    kind: kind, mtimeSeconds: 1_764_547_200, mtimeNanoseconds: 0, path: Array(path.utf8),
+                    target: Array(target.utf8)))
+        }
+        $0.frame(link(.hard, "home/b.txt", "home/a.txt"))
+        $0.frame(link(.symbolic, "home/c", "a.txt"))
+        $0.frame(link(.symbolic, "home/out", "../../etc"))
+        $0.refusedFile("home/out/passwd", size: 10)
+        $0.frame(link(.hard, "home/d.txt", "etc/passwd"))
+        $0.frame(.bye)
+    }
     add("sender-error") {
         $0.hello()
         $0.file("first", text)
@@ -408,16 +438,21 @@ case "sessions":
             let offered = c.below(2) == 0
             let mustJoin = offered && c.below(8) == 0
             // The eager sessions need a receiver offering eager.
-            return !mustJoin && (offered || !streams) && (c.below(4) != 0 || !name.hasPrefix("eager"))
+            guard !mustJoin && (offered || !streams) && (c.below(4) != 0 || !name.hasPrefix("eager")) else {
+                return false
+            }
+            // The metadata session, one offering links, holes, xattrs and owners.
+            let all = c.below(4) != 0 && c.below(4) != 0 && c.below(4) != 0 && c.below(2) == 0
+            return all || !name.hasPrefix("metadata")
         }
         write([receiver] + bytes, to: "\(root)/receiver/\(name)")
     }
     makeDirectory(root + "/sender")
     for (name, bytes) in answerSessions() {
-        // All five entries, resume allowed.
+        // The first five entries, resume allowed.
         let byte = FuzzInput.seedByte(count: bytes.count + 1) { c in
             _ = c.below(2)
-            return c.below(4) != 0 && c.below(6) == 5
+            return c.below(4) != 0 && c.below(9) == 5
         }
         write([byte] + bytes, to: "\(root)/sender/\(name)")
     }

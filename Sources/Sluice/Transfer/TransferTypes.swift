@@ -49,6 +49,15 @@ public struct TransferFileResult: Hashable, Sendable {
     public var rangeOnly = false
     /// True for a symbolic or hard link (`TransferSendOptions.hardLinks`).
     public var isLink = false
+    /// With `TransferSendOptions.sync`: what the receiver had at the name, and so what was (or,
+    /// on a dry run, would be) done.
+    public var change: TransferChange?
+    /// Settled on a dry run: nothing was sent.
+    public var dryRun = false
+    /// On a sender, for a link: a symbolic link's target as written, or a hard link's other
+    /// name (`isHardLink`).
+    public var linkTarget: String?
+    public var isHardLink = false
 
     public init(
         path: String, isDirectory: Bool = false, size: UInt64?, resumedBytes: UInt64 = 0, outcome: TransferOutcome
@@ -59,6 +68,29 @@ public struct TransferFileResult: Hashable, Sendable {
         self.resumedBytes = resumedBytes
         self.outcome = outcome
     }
+}
+
+/// What a sync found at the receiver for an entry.
+public enum TransferChange: Hashable, Sendable {
+    /// Nothing at the name: sent.
+    case created
+    /// Something else at the name: sent to replace it. What differed.
+    case replaced(TransferDifferences)
+    /// The same (a file: size and mtime): not sent. `.mode` when only its mode was set.
+    case unchanged(TransferDifferences)
+}
+
+/// What differed between the sender's entry and what the receiver had.
+public struct TransferDifferences: OptionSet, Hashable, Sendable {
+    public let rawValue: UInt8
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+    public static let size = TransferDifferences(rawValue: 1)
+    public static let mtime = TransferDifferences(rawValue: 2)
+    public static let mode = TransferDifferences(rawValue: 4)
+    /// A file where a directory or link was, or the other way round.
+    public static let kind = TransferDifferences(rawValue: 8)
+    /// A link's target.
+    public static let target = TransferDifferences(rawValue: 16)
 }
 
 // MARK: Sender
@@ -94,6 +126,12 @@ public struct TransferSendOptions: Sendable {
     public var owners = false
     /// With `owners`: by number only (`--numeric-ids`).
     public var numericIDs = false
+    /// Ask the receiver what it has first (`--sync`): a file of the same size and mtime is not
+    /// sent, one that differs replaces it (atomically), a link or directory the same is left.
+    /// Without a receiver offering it, files it has are refused as before.
+    public var sync = false
+    /// With `sync` (`--dry-run`): only ask; every entry is reported with what would be done.
+    public var dryRun = false
 
     public init(
         compress: Bool = false, compressionLevel: Int = 6, threads: Int? = nil, chunkSize: ChunkSize = .default,
@@ -217,6 +255,10 @@ public struct TransferReceiveOptions: Sendable {
     /// Offer the `eager` capability (a small file's data follows its FILE at once). Off, the
     /// receiver speaks as one published before it; for tests of that.
     var eager = true
+    /// Offer `sync`: a sender may ask what is here first, and replace a file that differs from
+    /// its own (`send --sync`) even without `overwrite`. Off (`receive --no-sync`), a file here
+    /// is replaced only with `overwrite`.
+    public var sync = true
     /// Give files the owner and group the sender sends (`send --owner`), by name where this
     /// machine knows it, else by number: offered only when the receiver runs as root.
     public var keepsOwners = true

@@ -21,8 +21,9 @@ enum SendCommand: Command {
         (XXH3-128 or SHA-256) and stores it under its final name only when
         complete; an interrupted file is continued where it stopped when sent
         again. Symbolic links inside directories go as links, sparse files as
-        data and holes. With the path -, standard input is sent as one file
-        named NAME (never resumed).
+        data and holes. With --sync, what the receiver has the same is not sent
+        again. With the path -, standard input is sent as one file named NAME
+        (never resumed).
 
         Options:
         \(SendOptions.parser.helpLines().joined(separator: "\n"))
@@ -182,7 +183,10 @@ final class SendSession: Interruptible {
         let path = PeerText.sanitized(result.path)
         switch result.outcome {
         case .stored:
-            break
+            if options.itemize, let line = TransferText.itemized(result) {
+                progress?.clearLine()
+                Terminal.write(line + "\n", to: 1)
+            }
         case .refused(let reason):
             var line = "\(path): refused by receiver: \(PeerText.sanitized(reason))"
             if reason == "exists" { line += " (use --overwrite on the receiver)" }

@@ -204,6 +204,10 @@ struct SendOptions: Sendable {
     var xattrs = false
     var owners = false
     var numericIDs = false
+    /// `--sync`, `--dry-run` (which implies it), `--itemize`.
+    var sync = false
+    var dryRun = false
+    var itemize = false
 
     static let name = OptionSpec(
         "name", value: .required("NAME"), help: "the name to store standard input under\n(with the path -)")
@@ -249,6 +253,17 @@ struct SendOptions: Sendable {
             help:
                 "send only shard I (0 to N-1) of N: the files whose\npath hashes to I, so N runs cover the tree\n"
                 + "exactly once"),
+        OptionSpec(
+            "sync",
+            help:
+                "ask the receiver what it has first: skip files\nof the same size and mtime, replace those that\n"
+                + "differ (atomically), send the rest"),
+        OptionSpec(
+            "dry-run", short: "n",
+            help: "with --sync (implied): change nothing, print\nwhat would be sent, replaced or left"),
+        OptionSpec(
+            "itemize", short: "i",
+            help: "print a line per entry sent or changed, as\nrsync -i does (>f+++++++++ new, >f.st...... changed)"),
         OptionSpec(
             "hard-links", short: "H",
             help: "send a file with several names once, and the\nother names as links to it"),
@@ -337,6 +352,12 @@ struct SendOptions: Sendable {
         xattrs = parsed.has("xattrs")
         owners = parsed.has("owner") || parsed.has("archive")
         numericIDs = parsed.has("numeric-ids")
+        dryRun = parsed.has("dry-run")
+        sync = parsed.has("sync") || dryRun
+        itemize = parsed.has("itemize") || dryRun
+        if sync && paths.contains("-") {
+            throw UsageError("--sync: standard input has nothing to compare; send it without --sync")
+        }
         if numericIDs && !owners, let option = parsed.last("numeric-ids") {
             throw UsageError("\(option.spelling) goes with --owner (or -a)")
         }
@@ -419,6 +440,8 @@ struct SendOptions: Sendable {
         options.xattrs = xattrs
         options.owners = owners
         options.numericIDs = numericIDs
+        options.sync = sync
+        options.dryRun = dryRun
         return options
     }
 }
@@ -447,6 +470,8 @@ struct ReceiveOptions: Sendable {
     var directIO = false
     /// Give files the owner a sender sends, running as root (not `--no-owners`).
     var keepOwners = true
+    /// Offer sync (not `--no-sync`).
+    var sync = true
     /// Give files the sender's permission bits unmasked (`--keep-modes`).
     var keepModes = false
     /// Transfers a pairing code serves before a new one is printed (`--code-uses`).
@@ -469,6 +494,9 @@ struct ReceiveOptions: Sendable {
             help:
                 "give files and directories the sender's\npermission bits as sent, as rsync -p (default:\nless this process's umask, as cp); never\nsetuid, setgid or sticky"
         ),
+        OptionSpec(
+            "no-sync",
+            help: "refuse send --sync: never replace a file that is\nhere unless --overwrite"),
         OptionSpec(
             "no-owners",
             help: "running as root: leave files owned by root\nwhatever owner a sender sends (send --owner)"),
@@ -524,6 +552,7 @@ struct ReceiveOptions: Sendable {
         overwrite = parsed.has("overwrite")
         keepModes = parsed.has("keep-modes")
         keepOwners = !parsed.has("no-owners")
+        sync = !parsed.has("no-sync")
         if let option = parsed.last("max-size") {
             let text = option.value ?? ""
             guard let size = ChunkSize.parseBytes(text) else {
@@ -563,6 +592,7 @@ struct ReceiveOptions: Sendable {
             idleTimeout: .nanoseconds(Int64(idleSeconds * 1e9)), maxSessions: maxSessions, streams: streams,
             directIO: directIO, keepsModes: keepModes)
         options.keepsOwners = keepOwners
+        options.sync = sync
         return options
     }
 }

@@ -12,6 +12,46 @@ enum TransferText {
     }
 }
 
+extension TransferText {
+    /// `result` as `rsync -i` prints a change: `>f+++++++++ path` for a file sent new,
+    /// `>f.st...... path` for one that replaced another (size and time differed), `.f...p.....`
+    /// for one only given its mode, `cd+++++++++ dir/`, `cL+++++++++ link -> target`,
+    /// `hf+++++++++ name => other`. Nil for what was left as it was.
+    static func itemized(_ result: TransferFileResult) -> String? {
+        let path = PeerText.sanitized(result.path)
+        let created = "+++++++++"
+        let kind = result.isDirectory ? "d" : result.isLink && !result.isHardLink ? "L" : "f"
+        let name = result.isDirectory ? path + "/" : path
+        let target = result.linkTarget.map { PeerText.sanitized($0) }
+        let suffix =
+            result.isHardLink ? " => \(target ?? "")" : result.isLink ? " -> \(target ?? "")" : ""
+        if result.isHardLink {
+            if case .unchanged = result.change { return nil }
+            return "hf\(created) \(name)\(suffix)"
+        }
+        switch result.change {
+        case nil, .created?:
+            let type = result.isDirectory || result.isLink ? "c" : ">"
+            return "\(type)\(kind)\(created) \(name)\(suffix)"
+        case .replaced(let differences)?:
+            if differences.contains(.kind) || result.isLink {
+                return "\(result.isLink ? "c" : ">")\(kind)\(created) \(name)\(suffix)"
+            }
+            return ">\(kind)\(letters(differences)) \(name)"
+        case .unchanged(let differences)?:
+            guard differences.contains(.mode) else { return nil }
+            return ".\(kind)\(letters(differences)) \(name)"
+        }
+    }
+
+    /// rsync's nine letters after the type: checksum, size, time, permissions, owner, group,
+    /// (unused), ACL, xattrs.
+    private static func letters(_ differences: TransferDifferences) -> String {
+        "." + (differences.contains(.size) ? "s" : ".") + (differences.contains(.mtime) ? "t" : ".")
+            + (differences.contains(.mode) ? "p" : ".") + "....."
+    }
+}
+
 /// The progress line of `sluice send`, redrawn ten times a second on stderr: files done of
 /// all (and, for a tree, files a second), then bytes, time, rate, and with the total known a
 /// bar, percent and ETA (as `copy`'s), then the file being sent where the terminal is wide.
@@ -145,6 +185,16 @@ struct SendStatsReport {
     /// File bytes a second, resumed bytes excluded.
     var rate: Double { summary.seconds > 0 ? Double(summary.bytes) / summary.seconds : 0 }
 
+    /// With `--sync`: entries left as they were, and entries that replaced another (nil
+    /// without a sync).
+    private var synced: (unchanged: Int, replaced: Int)? {
+        let changes = summary.results.compactMap(\.change)
+        guard !changes.isEmpty else { return nil }
+        let unchanged = changes.filter { if case .unchanged = $0 { true } else { false } }.count
+        let replaced = changes.filter { if case .replaced = $0 { true } else { false } }.count
+        return (unchanged, replaced)
+    }
+
     var json: String {
         let (refused, failed) = count
         var fields: [(String, String)] = [
@@ -163,6 +213,10 @@ struct SendStatsReport {
             ("chunk_size", "\(chunkSize.bytes)"),
         ]
         if let digest = summary.digest { fields.append(("digest", Format.jsonString(digest.rawValue))) }
+        if let synced {
+            fields.append(("unchanged", "\(synced.unchanged)"))
+            fields.append(("replaced", "\(synced.replaced)"))
+        }
         if let compressionLevel { fields.append(("compression_level", "\(compressionLevel)")) }
         if let rateLimit { fields.append(("rate_limit", "\(rateLimit)")) }
         if let streamBytes {
@@ -188,6 +242,9 @@ struct SendStatsReport {
             ("chunk size", "\(chunkSize) (\(chunkSize.bytes) bytes)"),
         ]
         if let digest = summary.digest { rows.append(("digest", digest.description)) }
+        if let synced {
+            rows.append(("sync", "\(synced.unchanged) unchanged (not sent), \(synced.replaced) replaced"))
+        }
         if let compressionLevel { rows.append(("compression", "deflate:\(compressionLevel)")) }
         if let rateLimit { rows.append(("rate limit", Format.rate(Double(rateLimit)))) }
         if let streamBytes {

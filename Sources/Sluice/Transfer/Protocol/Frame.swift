@@ -21,11 +21,15 @@ enum Frame: Equatable, Sendable {
     case xattr(ExtendedAttribute)
     /// The owner of the entry announced next (`owners`).
     case owner(EntryOwner)
+    /// What the receiver has at a path (`sync`).
+    case check(CheckHeader)
     case joined
     case accept(offset: UInt64)
     case stored
     case refused(code: Wire.RefusalCode, reason: String)
     case failed(code: Wire.FailureCode, reason: String)
+    /// The answer to a CHECK (`sync`).
+    case have(HaveAnswer)
     case error(reason: String)
 
     var type: Wire.MessageType {
@@ -44,6 +48,8 @@ enum Frame: Equatable, Sendable {
         case .hole: return .hole
         case .xattr: return .xattr
         case .owner: return .owner
+        case .check: return .check
+        case .have: return .have
         case .joined: return .joined
         case .accept: return .accept
         case .stored: return .stored
@@ -71,6 +77,12 @@ enum Frame: Equatable, Sendable {
         case .hole(let length): return MessageWriter.message(.hole) { $0.u64(length) }
         case .xattr(let attribute): return MessageWriter.xattr(attribute)
         case .owner(let owner): return MessageWriter.owner(owner)
+        case .check(let check): return MessageWriter.check(check)
+        case .have(let have):
+            return MessageWriter.message(.have) { w in
+                w.u8(have.status.rawValue)
+                w.u8(have.differences)
+            }
         case .joined: return MessageWriter.message(.joined)
         case .accept(let offset): return MessageWriter.accept(offset: offset)
         case .stored: return MessageWriter.message(.stored)
@@ -89,9 +101,9 @@ enum Frame: Equatable, Sendable {
 /// send.
 enum FrameDirection: Sendable {
     /// Sender → receiver: HELLO, FILE, DIR, DATA, END, ABORT, BYE, JOIN, RANGE, RANGE-END,
-    /// HELD, LINK, HOLE, XATTR, OWNER, ERROR.
+    /// HELD, LINK, HOLE, XATTR, OWNER, CHECK, ERROR.
     case toReceiver
-    /// Receiver → sender: HELLO, ACCEPT, STORED, REFUSED, FAILED, JOINED, BYE, ERROR.
+    /// Receiver → sender: HELLO, ACCEPT, STORED, REFUSED, FAILED, JOINED, HAVE, BYE, ERROR.
     case toSender
 
     func allows(_ type: Wire.MessageType) -> Bool {
@@ -100,17 +112,18 @@ enum FrameDirection: Sendable {
         case (.toReceiver, .file), (.toReceiver, .directory), (.toReceiver, .data), (.toReceiver, .end),
             (.toReceiver, .abort), (.toReceiver, .join), (.toReceiver, .range), (.toReceiver, .rangeEnd),
             (.toReceiver, .held), (.toReceiver, .link), (.toReceiver, .hole), (.toReceiver, .xattr),
-            (.toReceiver, .owner):
+            (.toReceiver, .owner), (.toReceiver, .check):
             return true
         case (.toReceiver, .accept), (.toReceiver, .stored), (.toReceiver, .refused), (.toReceiver, .failed),
-            (.toReceiver, .joined):
+            (.toReceiver, .joined), (.toReceiver, .have):
             return false
         case (.toSender, .accept), (.toSender, .stored), (.toSender, .refused), (.toSender, .failed),
-            (.toSender, .joined):
+            (.toSender, .joined), (.toSender, .have):
             return true
         case (.toSender, .file), (.toSender, .directory), (.toSender, .data), (.toSender, .end),
             (.toSender, .abort), (.toSender, .join), (.toSender, .range), (.toSender, .rangeEnd),
-            (.toSender, .held), (.toSender, .link), (.toSender, .hole), (.toSender, .xattr), (.toSender, .owner):
+            (.toSender, .held), (.toSender, .link), (.toSender, .hole), (.toSender, .xattr), (.toSender, .owner),
+            (.toSender, .check):
             return false
         }
     }
@@ -271,6 +284,13 @@ struct FrameDecoder: Sendable {
             return MessageReader.xattr(payload).map(Frame.xattr)
         case .owner:
             return MessageReader.owner(payload).map(Frame.owner)
+        case .check:
+            return MessageReader.check(payload).map(Frame.check)
+        case .have:
+            guard payload.count == 2, let byte = reader.u8(), let status = Wire.HaveStatus(rawValue: byte),
+                let differences = reader.u8(), differences < 32
+            else { return nil }
+            return .have(HaveAnswer(status: status, differences: differences))
         case .joined:
             return .joined
         case .accept:

@@ -57,8 +57,12 @@ enum ReceiverAction: Equatable, Sendable {
     /// relative path in `target`), at the request's path; answer with `.linkMade`.
     case makeLink(EntryRequest, LinkHeader)
     /// The next `length` bytes of the file are a hole: advance past them unwritten, hashing
-    /// zeros (no answer).
+    /// it as a hole (no answer).
     case deliverHole(UInt64)
+    /// Compare what is at the request's path with the CHECK (nil components: an invalid path,
+    /// absent), and send HAVE — in the order CHECKs came, which the session keeps; the machine
+    /// goes on meanwhile.
+    case checkEntry([String]?, CheckHeader)
     /// Open the file's temporary file, finding how much a partial holds; answer `.fileOpened`.
     case openFile(EntryRequest)
     /// Pass the DATA bytes just decoded into the file's data path: decompress if compressed,
@@ -160,6 +164,8 @@ struct ReceiverMachine: Sendable {
         var xattrs = true
         /// Offer `owners`: only a receiver that may give files away (root).
         var owners = false
+        /// Offer `sync` (CHECK and HAVE; FILE and LINK flagged replace).
+        var sync = true
         /// The most DIR entries one session may announce: each directory created is remembered
         /// until goodbye (its mode and mtime are set then), so a sender may not ask for millions.
         var maxDirectories = 1 << 20
@@ -246,6 +252,11 @@ struct ReceiverMachine: Sendable {
     /// Files of this session flagged `linked` and stored: what a hard link may name.
     private(set) var linkTargets: Set<String> = []
     private(set) var directoriesAnnounced = 0
+    /// A CHECK came: the sender syncs (existing directories are settled like created ones).
+    private(set) var syncing = false
+    /// CHECKs taken; the most one session may send is `maxChecks`.
+    private(set) var checksAnnounced = 0
+    static let maxChecks = 1 << 24
 
     init(settings: Settings) {
         self.settings = settings
@@ -262,6 +273,7 @@ struct ReceiverMachine: Sendable {
         if settings.holes { set.insert(Wire.Capability.holes) }
         if settings.xattrs { set.insert(Wire.Capability.xattrs) }
         if settings.owners { set.insert(Wire.Capability.owners) }
+        if settings.sync { set.insert(Wire.Capability.sync) }
         return set
     }
 
@@ -362,8 +374,21 @@ struct ReceiverMachine: Sendable {
         case (.awaitingHello, .file), (.awaitingHello, .directory), (.awaitingHello, .end),
             (.awaitingHello, .abort), (.awaitingHello, .bye), (.awaitingHello, .join), (.awaitingHello, .range),
             (.awaitingHello, .rangeEnd), (.awaitingHello, .held), (.awaitingHello, .link), (.awaitingHello, .hole),
-            (.awaitingHello, .xattr), (.awaitingHello, .owner):
+            (.awaitingHello, .xattr), (.awaitingHello, .owner), (.awaitingHello, .check):
             return violation("\(frame.type.name) before HELLO")
+
+        case (.idle, .check(let header)):
+            guard settings.sync else { return violation("CHECK: this receiver does not offer sync") }
+            guard pendingAttributes.isEmpty else { return violation("XATTR or OWNER before a CHECK") }
+            checksAnnounced += 1
+            guard checksAnnounced <= Self.maxChecks else {
+                return violation("more than \(Self.maxChecks) CHECKs in one session")
+            }
+            syncing = true
+            if case .success(let components) = PathCheck.receivable(header.path) {
+                return [.checkEntry(components, header)]
+            }
+            return [.checkEntry(nil, header)]
 
         case (.idle, .xattr(let attribute)):
             return takeAttribute(attribute)
@@ -376,6 +401,9 @@ struct ReceiverMachine: Sendable {
             return []
         case (.idle, .link(let header)):
             guard settings.links else { return violation("LINK: this receiver does not offer links") }
+            guard !header.replace || settings.sync else {
+                return violation("LINK flagged replace: this receiver does not offer sync")
+            }
             guard pendingAttributes.xattrs.isEmpty else { return violation("XATTR before a LINK") }
             entriesAnnounced += 1
             return startLink(header)
@@ -402,6 +430,9 @@ struct ReceiverMachine: Sendable {
                 guard !header.resumable || header.sizeKnown else {
                     return violation("FILE flagged eager and resumable without a size")
                 }
+            }
+            if header.flags & Wire.FileFlags.replace != 0 && !settings.sync {
+                return violation("FILE flagged replace: this receiver does not offer sync")
             }
             if header.linked && !settings.links {
                 return violation("FILE flagged linked: this receiver offers no links")
@@ -482,7 +513,7 @@ struct ReceiverMachine: Sendable {
             return [.finishData]
         case (.receiving, .hello), (.receiving, .file), (.receiving, .directory), (.receiving, .bye),
             (.receiving, .join), (.receiving, .range), (.receiving, .link), (.receiving, .xattr),
-            (.receiving, .owner):
+            (.receiving, .owner), (.receiving, .check):
             return violation("\(frame.type.name) in the middle of a file")
 
         case (.discarding, .end), (.discarding, .abort), (.discarding, .rangeEnd):
@@ -492,12 +523,12 @@ struct ReceiverMachine: Sendable {
             return []
         case (.discarding, .hello), (.discarding, .file), (.discarding, .directory), (.discarding, .bye),
             (.discarding, .join), (.discarding, .range), (.discarding, .link), (.discarding, .xattr),
-            (.discarding, .owner):
+            (.discarding, .owner), (.discarding, .check):
             return violation("\(frame.type.name) in the middle of a file")
 
         case (_, .error(let reason)):
             return end(.peerError(reason))
-        case (_, .accept), (_, .stored), (_, .refused), (_, .failed), (_, .joined):
+        case (_, .accept), (_, .stored), (_, .refused), (_, .failed), (_, .joined), (_, .have):
             // The decoder lets none of these through from a sender; kept explicit all the same.
             return violation("\(frame.type.name) is not a message a sender sends")
         }

@@ -75,6 +75,12 @@ struct SenderMachine: Sendable {
         var eager = true
         /// The digests offered, the preferred first (SHA-256 among them).
         var digests = TransferDigest.offered
+        /// Ask the receiver what it has first (CHECK, to a receiver offering `sync`): what is
+        /// the same is skipped, what differs replaced.
+        var sync = false
+        /// With `sync`: send nothing but the CHECKs; every entry is settled here with what
+        /// would have been done.
+        var dryRun = false
     }
 
     /// One entry as the machine knows it before it is opened.
@@ -97,6 +103,8 @@ struct SenderMachine: Sendable {
         var sparse = false
         /// Extended attributes and owner, sent before the entry where the receiver takes them.
         var attributes = EntryAttributes()
+        /// Its size when listed (a file by path), for CHECK.
+        var listedSize: UInt64? = nil
     }
 
     struct CurrentFile: Equatable, Sendable {
@@ -166,6 +174,12 @@ struct SenderMachine: Sendable {
     private(set) var settled: [Bool]
     /// Entries answered STORED: a hard link to one of them may go out.
     private var stored: Set<Int> = []
+    /// With `sync`: the entries to CHECK, in the order of the work, and how many went out.
+    private var checks: [Int] = []
+    private var checksSent = 0
+    /// CHECKs without a HAVE yet, oldest first, and the HAVEs by entry.
+    private var awaitingHave: [Int] = []
+    private(set) var haves: [Int: HaveAnswer] = [:]
 
     init(entries: [Entry], settings: Settings, work: [Work]? = nil, join: TransferJoin? = nil, fallback: [Work]? = nil)
     {
@@ -203,6 +217,11 @@ struct SenderMachine: Sendable {
     /// file sent eager and resumable is unanswered: the receiver may ask for it again.
     var canProceed: Bool {
         guard case .ready = state else { return false }
+        if syncing {
+            if checksSent < checks.count { return true }
+            // An entry goes once its HAVE is in.
+            if next < work.count, haves[work[next].index] == nil, checks.contains(work[next].index) { return false }
+        }
         guard next < work.count else { return eagerResumable.isEmpty }
         if case .entry(let index) = work[next], let target = linkTarget(of: index) {
             // A hard link waits for its target's answer (the walk puts links after the files).
@@ -221,6 +240,47 @@ struct SenderMachine: Sendable {
 
     /// Whether the receiver keeps what `capability` names.
     func peerOffers(_ capability: String) -> Bool { peerCapabilities.contains(capability) }
+
+    /// Whether entries are checked first: asked for, and offered.
+    var syncing: Bool { settings.sync && peerCapabilities.contains(Wire.Capability.sync) }
+
+    /// The entries to CHECK: each entry of the work once, but streams (nothing to compare).
+    /// A second name is checked as the file it is: the same size and mtime leave it as it is.
+    private func entriesToCheck() -> [Int] {
+        var seen: Set<Int> = []
+        return work.map(\.index).filter { index in
+            let entry = entries[index]
+            guard entry.isDirectory || entry.symlinkTarget != nil || entry.seekable else { return false }
+            return seen.insert(index).inserted
+        }
+    }
+
+    /// The CHECK for entry `index`.
+    private func check(_ index: Int) -> CheckHeader {
+        let entry = entries[index]
+        let kind: Wire.CheckKind =
+            entry.isDirectory ? .directory : entry.symlinkTarget != nil ? .symbolicLink : .file
+        return CheckHeader(
+            kind: kind, flags: settings.dryRun ? 0 : Wire.CheckFlags.apply, size: entry.listedSize ?? 0,
+            mode: entry.mode, mtimeSeconds: entry.mtimeSeconds, mtimeNanoseconds: entry.mtimeNanoseconds,
+            path: Array(entry.relative.utf8), target: entry.symlinkTarget ?? [])
+    }
+
+    /// With `sync`, before entry `index` goes: settled here when the receiver has it the same
+    /// (but a directory, whose mode and mtime the receiver sets after its contents), or on a
+    /// dry run (nil: send it).
+    private mutating func settledBySync(_ index: Int) -> [SenderAction]? {
+        guard syncing else { return nil }
+        let same = haves[index]?.status == .same && !entries[index].isDirectory
+        guard same || settings.dryRun else { return nil }
+        settled[index] = true
+        // What the receiver has the same counts as stored: a second name may be linked to it.
+        if same { stored.insert(index) }
+        return [.settle(index, .stored)]
+    }
+
+    /// Whether entry `index` replaces what the receiver has (HAVE said it differs).
+    private func replaces(_ index: Int) -> Bool { syncing && haves[index]?.status == .differs }
 
     /// XATTR and OWNER messages for entry `index`, as far as the receiver takes them.
     private func attributeMessages(_ index: Int, link: Bool = false) -> [SenderAction] {
@@ -255,6 +315,12 @@ struct SenderMachine: Sendable {
     /// Announces the next entry, or says goodbye after the last.
     mutating func proceed() -> [SenderAction] {
         guard canProceed else { return [] }
+        if syncing && checksSent < checks.count {
+            let index = checks[checksSent]
+            checksSent += 1
+            awaitingHave.append(index)
+            return [.send(.check(check(index)))]
+        }
         guard next < work.count else {
             state = .byeSent
             return [.send(.bye)]
@@ -263,6 +329,13 @@ struct SenderMachine: Sendable {
         next += 1
         let index = item.index
         let entry = entries[index]
+        if let settledHere = settledBySync(index) { return settledHere }
+        if settings.dryRun && !syncing {
+            // A dry run changes nothing: without CHECK there is nothing it may send.
+            settled[index] = true
+            let reason = "not checked: the receiver does not offer sync, and a dry run sends nothing"
+            return [.settle(index, .failed(reason: reason, kind: .io))]
+        }
         if case .range = item {
             state = .opening(index)
             return [.openEntry(index)]
@@ -275,7 +348,7 @@ struct SenderMachine: Sendable {
             unanswered.append(index)
             let link = LinkHeader(
                 kind: .symbolic, mtimeSeconds: entry.mtimeSeconds, mtimeNanoseconds: entry.mtimeNanoseconds,
-                path: Array(entry.relative.utf8), target: target)
+                path: Array(entry.relative.utf8), target: target, replace: replaces(index))
             return attributeMessages(index, link: true) + [.send(.link(link))]
         }
         if let target = linkTarget(of: index) {
@@ -287,7 +360,8 @@ struct SenderMachine: Sendable {
             unanswered.append(index)
             let link = LinkHeader(
                 kind: .hard, mtimeSeconds: entry.mtimeSeconds, mtimeNanoseconds: entry.mtimeNanoseconds,
-                path: Array(entry.relative.utf8), target: Array(entries[target].relative.utf8))
+                path: Array(entry.relative.utf8), target: Array(entries[target].relative.utf8),
+                replace: syncing)
             return [.send(.link(link))]
         }
         if entry.isDirectory {
@@ -337,6 +411,7 @@ struct SenderMachine: Sendable {
             }
             digest = agreed
             peerCapabilities = capabilities
+            if syncing { checks = entriesToCheck() }
             guard let join else {
                 state = .ready
                 return []
@@ -353,6 +428,10 @@ struct SenderMachine: Sendable {
         case (.joining, .joined):
             state = .ready
             return [.joined]
+        case (_, .have(let answer)):
+            guard !awaitingHave.isEmpty else { return violation("HAVE for no CHECK") }
+            haves[awaitingHave.removeFirst()] = answer
+            return []
         case (_, .joined):
             return violation("unexpected JOINED")
         case (.awaitingHello, _):
@@ -389,7 +468,7 @@ struct SenderMachine: Sendable {
             return violation("goodbye before the sender's")
 
         case (_, .file), (_, .directory), (_, .end), (_, .abort), (_, .join), (_, .range), (_, .rangeEnd),
-            (_, .held), (_, .link), (_, .hole), (_, .xattr), (_, .owner):
+            (_, .held), (_, .link), (_, .hole), (_, .xattr), (_, .owner), (_, .check):
             return violation("\(frame.type.name) is not a message a receiver sends")
         }
     }
@@ -432,7 +511,7 @@ struct SenderMachine: Sendable {
                 outcome = .failed(reason: reason, kind: code == .data ? .data : .io)
             }
         case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined,
-            .held, .link, .hole, .xattr, .owner:
+            .held, .link, .hole, .xattr, .owner, .check, .have:
             return violation("\(frame.type.name) is not an answer")
         }
         if outcome == .stored { stored.insert(index) }
@@ -488,6 +567,7 @@ struct SenderMachine: Sendable {
                     let resumable = settings.resume && peerCapabilities.contains(Wire.Capability.resume)
                     var flags = Wire.FileFlags.sizeKnown
                     if resumable { flags |= Wire.FileFlags.resumable }
+                    if replaces(index) { flags |= Wire.FileFlags.replace }
                     let header = EntryHeader(
                         flags: flags, size: planned, mode: info.mode, mtimeSeconds: info.mtimeSeconds,
                         mtimeNanoseconds: info.mtimeNanoseconds, path: Array(entry.relative.utf8))
@@ -518,6 +598,7 @@ struct SenderMachine: Sendable {
                     entry.sparse && entry.seekable && !compressed && info.size != nil
                     && peerCapabilities.contains(Wire.Capability.holes)
                 if sparse { flags |= Wire.FileFlags.sparse }
+                if replaces(index) { flags |= Wire.FileFlags.replace }
                 let header = EntryHeader(
                     flags: flags, size: info.size ?? 0, mode: info.mode, mtimeSeconds: info.mtimeSeconds,
                     mtimeNanoseconds: info.mtimeNanoseconds, path: Array(entry.relative.utf8))

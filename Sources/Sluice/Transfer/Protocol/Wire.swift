@@ -64,10 +64,13 @@ enum Wire {
         /// OWNER before an entry: its owner and group. Offered only by a receiver that can give
         /// files away (running as root).
         static let owners = "owners"
+        /// CHECK and HAVE: the sender asks what the receiver has of each entry before sending
+        /// it, skips what is the same, and replaces what differs (FILE and LINK flagged replace).
+        static let sync = "sync"
     }
 
-    /// Message types. Sender → receiver: 0x01, 0x10–0x1D, 0x7F. Receiver → sender: 0x01,
-    /// 0x15, 0x20–0x24, 0x7F.
+    /// Message types. Sender → receiver: 0x01, 0x10–0x1E, 0x7F. Receiver → sender: 0x01,
+    /// 0x15, 0x20–0x25, 0x7F.
     enum MessageType: UInt8, Sendable {
         case hello = 0x01
         case file = 0x10
@@ -84,11 +87,13 @@ enum Wire {
         case hole = 0x1B
         case xattr = 0x1C
         case owner = 0x1D
+        case check = 0x1E
         case accept = 0x20
         case stored = 0x21
         case refused = 0x22
         case failed = 0x23
         case joined = 0x24
+        case have = 0x25
         case error = 0x7F
 
         /// The message's name in `sluice-protocol(7)`: `HELLO`, `FILE`, …
@@ -113,6 +118,8 @@ enum Wire {
             case .hole: return "HOLE"
             case .xattr: return "XATTR"
             case .owner: return "OWNER"
+            case .check: return "CHECK"
+            case .have: return "HAVE"
             case .joined: return "JOINED"
             case .error: return "ERROR"
             }
@@ -134,6 +141,8 @@ enum Wire {
             case .hole: return 8
             case .xattr: return 1 + Wire.maxXattrNameBytes + Wire.maxXattrValueBytes
             case .owner: return 8 + 2 * (1 + Wire.maxOwnerNameBytes)
+            case .check: return 2 + 8 + 4 + 12 + 2 + Wire.maxPathBytes + 2 + Wire.maxPathBytes
+            case .have: return 2
             case .stored, .bye, .joined: return 0
             case .refused, .failed: return 1 + Wire.maxReasonBytes
             case .abort, .error: return Wire.maxReasonBytes
@@ -153,7 +162,45 @@ enum Wire {
         static let linked: UInt8 = 1 << 4
         /// Its data may come with HOLEs (`holes`): the receiver reserves no room for it.
         static let sparse: UInt8 = 1 << 5
-        static let all: UInt8 = 0b11_1111
+        /// The receiver has another file at the name (HAVE said it differs): replace it, as
+        /// `--overwrite` does (`sync`).
+        static let replace: UInt8 = 1 << 6
+        static let all: UInt8 = 0b111_1111
+    }
+
+    /// LINK's kind byte: the kind, with this bit when the link replaces what is there (`sync`).
+    static let linkReplaceBit: UInt8 = 0x80
+
+    /// What CHECK asks about.
+    enum CheckKind: UInt8, Sendable {
+        case file = 0
+        case directory = 1
+        case symbolicLink = 2
+    }
+
+    /// CHECK flags.
+    enum CheckFlags {
+        /// Apply a difference of mode where the rest is the same (not on a dry run).
+        static let apply: UInt8 = 1
+    }
+
+    /// HAVE's answer.
+    enum HaveStatus: UInt8, Sendable {
+        /// Nothing at the name.
+        case absent = 0
+        /// The same kind, size and mtime (a link: the same target): not to be sent.
+        case same = 1
+        /// Something else at the name: sent to replace it.
+        case differs = 2
+    }
+
+    /// HAVE's differences (rsync's itemized letters).
+    enum HaveDifference {
+        static let size: UInt8 = 1
+        static let mtime: UInt8 = 2
+        static let mode: UInt8 = 4
+        static let kind: UInt8 = 8
+        static let target: UInt8 = 16
     }
 
     /// LINK kinds.
@@ -226,6 +273,8 @@ struct EntryHeader: Equatable, Sendable {
 extension EntryHeader {
     var linked: Bool { flags & Wire.FileFlags.linked != 0 }
     var sparse: Bool { flags & Wire.FileFlags.sparse != 0 }
+    /// The sender replaces what is at the name (`sync`).
+    var replaces: Bool { flags & Wire.FileFlags.replace != 0 }
 }
 
 /// A LINK message: a symbolic link (its target as written) or a hard link to a file stored
@@ -236,6 +285,30 @@ struct LinkHeader: Equatable, Sendable {
     var mtimeNanoseconds: UInt32
     var path: [UInt8]
     var target: [UInt8]
+    /// Replace what is at the name (`sync`, after HAVE said it differs).
+    var replace = false
+}
+
+/// A CHECK message: what the sender has at a path, for the receiver to compare (`sync`).
+struct CheckHeader: Equatable, Sendable {
+    var kind: Wire.CheckKind
+    var flags: UInt8 = 0
+    var size: UInt64 = 0
+    var mode: UInt32
+    var mtimeSeconds: Int64
+    var mtimeNanoseconds: UInt32
+    var path: [UInt8]
+    /// A symbolic link's target (empty otherwise).
+    var target: [UInt8] = []
+
+    var applies: Bool { flags & Wire.CheckFlags.apply != 0 }
+}
+
+/// A HAVE message: the answer to the oldest unanswered CHECK.
+struct HaveAnswer: Equatable, Sendable {
+    var status: Wire.HaveStatus
+    /// `Wire.HaveDifference` bits: what differs (or, with `same`, the mode it changed).
+    var differences: UInt8 = 0
 }
 
 /// An OWNER message: who owns the next entry, by id and by name (empty with `--numeric-ids`).
@@ -381,13 +454,28 @@ struct MessageWriter {
 
     static func link(_ link: LinkHeader) -> [UInt8] {
         message(.link) { w in
-            w.u8(link.kind.rawValue)
+            w.u8(link.kind.rawValue | (link.replace ? Wire.linkReplaceBit : 0))
             w.u64(UInt64(bitPattern: link.mtimeSeconds))
             w.u32(link.mtimeNanoseconds)
             w.u16(UInt16(link.path.count))
             w.raw(link.path)
             w.u16(UInt16(link.target.count))
             w.raw(link.target)
+        }
+    }
+
+    static func check(_ check: CheckHeader) -> [UInt8] {
+        message(.check) { w in
+            w.u8(check.kind.rawValue)
+            w.u8(check.flags)
+            w.u64(check.size)
+            w.u32(check.mode)
+            w.u64(UInt64(bitPattern: check.mtimeSeconds))
+            w.u32(check.mtimeNanoseconds)
+            w.u16(UInt16(check.path.count))
+            w.raw(check.path)
+            w.u16(UInt16(check.target.count))
+            w.raw(check.target)
         }
     }
 
@@ -514,7 +602,8 @@ struct MessageReader {
     /// the receiver machine (a refusal, not a malformed message).
     static func link(_ payload: UnsafeRawBufferPointer) -> LinkHeader? {
         var r = MessageReader(payload)
-        guard let kindByte = r.u8(), let kind = Wire.LinkKind(rawValue: kindByte), let seconds = r.u64(),
+        guard let kindByte = r.u8(), let kind = Wire.LinkKind(rawValue: kindByte & ~Wire.linkReplaceBit),
+            let seconds = r.u64(),
             let nanoseconds = r.u32(), nanoseconds < 1_000_000_000, let pathLength = r.u16(),
             Int(pathLength) <= Wire.maxPathBytes, let path = r.raw(Int(pathLength)), let targetLength = r.u16(),
             targetLength > 0, Int(targetLength) <= Wire.maxPathBytes, let target = r.raw(Int(targetLength)),
@@ -522,7 +611,23 @@ struct MessageReader {
         else { return nil }
         return LinkHeader(
             kind: kind, mtimeSeconds: Int64(bitPattern: seconds), mtimeNanoseconds: nanoseconds, path: path,
-            target: target)
+            target: target, replace: kindByte & Wire.linkReplaceBit != 0)
+    }
+
+    /// A CHECK payload, or nil if malformed: an unknown kind or flag, nanoseconds out of range,
+    /// an over-long path or target, a target for anything but a link, or none for a link.
+    static func check(_ payload: UnsafeRawBufferPointer) -> CheckHeader? {
+        var r = MessageReader(payload)
+        guard let kindByte = r.u8(), let kind = Wire.CheckKind(rawValue: kindByte), let flags = r.u8(),
+            flags & ~Wire.CheckFlags.apply == 0, let size = r.u64(), let mode = r.u32(), let seconds = r.u64(),
+            let nanoseconds = r.u32(), nanoseconds < 1_000_000_000, let pathLength = r.u16(),
+            Int(pathLength) <= Wire.maxPathBytes, let path = r.raw(Int(pathLength)), let targetLength = r.u16(),
+            Int(targetLength) <= Wire.maxPathBytes, let target = r.raw(Int(targetLength)), r.atEnd,
+            (kind == .symbolicLink) == !target.isEmpty, !target.contains(0)
+        else { return nil }
+        return CheckHeader(
+            kind: kind, flags: flags, size: size, mode: mode, mtimeSeconds: Int64(bitPattern: seconds),
+            mtimeNanoseconds: nanoseconds, path: path, target: target)
     }
 
     /// An XATTR payload: a name of 1 to 255 bytes of UTF-8 without NUL, and the value (the

@@ -227,9 +227,12 @@ public final class ParallelTransferSender: TransferProgressSource {
         var result = TransferFileResult(
             path: entries[entry].relative, isDirectory: entries[entry].isDirectory, size: entries[entry].size,
             resumedBytes: resumed, outcome: outcomes[entry] ?? .failed(reason: "not answered", kind: .io))
-        if case .symlink = entries[entry].kind { result.isLink = true }
-        if entries[entry].hardLinkTo != nil, senders.first?.sentLinks ?? false { result.isLink = true }
-        if result.isLink { result.size = nil }
+        TransferSender.describeLink(
+            &result, entries[entry], entries, sentLinks: senders.first?.sentLinks ?? false)
+        if options.sync, let change = senders.lazy.compactMap({ $0.change(of: entry) }).first {
+            result.change = change
+            result.dryRun = options.dryRun
+        }
         return result
     }
 

@@ -73,8 +73,8 @@ extension ReceiverSession {
             perform(machine.handle(.committed(.failed(.data, "\(machine.digest) mismatch (data altered in transit)"))))
             return
         }
-        let (store, overwrite, fsync) = (self.store, options.overwrite, options.fsync)
         let (request, bytes) = (whole.request, whole.bytes)
+        let (store, overwrite, fsync) = (self.store, options.overwrite || request.header.replaces, options.fsync)
         laneJobs += 1
         lane.submit({ store.storeWhole(request, bytes: bytes, overwrite: overwrite, fsync: fsync) }, completingOn: loop)
         { [self] outcome in
@@ -189,7 +189,7 @@ extension ReceiverSession {
     }
 
     /// Runs what waits for every staged file to be committed, once none is left.
-    private func runAfterStaged() {
+    func runAfterStaged() {
         guard staged.isEmpty, !committingStaged, laneJobs == 0 else { return }
         let waiting = afterStaged
         afterStaged.removeAll()

@@ -204,7 +204,9 @@ extension ReceiverSession {
             return
         }
         let store = self.store
-        let (overwrite, resume, continueHeld) = (options.overwrite, options.resume, machine.continuesHeld)
+        let (overwrite, resume, continueHeld) = (
+            options.overwrite || request.header.replaces, options.resume, machine.continuesHeld
+        )
         store.pool.submit(
             { store.openFile(request, overwrite: overwrite, resume: resume, continueHeld: continueHeld) },
             completingOn: loop
@@ -346,8 +348,8 @@ extension ReceiverSession {
             return
         }
         let store = self.store
-        let (overwrite, fsync) = (options.overwrite, options.fsync)
         let (request, opened) = (file.request, file.opened)
+        let (overwrite, fsync) = (options.overwrite || request.header.replaces, options.fsync)
         // The commit closes the descriptors, whatever becomes of the session meanwhile.
         file.busy = true
         file.abandonWhenIdle = nil

@@ -36,7 +36,9 @@ extension ReceiverSession {
             shared = SharedFile(relative: request.relative, header: request.header)
             group.files[request.relative] = shared
             let store = self.store
-            let (overwrite, resume, continueHeld) = (options.overwrite, options.resume, machine.continuesHeld)
+            let (overwrite, resume, continueHeld) = (
+                options.overwrite || request.header.replaces, options.resume, machine.continuesHeld
+            )
             store.pool.submit(
                 {
                     store.openRangedFile(
@@ -148,8 +150,8 @@ extension ReceiverSession {
                 return
             }
             let store = self.store
-            let (overwrite, fsync) = (options.overwrite, options.fsync)
             let (request, opened, header) = (file.request, file.opened, shared.header)
+            let (overwrite, fsync) = (options.overwrite || header.replaces, options.fsync)
             store.pool.submit(
                 {
                     store.commitRanged(

@@ -132,7 +132,7 @@ final class ReceiverSession: WireConnectionOwner {
                 overwrite: options.overwrite, maxSize: options.maxSize, resume: options.resume,
                 streams: options.streams, eager: options.eager, links: options.offersMetadata,
                 holes: options.offersMetadata, xattrs: options.offersMetadata,
-                owners: options.keepsOwners && geteuid() == 0))
+                owners: options.keepsOwners && geteuid() == 0, sync: options.sync))
         hasher = DigestWorker(loop: loop)
         lane = SerialLane(pool: store.pool)
         heldHasher = DigestWorker(loop: loop)
@@ -300,6 +300,8 @@ final class ReceiverSession: WireConnectionOwner {
                 makeLink(request, link)
             case .deliverHole(let length):
                 deliverHole(length)
+            case .checkEntry(let components, let header):
+                checkEntry(components, header)
             case .openFile(let request):
                 openFile(request)
             case .deliverData:
@@ -335,7 +337,8 @@ final class ReceiverSession: WireConnectionOwner {
             guard !ended else { return }
             switch result {
             case .success(let created):
-                if created.last == request.relative {
+                // Created here, or (syncing) there already: given the sender's mode and mtime.
+                if created.last == request.relative || machine.syncing {
                     let header = request.header
                     let mtime = timespec(tv_sec: Int(header.mtimeSeconds), tv_nsec: Int(header.mtimeNanoseconds))
                     createdDirectories.append((request.relative, header.mode, mtime))
@@ -350,10 +353,25 @@ final class ReceiverSession: WireConnectionOwner {
 
     /// Makes a link on the lane, after the files written whole before it.
     private func makeLink(_ request: EntryRequest, _ link: LinkHeader) {
-        let (store, overwrite) = (self.store, options.overwrite)
+        let (store, overwrite) = (self.store, options.overwrite || link.replace)
         lane.submit({ store.makeLink(request, link, overwrite: overwrite) }, completingOn: loop) { [self] rejection in
             guard !ended else { return }
             perform(machine.handle(.linkMade(rejection)))
+            pump()
+        }
+    }
+
+    /// Compares what is at a path with a CHECK on the lane, in order with the other checks and
+    /// the small files, and sends HAVE.
+    private func checkEntry(_ components: [String]?, _ header: CheckHeader) {
+        let store = self.store
+        laneJobs += 1
+        lane.submit({ components.map { store.check($0, header) } ?? HaveAnswer(status: .absent) }, completingOn: loop) {
+            [self] answer in
+            laneJobs -= 1
+            guard !ended else { return }
+            connection.send(Frame.have(answer).encoded)
+            runAfterStaged()
             pump()
         }
     }

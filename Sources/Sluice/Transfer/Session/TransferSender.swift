@@ -111,7 +111,9 @@ public final class TransferSender: WireConnectionOwner {
         counted = Array(repeating: 0, count: entries.count)
         machine = SenderMachine(
             entries: Self.machineEntries(entries),
-            settings: .init(compress: options.compress, resume: options.resume, eager: options.eager),
+            settings: .init(
+                compress: options.compress, resume: options.resume, eager: options.eager, sync: options.sync,
+                dryRun: options.sync && options.dryRun),
             work: work, join: join, fallback: fallback)
     }
 
@@ -129,7 +131,7 @@ public final class TransferSender: WireConnectionOwner {
                 relative: entry.relative, isDirectory: entry.isDirectory, seekable: seekable, mode: entry.mode,
                 mtimeSeconds: entry.mtimeSeconds, mtimeNanoseconds: entry.mtimeNanoseconds, symlinkTarget: target,
                 hardLinkTo: entry.hardLinkTo, linked: entry.linked, sparse: entry.sparse,
-                attributes: entry.attributes)
+                attributes: entry.attributes, listedSize: seekable ? entry.size : nil)
         }
     }
 
@@ -272,6 +274,9 @@ public final class TransferSender: WireConnectionOwner {
         if options.xattrs && lacks(Wire.Capability.xattrs) {
             warn("the receiver does not keep extended attributes: sending files without them")
         }
+        if options.sync && lacks(Wire.Capability.sync) {
+            warn("the receiver does not offer sync: every file is sent, and those it has are refused")
+        }
         if options.owners && lacks(Wire.Capability.owners) {
             warn("the receiver does not keep owners (it is not running as root): files take its user and group")
         }
@@ -328,10 +333,43 @@ public final class TransferSender: WireConnectionOwner {
         var result = TransferFileResult(
             path: entry.relative, isDirectory: entry.isDirectory, size: sizes[index], resumedBytes: resumed[index],
             outcome: outcomes[index] ?? .failed(reason: "not answered", kind: .io))
-        if case .symlink = entry.kind { result.isLink = true }
-        if entry.hardLinkTo != nil, machine.peerOffers(Wire.Capability.links) { result.isLink = true }
-        if result.isLink { result.size = nil }
+        Self.describeLink(&result, entry, entries, sentLinks: sentLinks)
+        if machine.syncing {
+            result.change = change(of: index)
+            result.dryRun = options.dryRun
+        }
         return result
+    }
+
+    /// Marks `result` as a link, with its target, when `entry` is one (a second name only when
+    /// the receiver takes links: else it went as a file).
+    static func describeLink(
+        _ result: inout TransferFileResult, _ entry: OutgoingEntry, _ entries: [OutgoingEntry], sentLinks: Bool
+    ) {
+        if case .symlink(_, let target) = entry.kind {
+            result.isLink = true
+            result.linkTarget = String(decoding: target, as: UTF8.self)
+        }
+        if let first = entry.hardLinkTo, sentLinks {
+            result.isLink = true
+            result.isHardLink = true
+            result.linkTarget = entries[first].relative
+        }
+        if result.isLink { result.size = nil }
+    }
+
+    /// What this connection's CHECK of entry `index` found (nil: not checked here).
+    func change(of index: Int) -> TransferChange? { Self.change(machine.haves[index]) }
+
+    /// A HAVE as the library reports it (nil: not checked, a second name).
+    static func change(_ have: HaveAnswer?) -> TransferChange? {
+        guard let have else { return nil }
+        let differences = TransferDifferences(rawValue: have.differences)
+        switch have.status {
+        case .absent: return .created
+        case .same: return .unchanged(differences)
+        case .differs: return .replaced(differences)
+        }
     }
 
     private func warn(_ text: String) {

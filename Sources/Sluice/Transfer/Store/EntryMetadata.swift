@@ -234,3 +234,51 @@ enum SourceMetadata {
         return Array(buffer[0..<n])
     }
 }
+
+extension ReceiverStore {
+    /// What is at `components` against a CHECK: absent, the same (a file of the same size and
+    /// mtime, a directory, a link to the same target), or different, and how. With
+    /// `CheckFlags.apply`, a file the same but for its mode is given the sender's mode.
+    /// Nothing is created: a missing parent means absent.
+    func check(_ components: [String], _ check: CheckHeader) -> HaveAnswer {
+        guard let name = components.last else { return HaveAnswer(status: .absent) }
+        let parent =
+            components.count > 1
+            ? Destination.openBeneath(destination.fd, components.dropLast().joined(separator: "/"))
+            : dup(destination.fd)
+        guard parent >= 0 else { return HaveAnswer(status: .absent) }
+        defer { closeDescriptor(parent) }
+        var st = stat()
+        guard fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else { return HaveAnswer(status: .absent) }
+        let type = st.st_mode & S_IFMT
+        typealias D = Wire.HaveDifference
+        switch check.kind {
+        case .directory:
+            return type == S_IFDIR ? HaveAnswer(status: .same) : HaveAnswer(status: .differs, differences: D.kind)
+        case .symbolicLink:
+            guard type == S_IFLNK else { return HaveAnswer(status: .differs, differences: D.kind) }
+            var buffer = [UInt8](repeating: 0, count: Wire.maxPathBytes + 1)
+            let n = buffer.withUnsafeMutableBytes { raw in
+                raw.withMemoryRebound(to: CChar.self) { readlinkat(parent, name, $0.baseAddress!, $0.count) }
+            }
+            let same = n >= 0 && Array(buffer[0..<n]) == check.target
+            return same ? HaveAnswer(status: .same) : HaveAnswer(status: .differs, differences: D.target)
+        case .file:
+            guard type == S_IFREG else { return HaveAnswer(status: .differs, differences: D.kind) }
+            var differences: UInt8 = 0
+            if UInt64(st.st_size) != check.size { differences |= D.size }
+            if Int64(st.st_mtim.tv_sec) != check.mtimeSeconds || UInt32(st.st_mtim.tv_nsec) != check.mtimeNanoseconds {
+                differences |= D.mtime
+            }
+            let mode = destination.permissions(check.mode)
+            let modeDiffers = st.st_mode & 0o7777 != mode
+            guard differences == 0 else {
+                return HaveAnswer(status: .differs, differences: differences | (modeDiffers ? D.mode : 0))
+            }
+            guard modeDiffers else { return HaveAnswer(status: .same) }
+            // Only the mode differs: set here, no data sent (not on a dry run).
+            if check.applies { _ = fchmodat(parent, name, mode, 0) }
+            return HaveAnswer(status: .same, differences: D.mode)
+        }
+    }
+}

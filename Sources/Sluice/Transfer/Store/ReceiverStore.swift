@@ -283,7 +283,7 @@ final class ReceiverStore: @unchecked Sendable {
                 closeDescriptor(file.opened.fd)
                 closeDescriptor(file.opened.parent)
             }
-            return rename(file.opened, overwrite: overwrite, fsync: false)
+            return rename(file.opened, overwrite: overwrite || file.request.header.replaces, fsync: false)
         }
     }
 

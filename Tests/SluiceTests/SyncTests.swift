@@ -1,0 +1,224 @@
+import Foundation
+import TestThreads
+import Testing
+
+@testable import Sluice
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `send --sync`: a second run moves only what changed (CHECK and HAVE), over real sockets
+/// into a real directory.
+@Suite("Sync: skip what is there, replace what differs", .ownThreads)
+struct SyncTests {
+    static func syncing(dryRun: Bool = false, hardLinks: Bool = true) -> TransferSendOptions {
+        var options = TransferSendOptions()
+        options.sync = true
+        options.dryRun = dryRun
+        options.hardLinks = hardLinks
+        return options
+    }
+
+    static func changes(_ summary: TransferSummary) -> [String: TransferChange] {
+        var out: [String: TransferChange] = [:]
+        for result in summary.results { out[result.path] = result.change }
+        return out
+    }
+
+    static func setMtime(_ path: String, _ seconds: Int) {
+        var times = [timespec(tv_sec: seconds, tv_nsec: 0), timespec(tv_sec: seconds, tv_nsec: 0)]
+        utimensat(AT_FDCWD, path, &times, AT_SYMLINK_NOFOLLOW)
+    }
+
+    @Test("A second send moves nothing; a change, a new mode, a new file and a dry run move what they should")
+    func secondSendMovesOnlyChanges() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: src + "/sub", withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            for index in 0..<20 {
+                try writeFile(src + "/sub/f\(index)", randomBytes(1000 + index * 5000, seed: UInt64(index)))
+            }
+            try writeFile(src + "/big.bin", randomBytes(3 << 20, seed: 99))
+            #expect(symlink("sub/f1", src + "/link") == 0)
+            #expect(Glibc.link(src + "/sub/f2", src + "/second") == 0)
+            let harness = try TransferHarness(directory: dst)
+            let first = try harness.send(paths: [src], options: Self.syncing())
+            #expect(first.succeeded, "\(first.results.filter { !$0.outcome.isStored })")
+            #expect(Self.changes(first)["tree/big.bin"] == .created)
+            #expect(treeDifferences(src, dst + "/tree") == [])
+
+            // Again: nothing of any file is sent, every entry is reported unchanged.
+            let second = try harness.send(paths: [src], options: Self.syncing())
+            #expect(second.succeeded)
+            #expect(second.bytes == 0)
+            #expect(second.bytesSent < 8192, "\(second.bytesSent) bytes for checks alone")
+            let unchanged = second.results.filter { if case .unchanged = $0.change { true } else { false } }
+            #expect(unchanged.count == second.results.count, "\(Self.changes(second))")
+            #expect(treeDifferences(src, dst + "/tree") == [])
+
+            // A file changed, one given a new mode, one added, a link pointed elsewhere.
+            try writeFile(src + "/sub/f3", Array("changed".utf8))
+            chmod(src + "/sub/f4", 0o600)
+            try writeFile(src + "/sub/new", Array("new".utf8))
+            unlink(src + "/link")
+            #expect(symlink("sub/f5", src + "/link") == 0)
+            Self.setMtime(src + "/sub", 1_600_000_000)
+            Self.setMtime(src, 1_600_000_000)
+
+            // A dry run says so and changes nothing.
+            let before = treePaths(dst)
+            let dry = try harness.send(paths: [src], options: Self.syncing(dryRun: true))
+            #expect(dry.error == nil && dry.bytes == 0)
+            let planned = Self.changes(dry)
+            #expect(planned["tree/sub/f3"] == .replaced([.size, .mtime]))
+            #expect(planned["tree/sub/f4"] == .unchanged(.mode))
+            #expect(planned["tree/sub/new"] == .created)
+            #expect(planned["tree/link"] == .replaced(.target))
+            #expect(dry.results.allSatisfy { $0.dryRun })
+            #expect(treePaths(dst) == before)
+            #expect(readFile(dst + "/tree/sub/f3") != Array("changed".utf8))
+            #expect(FileInfo(dst + "/tree/sub/f4")?.mode == 0o644)
+
+            let third = try harness.send(paths: [src], options: Self.syncing())
+            #expect(third.succeeded, "\(third.results.filter { !$0.outcome.isStored })")
+            #expect(third.bytes == 10, "only the changed and the new file's bytes: \(third.bytes)")
+            #expect(treeDifferences(src, dst + "/tree") == [])
+            #expect(try FileManager.default.destinationOfSymbolicLink(atPath: dst + "/tree/link") == "sub/f5")
+        }
+    }
+
+    @Test("Over several connections: ranges of a file the receiver has are not sent")
+    func overSeveralConnections() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            try writeFile(src + "/big.bin", randomBytes(4 << 20, seed: 7))
+            for index in 0..<10 { try writeFile(src + "/f\(index)", randomBytes(3000, seed: UInt64(index))) }
+            let harness = try TransferHarness(directory: dst)
+            for round in 0..<2 {
+                if round == 1 { try writeFile(src + "/f0", Array("different".utf8)) }
+                let sender = try ParallelTransferSender(sources: [.path(src)], streams: 3, options: Self.syncing())
+                let box = SummaryBox()
+                let sessions = harness.reports.count
+                sender.start(connect: { Socket.connect(host: "127.0.0.1", port: harness.port) }, on: harness.loop) {
+                    box.summary = $0
+                }
+                runLoop(harness.loop, for: .seconds(30)) { box.summary != nil && harness.reports.count >= sessions + 3 }
+                let summary = try #require(box.summary)
+                #expect(summary.succeeded, "\(summary.results.filter { !$0.outcome.isStored })")
+                #expect(treeDifferences(src, dst + "/tree") == [])
+                if round == 1 {
+                    #expect(summary.bytes == 9, "only f0: \(summary.bytes)")
+                    #expect(Self.changes(summary)["tree/big.bin"] == .unchanged([]))
+                }
+            }
+        }
+    }
+
+    @Test("A receiver with --no-sync: the sender says so, files there are refused; a dry run sends nothing")
+    func receiverWithoutSync() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: dst + "/tree", withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+            try writeFile(src + "/there", Array("mine".utf8))
+            try writeFile(src + "/new", Array("new".utf8))
+            try writeFile(dst + "/tree/there", Array("theirs".utf8))
+            var receiving = TransferReceiveOptions(idleTimeout: .seconds(20))
+            receiving.sync = false
+            let harness = try TransferHarness(directory: dst, options: receiving)
+            let dry = try harness.send(paths: [src], options: Self.syncing(dryRun: true))
+            #expect(dry.results.allSatisfy { !$0.outcome.isStored })
+            #expect(!fileExists(dst + "/tree/new"))
+            let summary = try harness.send(paths: [src], options: Self.syncing())
+            #expect(summary.results.first { $0.path == "tree/there" }?.outcome == .refused(reason: "exists"))
+            #expect(readFile(dst + "/tree/there") == Array("theirs".utf8))
+            #expect(readFile(dst + "/tree/new") == Array("new".utf8))
+        }
+    }
+
+    @Test("CHECK is answered in order, never looks outside; replace and CHECK where sync is off are violations")
+    func checksThatLie() throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            let outside = root + "/outside"
+            try FileManager.default.createDirectory(atPath: dst + "/d", withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+            try writeFile(outside + "/secret", [1, 2, 3])
+            try writeFile(dst + "/d/f", [1, 2, 3], mtime: (1_600_000_000, 0))
+            #expect(symlink(outside, dst + "/out") == 0)
+            let harness = try TransferHarness(directory: dst)
+            func check(_ path: String, size: UInt64 = 3, kind: Wire.CheckKind = .file) -> [UInt8] {
+                MessageWriter.check(
+                    CheckHeader(
+                        kind: kind, size: size, mode: 0o644, mtimeSeconds: 1_600_000_000, mtimeNanoseconds: 0,
+                        path: Array(path.utf8)))
+            }
+            var payload = RawWire.hello(["sha256", "sync"])
+            payload += check("d/f") + check("d/f", size: 4) + check("out/secret") + check("../outside/secret")
+            payload += check("d", kind: .directory) + check("missing") + RawWire.bye
+            let client = SocketExchange(Socket.connect(host: "127.0.0.1", port: harness.port), payload: payload)
+            client.start(on: harness.loop)
+            runLoop(harness.loop, for: .seconds(10)) { client.done && !harness.reports.isEmpty }
+            let haves = RawWire.messages(client.received).filter { $0.0 == Wire.MessageType.have.rawValue }.map(\.1)
+            #expect(
+                haves == [
+                    [Wire.HaveStatus.same.rawValue, 0],
+                    [Wire.HaveStatus.differs.rawValue, Wire.HaveDifference.size],
+                    [Wire.HaveStatus.absent.rawValue, 0],  // through a link: never looked at
+                    [Wire.HaveStatus.absent.rawValue, 0],  // an invalid path
+                    [Wire.HaveStatus.same.rawValue, 0],
+                    [Wire.HaveStatus.absent.rawValue, 0],
+                ])
+            #expect(RawWire.messages(client.received).last?.0 == Wire.MessageType.bye.rawValue)
+
+            var receiving = TransferReceiveOptions(idleTimeout: .seconds(20))
+            receiving.sync = false
+            let strict = try TransferHarness(directory: dst, options: receiving)
+            let replace = Wire.FileFlags.sizeKnown | Wire.FileFlags.replace
+            for messages in [check("d/f"), RawWire.file("d/f", size: 3, flags: replace)] {
+                let sessions = strict.reports.count
+                let client = SocketExchange(
+                    Socket.connect(host: "127.0.0.1", port: strict.port),
+                    payload: RawWire.hello(["sha256"]) + messages + RawWire.bye)
+                client.start(on: strict.loop)
+                runLoop(strict.loop, for: .seconds(10)) { client.done && strict.reports.count > sessions }
+                #expect(strict.reports.last?.error?.code == .protocolViolation)
+            }
+            #expect(readFile(dst + "/d/f") == [1, 2, 3])
+        }
+    }
+
+    @Test("The sender waits for an entry's HAVE before it sends it, and takes no HAVE it did not ask for")
+    func senderMachineWaitsForHave() {
+        let entries: [SenderMachine.Entry] = [
+            .init(
+                relative: "f", isDirectory: false, seekable: true, mode: 0o644, mtimeSeconds: 1, mtimeNanoseconds: 0,
+                listedSize: 5)
+        ]
+        var machine = SenderMachine(entries: entries, settings: .init(eager: false, sync: true))
+        _ = machine.start()
+        _ = machine.received(.magic)
+        _ = machine.received(.frame(.hello(version: 1, capabilities: ["sha256", "sync"])))
+        let check = machine.proceed()
+        #expect(
+            check == [
+                .send(
+                    .check(
+                        CheckHeader(
+                            kind: .file, flags: Wire.CheckFlags.apply, size: 5, mode: 0o644, mtimeSeconds: 1,
+                            mtimeNanoseconds: 0, path: Array("f".utf8))))
+            ])
+        #expect(!machine.canProceed, "the file waits for its HAVE")
+        _ = machine.received(.frame(.have(HaveAnswer(status: .same))))
+        #expect(machine.proceed() == [.settle(0, .stored)])
+        #expect(
+            machine.received(.frame(.have(HaveAnswer(status: .same)))).last == .end(.violation("HAVE for no CHECK")))
+    }
+}
