@@ -195,6 +195,123 @@ struct SyncTests {
         }
     }
 
+    @Test("--delete removes what the sender lacks, never through a link, never a partial; a dry run removes nothing")
+    func deleteRemovesWhatIsGone() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            let outside = root + "/outside"
+            for path in [src + "/keep", dst, outside] {
+                try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            }
+            try writeFile(src + "/keep/a", [1])
+            try writeFile(src + "/b", [2])
+            try writeFile(outside + "/precious", [3])
+            let harness = try TransferHarness(directory: dst)
+            #expect(try harness.send(paths: [src], options: Self.syncing()).succeeded)
+            // What the receiver has and the sender does not: a file, a tree, a link out.
+            try FileManager.default.createDirectory(atPath: dst + "/tree/old/deeper", withIntermediateDirectories: true)
+            try writeFile(dst + "/tree/old/deeper/x", [4])
+            try writeFile(dst + "/tree/keep/stale", [5])
+            #expect(symlink(outside, dst + "/tree/out") == 0)
+            try writeFile(dst + "/tree/.b.sluice-part", [6])
+            var options = Self.syncing(dryRun: true)
+            options.delete = true
+            let expected = ["tree/keep/stale", "tree/old/deeper/x", "tree/old/deeper", "tree/old", "tree/out"]
+            let dry = try harness.send(paths: [src], options: options)
+            #expect(dry.succeeded)
+            #expect(dry.removed == expected)
+            #expect(fileExists(dst + "/tree/old/deeper/x") && fileExists(dst + "/tree/out"))
+
+            options.dryRun = false
+            let real = try harness.send(paths: [src], options: options)
+            #expect(real.succeeded, "\(real.pruneFailures)")
+            #expect(real.removed == expected)
+            #expect(treePaths(dst + "/tree") == [".b.sluice-part", "b", "keep", "keep/a"])
+            #expect(treePaths(outside) == ["precious"])
+
+            // An entry not stored: nothing is removed.
+            try writeFile(dst + "/tree/stray", [7])
+            try FileManager.default.createDirectory(atPath: dst + "/tree/b2", withIntermediateDirectories: true)
+            try writeFile(src + "/b2", [8])
+            let refused = try harness.send(paths: [src], options: options)
+            #expect(!refused.succeeded)
+            #expect(refused.removed.isEmpty && refused.pruneFailures.count == 1)
+            #expect(fileExists(dst + "/tree/stray"))
+        }
+    }
+
+    @Test("Over several connections, --delete keeps every file any connection sent")
+    func deleteOverSeveralConnections() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: src + "/d", withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: dst + "/tree/gone", withIntermediateDirectories: true)
+            try writeFile(dst + "/tree/gone/x", [1])
+            try writeFile(src + "/big.bin", randomBytes(2 << 20, seed: 4))
+            for index in 0..<12 { try writeFile(src + "/d/f\(index)", randomBytes(2000, seed: UInt64(index))) }
+            let harness = try TransferHarness(directory: dst)
+            var options = Self.syncing()
+            options.delete = true
+            let sender = try ParallelTransferSender(sources: [.path(src)], streams: 3, options: options)
+            let box = SummaryBox()
+            sender.start(connect: { Socket.connect(host: "127.0.0.1", port: harness.port) }, on: harness.loop) {
+                box.summary = $0
+            }
+            runLoop(harness.loop, for: .seconds(30)) { box.summary != nil && harness.reports.count >= 3 }
+            let summary = try #require(box.summary)
+            #expect(summary.succeeded, "\(summary.pruneFailures)")
+            #expect(summary.removed == ["tree/gone/x", "tree/gone"])
+            #expect(treeDifferences(src, dst + "/tree", compareDirectoryTimes: false) == [])
+        }
+    }
+
+    @Test("PRUNE without delete, of a path not checked, through a link or out: refused or a violation")
+    func prunesThatLie() throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            let outside = root + "/outside"
+            try FileManager.default.createDirectory(atPath: dst + "/d", withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+            try writeFile(outside + "/precious", [1])
+            try writeFile(dst + "/d/x", [2])
+            #expect(symlink(outside, dst + "/out") == 0)
+            let harness = try TransferHarness(directory: dst)
+            func check(_ path: String) -> [UInt8] {
+                MessageWriter.check(
+                    CheckHeader(
+                        kind: .directory, mode: 0o755, mtimeSeconds: 0, mtimeNanoseconds: 0, path: Array(path.utf8)))
+            }
+            func prune(_ path: String) -> [UInt8] { Frame.prune(path: Array(path.utf8), dryRun: false).encoded }
+            func exchange(_ payload: [UInt8]) -> [(UInt8, [UInt8])] {
+                let sessions = harness.reports.count
+                let client = SocketExchange(Socket.connect(host: "127.0.0.1", port: harness.port), payload: payload)
+                client.start(on: harness.loop)
+                runLoop(harness.loop, for: .seconds(10)) { client.done && harness.reports.count > sessions }
+                return RawWire.messages(client.received)
+            }
+            // Without "delete" in HELLO: a violation.
+            _ = exchange(RawWire.hello(["sha256", "sync"]) + check("d") + prune("d") + RawWire.bye)
+            #expect(harness.reports.last?.error?.code == .protocolViolation)
+            // Not checked, climbing out, through a link: refused; nothing removed anywhere.
+            let replies = exchange(
+                RawWire.hello(["sha256", "sync", "delete"]) + check("out") + prune("d") + prune("../outside")
+                    + prune("out") + RawWire.bye)
+            let answers = replies.map(\.0).filter {
+                $0 != Wire.MessageType.hello.rawValue && $0 != Wire.MessageType.have.rawValue
+            }
+            #expect(
+                answers == [
+                    Wire.MessageType.refused.rawValue, Wire.MessageType.refused.rawValue,
+                    Wire.MessageType.failed.rawValue, Wire.MessageType.bye.rawValue,
+                ], "\(replies.map { ($0.0, PeerText.sanitized($0.1)) })")
+            #expect(!replies.contains { $0.0 == Wire.MessageType.gone.rawValue })
+            #expect(treePaths(outside) == ["precious"])
+            #expect(fileExists(dst + "/d/x"))
+        }
+    }
+
     @Test("The sender waits for an entry's HAVE before it sends it, and takes no HAVE it did not ask for")
     func senderMachineWaitsForHave() {
         let entries: [SenderMachine.Entry] = [

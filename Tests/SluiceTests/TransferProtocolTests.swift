@@ -228,7 +228,7 @@ struct MachineDriver {
                 switch frame {
                 case .stored, .refused, .failed: answersSent += 1
                 case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined,
-                    .held, .link, .hole, .xattr, .owner, .check, .have:
+                    .held, .link, .hole, .xattr, .owner, .check, .have, .prune, .gone:
                     break
                 }
             case .makeDirectory(let request):
@@ -244,6 +244,14 @@ struct MachineDriver {
                 queue += machine.handle(.linkMade(chaotic && coin() ? .refused(.exists, "exists") : nil))
             case .deliverHole:
                 break
+            case .prune(let components, _):
+                check(
+                    EntryRequest(
+                        components: components, relative: components.joined(separator: "/"),
+                        header: EntryHeader(
+                            mode: 0, mtimeSeconds: 0, mtimeNanoseconds: 0,
+                            path: Array(components.joined(separator: "/").utf8))))
+                queue += machine.handle(.pruned(gone: [], nil))
             case .checkEntry(let components, _):
                 // Answered by the session in order (HAVE); nothing the machine waits for.
                 if let components {

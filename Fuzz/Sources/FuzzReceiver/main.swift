@@ -167,6 +167,19 @@ final class Session {
             case .makeLink(let request, let link):
                 check(request)
                 makeLink(request, link)
+            case .prune(let components, _):
+                // Only what no CHECK named, only below the directory pruned.
+                check(
+                    EntryRequest(
+                        components: components, relative: components.joined(separator: "/"),
+                        header: EntryHeader(
+                            mode: 0, mtimeSeconds: 0, mtimeNanoseconds: 0,
+                            path: Array(components.joined(separator: "/").utf8))))
+                expect(machine.peerDeletes && machine.settings.sync, "PRUNE taken without sync and delete")
+                let prefix = components.joined(separator: "/") + "/"
+                let gone = store.files.keys.filter { $0.hasPrefix(prefix) }.sorted()
+                for path in gone { store.files[path] = nil }
+                handle(.pruned(gone: gone, diskFails() ? .failed(.io, "unlinkat: Permission denied") : nil))
             case .checkEntry(let components, let header):
                 // The session answers in order, without the machine waiting: HAVE from the store.
                 expect(machine.settings.sync, "CHECK taken without the capability")
@@ -257,7 +270,7 @@ final class Session {
         switch frame {
         case .stored, .refused, .failed: answersSent += 1
         case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined, .held,
-            .link, .hole, .xattr, .owner, .check, .have:
+            .link, .hole, .xattr, .owner, .check, .have, .prune, .gone:
             break
         }
         expectDecodes(frame, by: &answers, side: "receiver")

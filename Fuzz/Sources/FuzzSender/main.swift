@@ -50,6 +50,7 @@ final class Session {
     /// The size each opened file announced (nil: a stream).
     var sizes: [Int: UInt64?] = [:]
     var settled: Set<Int> = []
+    var pruned: Set<Int> = []
     /// The file whose data is going out, where it started, and its range.
     var sending: (index: Int, offset: UInt64, range: ByteRange?)?
     /// The planned size of each file sent in ranges.
@@ -175,6 +176,13 @@ final class Session {
             case .settle(let index, _):
                 expect(!settled.contains(index), "entry \(index) settled twice")
                 settled.insert(index)
+            case .gone(let root, let path):
+                expect(machine.settings.pruneRoots.contains(root), "GONE taken for \(root), never pruned")
+                expect(path.hasPrefix(machine.entries[root].relative + "/"), "GONE \(path) outside \(root)")
+            case .pruned(let root, _):
+                expect(!pruned.contains(root), "\(root) pruned twice")
+                expect(settled.count == Set(machine.work.map(\.index)).count, "PRUNE before every entry settled")
+                pruned.insert(root)
             case .end(let how):
                 ended = true
                 expect(machine.hasEnded, "end action, machine not ended")
@@ -199,6 +207,7 @@ func fuzzSender(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
     let entries = Array(allEntries.prefix(choices.below(allEntries.count + 1)))
     settings.sync = choices.below(4) == 0
     settings.dryRun = settings.sync && choices.below(4) == 0
+    if settings.sync && !entries.isEmpty && choices.below(2) == 0 { settings.pruneRoots = [0] }
     let session = Session(settings: settings, entries: entries, choices: choices.fork())
     session.perform(session.machine.start())
     feed(

@@ -250,6 +250,30 @@ func sessions() -> [(String, [UInt8])] {
         $0.frame(link(.hard, "home/d.txt", "etc/passwd"))
         $0.frame(.bye)
     }
+    add("metadata-sync") {
+        // A second run (a receiver offering sync): CHECKs first, then what differs, flagged
+        // replace, and a CHECK through a path that climbs out.
+        $0.hello(["sha256", "resume", "links", "sync"])
+        let check = { (kind: Wire.CheckKind, path: String, size: Int, target: String) in
+            Frame.check(
+                CheckHeader(
+                    kind: kind, flags: Wire.CheckFlags.apply, size: UInt64(size), mode: 0o644,
+                    mtimeSeconds: 1_764_547_200, mtimeNanoseconds: 500, path: Array(path.utf8),
+                    target: Array(target.utf8)))
+        }
+        $0.frame(check(.directory, "site", 0, ""))
+        $0.frame(check(.file, "site/index.html", text.count, ""))
+        $0.frame(check(.symbolicLink, "site/latest", 0, "index.html"))
+        $0.frame(check(.file, "../escape", 1, ""))
+        $0.directory("site")
+        $0.file("site/index.html", text, flags: Wire.FileFlags.sizeKnown | Wire.FileFlags.replace)
+        $0.frame(
+            .link(
+                LinkHeader(
+                    kind: .symbolic, mtimeSeconds: 1_764_547_200, mtimeNanoseconds: 0, path: Array("site/latest".utf8),
+                    target: Array("index.html".utf8), replace: true)))
+        $0.frame(.bye)
+    }
     add("sender-error") {
         $0.hello()
         $0.file("first", text)
@@ -441,8 +465,8 @@ case "sessions":
             guard !mustJoin && (offered || !streams) && (c.below(4) != 0 || !name.hasPrefix("eager")) else {
                 return false
             }
-            // The metadata session, one offering links, holes, xattrs and owners.
-            let all = c.below(4) != 0 && c.below(4) != 0 && c.below(4) != 0 && c.below(2) == 0
+            // The metadata sessions, one offering links, holes, xattrs, owners and sync.
+            let all = c.below(4) != 0 && c.below(4) != 0 && c.below(4) != 0 && c.below(2) == 0 && c.below(4) != 0
             return all || !name.hasPrefix("metadata")
         }
         write([receiver] + bytes, to: "\(root)/receiver/\(name)")

@@ -132,6 +132,10 @@ public struct TransferSendOptions: Sendable {
     public var sync = false
     /// With `sync` (`--dry-run`): only ask; every entry is reported with what would be done.
     public var dryRun = false
+    /// With `sync` (`--delete`): once every entry is stored, the receiver removes what is under
+    /// each directory sent that the sender does not have (never the directory itself, never
+    /// outside it, never through a link). Nothing is removed when an entry was not stored.
+    public var delete = false
 
     public init(
         compress: Bool = false, compressionLevel: Int = 6, threads: Int? = nil, chunkSize: ChunkSize = .default,
@@ -201,12 +205,18 @@ public struct TransferSummary: Sendable {
     public var digest: TransferDigest? = nil
     /// Bytes of sparse files' holes: counted in the files' sizes, not sent.
     public var holeBytes: UInt64 = 0
+    /// With `TransferSendOptions.delete`: the paths the receiver removed (on a dry run, would
+    /// remove), and why a directory was not pruned, if one was not.
+    public var removed: [String] = []
+    public var pruneFailures: [String] = []
 
     /// Symbolic and hard links stored (counted in `files` too).
     public var links: Int { results.filter { $0.isLink && $0.outcome.isStored }.count }
 
     /// True when the connection completed and every entry was stored.
-    public var succeeded: Bool { error == nil && results.allSatisfy { $0.outcome.isStored } }
+    public var succeeded: Bool {
+        error == nil && results.allSatisfy { $0.outcome.isStored } && pruneFailures.isEmpty
+    }
 }
 
 // MARK: Receiver
@@ -315,4 +325,6 @@ public enum TransferReceiverEvent: Sendable {
     case entry(sessionID: Int, TransferFileResult)
     /// A problem that did not fail an entry (a directory's attributes could not be set).
     case warning(sessionID: Int, String)
+    /// A path removed (`send --delete`): the sender no longer has it.
+    case removed(sessionID: Int, String)
 }

@@ -226,6 +226,8 @@ final class ReceiveSession: Interruptible {
         switch event {
         case .sessionStarted:
             break
+        case .removed(_, let path):
+            Terminal.report("removed \(PeerText.sanitized(path)) (the sender's --delete)")
         case .entry(let session, let result):
             let path = PeerText.sanitized(result.path)
             let line: String

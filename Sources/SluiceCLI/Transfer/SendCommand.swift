@@ -95,6 +95,7 @@ final class SendSession: Interruptible {
             self.say("warning: \(PeerText.sanitized(warning))")
         }
         let onResult = { [weak self] (result: TransferFileResult) -> Void in self?.answered(result) }
+        let onRemoved = { [weak self] (path: String) -> Void in self?.removed(path) }
         var library = options.libraryOptions
         switch options.selection() {
         case .success(let selection): library.selection = selection
@@ -111,6 +112,7 @@ final class SendSession: Interruptible {
             case .success(let made):
                 made.onWarning = onWarning
                 made.onFileResult = onResult
+                made.onRemoved = onRemoved
                 (parallel, sender, cancelTransfer) = (made, made, { [weak made] in made?.cancel() })
             case .failure(let error): return Self.listingFailure(error)
             }
@@ -122,6 +124,7 @@ final class SendSession: Interruptible {
             case .success(let made):
                 made.onWarning = onWarning
                 made.onFileResult = onResult
+                made.onRemoved = onRemoved
                 (single, sender, cancelTransfer) = (made, made, { [weak made] in made?.cancel() })
             case .failure(let error): return Self.listingFailure(error)
             }
@@ -196,6 +199,14 @@ final class SendSession: Interruptible {
         }
     }
 
+    /// `--delete` removed `path` (or would, on a dry run): rsync's `*deleting` line with
+    /// `--itemize`.
+    private func removed(_ path: String) {
+        guard options.itemize else { return }
+        progress?.clearLine()
+        Terminal.write("*deleting   \(PeerText.sanitized(path))\n", to: 1)
+    }
+
     /// One line on stderr, clearing the progress line first.
     private func say(_ message: String) {
         progress?.clearLine()
@@ -254,7 +265,10 @@ final class SendSession: Interruptible {
         }
         if let timeoutFailure { return timeoutFailure }
         guard let error = summary.error else {
-            return CLIError(TransferStatus.status(results: summary.results, connectionError: nil), "")
+            let status = TransferStatus.status(results: summary.results, connectionError: nil)
+            // A directory not pruned (--delete) is an input/output failure when nothing else is.
+            if status == .ok && !summary.pruneFailures.isEmpty { return CLIError(.ioError, "") }
+            return CLIError(status, "")
         }
         let connected = summary.bytesSent > 0 && !["connect", "resolve"].contains(error.operation)
         let status = TransferStatus.status(connection: error, connected: connected)

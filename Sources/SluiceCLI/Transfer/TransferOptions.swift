@@ -208,6 +208,8 @@ struct SendOptions: Sendable {
     var sync = false
     var dryRun = false
     var itemize = false
+    /// `--delete` (implies `--sync`).
+    var delete = false
 
     static let name = OptionSpec(
         "name", value: .required("NAME"), help: "the name to store standard input under\n(with the path -)")
@@ -261,6 +263,11 @@ struct SendOptions: Sendable {
         OptionSpec(
             "dry-run", short: "n",
             help: "with --sync (implied): change nothing, print\nwhat would be sent, replaced or left"),
+        OptionSpec(
+            "delete",
+            help:
+                "with --sync (implied): once every file is\nstored, remove what the receiver has under each\n"
+                + "directory sent that is not sent"),
         OptionSpec(
             "itemize", short: "i",
             help: "print a line per entry sent or changed, as\nrsync -i does (>f+++++++++ new, >f.st...... changed)"),
@@ -353,7 +360,15 @@ struct SendOptions: Sendable {
         owners = parsed.has("owner") || parsed.has("archive")
         numericIDs = parsed.has("numeric-ids")
         dryRun = parsed.has("dry-run")
-        sync = parsed.has("sync") || dryRun
+        delete = parsed.has("delete")
+        sync = parsed.has("sync") || dryRun || delete
+        if delete, let option = parsed.last("delete"),
+            !excludes.isEmpty || !excludeFiles.isEmpty || filesFrom != nil || shard != nil
+        {
+            throw UsageError(
+                "\(option.spelling) with --exclude, --exclude-from, --files-from or --shard would remove what they "
+                    + "leave out; not supported")
+        }
         itemize = parsed.has("itemize") || dryRun
         if sync && paths.contains("-") {
             throw UsageError("--sync: standard input has nothing to compare; send it without --sync")
@@ -442,6 +457,7 @@ struct SendOptions: Sendable {
         options.numericIDs = numericIDs
         options.sync = sync
         options.dryRun = dryRun
+        options.delete = delete
         return options
     }
 }

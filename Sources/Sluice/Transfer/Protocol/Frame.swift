@@ -23,6 +23,10 @@ enum Frame: Equatable, Sendable {
     case owner(EntryOwner)
     /// What the receiver has at a path (`sync`).
     case check(CheckHeader)
+    /// Remove what is under a directory that the session did not CHECK (`--delete`).
+    case prune(path: [UInt8], dryRun: Bool)
+    /// A path PRUNE removed (or, on a dry run, would remove).
+    case gone(path: [UInt8])
     case joined
     case accept(offset: UInt64)
     case stored
@@ -50,6 +54,8 @@ enum Frame: Equatable, Sendable {
         case .owner: return .owner
         case .check: return .check
         case .have: return .have
+        case .prune: return .prune
+        case .gone: return .gone
         case .joined: return .joined
         case .accept: return .accept
         case .stored: return .stored
@@ -78,6 +84,13 @@ enum Frame: Equatable, Sendable {
         case .xattr(let attribute): return MessageWriter.xattr(attribute)
         case .owner(let owner): return MessageWriter.owner(owner)
         case .check(let check): return MessageWriter.check(check)
+        case .prune(let path, let dryRun):
+            return MessageWriter.message(.prune) { w in
+                w.u8(dryRun ? Wire.PruneFlags.dryRun : 0)
+                w.u16(UInt16(path.count))
+                w.raw(path)
+            }
+        case .gone(let path): return MessageWriter.message(.gone) { $0.raw(path) }
         case .have(let have):
             return MessageWriter.message(.have) { w in
                 w.u8(have.status.rawValue)
@@ -101,9 +114,9 @@ enum Frame: Equatable, Sendable {
 /// send.
 enum FrameDirection: Sendable {
     /// Sender → receiver: HELLO, FILE, DIR, DATA, END, ABORT, BYE, JOIN, RANGE, RANGE-END,
-    /// HELD, LINK, HOLE, XATTR, OWNER, CHECK, ERROR.
+    /// HELD, LINK, HOLE, XATTR, OWNER, CHECK, PRUNE, ERROR.
     case toReceiver
-    /// Receiver → sender: HELLO, ACCEPT, STORED, REFUSED, FAILED, JOINED, HAVE, BYE, ERROR.
+    /// Receiver → sender: HELLO, ACCEPT, STORED, REFUSED, FAILED, JOINED, HAVE, GONE, BYE, ERROR.
     case toSender
 
     func allows(_ type: Wire.MessageType) -> Bool {
@@ -112,18 +125,18 @@ enum FrameDirection: Sendable {
         case (.toReceiver, .file), (.toReceiver, .directory), (.toReceiver, .data), (.toReceiver, .end),
             (.toReceiver, .abort), (.toReceiver, .join), (.toReceiver, .range), (.toReceiver, .rangeEnd),
             (.toReceiver, .held), (.toReceiver, .link), (.toReceiver, .hole), (.toReceiver, .xattr),
-            (.toReceiver, .owner), (.toReceiver, .check):
+            (.toReceiver, .owner), (.toReceiver, .check), (.toReceiver, .prune):
             return true
         case (.toReceiver, .accept), (.toReceiver, .stored), (.toReceiver, .refused), (.toReceiver, .failed),
-            (.toReceiver, .joined), (.toReceiver, .have):
+            (.toReceiver, .joined), (.toReceiver, .have), (.toReceiver, .gone):
             return false
         case (.toSender, .accept), (.toSender, .stored), (.toSender, .refused), (.toSender, .failed),
-            (.toSender, .joined), (.toSender, .have):
+            (.toSender, .joined), (.toSender, .have), (.toSender, .gone):
             return true
         case (.toSender, .file), (.toSender, .directory), (.toSender, .data), (.toSender, .end),
             (.toSender, .abort), (.toSender, .join), (.toSender, .range), (.toSender, .rangeEnd),
             (.toSender, .held), (.toSender, .link), (.toSender, .hole), (.toSender, .xattr), (.toSender, .owner),
-            (.toSender, .check):
+            (.toSender, .check), (.toSender, .prune):
             return false
         }
     }
@@ -286,6 +299,13 @@ struct FrameDecoder: Sendable {
             return MessageReader.owner(payload).map(Frame.owner)
         case .check:
             return MessageReader.check(payload).map(Frame.check)
+        case .prune:
+            guard let flags = reader.u8(), flags & ~Wire.PruneFlags.dryRun == 0, let length = reader.u16(),
+                Int(length) <= Wire.maxPathBytes, let path = reader.raw(Int(length)), reader.atEnd
+            else { return nil }
+            return .prune(path: path, dryRun: flags & Wire.PruneFlags.dryRun != 0)
+        case .gone:
+            return .gone(path: reader.rest())
         case .have:
             guard payload.count == 2, let byte = reader.u8(), let status = Wire.HaveStatus(rawValue: byte),
                 let differences = reader.u8(), differences < 32

@@ -63,6 +63,9 @@ enum ReceiverAction: Equatable, Sendable {
     /// absent), and send HAVE — in the order CHECKs came, which the session keeps; the machine
     /// goes on meanwhile.
     case checkEntry([String]?, CheckHeader)
+    /// Remove what is under the directory that no CHECK of the transfer named (or, on a dry
+    /// run, only find it), never following a link; answer `.pruned`.
+    case prune([String], dryRun: Bool)
     /// Open the file's temporary file, finding how much a partial holds; answer `.fileOpened`.
     case openFile(EntryRequest)
     /// Pass the DATA bytes just decoded into the file's data path: decompress if compressed,
@@ -107,6 +110,8 @@ enum ReceiverOutcome: Equatable, Sendable {
     case directoryMade(EntryRejection?)
     /// The link was made (nil), or why not.
     case linkMade(EntryRejection?)
+    /// What PRUNE removed (relative paths), and why it stopped if it did.
+    case pruned(gone: [String], EntryRejection?)
     /// The offset to resume from (0 for a new file), or why the file cannot be received.
     case fileOpened(Result<UInt64, EntryRejection>)
     /// Decompressing or writing failed: the file fails with this answer.
@@ -208,6 +213,7 @@ struct ReceiverMachine: Sendable {
     enum Pending: Equatable, Sendable {
         case directory(EntryRequest)
         case link(EntryRequest, LinkHeader)
+        case prune(EntryRequest)
         case file(EntryRequest)
         case range(EntryRequest, ByteRange)
     }
@@ -256,6 +262,9 @@ struct ReceiverMachine: Sendable {
     private(set) var syncing = false
     /// CHECKs taken; the most one session may send is `maxChecks`.
     private(set) var checksAnnounced = 0
+    /// The sender listed `delete`: the paths it CHECKs are kept, up to `Wire.maxNamedBytes`.
+    private(set) var peerDeletes = false
+    private var namedBytes = 0
     static let maxChecks = 1 << 24
 
     init(settings: Settings) {
@@ -369,12 +378,13 @@ struct ReceiverMachine: Sendable {
             }
             digest = agreed
             peerChecksHeld = capabilities.contains(Wire.Capability.heldSHA256)
+            peerDeletes = capabilities.contains(Wire.Capability.delete)
             state = .idle
             return []
         case (.awaitingHello, .file), (.awaitingHello, .directory), (.awaitingHello, .end),
             (.awaitingHello, .abort), (.awaitingHello, .bye), (.awaitingHello, .join), (.awaitingHello, .range),
             (.awaitingHello, .rangeEnd), (.awaitingHello, .held), (.awaitingHello, .link), (.awaitingHello, .hole),
-            (.awaitingHello, .xattr), (.awaitingHello, .owner), (.awaitingHello, .check):
+            (.awaitingHello, .xattr), (.awaitingHello, .owner), (.awaitingHello, .check), (.awaitingHello, .prune):
             return violation("\(frame.type.name) before HELLO")
 
         case (.idle, .check(let header)):
@@ -385,6 +395,12 @@ struct ReceiverMachine: Sendable {
                 return violation("more than \(Self.maxChecks) CHECKs in one session")
             }
             syncing = true
+            if peerDeletes {
+                namedBytes += header.path.count + 1
+                guard namedBytes <= Wire.maxNamedBytes else {
+                    return violation("more than \(Wire.maxNamedBytes) bytes of paths CHECKed for --delete")
+                }
+            }
             if case .success(let components) = PathCheck.receivable(header.path) {
                 return [.checkEntry(components, header)]
             }
@@ -392,6 +408,25 @@ struct ReceiverMachine: Sendable {
 
         case (.idle, .xattr(let attribute)):
             return takeAttribute(attribute)
+        case (.idle, .prune(let path, let dryRun)):
+            guard settings.sync && peerDeletes else {
+                return violation("PRUNE: this receiver does not offer sync, or the sender did not list delete")
+            }
+            guard pendingAttributes.isEmpty else { return violation("XATTR or OWNER before a PRUNE") }
+            entriesAnnounced += 1
+            switch PathCheck.receivable(path) {
+            case .failure(let refusal):
+                return answer(
+                    .refused(.invalidPath, "invalid path: \(refusal.reason)"), path: PeerText.sanitized(path),
+                    isDirectory: true, size: nil)
+            case .success(let components):
+                let relative = components.joined(separator: "/")
+                let request = EntryRequest(
+                    components: components, relative: relative,
+                    header: EntryHeader(mode: 0, mtimeSeconds: 0, mtimeNanoseconds: 0, path: path))
+                state = .storing(.prune(request))
+                return [.prune(components, dryRun: dryRun)]
+            }
         case (.idle, .owner(let owner)):
             guard settings.owners else {
                 return violation("OWNER: this receiver does not keep owners (it is not running as root)")
@@ -513,7 +548,7 @@ struct ReceiverMachine: Sendable {
             return [.finishData]
         case (.receiving, .hello), (.receiving, .file), (.receiving, .directory), (.receiving, .bye),
             (.receiving, .join), (.receiving, .range), (.receiving, .link), (.receiving, .xattr),
-            (.receiving, .owner), (.receiving, .check):
+            (.receiving, .owner), (.receiving, .check), (.receiving, .prune):
             return violation("\(frame.type.name) in the middle of a file")
 
         case (.discarding, .end), (.discarding, .abort), (.discarding, .rangeEnd):
@@ -523,12 +558,12 @@ struct ReceiverMachine: Sendable {
             return []
         case (.discarding, .hello), (.discarding, .file), (.discarding, .directory), (.discarding, .bye),
             (.discarding, .join), (.discarding, .range), (.discarding, .link), (.discarding, .xattr),
-            (.discarding, .owner), (.discarding, .check):
+            (.discarding, .owner), (.discarding, .check), (.discarding, .prune):
             return violation("\(frame.type.name) in the middle of a file")
 
         case (_, .error(let reason)):
             return end(.peerError(reason))
-        case (_, .accept), (_, .stored), (_, .refused), (_, .failed), (_, .joined), (_, .have):
+        case (_, .accept), (_, .stored), (_, .refused), (_, .failed), (_, .joined), (_, .have), (_, .gone):
             // The decoder lets none of these through from a sender; kept explicit all the same.
             return violation("\(frame.type.name) is not a message a sender sends")
         }
@@ -780,6 +815,10 @@ struct ReceiverMachine: Sendable {
         case (.storing(.directory(let request)), .directoryMade(let rejection)):
             state = .idle
             return answer(rejection, path: request.relative, isDirectory: true, size: nil)
+        case (.storing(.prune(let request)), .pruned(let gone, let rejection)):
+            state = .idle
+            return gone.map { .send(.gone(path: Array($0.utf8))) }
+                + answer(rejection, path: request.relative, isDirectory: true, size: nil)
         case (.storing(.link(let request, _)), .linkMade(let rejection)):
             state = .idle
             return answer(rejection, path: request.relative, isDirectory: false, size: nil, isLink: true)
@@ -949,8 +988,8 @@ struct ReceiverMachine: Sendable {
             // An interrupted file keeps its partial data for a resume (the store decides
             // whether it may be kept).
             actions.append(.dropFile(keep: true))
-        case .awaitingMagic, .awaitingHello, .idle, .joining, .storing(.directory), .storing(.link), .discarding,
-            .settling, .ended:
+        case .awaitingMagic, .awaitingHello, .idle, .joining, .storing(.directory), .storing(.link), .storing(.prune),
+            .discarding, .settling, .ended:
             break
         }
         state = .ended(how)

@@ -26,6 +26,10 @@ enum SenderAction: Equatable, Sendable {
     case stopData(Int)
     /// Entry `index` has its outcome.
     case settle(Int, TransferOutcome)
+    /// PRUNE of directory entry `index` removed `path` (or would, on a dry run).
+    case gone(Int, String)
+    /// PRUNE of directory entry `index` was answered: stored (done), or why not.
+    case pruned(Int, TransferOutcome)
     /// The transfer is over: every entry answered (`.goodbye`), or why not.
     case end(SessionEnd)
 }
@@ -81,6 +85,9 @@ struct SenderMachine: Sendable {
         /// With `sync`: send nothing but the CHECKs; every entry is settled here with what
         /// would have been done.
         var dryRun = false
+        /// With `sync` (`--delete`): directory entries under which the receiver is to remove what
+        /// was not sent (PRUNE), once every entry is stored.
+        var pruneRoots: [Int] = []
     }
 
     /// One entry as the machine knows it before it is opened.
@@ -180,6 +187,10 @@ struct SenderMachine: Sendable {
     /// CHECKs without a HAVE yet, oldest first, and the HAVEs by entry.
     private var awaitingHave: [Int] = []
     private(set) var haves: [Int: HaveAnswer] = [:]
+    /// PRUNEs sent, those without an answer (oldest first), and whether an entry was not stored.
+    private var prunesSent = 0
+    private var pruning: [Int] = []
+    private var anyNotStored = false
 
     init(entries: [Entry], settings: Settings, work: [Work]? = nil, join: TransferJoin? = nil, fallback: [Work]? = nil)
     {
@@ -201,7 +212,14 @@ struct SenderMachine: Sendable {
         ]
         set.formUnion(settings.digests.map(\.capability))
         if settings.resume { set.formUnion([Wire.Capability.resume, Wire.Capability.heldSHA256]) }
+        if !settings.pruneRoots.isEmpty { set.insert(Wire.Capability.delete) }
         return set
+    }
+
+    /// The PRUNEs of this connection: the roots it sends itself.
+    private var pruneRoots: [Int] {
+        guard syncing else { return [] }
+        return settings.pruneRoots.filter { work.contains(.entry($0)) }
     }
 
     /// Whether a resumed file's held bytes are checked with SHA-256 (HELD) rather than as part
@@ -222,7 +240,11 @@ struct SenderMachine: Sendable {
             // An entry goes once its HAVE is in.
             if next < work.count, haves[work[next].index] == nil, checks.contains(work[next].index) { return false }
         }
-        guard next < work.count else { return eagerResumable.isEmpty }
+        guard next < work.count else {
+            // PRUNE once every entry is answered; BYE after.
+            if prunesSent < pruneRoots.count { return unanswered.isEmpty && eagerResumable.isEmpty }
+            return eagerResumable.isEmpty
+        }
         if case .entry(let index) = work[next], let target = linkTarget(of: index) {
             // A hard link waits for its target's answer (the walk puts links after the files).
             return !unanswered.contains(target)
@@ -314,6 +336,10 @@ struct SenderMachine: Sendable {
 
     /// Announces the next entry, or says goodbye after the last.
     mutating func proceed() -> [SenderAction] {
+        noted(proceedUnnoted())
+    }
+
+    private mutating func proceedUnnoted() -> [SenderAction] {
         guard canProceed else { return [] }
         if syncing && checksSent < checks.count {
             let index = checks[checksSent]
@@ -322,6 +348,16 @@ struct SenderMachine: Sendable {
             return [.send(.check(check(index)))]
         }
         guard next < work.count else {
+            let roots = pruneRoots
+            if prunesSent < roots.count {
+                let root = roots[prunesSent]
+                prunesSent += 1
+                guard !anyNotStored else {
+                    return [.pruned(root, .refused(reason: "nothing removed: not every entry was stored"))]
+                }
+                pruning.append(root)
+                return [.send(.prune(path: Array(entries[root].relative.utf8), dryRun: settings.dryRun))]
+            }
             state = .byeSent
             return [.send(.bye)]
         }
@@ -381,6 +417,10 @@ struct SenderMachine: Sendable {
     // MARK: Messages
 
     mutating func received(_ item: FrameDecoder.Item) -> [SenderAction] {
+        noted(receivedUnnoted(item))
+    }
+
+    private mutating func receivedUnnoted(_ item: FrameDecoder.Item) -> [SenderAction] {
         if case .ended = state { return [] }
         switch item {
         case .magic:
@@ -428,6 +468,13 @@ struct SenderMachine: Sendable {
         case (.joining, .joined):
             state = .ready
             return [.joined]
+        case (_, .gone(let path)):
+            guard let root = pruning.first else { return violation("GONE for no PRUNE") }
+            let prefix = Array(entries[root].relative.utf8) + [UInt8(ascii: "/")]
+            guard path.starts(with: prefix), path.count > prefix.count else {
+                return violation("GONE for a path outside the directory pruned")
+            }
+            return [.gone(root, PeerText.sanitized(path))]
         case (_, .have(let answer)):
             guard !awaitingHave.isEmpty else { return violation("HAVE for no CHECK") }
             haves[awaitingHave.removeFirst()] = answer
@@ -468,7 +515,7 @@ struct SenderMachine: Sendable {
             return violation("goodbye before the sender's")
 
         case (_, .file), (_, .directory), (_, .end), (_, .abort), (_, .join), (_, .range), (_, .rangeEnd),
-            (_, .held), (_, .link), (_, .hole), (_, .xattr), (_, .owner), (_, .check):
+            (_, .held), (_, .link), (_, .hole), (_, .xattr), (_, .owner), (_, .check), (_, .prune):
             return violation("\(frame.type.name) is not a message a receiver sends")
         }
     }
@@ -489,8 +536,17 @@ struct SenderMachine: Sendable {
         return [.stopData(index), .send(.abort(reason: "the receiver holds part of the file: announced again"))]
     }
 
-    /// STORED, REFUSED or FAILED: the answer to the oldest unanswered entry.
+    /// STORED, REFUSED or FAILED: the answer to the oldest unanswered entry (or, once every
+    /// entry is answered, to the oldest PRUNE).
     private mutating func answered(_ frame: Frame) -> [SenderAction] {
+        if unanswered.isEmpty, let root = pruning.first {
+            pruning.removeFirst()
+            if case .refused(_, let reason) = frame { return [.pruned(root, .refused(reason: reason))] }
+            if case .failed(let code, let reason) = frame {
+                return [.pruned(root, .failed(reason: reason, kind: code == .data ? .data : .io))]
+            }
+            return [.pruned(root, .stored)]
+        }
         guard let index = unanswered.first else { return violation("an answer for no entry") }
         let outcome: TransferOutcome
         switch frame {
@@ -511,9 +567,10 @@ struct SenderMachine: Sendable {
                 outcome = .failed(reason: reason, kind: code == .data ? .data : .io)
             }
         case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined,
-            .held, .link, .hole, .xattr, .owner, .check, .have:
+            .held, .link, .hole, .xattr, .owner, .check, .have, .prune, .gone:
             return violation("\(frame.type.name) is not an answer")
         }
+        if outcome != .stored { anyNotStored = true }
         if outcome == .stored { stored.insert(index) }
         unanswered.removeFirst()
         eagerResumable[index] = nil
@@ -539,6 +596,10 @@ struct SenderMachine: Sendable {
     // MARK: Outcomes
 
     mutating func handle(_ outcome: SenderOutcome) -> [SenderAction] {
+        noted(handleUnnoted(outcome))
+    }
+
+    private mutating func handleUnnoted(_ outcome: SenderOutcome) -> [SenderAction] {
         switch (state, outcome) {
         case (.ended, _):
             return []
@@ -643,6 +704,12 @@ struct SenderMachine: Sendable {
                         .invalidArgument, operation: "send", detail: "internal: unexpected \(outcome) in state \(state)"
                     )))
         }
+    }
+
+    /// Notes an entry settled other than stored: PRUNE then removes nothing.
+    private mutating func noted(_ actions: [SenderAction]) -> [SenderAction] {
+        for case .settle(_, let outcome) in actions where outcome != .stored { anyNotStored = true }
+        return actions
     }
 
     /// HELD before a resumed file's END, when `checksHeld`. Its session computes the digest for

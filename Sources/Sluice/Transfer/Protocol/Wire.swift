@@ -67,10 +67,13 @@ enum Wire {
         /// CHECK and HAVE: the sender asks what the receiver has of each entry before sending
         /// it, skips what is the same, and replaces what differs (FILE and LINK flagged replace).
         static let sync = "sync"
+        /// In a sender's HELLO: it will send PRUNE (`--delete`), so the receiver keeps the paths
+        /// CHECKed in the session.
+        static let delete = "delete"
     }
 
-    /// Message types. Sender → receiver: 0x01, 0x10–0x1E, 0x7F. Receiver → sender: 0x01,
-    /// 0x15, 0x20–0x25, 0x7F.
+    /// Message types. Sender → receiver: 0x01, 0x10–0x1F, 0x7F. Receiver → sender: 0x01,
+    /// 0x15, 0x20–0x26, 0x7F.
     enum MessageType: UInt8, Sendable {
         case hello = 0x01
         case file = 0x10
@@ -88,12 +91,14 @@ enum Wire {
         case xattr = 0x1C
         case owner = 0x1D
         case check = 0x1E
+        case prune = 0x1F
         case accept = 0x20
         case stored = 0x21
         case refused = 0x22
         case failed = 0x23
         case joined = 0x24
         case have = 0x25
+        case gone = 0x26
         case error = 0x7F
 
         /// The message's name in `sluice-protocol(7)`: `HELLO`, `FILE`, …
@@ -120,6 +125,8 @@ enum Wire {
             case .owner: return "OWNER"
             case .check: return "CHECK"
             case .have: return "HAVE"
+            case .prune: return "PRUNE"
+            case .gone: return "GONE"
             case .joined: return "JOINED"
             case .error: return "ERROR"
             }
@@ -143,6 +150,8 @@ enum Wire {
             case .owner: return 8 + 2 * (1 + Wire.maxOwnerNameBytes)
             case .check: return 2 + 8 + 4 + 12 + 2 + Wire.maxPathBytes + 2 + Wire.maxPathBytes
             case .have: return 2
+            case .prune: return 1 + 2 + Wire.maxPathBytes
+            case .gone: return Wire.maxPathBytes
             case .stored, .bye, .joined: return 0
             case .refused, .failed: return 1 + Wire.maxReasonBytes
             case .abort, .error: return Wire.maxReasonBytes
@@ -193,6 +202,15 @@ enum Wire {
         /// Something else at the name: sent to replace it.
         case differs = 2
     }
+
+    /// PRUNE flags.
+    enum PruneFlags {
+        /// Only say what would go (GONE), remove nothing.
+        static let dryRun: UInt8 = 1
+    }
+
+    /// The most bytes of paths a receiver keeps for one transfer's PRUNE (the paths CHECKed).
+    static let maxNamedBytes = 64 << 20
 
     /// HAVE's differences (rsync's itemized letters).
     enum HaveDifference {

@@ -40,6 +40,8 @@ public final class ParallelTransferSender: TransferProgressSource {
     /// Called as each entry is answered (a file in ranges once all its ranges are).
     public var onFileResult: ((TransferFileResult) -> Void)?
     public var onWarning: ((String) -> Void)?
+    /// With `delete`: called with each path the receiver removed (would remove, on a dry run).
+    public var onRemoved: ((String) -> Void)?
     /// Called for each connection once it has joined the transfer (its index).
     public var onStreamJoined: ((Int) -> Void)?
 
@@ -176,6 +178,7 @@ public final class ParallelTransferSender: TransferProgressSource {
         guard let connect, let loop else { return }
         senders.append(sender)
         sender.onWarning = { [weak self] text in self?.warn(text) }
+        sender.onRemoved = { [weak self] path in self?.onRemoved?(path) }
         sender.onSettle = { [weak self] entry, outcome in self?.settled(entry, outcome, on: index) }
         sender.fileDigest = { [weak self] entry, algorithm, completion in
             self?.fileDigest(entry, algorithm, completion)
@@ -311,6 +314,8 @@ public final class ParallelTransferSender: TransferProgressSource {
             seconds: Double(monotonicNanoseconds() - started) / 1e9, results: entries.indices.map(result),
             error: ordered.lazy.compactMap(\.error).first, digest: ordered.lazy.compactMap(\.digest).first)
         total.holeBytes = ordered.reduce(0) { $0 + $1.holeBytes }
+        total.removed = ordered.flatMap(\.removed)
+        total.pruneFailures = ordered.flatMap(\.pruneFailures)
         let finished = completion
         completion = nil
         finished?(total)

@@ -83,6 +83,8 @@ final class ReceiverSession: WireConnectionOwner {
     private var scratchStorage: UnsafeMutableRawBufferPointer?
     /// The transfer of several connections this session joined.
     var group: TransferGroup?
+    /// The paths CHECKed in this session, for PRUNE (`send --delete`), when it joined no group.
+    var ownNames: Set<String> = []
     /// With fsync: files verified and set aside, to be flushed with one `syncfs` and renamed
     /// into place together (`ReceiverStore.commitStaged`), and their bytes.
     var staged: [StagedSlot] = [] {
@@ -302,6 +304,8 @@ final class ReceiverSession: WireConnectionOwner {
                 deliverHole(length)
             case .checkEntry(let components, let header):
                 checkEntry(components, header)
+            case .prune(let components, let dryRun):
+                prune(components, dryRun: dryRun)
             case .openFile(let request):
                 openFile(request)
             case .deliverData:
@@ -364,6 +368,7 @@ final class ReceiverSession: WireConnectionOwner {
     /// Compares what is at a path with a CHECK on the lane, in order with the other checks and
     /// the small files, and sends HAVE.
     private func checkEntry(_ components: [String]?, _ header: CheckHeader) {
+        if machine.peerDeletes, let components { name(components.joined(separator: "/")) }
         let store = self.store
         laneJobs += 1
         lane.submit({ components.map { store.check($0, header) } ?? HaveAnswer(status: .absent) }, completingOn: loop) {
@@ -372,6 +377,25 @@ final class ReceiverSession: WireConnectionOwner {
             guard !ended else { return }
             connection.send(Frame.have(answer).encoded)
             runAfterStaged()
+            pump()
+        }
+    }
+
+    /// The paths CHECKed for PRUNE: the transfer's, over several connections.
+    private var named: Set<String> { group?.named ?? ownNames }
+
+    private func name(_ path: String) {
+        if let group { group.named.insert(path) } else { ownNames.insert(path) }
+    }
+
+    /// PRUNE on the lane, after the checks before it; every path removed is reported.
+    private func prune(_ components: [String], dryRun: Bool) {
+        let (store, named) = (self.store, self.named)
+        lane.submit({ store.prune(components, named: named, dryRun: dryRun) }, completingOn: loop) {
+            [self] gone, rejection in
+            guard !ended else { return }
+            if !dryRun { for path in gone { receiver?.emit(.removed(sessionID: id, path)) } }
+            perform(machine.handle(.pruned(gone: gone, rejection)))
             pump()
         }
     }

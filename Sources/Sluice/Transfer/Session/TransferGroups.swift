@@ -15,6 +15,8 @@ final class TransferGroup {
     private(set) var members: Set<Int> = []
     /// Files received in ranges, by relative path.
     var files: [String: SharedFile] = [:]
+    /// The paths the transfer's connections CHECKed, for `--delete` (PRUNE).
+    var named: Set<String> = []
     /// The most unfinished files one transfer holds open at once: each holds a descriptor
     /// until it is stored or the transfer ends, and a peer must not exhaust them.
     static let maxOpenFiles = 64

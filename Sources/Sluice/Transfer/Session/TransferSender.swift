@@ -36,6 +36,10 @@ public final class TransferSender: WireConnectionOwner {
     /// Called for problems that do not fail the transfer (compression not offered by the
     /// receiver).
     public var onWarning: ((String) -> Void)?
+    /// With `delete`: called with each path the receiver removed (would remove, on a dry run).
+    public var onRemoved: ((String) -> Void)?
+    private var removed: [String] = []
+    private var pruneFailures: [String] = []
 
     private let entries: [OutgoingEntry]
     private var machine: SenderMachine
@@ -113,8 +117,14 @@ public final class TransferSender: WireConnectionOwner {
             entries: Self.machineEntries(entries),
             settings: .init(
                 compress: options.compress, resume: options.resume, eager: options.eager, sync: options.sync,
-                dryRun: options.sync && options.dryRun),
+                dryRun: options.sync && options.dryRun,
+                pruneRoots: options.sync && options.delete ? Self.pruneRoots(entries) : []),
             work: work, join: join, fallback: fallback)
+    }
+
+    /// The directories given as sources: what `--delete` prunes.
+    static func pruneRoots(_ entries: [OutgoingEntry]) -> [Int] {
+        entries.indices.filter { entries[$0].isDirectory && !entries[$0].relative.contains("/") }
     }
 
     /// The entries as the sender machine knows them.
@@ -322,6 +332,15 @@ public final class TransferSender: WireConnectionOwner {
                 outcomes[index] = outcome
                 onSettle?(index, outcome)
                 onFileResult?(result(index))
+            case .gone(_, let path):
+                removed.append(path)
+                onRemoved?(path)
+            case .pruned(let root, let outcome):
+                if !outcome.isStored {
+                    let failure = "\(entries[root].relative): nothing removed: \(outcome)"
+                    pruneFailures.append(failure)
+                    warn("--delete: " + failure)
+                }
             case .end(let how):
                 end(how)
             }
@@ -818,6 +837,8 @@ public final class TransferSender: WireConnectionOwner {
             results: entries.indices.map(result), error: error,
             digest: machine.peerCapabilities.isEmpty ? nil : machine.digest)
         summary.holeBytes = holeBytes
+        summary.removed = removed
+        summary.pruneFailures = pruneFailures
         let done = completion
         completion = nil
         done?(summary)

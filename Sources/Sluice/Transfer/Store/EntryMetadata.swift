@@ -282,3 +282,105 @@ extension ReceiverStore {
         }
     }
 }
+
+extension ReceiverStore {
+    /// PRUNE (`send --delete`): removes what is below directory `components` that no CHECK of
+    /// the transfer named (`named`), deepest first, never following a link and never touching
+    /// partial files (`.NAME.sluice-part`); on a dry run only lists it. Returns the relative
+    /// paths removed, in order, and the first failure if any (the walk goes on past it). The
+    /// directory itself must have been named.
+    func prune(_ components: [String], named: Set<String>, dryRun: Bool) -> ([String], EntryRejection?) {
+        let relative = components.joined(separator: "/")
+        guard named.contains(relative) else {
+            return ([], .refused(.invalidPath, "\(relative): not a directory this transfer checked"))
+        }
+        let fd = Destination.openBeneath(destination.fd, relative)
+        guard fd >= 0 else {
+            return ([], .failed(.io, "open \(quoted(destination.display(relative))): \(Errno.current)"))
+        }
+        defer { closeDescriptor(fd) }
+        var walk = PruneWalk(named: named, dryRun: dryRun)
+        walk.prune(fd, relative)
+        return (walk.gone, walk.failure)
+    }
+}
+
+/// The walk of one PRUNE: what it removed, and its first failure.
+private struct PruneWalk {
+    let named: Set<String>
+    let dryRun: Bool
+    var gone: [String] = []
+    var failure: EntryRejection?
+
+    init(named: Set<String>, dryRun: Bool) {
+        self.named = named
+        self.dryRun = dryRun
+    }
+
+    /// The names in directory `fd` (not `.` and `..`; names that are not UTF-8 are left
+    /// alone), sorted.
+    mutating func names(_ fd: Int32, _ path: String) -> [String] {
+        let copy = dup(fd)
+        guard copy >= 0, let dir = fdopendir(copy) else {
+            if copy >= 0 { closeDescriptor(copy) }
+            fail("open \(quoted(path)): \(Errno.current)")
+            return []
+        }
+        defer { closedir(dir) }
+        var out: [String] = []
+        while let item = readdir(dir) {
+            let name = withUnsafeBytes(of: item.pointee.d_name) { raw in
+                String(validatingCString: raw.baseAddress!.assumingMemoryBound(to: CChar.self))
+            }
+            guard let name, name != ".", name != ".." else { continue }
+            out.append(name)
+        }
+        return out.sorted()
+    }
+
+    mutating func fail(_ reason: String) {
+        if failure == nil { failure = .failed(.io, reason) }
+    }
+
+    /// Below named directory `fd` (at `path`): what is not named goes; named directories are
+    /// walked in turn.
+    mutating func prune(_ fd: Int32, _ path: String) {
+        for name in names(fd, path) where !PathCheck.isPartialName(name) {
+            let child = path + "/" + name
+            var st = stat()
+            guard fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
+            let isDirectory = st.st_mode & S_IFMT == S_IFDIR
+            if named.contains(child) {
+                guard isDirectory else { continue }
+                let sub = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                guard sub >= 0 else { continue }
+                prune(sub, child)
+                closeDescriptor(sub)
+            } else {
+                remove(fd, name, child, isDirectory: isDirectory)
+            }
+        }
+    }
+
+    /// Removes `name` in `fd` (a directory with everything in it, deepest first).
+    mutating func remove(_ fd: Int32, _ name: String, _ path: String, isDirectory: Bool) {
+        if isDirectory {
+            let sub = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            guard sub >= 0 else {
+                fail("open \(quoted(path)): \(Errno.current)")
+                return
+            }
+            for inner in names(sub, path) {
+                var st = stat()
+                guard fstatat(sub, inner, &st, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
+                remove(sub, inner, path + "/" + inner, isDirectory: st.st_mode & S_IFMT == S_IFDIR)
+            }
+            closeDescriptor(sub)
+        }
+        if !dryRun, unlinkat(fd, name, isDirectory ? AT_REMOVEDIR : 0) != 0 {
+            fail("remove \(quoted(path)): \(Errno.current)")
+            return
+        }
+        gone.append(path)
+    }
+}

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# A second run: `sluice send --sync` against `rsync -a` to an rsync daemon, on loopback, with
+# the 10,000-file tree of Benchmarks/trees.sh (tree a: 1–64 KiB files in 1,000 directories,
+# made there once and cached in $SLUICE_BENCH_DATA/trees).
+#
+#   unchanged  each tool copied the tree once (not timed); then each round times a second run
+#              of each, alternating: nothing to send.
+#   changed    a second source: 1% of the files rewritten (new bytes, new mtime) and 1% removed.
+#              Each round, each tool's copy of the original (made with `cp -a`, not timed) is
+#              brought up to the second source: `sluice send --sync --delete` against
+#              `rsync -a --delete`; the result is compared with `diff -r` after the clock.
+#
+# Timed: the sender's (or rsync client's) whole run; the receiver and the daemon run
+# throughout. Printed: per-round seconds and the ratio sluice / rsync, median and range.
+#
+#   Benchmarks/sync.sh                 # ROUNDS=5
+#   ROUNDS=1 FILES=500 Benchmarks/sync.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+ROUNDS=${ROUNDS:-5}
+FILES=${FILES:-10000}
+DATA=${SLUICE_BENCH_DATA:-/tmp/sluice-bench-data}
+
+need() { command -v "$1" >/dev/null || { apt-get update -qq && apt-get install -y -qq "$2" >/dev/null; }; }
+need rsync rsync
+[ -x "$ROOT/.build/release/sluice" ] || swift build -c release >/dev/null
+SLUICE=$ROOT/.build/release/sluice
+
+# The tree: trees.sh makes and caches it.
+TREE=$DATA/trees/a-$FILES
+if [ ! -s "$TREE.complete" ]; then
+    ROUNDS=1 FILES=$FILES TREES=a ONLY=tar "$ROOT/Benchmarks/trees.sh" >/dev/null
+fi
+RUNS=$(mktemp -d "$DATA/sync-runs.XXXX")
+PIDS=()
+cleanup() {
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    rm -rf "$RUNS"
+}
+trap cleanup EXIT
+
+now() { echo "$EPOCHREALTIME"; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.4f", b - a}'; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() {
+    for _ in $(seq 500); do
+        ss -ltn "sport = :$1" 2>/dev/null | grep -q LISTEN && return 0
+        sleep 0.01
+    done
+    return 1
+}
+
+# One receiver and one daemon for the whole run, each serving $RUNS/in.
+mkdir -p "$RUNS/sluice" "$RUNS/rsync"
+"$SLUICE" receive --insecure --no-fsync --listen 127.0.0.1:0 --dir "$RUNS/sluice" 2>"$RUNS/receive.log" &
+PIDS+=($!)
+for _ in $(seq 500); do
+    SPORT=$(grep -o '127.0.0.1:[0-9]*' "$RUNS/receive.log" | head -1 | cut -d: -f2 || true)
+    [ -n "$SPORT" ] && break
+    sleep 0.01
+done
+RPORT=$(free_port)
+cat >"$RUNS/rsyncd.conf" <<EOF
+pid file = $RUNS/rsyncd.pid
+use chroot = no
+[m]
+path = $RUNS/rsync
+read only = no
+uid = root
+gid = root
+EOF
+rsync --daemon --config="$RUNS/rsyncd.conf" --port="$RPORT" --address=127.0.0.1
+wait_port "$RPORT"
+PIDS+=("$(cat "$RUNS/rsyncd.pid")")
+
+# $1: source directory (stored under its base name), $2: rsync's subdirectory for the scenario
+# (sluice's receiver stores at its directory/NAME), $3…: extra flags. Prints seconds.
+run_sluice() {
+    local src=$1 t0 t1
+    shift 2
+    t0=$(now)
+    "$SLUICE" send --insecure -q --sync "$@" "$src" "127.0.0.1:$SPORT" || { echo "sluice send failed" >&2; exit 1; }
+    t1=$(now)
+    elapsed "$t0" "$t1"
+}
+run_rsync() {
+    local src=$1 dest=$2 t0 t1
+    shift 2
+    t0=$(now)
+    rsync -a "$@" "$src" "rsync://127.0.0.1:$RPORT/m/$dest/"
+    t1=$(now)
+    elapsed "$t0" "$t1"
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+summarize() { # label ratios...
+    local label=$1
+    shift
+    printf '%s\n' "$@" | sort -n | awk -v label="$label" '{r[NR]=$1} END {
+        m = (NR % 2) ? r[(NR+1)/2] : (r[NR/2] + r[NR/2+1]) / 2
+        printf "%s: median %.2f (range %.2f–%.2f) over %d rounds\n", label, m, r[1], r[NR], NR }'
+}
+
+# --- unchanged: copy once, then time second runs.
+name=$(basename "$TREE")
+mkdir -p "$RUNS/rsync/u"
+run_sluice "$TREE" u >/dev/null
+run_rsync "$TREE" u >/dev/null
+unchanged=()
+for round in $(seq "$ROUNDS"); do
+    sync
+    if [ $((round % 2)) = 1 ]; then
+        s=$(run_sluice "$TREE" u)
+        r=$(run_rsync "$TREE" u)
+    else
+        r=$(run_rsync "$TREE" u)
+        s=$(run_sluice "$TREE" u)
+    fi
+    unchanged+=("$(ratio "$s" "$r")")
+    echo "round $round, unchanged: sluice --sync ${s}s, rsync -a ${r}s"
+done
+diff -r "$TREE" "$RUNS/sluice/$name" >/dev/null
+diff -r "$TREE" "$RUNS/rsync/u/$name" >/dev/null
+
+# --- changed: 1% rewritten, 1% removed, into fresh copies of the first copy each round.
+SRC2=$RUNS/src2/$name
+mkdir -p "$RUNS/src2"
+cp -a "$TREE" "$SRC2"
+mapfile -t files < <(cd "$SRC2" && find . -type f | sort)
+count=${#files[@]}
+step=$((count / (count / 100)))
+for ((i = 0; i < count; i += step)); do
+    head -c "$((1024 + i % 4096))" /dev/urandom >"$SRC2/${files[i]}"
+    [ $((i + 1)) -lt "$count" ] && rm -f "$SRC2/${files[i + 1]}"
+done
+changed=()
+for round in $(seq "$ROUNDS"); do
+    # Fresh copies of the synced tree for each tool (not timed).
+    rm -rf "${RUNS:?}/sluice/$name" "$RUNS/rsync/c"
+    cp -a "$TREE" "$RUNS/sluice/$name"
+    mkdir -p "$RUNS/rsync/c"
+    cp -a "$TREE" "$RUNS/rsync/c/$name"
+    sync
+    if [ $((round % 2)) = 1 ]; then
+        s=$(run_sluice "$SRC2" c --delete)
+        r=$(run_rsync "$SRC2" c --delete)
+    else
+        r=$(run_rsync "$SRC2" c --delete)
+        s=$(run_sluice "$SRC2" c --delete)
+    fi
+    diff -r "$SRC2" "$RUNS/sluice/$name" >/dev/null
+    diff -r "$SRC2" "$RUNS/rsync/c/$name" >/dev/null
+    changed+=("$(ratio "$s" "$r")")
+    echo "round $round, 1% changed and 1% removed: sluice --sync --delete ${s}s, rsync -a --delete ${r}s"
+done
+
+summarize "second run, unchanged ($count files): sluice --sync / rsync -a" "${unchanged[@]}"
+summarize "second run, 1% changed + 1% removed: sluice --sync --delete / rsync -a --delete" "${changed[@]}"
+echo "machine: $(nproc) cores, $(uname -r), $(swift --version 2>/dev/null | head -1), $(rsync --version | head -1)"
