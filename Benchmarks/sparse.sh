@@ -39,16 +39,8 @@ fi
 RUNS=$(mktemp -d "$DATA/sparse-runs.XXXX")
 trap 'rm -rf "$RUNS"' EXIT
 
-now() { echo "$EPOCHREALTIME"; }
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", b - a}'; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() {
-    for _ in $(seq 500); do
-        ss -ltn "sport = :$1" 2>/dev/null | grep -q LISTEN && return 0
-        sleep 0.01
-    done
-    return 1
-}
+# shellcheck source=Benchmarks/common.sh
+. "$ROOT/Benchmarks/common.sh"
 allocated() { du --block-size=1 -s "$1" | cut -f1; }
 
 run_sluice() { # $1: destination directory; prints seconds wire allocated

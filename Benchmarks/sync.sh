@@ -40,16 +40,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-now() { echo "$EPOCHREALTIME"; }
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.4f", b - a}'; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() {
-    for _ in $(seq 500); do
-        ss -ltn "sport = :$1" 2>/dev/null | grep -q LISTEN && return 0
-        sleep 0.01
-    done
-    return 1
-}
+# shellcheck source=Benchmarks/common.sh
+. "$ROOT/Benchmarks/common.sh"
 
 # One receiver and one daemon for the whole run, each serving $RUNS/in.
 mkdir -p "$RUNS/sluice" "$RUNS/rsync"

@@ -289,11 +289,11 @@ struct SenderMachine: Sendable {
     }
 
     /// With `sync`, before entry `index` goes: settled here when the receiver has it the same
-    /// (but a directory, whose mode and mtime the receiver sets after its contents), or on a
-    /// dry run (nil: send it).
+    /// (a directory too: the receiver sets its mode and mtime from the CHECK after its
+    /// contents), or on a dry run (nil: send it).
     private mutating func settledBySync(_ index: Int) -> [SenderAction]? {
         guard syncing else { return nil }
-        let same = haves[index]?.status == .same && !entries[index].isDirectory
+        let same = haves[index]?.status == .same
         guard same || settings.dryRun else { return nil }
         settled[index] = true
         // What the receiver has the same counts as stored: a second name may be linked to it.

@@ -85,6 +85,8 @@ final class ReceiverSession: WireConnectionOwner {
     var group: TransferGroup?
     /// The paths CHECKed in this session, for PRUNE (`send --delete`), when it joined no group.
     var ownNames: Set<String> = []
+    /// CHECKs taken and not yet handed to the lane.
+    var pendingChecks: [([String]?, CheckHeader)] = []
     /// With fsync: files verified and set aside, to be flushed with one `syncfs` and renamed
     /// into place together (`ReceiverStore.commitStaged`), and their bytes.
     var staged: [StagedSlot] = [] {
@@ -250,6 +252,7 @@ final class ReceiverSession: WireConnectionOwner {
     }
 
     private func parse() {
+        defer { flushChecks() }
         while !ended, machine.acceptsMessages, !dataBlocked, !stagedFull, laneJobs < Self.laneDepth {
             guard connection.outbound.freeSpace >= 2 * Frame.largestAnswer else { return }
             switch decoder.next(connection.inbound.readable) {
@@ -293,6 +296,8 @@ final class ReceiverSession: WireConnectionOwner {
 
     func perform(_ actions: [ReceiverAction]) {
         for action in actions {
+            // CHECKs gather into one job; anything else keeps its place after them.
+            if case .checkEntry = action {} else { flushChecks() }
             switch action {
             case .send(let frame):
                 connection.send(frame.encoded)
@@ -365,17 +370,37 @@ final class ReceiverSession: WireConnectionOwner {
         }
     }
 
-    /// Compares what is at a path with a CHECK on the lane, in order with the other checks and
-    /// the small files, and sends HAVE.
+    /// A CHECK: gathered with the ones after it into one job on the lane (`flushChecks`).
     private func checkEntry(_ components: [String]?, _ header: CheckHeader) {
         if machine.peerDeletes, let components { name(components.joined(separator: "/")) }
+        pendingChecks.append((components, header))
+        if pendingChecks.count >= Self.checksPerJob { flushChecks() }
+    }
+
+    /// The most CHECKs one job answers.
+    static let checksPerJob = 512
+
+    /// Compares what is at the gathered CHECKs' paths on the lane, in order with the other
+    /// checks and the small files, and sends their HAVEs. A directory that is there is settled
+    /// at goodbye with the sender's mode and mtime, which does not send its DIR.
+    func flushChecks() {
+        guard !pendingChecks.isEmpty, !ended else { return }
+        let batch = pendingChecks
+        pendingChecks.removeAll()
         let store = self.store
         laneJobs += 1
-        lane.submit({ components.map { store.check($0, header) } ?? HaveAnswer(status: .absent) }, completingOn: loop) {
-            [self] answer in
+        lane.submit({ store.check(batch) }, completingOn: loop) { [self] answers in
             laneJobs -= 1
             guard !ended else { return }
-            connection.send(Frame.have(answer).encoded)
+            var out: [UInt8] = []
+            for ((components, header), answer) in zip(batch, answers) {
+                out += Frame.have(answer).encoded
+                if header.kind == .directory, answer.status == .same, header.applies, let components {
+                    let mtime = timespec(tv_sec: Int(header.mtimeSeconds), tv_nsec: Int(header.mtimeNanoseconds))
+                    createdDirectories.append((components.joined(separator: "/"), header.mode, mtime))
+                }
+            }
+            connection.send(out)
             runAfterStaged()
             pump()
         }

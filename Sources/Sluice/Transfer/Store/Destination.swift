@@ -171,10 +171,12 @@ final class Destination: @unchecked Sendable {
     /// to it again without following links. Failures are returned as text, for a warning.
     func applyDirectoryAttributes(_ relative: String, mode: UInt32, mtime: timespec) -> String? {
         let components = relative.split(separator: "/").map(String.init)
-        var current = dup(fd)
+        // One call where it can (as `openParent`), else the walk.
+        let direct = Self.openBeneath(fd, relative)
+        var current = direct >= 0 ? direct : dup(fd)
         guard current >= 0 else { return "dup \(path): \(Errno.current)" }
         defer { closeDescriptor(current) }
-        for name in components {
+        for name in components where direct < 0 {
             switch Destination.openDirectory(current, name, create: nil) {
             case .success(let (next, _)):
                 closeDescriptor(current)
@@ -185,9 +187,14 @@ final class Destination: @unchecked Sendable {
         }
         let dirfd = current
         let times = [timespec(tv_sec: 0, tv_nsec: utimeNow), mtime]
+        // What already holds (a directory a sync left as it was) is not set again.
+        var st = stat()
+        let known = fstat(dirfd, &st) == 0
+        let modeHolds = known && st.st_mode & 0o7777 == permissions(mode)
+        let timeHolds = known && st.st_mtim.tv_sec == mtime.tv_sec && st.st_mtim.tv_nsec == mtime.tv_nsec
         let result = Result { () throws(SluiceError) in
-            try syscallValue("fchmod", display(relative)) { fchmod(dirfd, permissions(mode)) }
-            try syscallValue("futimens", display(relative)) { futimens(dirfd, times) }
+            if !modeHolds { try syscallValue("fchmod", display(relative)) { fchmod(dirfd, permissions(mode)) } }
+            if !timeHolds { try syscallValue("futimens", display(relative)) { futimens(dirfd, times) } }
         }
         if case .failure(let error) = result { return error.description }
         return nil

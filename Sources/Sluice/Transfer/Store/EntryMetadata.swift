@@ -236,18 +236,29 @@ enum SourceMetadata {
 }
 
 extension ReceiverStore {
-    /// What is at `components` against a CHECK: absent, the same (a file of the same size and
-    /// mtime, a directory, a link to the same target), or different, and how. With
+    /// The answers to a run of CHECKs, in order (`check(_:_:)` each), keeping the last parent
+    /// directory open while the paths share it.
+    func check(_ batch: [([String]?, CheckHeader)]) -> [HaveAnswer] {
+        var parent: (path: [String], fd: Int32)?
+        defer { if let parent, parent.fd >= 0 { closeDescriptor(parent.fd) } }
+        return batch.map { components, check in
+            guard let components, let name = components.last else { return HaveAnswer(status: .absent) }
+            let path = Array(components.dropLast())
+            if parent?.path != path {
+                if let parent, parent.fd >= 0 { closeDescriptor(parent.fd) }
+                let fd = path.isEmpty ? dup(destination.fd) : Destination.openBeneath(destination.fd, path.joined(separator: "/"))
+                parent = (path, fd)
+            }
+            guard let fd = parent?.fd, fd >= 0 else { return HaveAnswer(status: .absent) }
+            return self.check(in: fd, name, check)
+        }
+    }
+
+    /// What is at `name` in `parent` against a CHECK: absent, the same (a file of the same size
+    /// and mtime, a directory, a link to the same target), or different, and how. With
     /// `CheckFlags.apply`, a file the same but for its mode is given the sender's mode.
-    /// Nothing is created: a missing parent means absent.
-    func check(_ components: [String], _ check: CheckHeader) -> HaveAnswer {
-        guard let name = components.last else { return HaveAnswer(status: .absent) }
-        let parent =
-            components.count > 1
-            ? Destination.openBeneath(destination.fd, components.dropLast().joined(separator: "/"))
-            : dup(destination.fd)
-        guard parent >= 0 else { return HaveAnswer(status: .absent) }
-        defer { closeDescriptor(parent) }
+    /// Nothing is created: a missing parent (or a link on the way) means absent.
+    func check(in parent: Int32, _ name: String, _ check: CheckHeader) -> HaveAnswer {
         var st = stat()
         guard fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else { return HaveAnswer(status: .absent) }
         let type = st.st_mode & S_IFMT
