@@ -246,7 +246,9 @@ extension ReceiverStore {
             let path = Array(components.dropLast())
             if parent?.path != path {
                 if let parent, parent.fd >= 0 { closeDescriptor(parent.fd) }
-                let fd = path.isEmpty ? dup(destination.fd) : Destination.openBeneath(destination.fd, path.joined(separator: "/"))
+                let fd =
+                    path.isEmpty
+                    ? dup(destination.fd) : Destination.openBeneath(destination.fd, path.joined(separator: "/"))
                 parent = (path, fd)
             }
             guard let fd = parent?.fd, fd >= 0 else { return HaveAnswer(status: .absent) }
