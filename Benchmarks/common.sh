@@ -16,3 +16,36 @@ wait_port() {
     echo "$(basename "$0"): nothing listens on port $1" >&2
     return 1
 }
+
+# Starts `sluice receive --insecure --no-fsync` into $1 (which must exist) on a free port,
+# logging to $2; sets SPORT and appends its pid to PIDS.
+start_sluice_receiver() {
+    "$SLUICE" receive --insecure --no-fsync --listen 127.0.0.1:0 --dir "$1" 2>"$2" &
+    PIDS+=($!)
+    SPORT=
+    for _ in $(seq 500); do
+        SPORT=$(grep -o '127.0.0.1:[0-9]*' "$2" | head -1 | cut -d: -f2 || true)
+        [ -n "$SPORT" ] && return 0
+        sleep 0.01
+    done
+    echo "$(basename "$0"): the receiver printed no port" >&2
+    return 1
+}
+
+# Starts an rsync daemon with one writable module `m` at $1, its files in $2; sets RPORT and
+# appends its pid to PIDS.
+start_rsync_daemon() {
+    RPORT=$(free_port)
+    cat >"$2/rsyncd.conf" <<CONF
+pid file = $2/rsyncd.pid
+use chroot = no
+[m]
+path = $1
+read only = no
+uid = root
+gid = root
+CONF
+    rsync --daemon --config="$2/rsyncd.conf" --port="$RPORT" --address=127.0.0.1
+    wait_port "$RPORT"
+    PIDS+=("$(cat "$2/rsyncd.pid")")
+}

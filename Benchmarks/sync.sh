@@ -45,26 +45,8 @@ trap cleanup EXIT
 
 # One receiver and one daemon for the whole run, each serving $RUNS/in.
 mkdir -p "$RUNS/sluice" "$RUNS/rsync"
-"$SLUICE" receive --insecure --no-fsync --listen 127.0.0.1:0 --dir "$RUNS/sluice" 2>"$RUNS/receive.log" &
-PIDS+=($!)
-for _ in $(seq 500); do
-    SPORT=$(grep -o '127.0.0.1:[0-9]*' "$RUNS/receive.log" | head -1 | cut -d: -f2 || true)
-    [ -n "$SPORT" ] && break
-    sleep 0.01
-done
-RPORT=$(free_port)
-cat >"$RUNS/rsyncd.conf" <<EOF
-pid file = $RUNS/rsyncd.pid
-use chroot = no
-[m]
-path = $RUNS/rsync
-read only = no
-uid = root
-gid = root
-EOF
-rsync --daemon --config="$RUNS/rsyncd.conf" --port="$RPORT" --address=127.0.0.1
-wait_port "$RPORT"
-PIDS+=("$(cat "$RUNS/rsyncd.pid")")
+start_sluice_receiver "$RUNS/sluice" "$RUNS/receive.log"
+start_rsync_daemon "$RUNS/rsync" "$RUNS"
 
 # $1: source directory (stored under its base name), $2: rsync's subdirectory for the scenario
 # (sluice's receiver stores at its directory/NAME), $3…: extra flags. Prints seconds.

@@ -25,20 +25,7 @@ private final class SilentReceiver: Sendable {
     let seen = Mutex(Seen())
 
     init(expectedFiles: Int) throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                bind(fd, pointer, length) == 0 && listen(fd, 1) == 0 && getsockname(fd, pointer, &length) == 0
-            }
-        }
-        listener = fd
-        port = UInt16(bigEndian: address.sin_port)
-        try #require(bound, "bind/listen on loopback: \(Errno.current)")
+        (listener, port) = try listenOnLoopback()
         Thread.detachNewThread { [self] in serve(expectedFiles: expectedFiles) }
     }
 

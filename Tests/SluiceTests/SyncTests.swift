@@ -312,6 +312,85 @@ struct SyncTests {
         }
     }
 
+    @Test(
+        "A changed large file goes as a delta: few bytes, the same file; --whole-file and a receiver without delta send it all"
+    )
+    func changedFileGoesAsDelta() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+            let content = randomBytes(4 << 20, seed: 21)
+            for (name, offersDelta, wholeFile) in [
+                ("delta", true, false), ("whole", true, true), ("old", false, false),
+            ] {
+                let dst = root + "/dst-" + name
+                try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+                var receiving = TransferReceiveOptions(idleTimeout: .seconds(20))
+                receiving.offersDelta = offersDelta
+                let harness = try TransferHarness(directory: dst, options: receiving)
+                try writeFile(src + "/db", content, mtime: (1_600_000_000, 0))
+                #expect(try harness.send(paths: [src], options: Self.syncing()).succeeded)
+                // A few bytes changed in place, some inserted: the rest is the receiver's already.
+                var changed = content
+                changed[1_000_000] ^= 0x55
+                changed[3_000_000] ^= 0x55
+                changed.insert(contentsOf: randomBytes(5000, seed: 8), at: 2_000_000)
+                try writeFile(src + "/db", changed, mtime: (1_600_000_100, 0))
+                var options = Self.syncing()
+                options.wholeFile = wholeFile
+                let summary = try harness.send(paths: [src], options: options)
+                #expect(summary.succeeded, "\(name): \(summary.results)")
+                #expect(readFile(dst + "/tree/db") == changed, "\(name)")
+                #expect(FileInfo(dst + "/tree/db")?.mtimeSeconds == 1_600_000_100)
+                #expect(summary.results.first { $0.path == "tree/db" }?.sentAsDelta == (name == "delta"))
+                if name == "delta" {
+                    #expect(summary.bytes < 64 << 10, "literal bytes: \(summary.bytes)")
+                    #expect(summary.matchedBytes > 4_000_000)
+                    #expect(summary.bytesSent < 128 << 10, "on the wire: \(summary.bytesSent)")
+                } else {
+                    #expect(summary.bytes == UInt64(changed.count), "\(name)")
+                    #expect(summary.matchedBytes == 0)
+                }
+            }
+        }
+    }
+
+    @Test("COPY past the old file, COPY in a file not sent as a delta, delta without replace: violations")
+    func copiesThatLie() throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            try writeFile(dst + "/f", randomBytes(2 << 20, seed: 2))
+            let harness = try TransferHarness(directory: dst)
+            let deltaFlags = Wire.FileFlags.sizeKnown | Wire.FileFlags.replace | Wire.FileFlags.delta
+            let copy = { (index: UInt64, count: UInt32) in Frame.copy(index: index, count: count).encoded }
+            for (what, messages) in [
+                ("past the old file", RawWire.file("f", size: 4 << 20, flags: deltaFlags) + copy(1 << 40, 1)),
+                ("overflow", RawWire.file("f", size: 4 << 20, flags: deltaFlags) + copy(UInt64.max / 2, 1)),
+                ("not a delta", RawWire.file("g", size: 10) + copy(0, 1)),
+                ("no replace", RawWire.file("f", size: 10, flags: Wire.FileFlags.sizeKnown | Wire.FileFlags.delta)),
+            ] {
+                let sessions = harness.reports.count
+                let client = SocketExchange(
+                    Socket.connect(host: "127.0.0.1", port: harness.port),
+                    payload: RawWire.hello(["sha256", "sync"]) + messages + RawWire.bye)
+                client.start(on: harness.loop)
+                runLoop(harness.loop, for: .seconds(10)) { client.done && harness.reports.count > sessions }
+                #expect(harness.reports.last?.error?.code == .protocolViolation, "\(what)")
+            }
+            // A COPY within the old file but past the size announced fails the file, no more.
+            let sessions = harness.reports.count
+            let client = SocketExchange(
+                Socket.connect(host: "127.0.0.1", port: harness.port),
+                payload: RawWire.hello(["sha256", "sync"]) + RawWire.file("f", size: 100, flags: deltaFlags)
+                    + copy(0, 1) + RawWire.end([]) + RawWire.bye)
+            client.start(on: harness.loop)
+            runLoop(harness.loop, for: .seconds(10)) { client.done && harness.reports.count > sessions }
+            #expect(harness.reports.last?.results.first?.outcome.isStored == false)
+            #expect(readFile(dst + "/f")?.count == 2 << 20, "the old file is intact")
+        }
+    }
+
     @Test("The sender waits for an entry's HAVE before it sends it, and takes no HAVE it did not ask for")
     func senderMachineWaitsForHave() {
         let entries: [SenderMachine.Entry] = [

@@ -280,3 +280,25 @@ func connectLoopback(port: UInt16) -> Int32 {
     }
     return fd
 }
+
+/// A blocking TCP socket listening on 127.0.0.1 on a port the kernel chose, for peers played
+/// by hand on a thread of their own: its descriptor and port.
+func listenOnLoopback() throws -> (fd: Int32, port: UInt16) {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+            bind(fd, pointer, length) == 0 && listen(fd, 1) == 0 && getsockname(fd, pointer, &length) == 0
+        }
+    }
+    guard bound else {
+        let error = Errno.current
+        close(fd)
+        throw SluiceError(.system(error), operation: "listen", subject: "127.0.0.1:0")
+    }
+    return (fd, UInt16(bigEndian: address.sin_port))
+}

@@ -228,7 +228,7 @@ struct MachineDriver {
                 switch frame {
                 case .stored, .refused, .failed: answersSent += 1
                 case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined,
-                    .held, .link, .hole, .xattr, .owner, .check, .have, .prune, .gone:
+                    .held, .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy:
                     break
                 }
             case .makeDirectory(let request):
@@ -242,7 +242,7 @@ struct MachineDriver {
                     #expect(machine.linkTargets.contains(target))
                 }
                 queue += machine.handle(.linkMade(chaotic && coin() ? .refused(.exists, "exists") : nil))
-            case .deliverHole:
+            case .deliverHole, .deliverCopy:
                 break
             case .prune(let components, _):
                 check(
@@ -262,6 +262,9 @@ struct MachineDriver {
                                 mode: 0, mtimeSeconds: 0, mtimeNanoseconds: 0,
                                 path: Array(components.joined(separator: "/").utf8))))
                 }
+            case .openFile(let request) where request.header.delta:
+                check(request)
+                queue += machine.handle(.deltaOpened(chaotic && coin() ? .success(nil) : .success(1 << 20)))
             case .openFile(let request):
                 check(request)
                 let header = request.header

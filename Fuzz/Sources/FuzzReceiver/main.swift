@@ -46,6 +46,8 @@ final class ActiveFile {
     let inflate: Inflate?
     /// For a RANGE: which bytes of the file `content` holds.
     var range: ByteRange?
+    /// Sent as a delta: the bytes COPYs read (the store's file at the name).
+    var basis: [UInt8]?
     /// HOLEs taken: `content` holds each as its digest input (`Wire.holeDigestInput`).
     var holes: UInt64 = 0
     var holeCount: UInt64 = 0
@@ -208,6 +210,14 @@ final class Session {
             case .openFile(let request):
                 check(request)
                 openFile(request)
+            case .deliverCopy(let offset, let length):
+                guard let file, let basis = file.basis else {
+                    expect(false, "deliverCopy without a basis")
+                    break
+                }
+                expect(offset + length <= UInt64(basis.count), "a COPY past the basis")
+                file.content += basis[Int(offset)..<Int(offset + length)]
+                expect(file.size <= file.request.header.size, "a COPY past the announced size")
             case .deliverData:
                 expect(false, "deliverData outside a DATA message")
             case .finishData:
@@ -270,7 +280,7 @@ final class Session {
         switch frame {
         case .stored, .refused, .failed: answersSent += 1
         case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined, .held,
-            .link, .hole, .xattr, .owner, .check, .have, .prune, .gone:
+            .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy:
             break
         }
         expectDecodes(frame, by: &answers, side: "receiver")
@@ -308,7 +318,8 @@ final class Session {
             handle(.fileOpened(.failure(.refused(.exists, "exists (a directory)"))))
             return
         }
-        if store.files[name] != nil && !machine.settings.overwrite {
+        let header = request.header
+        if store.files[name] != nil && !machine.settings.overwrite && !header.replaces {
             handle(.fileOpened(.failure(.refused(.exists, "exists"))))
             return
         }
@@ -317,7 +328,15 @@ final class Session {
             return
         }
         store.makeParents(request.components)
-        let header = request.header
+        if header.delta {
+            // The basis is what the store has at the name, when it is a file with bytes.
+            expect(header.replaces && !header.compressed && !header.sparse, "a delta file flagged \(header.flags)")
+            file = ActiveFile(request: request, content: [], inflate: nil)
+            let basis = store.files[name].flatMap { $0.isEmpty ? nil : $0 }
+            file?.basis = basis
+            handle(.deltaOpened(.success(basis.map { UInt64($0.count) })))
+            return
+        }
         // A resumable file may find a partial held from an earlier session: some prefix of
         // the announced size (its bytes are not known here, so they are zeros).
         var offset: UInt64 = 0
@@ -435,7 +454,9 @@ final class Session {
         if FileDigest.hash(machine.digest, file.content) != digest {
             self.file = nil
             handle(.committed(.failed(.data, "SHA-256 mismatch")))
-        } else if store.directories.contains(name) || (store.files[name] != nil && !machine.settings.overwrite) {
+        } else if store.directories.contains(name)
+            || (store.files[name] != nil && !machine.settings.overwrite && !file.request.header.replaces)
+        {
             self.file = nil
             handle(.committed(.refused(.exists, "exists")))
         } else if diskFails() {
@@ -542,6 +563,7 @@ func fuzzReceiver(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
     settings.xattrs = seed.below(4) != 0
     settings.owners = seed.below(2) == 0
     settings.sync = seed.below(4) != 0
+    settings.delta = seed.below(4) != 0
     run(bytes, seed, settings)
     return 0
 }

@@ -176,6 +176,8 @@ final class Session {
             case .settle(let index, _):
                 expect(!settled.contains(index), "entry \(index) settled twice")
                 settled.insert(index)
+            case .takeSignatures(let index, _):
+                expect(sizes[index] != nil, "SIGS taken for \(index), never opened")
             case .gone(let root, let path):
                 expect(machine.settings.pruneRoots.contains(root), "GONE taken for \(root), never pruned")
                 expect(path.hasPrefix(machine.entries[root].relative + "/"), "GONE \(path) outside \(root)")

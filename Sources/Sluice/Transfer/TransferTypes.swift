@@ -54,6 +54,8 @@ public struct TransferFileResult: Hashable, Sendable {
     public var change: TransferChange?
     /// Settled on a dry run: nothing was sent.
     public var dryRun = false
+    /// Sent as a delta against the receiver's copy (the rsync algorithm).
+    public var sentAsDelta = false
     /// On a sender, for a link: a symbolic link's target as written, or a hard link's other
     /// name (`isHardLink`).
     public var linkTarget: String?
@@ -132,6 +134,11 @@ public struct TransferSendOptions: Sendable {
     public var sync = false
     /// With `sync` (`--dry-run`): only ask; every entry is reported with what would be done.
     public var dryRun = false
+    /// With `sync`: send a changed file whole, never as a delta against the receiver's copy
+    /// (`--whole-file`). Off, a changed file of 1 MiB or more that replaces a file is sent as
+    /// the blocks that changed and references to the rest (the rsync algorithm), where the
+    /// receiver offers it.
+    public var wholeFile = false
     /// With `sync` (`--delete`): once every entry is stored, the receiver removes what is under
     /// each directory sent that the sender does not have (never the directory itself, never
     /// outside it, never through a link). Nothing is removed when an entry was not stored.
@@ -192,6 +199,8 @@ public struct TransferSummary: Sendable {
     public var bytes: UInt64
     /// Bytes written to the connection: protocol, after compression.
     public var bytesSent: UInt64
+    /// Bytes read from the connection: the receiver's answers (and signatures, for deltas).
+    public var bytesReceived: UInt64 = 0
     /// File bytes not sent because the receiver held them from an interrupted transfer.
     public var resumedBytes: UInt64
     public var seconds: Double
@@ -205,6 +214,9 @@ public struct TransferSummary: Sendable {
     public var digest: TransferDigest? = nil
     /// Bytes of sparse files' holes: counted in the files' sizes, not sent.
     public var holeBytes: UInt64 = 0
+    /// Bytes of files sent as deltas that the receiver took from its old copies (the literal
+    /// bytes are in `bytes`).
+    public var matchedBytes: UInt64 = 0
     /// With `TransferSendOptions.delete`: the paths the receiver removed (on a dry run, would
     /// remove), and why a directory was not pruned, if one was not.
     public var removed: [String] = []
@@ -275,6 +287,8 @@ public struct TransferReceiveOptions: Sendable {
     /// Offer `links`, `holes` and `xattrs`. Off, the receiver speaks as one published before
     /// them; for tests of that.
     var offersMetadata = true
+    /// Offer `delta` (with `sync`); off for tests of a receiver without it.
+    var offersDelta = true
 
     public init(
         overwrite: Bool = false, maxSize: UInt64? = nil, resume: Bool = true, fsync: Bool = true,

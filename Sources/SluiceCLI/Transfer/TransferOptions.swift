@@ -208,8 +208,9 @@ struct SendOptions: Sendable {
     var sync = false
     var dryRun = false
     var itemize = false
-    /// `--delete` (implies `--sync`).
+    /// `--delete` (implies `--sync`), `--whole-file`.
     var delete = false
+    var wholeFile = false
 
     static let name = OptionSpec(
         "name", value: .required("NAME"), help: "the name to store standard input under\n(with the path -)")
@@ -268,6 +269,9 @@ struct SendOptions: Sendable {
             help:
                 "with --sync (implied): once every file is\nstored, remove what the receiver has under each\n"
                 + "directory sent that is not sent"),
+        OptionSpec(
+            "whole-file", short: "W",
+            help: "with --sync: send a changed file whole, not as\nthe blocks that changed (the rsync algorithm)"),
         OptionSpec(
             "itemize", short: "i",
             help: "print a line per entry sent or changed, as\nrsync -i does (>f+++++++++ new, >f.st...... changed)"),
@@ -361,6 +365,7 @@ struct SendOptions: Sendable {
         numericIDs = parsed.has("numeric-ids")
         dryRun = parsed.has("dry-run")
         delete = parsed.has("delete")
+        wholeFile = parsed.has("whole-file")
         sync = parsed.has("sync") || dryRun || delete
         if delete, let option = parsed.last("delete"),
             !excludes.isEmpty || !excludeFiles.isEmpty || filesFrom != nil || shard != nil
@@ -458,6 +463,7 @@ struct SendOptions: Sendable {
         options.sync = sync
         options.dryRun = dryRun
         options.delete = delete
+        options.wholeFile = wholeFile
         return options
     }
 }

@@ -206,8 +206,10 @@ struct SendStatsReport {
             ("failed", "\(failed)"),
             ("bytes", "\(summary.bytes)"),
             ("bytes_sent", "\(summary.bytesSent)"),
+            ("bytes_received", "\(summary.bytesReceived)"),
             ("resumed_bytes", "\(summary.resumedBytes)"),
             ("hole_bytes", "\(summary.holeBytes)"),
+            ("matched_bytes", "\(summary.matchedBytes)"),
             ("seconds", Format.jsonNumber(summary.seconds)),
             ("rate", Format.jsonNumber(rate)),
             ("chunk_size", "\(chunkSize.bytes)"),
@@ -216,6 +218,8 @@ struct SendStatsReport {
         if let synced {
             fields.append(("unchanged", "\(synced.unchanged)"))
             fields.append(("replaced", "\(synced.replaced)"))
+            fields.append(("deltas", "\(summary.results.filter(\.sentAsDelta).count)"))
+            fields.append(("removed", "\(summary.removed.count)"))
         }
         if let compressionLevel { fields.append(("compression_level", "\(compressionLevel)")) }
         if let rateLimit { fields.append(("rate_limit", "\(rateLimit)")) }
@@ -235,15 +239,23 @@ struct SendStatsReport {
             ("directories", "\(summary.directories)"),
             ("bytes", "\(summary.bytes) (\(Format.bytes(summary.bytes)))"),
             ("bytes sent", "\(summary.bytesSent) (\(Format.bytes(summary.bytesSent)), on the wire)"),
+            ("bytes received", "\(summary.bytesReceived) (\(Format.bytes(summary.bytesReceived)), answers)"),
             ("resumed bytes", "\(summary.resumedBytes) (\(Format.bytes(summary.resumedBytes)))"),
             ("holes", "\(summary.holeBytes) (\(Format.bytes(summary.holeBytes)), not sent)"),
+            ("matched bytes", "\(summary.matchedBytes) (\(Format.bytes(summary.matchedBytes)), the receiver's own)"),
             ("seconds", Format.fixed(summary.seconds, 3)),
             ("rate", Format.rate(rate)),
             ("chunk size", "\(chunkSize) (\(chunkSize.bytes) bytes)"),
         ]
         if let digest = summary.digest { rows.append(("digest", digest.description)) }
         if let synced {
-            rows.append(("sync", "\(synced.unchanged) unchanged (not sent), \(synced.replaced) replaced"))
+            let deltas = summary.results.filter(\.sentAsDelta).count
+            rows.append(
+                (
+                    "sync",
+                    "\(synced.unchanged) unchanged (not sent), \(synced.replaced) replaced (\(deltas) as deltas), "
+                        + "\(summary.removed.count) removed"
+                ))
         }
         if let compressionLevel { rows.append(("compression", "deflate:\(compressionLevel)")) }
         if let rateLimit { rows.append(("rate limit", Format.rate(Double(rateLimit)))) }

@@ -27,6 +27,10 @@ enum Frame: Equatable, Sendable {
     case prune(path: [UInt8], dryRun: Bool)
     /// A path PRUNE removed (or, on a dry run, would remove).
     case gone(path: [UInt8])
+    /// Signatures of the receiver's copy of a file sent as a delta.
+    case signatures(SignatureBatch)
+    /// Blocks `index ..< index + count` of the receiver's copy, in a delta.
+    case copy(index: UInt64, count: UInt32)
     case joined
     case accept(offset: UInt64)
     case stored
@@ -56,6 +60,8 @@ enum Frame: Equatable, Sendable {
         case .have: return .have
         case .prune: return .prune
         case .gone: return .gone
+        case .signatures: return .signatures
+        case .copy: return .copy
         case .joined: return .joined
         case .accept: return .accept
         case .stored: return .stored
@@ -91,6 +97,21 @@ enum Frame: Equatable, Sendable {
                 w.raw(path)
             }
         case .gone(let path): return MessageWriter.message(.gone) { $0.raw(path) }
+        case .signatures(let batch):
+            return MessageWriter.message(.signatures) { w in
+                w.u32(UInt32(batch.blockSize))
+                w.u64(batch.size)
+                w.u64(batch.first)
+                for signature in batch.signatures {
+                    w.u32(signature.weak)
+                    w.u64(signature.strong)
+                }
+            }
+        case .copy(let index, let count):
+            return MessageWriter.message(.copy) { w in
+                w.u64(index)
+                w.u32(count)
+            }
         case .have(let have):
             return MessageWriter.message(.have) { w in
                 w.u8(have.status.rawValue)
@@ -114,9 +135,10 @@ enum Frame: Equatable, Sendable {
 /// send.
 enum FrameDirection: Sendable {
     /// Sender → receiver: HELLO, FILE, DIR, DATA, END, ABORT, BYE, JOIN, RANGE, RANGE-END,
-    /// HELD, LINK, HOLE, XATTR, OWNER, CHECK, PRUNE, ERROR.
+    /// HELD, LINK, HOLE, XATTR, OWNER, CHECK, PRUNE, COPY, ERROR.
     case toReceiver
-    /// Receiver → sender: HELLO, ACCEPT, STORED, REFUSED, FAILED, JOINED, HAVE, GONE, BYE, ERROR.
+    /// Receiver → sender: HELLO, ACCEPT, STORED, REFUSED, FAILED, JOINED, HAVE, GONE, SIGS, BYE,
+    /// ERROR.
     case toSender
 
     func allows(_ type: Wire.MessageType) -> Bool {
@@ -125,18 +147,18 @@ enum FrameDirection: Sendable {
         case (.toReceiver, .file), (.toReceiver, .directory), (.toReceiver, .data), (.toReceiver, .end),
             (.toReceiver, .abort), (.toReceiver, .join), (.toReceiver, .range), (.toReceiver, .rangeEnd),
             (.toReceiver, .held), (.toReceiver, .link), (.toReceiver, .hole), (.toReceiver, .xattr),
-            (.toReceiver, .owner), (.toReceiver, .check), (.toReceiver, .prune):
+            (.toReceiver, .owner), (.toReceiver, .check), (.toReceiver, .prune), (.toReceiver, .copy):
             return true
         case (.toReceiver, .accept), (.toReceiver, .stored), (.toReceiver, .refused), (.toReceiver, .failed),
-            (.toReceiver, .joined), (.toReceiver, .have), (.toReceiver, .gone):
+            (.toReceiver, .joined), (.toReceiver, .have), (.toReceiver, .gone), (.toReceiver, .signatures):
             return false
         case (.toSender, .accept), (.toSender, .stored), (.toSender, .refused), (.toSender, .failed),
-            (.toSender, .joined), (.toSender, .have), (.toSender, .gone):
+            (.toSender, .joined), (.toSender, .have), (.toSender, .gone), (.toSender, .signatures):
             return true
         case (.toSender, .file), (.toSender, .directory), (.toSender, .data), (.toSender, .end),
             (.toSender, .abort), (.toSender, .join), (.toSender, .range), (.toSender, .rangeEnd),
             (.toSender, .held), (.toSender, .link), (.toSender, .hole), (.toSender, .xattr), (.toSender, .owner),
-            (.toSender, .check), (.toSender, .prune):
+            (.toSender, .check), (.toSender, .prune), (.toSender, .copy):
             return false
         }
     }
@@ -306,6 +328,19 @@ struct FrameDecoder: Sendable {
             return .prune(path: path, dryRun: flags & Wire.PruneFlags.dryRun != 0)
         case .gone:
             return .gone(path: reader.rest())
+        case .signatures:
+            guard let blockSize = reader.u32(), (Delta.minimumBlock...Delta.maximumBlock).contains(Int(blockSize)),
+                let size = reader.u64(), let first = reader.u64(), reader.remaining % Delta.signatureBytes == 0
+            else { return nil }
+            var signatures: [Delta.Signature] = []
+            while !reader.atEnd, let weak = reader.u32(), let strong = reader.u64() {
+                signatures.append(Delta.Signature(weak: weak, strong: strong))
+            }
+            return .signatures(
+                SignatureBatch(blockSize: Int(blockSize), size: size, first: first, signatures: signatures))
+        case .copy:
+            guard payload.count == 12, let index = reader.u64(), let count = reader.u32(), count > 0 else { return nil }
+            return .copy(index: index, count: count)
         case .have:
             guard payload.count == 2, let byte = reader.u8(), let status = Wire.HaveStatus(rawValue: byte),
                 let differences = reader.u8(), differences < 32

@@ -63,6 +63,9 @@ enum ReceiverAction: Equatable, Sendable {
     /// absent), and send HAVE — in the order CHECKs came, which the session keeps; the machine
     /// goes on meanwhile.
     case checkEntry([String]?, CheckHeader)
+    /// Copy `length` bytes of the file's basis from `offset` to the file's next bytes, hashing
+    /// them (a delta's COPY; no answer).
+    case deliverCopy(offset: UInt64, length: UInt64)
     /// Remove what is under the directory that no CHECK of the transfer named (or, on a dry
     /// run, only find it), never following a link; answer `.pruned`.
     case prune([String], dryRun: Bool)
@@ -110,6 +113,9 @@ enum ReceiverOutcome: Equatable, Sendable {
     case directoryMade(EntryRejection?)
     /// The link was made (nil), or why not.
     case linkMade(EntryRejection?)
+    /// A FILE flagged delta was opened (after its basis's signatures went out): the basis's
+    /// size, nil when there is no usable basis (the file then comes whole), or why not.
+    case deltaOpened(Result<UInt64?, EntryRejection>)
     /// What PRUNE removed (relative paths), and why it stopped if it did.
     case pruned(gone: [String], EntryRejection?)
     /// The offset to resume from (0 for a new file), or why the file cannot be received.
@@ -171,6 +177,8 @@ struct ReceiverMachine: Sendable {
         var owners = false
         /// Offer `sync` (CHECK and HAVE; FILE and LINK flagged replace).
         var sync = true
+        /// Offer `delta` (with `sync`): FILE flagged delta, answered with SIGS.
+        var delta = true
         /// The most DIR entries one session may announce: each directory created is remembered
         /// until goodbye (its mode and mtime are set then), so a sender may not ask for millions.
         var maxDirectories = 1 << 20
@@ -196,6 +204,8 @@ struct ReceiverMachine: Sendable {
         var endFileDigest: [UInt8] = []
         /// From HELD: the SHA-256 of the held bytes, by the sender.
         var heldDigest: [UInt8]?
+        /// Sent as a delta: the size of the basis its COPYs refer to (nil: none).
+        var basisSize: UInt64?
 
         var total: UInt64 { offset + received }
         var header: EntryHeader { request.header }
@@ -283,6 +293,7 @@ struct ReceiverMachine: Sendable {
         if settings.xattrs { set.insert(Wire.Capability.xattrs) }
         if settings.owners { set.insert(Wire.Capability.owners) }
         if settings.sync { set.insert(Wire.Capability.sync) }
+        if settings.sync && settings.delta { set.insert(Wire.Capability.delta) }
         return set
     }
 
@@ -469,6 +480,14 @@ struct ReceiverMachine: Sendable {
             if header.flags & Wire.FileFlags.replace != 0 && !settings.sync {
                 return violation("FILE flagged replace: this receiver does not offer sync")
             }
+            if header.delta {
+                guard settings.sync && settings.delta else {
+                    return violation("FILE flagged delta: this receiver does not offer delta")
+                }
+                guard header.replaces, header.sizeKnown, !header.compressed, !header.sparse, !header.eager,
+                    !header.resumable
+                else { return violation("FILE flagged delta: only with replace and a size, alone") }
+            }
             if header.linked && !settings.links {
                 return violation("FILE flagged linked: this receiver offers no links")
             }
@@ -504,6 +523,14 @@ struct ReceiverMachine: Sendable {
         case (.idle, .hello), (.idle, .end), (.idle, .abort), (.idle, .rangeEnd), (.idle, .held), (.idle, .hole):
             return violation("\(frame.type.name) between entries")
 
+        case (.receiving(let file), .copy(let index, let count)):
+            return copied(file, index: index, count: count)
+        case (.discarding, .copy):
+            return []
+        case (.awaitingHello, .copy):
+            return violation("COPY before HELLO")
+        case (.idle, .copy):
+            return violation("COPY between entries")
         case (.receiving(let file), .hole(let length)):
             guard settings.holes, file.header.sparse, file.range == nil else {
                 return violation("HOLE in a file not flagged sparse")
@@ -563,7 +590,8 @@ struct ReceiverMachine: Sendable {
 
         case (_, .error(let reason)):
             return end(.peerError(reason))
-        case (_, .accept), (_, .stored), (_, .refused), (_, .failed), (_, .joined), (_, .have), (_, .gone):
+        case (_, .accept), (_, .stored), (_, .refused), (_, .failed), (_, .joined), (_, .have), (_, .gone),
+            (_, .signatures):
             // The decoder lets none of these through from a sender; kept explicit all the same.
             return violation("\(frame.type.name) is not a message a sender sends")
         }
@@ -701,6 +729,19 @@ struct ReceiverMachine: Sendable {
         return [.makeLink(request, link)]
     }
 
+    /// COPY: blocks of the basis, checked against it and against the size announced.
+    private mutating func copied(_ file: IncomingFile, index: UInt64, count: UInt32) -> [ReceiverAction] {
+        guard let basisSize = file.basisSize else { return violation("COPY in a file with no basis") }
+        let blockSize = UInt64(Delta.blockSize(forBasis: basisSize))
+        let (offset, overflow) = index.multipliedReportingOverflow(by: blockSize)
+        guard !overflow, offset < basisSize else {
+            return violation("COPY of block \(index), past the end of the old file (\(basisSize) bytes)")
+        }
+        let length = min(UInt64(count) * blockSize, basisSize - offset)
+        let (allowed, actions) = decodedBytes(length)
+        return allowed ? [.deliverCopy(offset: offset, length: length)] : actions
+    }
+
     // MARK: Data
 
     /// The file's data path decoded `count` more bytes: may they be written? When not, the
@@ -822,6 +863,17 @@ struct ReceiverMachine: Sendable {
         case (.storing(.link(let request, _)), .linkMade(let rejection)):
             state = .idle
             return answer(rejection, path: request.relative, isDirectory: false, size: nil, isLink: true)
+        case (.storing(.file(let request)), .deltaOpened(let result)) where request.header.delta:
+            switch result {
+            case .failure(let rejection):
+                state = .idle
+                return refuseAtHeader(request.header, rejection, path: request.relative)
+            case .success(let basisSize):
+                var file = IncomingFile(request: request, offset: 0)
+                file.basisSize = basisSize
+                state = .receiving(file)
+                return goAhead(0)
+            }
         case (.storing(.file(let request)), .fileOpened(let result)):
             switch result {
             case .success(let offset):

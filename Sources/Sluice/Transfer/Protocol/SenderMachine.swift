@@ -26,6 +26,9 @@ enum SenderAction: Equatable, Sendable {
     case stopData(Int)
     /// Entry `index` has its outcome.
     case settle(Int, TransferOutcome)
+    /// Signatures of the receiver's copy of entry `index`, sent as a delta: keep them for the
+    /// match once ACCEPT comes.
+    case takeSignatures(Int, SignatureBatch)
     /// PRUNE of directory entry `index` removed `path` (or would, on a dry run).
     case gone(Int, String)
     /// PRUNE of directory entry `index` was answered: stored (done), or why not.
@@ -88,6 +91,9 @@ struct SenderMachine: Sendable {
         /// With `sync` (`--delete`): directory entries under which the receiver is to remove what
         /// was not sent (PRUNE), once every entry is stored.
         var pruneRoots: [Int] = []
+        /// With `sync`: send a changed file of `Delta.minimumSize` or more as a delta against the
+        /// receiver's copy, where it offers `delta` (`--whole-file` turns it off).
+        var delta = true
     }
 
     /// One entry as the machine knows it before it is opened.
@@ -124,6 +130,8 @@ struct SenderMachine: Sendable {
         var held: UInt64 = 0
         /// Its data goes as DATA and HOLE (FILE flagged `sparse`).
         var sparse = false
+        /// Its data goes as DATA and COPY against the receiver's copy (FILE flagged `delta`).
+        var delta = false
     }
 
     /// One piece of work of a connection: an entry, whole, or one range of a file (whose size
@@ -301,6 +309,17 @@ struct SenderMachine: Sendable {
         return [.settle(index, .stored)]
     }
 
+    /// Whether entry `index` (of `size` bytes now) goes as a delta: it replaces a regular file
+    /// of the receiver's, is large enough, is read whole and plain, and both sides want it.
+    private func sendsDelta(_ index: Int, size: UInt64?, compressed: Bool) -> Bool {
+        guard settings.delta, replaces(index), peerCapabilities.contains(Wire.Capability.delta),
+            let have = haves[index], have.differences & Wire.HaveDifference.kind == 0, let size,
+            size >= Delta.minimumSize, !compressed
+        else { return false }
+        let entry = entries[index]
+        return entry.seekable && entry.hardLinkTo == nil && !entry.sparse
+    }
+
     /// Whether entry `index` replaces what the receiver has (HAVE said it differs).
     private func replaces(_ index: Int) -> Bool { syncing && haves[index]?.status == .differs }
 
@@ -326,6 +345,12 @@ struct SenderMachine: Sendable {
     var sendingIndex: Int? {
         if case .sending(let file) = state { return file.index }
         return nil
+    }
+
+    /// Whether the data going out is a delta (its FILE was flagged `delta`).
+    var sendingDelta: Bool {
+        if case .sending(let file) = state { return file.delta }
+        return false
     }
 
     /// Whether the data going out may hold HOLEs (its FILE was flagged `sparse`).
@@ -468,6 +493,10 @@ struct SenderMachine: Sendable {
         case (.joining, .joined):
             state = .ready
             return [.joined]
+        case (.awaitingAccept(let file), .signatures(let batch)) where file.delta:
+            return [.takeSignatures(file.index, batch)]
+        case (_, .signatures):
+            return violation("SIGS for no file sent as a delta")
         case (_, .gone(let path)):
             guard let root = pruning.first else { return violation("GONE for no PRUNE") }
             let prefix = Array(entries[root].relative.utf8) + [UInt8(ascii: "/")]
@@ -515,7 +544,7 @@ struct SenderMachine: Sendable {
             return violation("goodbye before the sender's")
 
         case (_, .file), (_, .directory), (_, .end), (_, .abort), (_, .join), (_, .range), (_, .rangeEnd),
-            (_, .held), (_, .link), (_, .hole), (_, .xattr), (_, .owner), (_, .check), (_, .prune):
+            (_, .held), (_, .link), (_, .hole), (_, .xattr), (_, .owner), (_, .check), (_, .prune), (_, .copy):
             return violation("\(frame.type.name) is not a message a receiver sends")
         }
     }
@@ -567,7 +596,7 @@ struct SenderMachine: Sendable {
                 outcome = .failed(reason: reason, kind: code == .data ? .data : .io)
             }
         case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined,
-            .held, .link, .hole, .xattr, .owner, .check, .have, .prune, .gone:
+            .held, .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy:
             return violation("\(frame.type.name) is not an answer")
         }
         if outcome != .stored { anyNotStored = true }
@@ -640,12 +669,14 @@ struct SenderMachine: Sendable {
                 // Resuming a small file would save less than the round trip for ACCEPT costs; a
                 // larger one goes eager and resumable where the receiver can say it holds part.
                 let small = info.size.map { $0 <= Wire.eagerLimit } ?? false
+                let compressing = settings.compress && peerCapabilities.contains(Wire.Capability.deflate)
+                let delta = sendsDelta(index, size: info.size, compressed: compressing)
                 let eager =
-                    settings.eager && peerCapabilities.contains(Wire.Capability.eager)
+                    !delta && settings.eager && peerCapabilities.contains(Wire.Capability.eager)
                     && (small || peerCapabilities.contains(Wire.Capability.eagerResume))
                     && !announcedAgain.contains(index)
                 let resumable =
-                    !(eager && small) && settings.resume && entry.seekable && info.size != nil
+                    !(eager && small) && !delta && settings.resume && entry.seekable && info.size != nil
                     && peerCapabilities.contains(Wire.Capability.resume)
                 let compressed = settings.compress && peerCapabilities.contains(Wire.Capability.deflate)
                 var flags: UInt8 = 0
@@ -660,13 +691,15 @@ struct SenderMachine: Sendable {
                     && peerCapabilities.contains(Wire.Capability.holes)
                 if sparse { flags |= Wire.FileFlags.sparse }
                 if replaces(index) { flags |= Wire.FileFlags.replace }
+                if delta { flags |= Wire.FileFlags.delta }
                 let header = EntryHeader(
                     flags: flags, size: info.size ?? 0, mode: info.mode, mtimeSeconds: info.mtimeSeconds,
                     mtimeNanoseconds: info.mtimeNanoseconds, path: Array(entry.relative.utf8))
                 unanswered.append(index)
                 if eager && resumable { eagerResumable[index] = info.size ?? 0 }
                 let file = CurrentFile(
-                    index: index, size: info.size, resumable: resumable, compressed: compressed, sparse: sparse)
+                    index: index, size: info.size, resumable: resumable, compressed: compressed, sparse: sparse,
+                    delta: delta)
                 let announce = attributeMessages(index) + [.send(.file(header))]
                 guard eager else {
                     state = .awaitingAccept(file)

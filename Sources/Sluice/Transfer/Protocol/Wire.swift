@@ -70,10 +70,13 @@ enum Wire {
         /// In a sender's HELLO: it will send PRUNE (`--delete`), so the receiver keeps the paths
         /// CHECKed in the session.
         static let delete = "delete"
+        /// FILE flagged delta: the receiver answers with its copy's block signatures (SIGS)
+        /// before ACCEPT, and takes COPY among the DATA (`Delta`).
+        static let delta = "delta"
     }
 
-    /// Message types. Sender → receiver: 0x01, 0x10–0x1F, 0x7F. Receiver → sender: 0x01,
-    /// 0x15, 0x20–0x26, 0x7F.
+    /// Message types. Sender → receiver: 0x01, 0x10–0x1F, 0x30, 0x7F. Receiver → sender: 0x01,
+    /// 0x15, 0x20–0x27, 0x7F.
     enum MessageType: UInt8, Sendable {
         case hello = 0x01
         case file = 0x10
@@ -99,6 +102,8 @@ enum Wire {
         case joined = 0x24
         case have = 0x25
         case gone = 0x26
+        case signatures = 0x27
+        case copy = 0x30
         case error = 0x7F
 
         /// The message's name in `sluice-protocol(7)`: `HELLO`, `FILE`, …
@@ -127,6 +132,8 @@ enum Wire {
             case .have: return "HAVE"
             case .prune: return "PRUNE"
             case .gone: return "GONE"
+            case .signatures: return "SIGS"
+            case .copy: return "COPY"
             case .joined: return "JOINED"
             case .error: return "ERROR"
             }
@@ -152,6 +159,8 @@ enum Wire {
             case .have: return 2
             case .prune: return 1 + 2 + Wire.maxPathBytes
             case .gone: return Wire.maxPathBytes
+            case .signatures: return 20 + Delta.signatureBytes * Delta.signaturesPerMessage
+            case .copy: return 12
             case .stored, .bye, .joined: return 0
             case .refused, .failed: return 1 + Wire.maxReasonBytes
             case .abort, .error: return Wire.maxReasonBytes
@@ -174,7 +183,9 @@ enum Wire {
         /// The receiver has another file at the name (HAVE said it differs): replace it, as
         /// `--overwrite` does (`sync`).
         static let replace: UInt8 = 1 << 6
-        static let all: UInt8 = 0b111_1111
+        /// With replace: send the file as a delta against the receiver's copy (`delta`).
+        static let delta: UInt8 = 1 << 7
+        static let all: UInt8 = 0b1111_1111
     }
 
     /// LINK's kind byte: the kind, with this bit when the link replaces what is there (`sync`).
@@ -293,6 +304,8 @@ extension EntryHeader {
     var sparse: Bool { flags & Wire.FileFlags.sparse != 0 }
     /// The sender replaces what is at the name (`sync`).
     var replaces: Bool { flags & Wire.FileFlags.replace != 0 }
+    /// Sent as a delta against the receiver's copy (`delta`).
+    var delta: Bool { flags & Wire.FileFlags.delta != 0 }
 }
 
 /// A LINK message: a symbolic link (its target as written) or a hard link to a file stored
@@ -320,6 +333,15 @@ struct CheckHeader: Equatable, Sendable {
     var target: [UInt8] = []
 
     var applies: Bool { flags & Wire.CheckFlags.apply != 0 }
+}
+
+/// A SIGS message: signatures of blocks `first …` of the receiver's copy (the basis) of the file
+/// being sent as a delta, cut into `blockSize` blocks; `size` is the basis's.
+struct SignatureBatch: Equatable, Sendable {
+    var blockSize: Int
+    var size: UInt64
+    var first: UInt64
+    var signatures: [Delta.Signature]
 }
 
 /// A HAVE message: the answer to the oldest unanswered CHECK.

@@ -31,6 +31,8 @@ final class ActiveFile {
     var heldCheck: HeldCheck?
     /// Where this session's bytes start in the file.
     let base: UInt64
+    /// Sent as a delta: the receiver's old copy its COPYs read from.
+    var basis: BasisFile?
 
     /// With `writebackWindow`, writeback of what was written is started each time that much
     /// more has arrived (receive with fsync).

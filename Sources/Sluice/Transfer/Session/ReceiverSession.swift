@@ -87,6 +87,10 @@ final class ReceiverSession: WireConnectionOwner {
     var ownNames: Set<String> = []
     /// CHECKs taken and not yet handed to the lane.
     var pendingChecks: [([String]?, CheckHeader)] = []
+    /// What waits for the connection to have sent what it holds (the next SIGS).
+    var afterSent: (() -> Void)?
+    /// Messages waiting, in order, for room in the connection's buffer (`sendOrdered`).
+    var outbox: [[UInt8]] = []
     /// With fsync: files verified and set aside, to be flushed with one `syncfs` and renamed
     /// into place together (`ReceiverStore.commitStaged`), and their bytes.
     var staged: [StagedSlot] = [] {
@@ -136,7 +140,7 @@ final class ReceiverSession: WireConnectionOwner {
                 overwrite: options.overwrite, maxSize: options.maxSize, resume: options.resume,
                 streams: options.streams, eager: options.eager, links: options.offersMetadata,
                 holes: options.offersMetadata, xattrs: options.offersMetadata,
-                owners: options.keepsOwners && geteuid() == 0, sync: options.sync))
+                owners: options.keepsOwners && geteuid() == 0, sync: options.sync, delta: options.offersDelta))
         hasher = DigestWorker(loop: loop)
         lane = SerialLane(pool: store.pool)
         heldHasher = DigestWorker(loop: loop)
@@ -222,7 +226,33 @@ final class ReceiverSession: WireConnectionOwner {
 
     func wireReceived(_ connection: WireConnection) { parse() }
 
-    func wireCanSend(_ connection: WireConnection) { pump() }
+    func wireCanSend(_ connection: WireConnection) {
+        drainOutbox()
+        if outbox.isEmpty, let work = afterSent {
+            afterSent = nil
+            work()
+        }
+        pump()
+    }
+
+    /// Sends `bytes` after whatever waits in `outbox`: at once when they fit the connection's
+    /// buffer, else once it has room (parsing stops meanwhile), so messages keep their order
+    /// whatever their size (a batch of HAVEs, SIGS, GONEs before PRUNE's answer).
+    func sendOrdered(_ bytes: [UInt8]) {
+        if outbox.isEmpty, connection.outbound.freeSpace >= bytes.count {
+            connection.send(bytes)
+            return
+        }
+        outbox.append(bytes)
+    }
+
+    /// Hands the connection what waits in `outbox`, as far as it has room.
+    func drainOutbox() {
+        while let first = outbox.first, connection.outbound.freeSpace >= first.count {
+            outbox.removeFirst()
+            connection.send(first)
+        }
+    }
 
     /// While a file arrives, its share of `inboundBudget`; between files, as it is.
     func wireInboundCapacity(_ connection: WireConnection) -> Int? {
@@ -253,7 +283,7 @@ final class ReceiverSession: WireConnectionOwner {
 
     private func parse() {
         defer { flushChecks() }
-        while !ended, machine.acceptsMessages, !dataBlocked, !stagedFull, laneJobs < Self.laneDepth {
+        while !ended, machine.acceptsMessages, !dataBlocked, !stagedFull, laneJobs < Self.laneDepth, outbox.isEmpty {
             guard connection.outbound.freeSpace >= 2 * Frame.largestAnswer else { return }
             switch decoder.next(connection.inbound.readable) {
             case .needMore:
@@ -300,19 +330,21 @@ final class ReceiverSession: WireConnectionOwner {
             if case .checkEntry = action {} else { flushChecks() }
             switch action {
             case .send(let frame):
-                connection.send(frame.encoded)
+                sendOrdered(frame.encoded)
             case .makeDirectory(let request):
                 makeDirectory(request)
             case .makeLink(let request, let link):
                 makeLink(request, link)
             case .deliverHole(let length):
                 deliverHole(length)
+            case .deliverCopy(let offset, let length):
+                deliverCopy(offset: offset, length: length)
             case .checkEntry(let components, let header):
                 checkEntry(components, header)
             case .prune(let components, let dryRun):
                 prune(components, dryRun: dryRun)
             case .openFile(let request):
-                openFile(request)
+                if request.header.delta { openDelta(request) } else { openFile(request) }
             case .deliverData:
                 break  // done by `parse`, which holds the bytes
             case .finishData:
@@ -400,7 +432,7 @@ final class ReceiverSession: WireConnectionOwner {
                     createdDirectories.append((components.joined(separator: "/"), header.mode, mtime))
                 }
             }
-            connection.send(out)
+            sendOrdered(out)
             runAfterStaged()
             pump()
         }

@@ -42,14 +42,14 @@ public final class TransferSender: WireConnectionOwner {
     private var pruneFailures: [String] = []
 
     private let entries: [OutgoingEntry]
-    private var machine: SenderMachine
+    var machine: SenderMachine
     private var decoder = FrameDecoder(direction: .toSender)
     private var outcomes: [TransferOutcome?]
     private var sizes: [UInt64?]
     private var resumed: [UInt64]
-    private var current: OutgoingFile?
-    private var connection: WireConnection?
-    private var loop: EventLoop?
+    var current: OutgoingFile?
+    var connection: WireConnection?
+    var loop: EventLoop?
     private var hasher: DigestWorker?
     /// Hashes held bytes with SHA-256 (`HeldCheck`) apart from `hasher`'s jobs.
     private var heldHasher: DigestWorker?
@@ -58,7 +58,7 @@ public final class TransferSender: WireConnectionOwner {
     private var completion: ((TransferSummary) -> Void)?
     private var started: UInt64 = 0
     private var peerClosed = false
-    private var ended = false
+    var ended = false
     private var warnedNoDeflate = false
     /// Compresses the current file (raw deflate in pigz-style blocks on the worker pool), when
     /// it is sent compressed.
@@ -66,13 +66,17 @@ public final class TransferSender: WireConnectionOwner {
     private var rawBuffer: ByteBuffer?
     private lazy var sourceWatcher = SourceWatcher(self)
 
-    private var bytesDone: UInt64 = 0
+    var bytesDone: UInt64 = 0
     /// Each entry's bytes in `bytesDone`: a file announced again (its receiver held part of
     /// it) counts from what it held, not twice.
-    private var counted: [UInt64]
-    private var bytesSentOfFiles: UInt64 = 0
+    var counted: [UInt64]
+    var bytesSentOfFiles: UInt64 = 0
     /// Bytes of holes not sent (sparse files).
     private(set) var holeBytes: UInt64 = 0
+    /// Bytes of files sent as a delta that the receiver copied from its old copy (COPY).
+    var matchedBytes: UInt64 = 0
+    /// Entries sent as deltas.
+    var sentAsDelta: Set<Int> = []
     private var resumedBytes: UInt64 = 0
 
     /// A sender of `paths` (files and directories). Lists directories now: throws for a path
@@ -118,7 +122,7 @@ public final class TransferSender: WireConnectionOwner {
             settings: .init(
                 compress: options.compress, resume: options.resume, eager: options.eager, sync: options.sync,
                 dryRun: options.sync && options.dryRun,
-                pruneRoots: options.sync && options.delete ? Self.pruneRoots(entries) : []),
+                pruneRoots: options.sync && options.delete ? Self.pruneRoots(entries) : [], delta: !options.wholeFile),
             work: work, join: join, fallback: fallback)
     }
 
@@ -263,7 +267,7 @@ public final class TransferSender: WireConnectionOwner {
     /// Announces entries while the machine may and the outbound buffer has room for them.
     /// Called again from within (a small file sent whole while it announced it), it leaves the
     /// next entry to the loop already running, so the stack does not grow with each file.
-    private func advance() {
+    func advance() {
         guard let connection, !advancing else { return }
         advancing = true
         defer { advancing = false }
@@ -302,7 +306,7 @@ public final class TransferSender: WireConnectionOwner {
 
     // MARK: Actions
 
-    private func perform(_ actions: [SenderAction]) {
+    func perform(_ actions: [SenderAction]) {
         // Messages in a row go out in one write: a write can call back into the session (room
         // came back) and announce the next entry, which must not come between HELD and END.
         var messages: [UInt8] = []
@@ -322,6 +326,8 @@ public final class TransferSender: WireConnectionOwner {
                 openEntry(index)
             case .startData(let index, let offset, let compressed, let range):
                 startData(index, offset: offset, compressed: compressed, range: range)
+            case .takeSignatures(let index, let batch):
+                takeSignatures(index, batch)
             case .streamsDeclined:
                 onStreamsDeclined?()
             case .joined:
@@ -357,6 +363,7 @@ public final class TransferSender: WireConnectionOwner {
             result.change = change(of: index)
             result.dryRun = options.dryRun
         }
+        result.sentAsDelta = sentAsDelta.contains(index)
         return result
     }
 
@@ -445,6 +452,8 @@ public final class TransferSender: WireConnectionOwner {
     /// ACCEPT arrived: hash the prefix the receiver holds (on a worker), then send the rest.
     private func startData(_ index: Int, offset: UInt64, compressed: Bool, range: ByteRange?) {
         guard let file = current, file.index == index, let hasher else { return }
+        if machine.sendingDelta, startDelta(file) { return }
+        file.delta = nil
         file.compressed = compressed
         file.sparse = machine.sendingSparse && range == nil && file.fd != nil
         if let range, let fd = file.fd {
@@ -522,7 +531,7 @@ public final class TransferSender: WireConnectionOwner {
         produce()
     }
 
-    private func localPath(_ file: OutgoingFile) -> String {
+    func localPath(_ file: OutgoingFile) -> String {
         if case .file(let path) = entries[file.index].kind { return path }
         return entries[file.index].relative
     }
@@ -577,10 +586,14 @@ public final class TransferSender: WireConnectionOwner {
     /// reads and socket writes alternate chunk by chunk, as in a copy pipeline, rather than in
     /// bursts that leave the receiver idle), while the hasher has room for another chunk; at
     /// the end of the file, has the digest finished on the worker, then END goes out.
-    private func produce() {
+    func produce() {
         guard let file = current, file.ready, !file.sourceEnded || file.compressed, machine.sendingIndex == file.index,
             let connection, let hasher
         else { return }
+        if let delta = file.delta, delta.matched {
+            produceDelta(file, delta, connection)
+            return
+        }
         let chunk = options.chunkSize.bytes
         while current === file, !file.finalizing, connection.outbound.readableBytes < chunk,
             connection.outbound.reserve(chunk + Wire.frameHeaderSize + 64)
@@ -667,7 +680,7 @@ public final class TransferSender: WireConnectionOwner {
         bytesSentOfFiles += UInt64(bytes.count)
     }
 
-    private func readFailed(_ reason: String) {
+    func readFailed(_ reason: String) {
         perform(machine.handle(.readFailed(reason)))
         advance()
     }
@@ -837,6 +850,8 @@ public final class TransferSender: WireConnectionOwner {
             results: entries.indices.map(result), error: error,
             digest: machine.peerCapabilities.isEmpty ? nil : machine.digest)
         summary.holeBytes = holeBytes
+        summary.bytesReceived = connection?.bytesRead ?? 0
+        summary.matchedBytes = matchedBytes
         summary.removed = removed
         summary.pruneFailures = pruneFailures
         let done = completion
@@ -870,6 +885,8 @@ final class OutgoingFile {
     var streamReadable = false
     /// For a file: its mtime when it was opened (and announced).
     var openedMtime = timespec()
+    /// Sent as a delta: the receiver's signatures and the match.
+    var delta: OutgoingDelta?
     /// Sent as data and holes; the data run being read ends at `dataEnd`.
     var sparse = false
     var dataEnd: UInt64 = 0

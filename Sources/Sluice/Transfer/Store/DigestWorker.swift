@@ -158,6 +158,36 @@ final class DigestWorker: @unchecked Sendable {
         enqueue { Wire.holeDigestInput(length).withUnsafeBytes { digest.update($0) } }
     }
 
+    /// Copies `length` bytes of `basis` from `offset` to `target` at `position`, hashing them
+    /// for `digest`, on the worker in order with the other jobs (a delta's COPY). A basis that
+    /// has become shorter leaves the copy short, which the file's digest then shows.
+    func copy(
+        _ digest: FileDigest, from basis: BasisFile, at offset: UInt64, length: UInt64, to target: WriteTarget,
+        position: UInt64
+    ) {
+        submitFilling()
+        enqueue { [loop] in
+            let size = Int(min(length, 1 << 20))
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: WriteTarget.directAlignment)
+            defer { buffer.deallocate() }
+            var done: UInt64 = 0
+            while done < length {
+                let want = Int(min(UInt64(size), length - done))
+                let piece = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want])
+                guard Delta.readFully(basis.fd, into: piece, at: offset + done) else { return }
+                let bytes = UnsafeRawBufferPointer(piece)
+                switch target.write(bytes, at: position + done) {
+                case .written: digest.update(bytes)
+                case .failedNow:
+                    loop.execute { [self] in onWriteFailed?(target) }
+                    return
+                case .failedBefore: return
+                }
+                done += UInt64(want)
+            }
+        }
+    }
+
     /// Writes `bytes` to `target` at `offset`, then hashes them for `digest`, on the worker in
     /// order with the other jobs, without copying them: they are lent, and the caller leaves
     /// them untouched (and `owner`, which holds their memory, is kept alive) until

@@ -1,0 +1,290 @@
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The rsync algorithm, for a changed file the receiver has an older copy of (`send --sync`):
+/// the receiver cuts its copy (the basis) into blocks and sends each block's signature, a
+/// rolling weak checksum and a strong hash; the sender slides a window over its file, looks each
+/// window's weak checksum up, confirms a hit with the strong hash, and sends references to the
+/// blocks it found (COPY) and the bytes between them (DATA). The receiver rebuilds the file from
+/// both into a temporary file and checks the whole file's digest before it replaces the old one.
+enum Delta {
+    /// Files of at least this many bytes are sent as a delta against the receiver's copy.
+    static let minimumSize: UInt64 = 1 << 20
+    /// Block lengths: rsync's rule, the square root of the basis's size rounded up to a
+    /// multiple of 8, at least 700 bytes and at most 128 KiB.
+    static let minimumBlock = 700
+    static let maximumBlock = 128 << 10
+    /// The most blocks a basis may have: a receiver's signatures of a file this large, or a
+    /// sender's table of them, stay within 16 MiB (12 bytes a block).
+    static let maximumBlocks: UInt64 = (16 << 20) / 12
+    /// Signatures per SIGS message (6,164 bytes: a receiver's connection buffer holds one).
+    static let signaturesPerMessage = 512
+    /// The bytes of one signature on the wire: weak (4) and strong (8).
+    static let signatureBytes = 12
+
+    /// The block length for a basis of `size` bytes.
+    static func blockSize(forBasis size: UInt64) -> Int {
+        guard size > UInt64(minimumBlock * minimumBlock) else { return minimumBlock }
+        var length = Int(Double(size).squareRoot().rounded(.up))
+        length = (length + 7) / 8 * 8
+        return min(max(length, minimumBlock), maximumBlock)
+    }
+
+    /// The number of blocks of a basis of `size` bytes cut into `blockSize` ones (the last may
+    /// be shorter).
+    static func blockCount(_ size: UInt64, _ blockSize: Int) -> UInt64 {
+        (size + UInt64(blockSize) - 1) / UInt64(blockSize)
+    }
+
+    /// One block's signature.
+    struct Signature: Equatable, Sendable {
+        var weak: UInt32
+        var strong: UInt64
+    }
+
+    /// rsync's rolling checksum of `bytes`: `a` the sum of the bytes, `b` the sum of each byte
+    /// times its distance from the end, both modulo 2^16; `a | b << 16`.
+    static func weak(_ bytes: UnsafeRawBufferPointer) -> UInt32 {
+        // `a += x; b += a` for each byte gives `b` as defined; four bytes at a time, as rsync
+        // does, the additions do not wait on one another.
+        var a: UInt32 = 0
+        var b: UInt32 = 0
+        let count = bytes.count
+        var i = 0
+        if let base = bytes.baseAddress {
+            let p = base.assumingMemoryBound(to: UInt8.self)
+            while i + 4 <= count {
+                let x0 = UInt32(p[i])
+                let x1 = UInt32(p[i + 1])
+                let x2 = UInt32(p[i + 2])
+                let x3 = UInt32(p[i + 3])
+                b &+= 4 &* a &+ 4 &* x0 &+ 3 &* x1 &+ 2 &* x2 &+ x3
+                a &+= x0 &+ x1 &+ x2 &+ x3
+                i += 4
+            }
+            while i < count {
+                a &+= UInt32(p[i])
+                b &+= a
+                i += 1
+            }
+        }
+        return (a & 0xFFFF) | (b & 0xFFFF) << 16
+    }
+
+    /// The weak checksum of the window moved one byte on: `out` leaves, `in` enters, the window
+    /// `length` bytes long.
+    @inline(__always)
+    static func roll(_ sum: UInt32, out: UInt8, in new: UInt8, length: Int) -> UInt32 {
+        var a = sum & 0xFFFF
+        var b = sum >> 16
+        a = (a &- UInt32(out) &+ UInt32(new)) & 0xFFFF
+        b = (b &- UInt32(truncatingIfNeeded: length) &* UInt32(out) &+ a) & 0xFFFF
+        return a | b << 16
+    }
+
+    /// A 64-bit hash of `bytes` (a multiply-rotate over 8-byte words, with xxHash64's final
+    /// mixing): the strong hash of a block. Not cryptographic: a collision, by chance or made,
+    /// only makes the rebuilt file fail its whole-file digest, which is.
+    static func strong(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
+        let prime1: UInt64 = 0x9E37_79B1_85EB_CA87
+        let prime2: UInt64 = 0xC2B2_AE3D_27D4_EB4F
+        var h: UInt64 = prime2 ^ UInt64(truncatingIfNeeded: bytes.count)
+        var index = 0
+        let count = bytes.count
+        while index + 8 <= count {
+            let word = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self))
+            let mixed = h ^ (word &* prime2)
+            h = (mixed << 31 | mixed >> 33) &* prime1
+            index += 8
+        }
+        while index < count {
+            h = ((h ^ UInt64(bytes[index]) &* prime1) << 11 | (h ^ UInt64(bytes[index]) &* prime1) >> 53) &* prime2
+            index += 1
+        }
+        h ^= h >> 33
+        h &*= prime2
+        h ^= h >> 29
+        h &*= 0x1656_67B1_9E37_79F9
+        h ^= h >> 32
+        return h
+    }
+
+    /// The signatures of blocks `first ..< first + count` of the file `fd` of `size` bytes, read
+    /// with `pread`; nil when it cannot be read (or is shorter than `size` now).
+    static func signatures(of fd: Int32, size: UInt64, blockSize: Int, first: UInt64, count: Int) -> [Signature]? {
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: blockSize, alignment: 16)
+        defer { buffer.deallocate() }
+        var out: [Signature] = []
+        out.reserveCapacity(count)
+        for index in first..<first + UInt64(count) {
+            let offset = index * UInt64(blockSize)
+            guard offset < size else { break }
+            let want = Int(min(UInt64(blockSize), size - offset))
+            guard readFully(fd, into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]), at: offset) else {
+                return nil
+            }
+            let block = UnsafeRawBufferPointer(rebasing: buffer[0..<want])
+            out.append(Signature(weak: weak(block), strong: strong(block)))
+        }
+        return out
+    }
+
+    /// `pread` until `buffer` is full; false at an error or the end of the file first.
+    static func readFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: UInt64) -> Bool {
+        var done = 0
+        while done < buffer.count {
+            let n = pread(fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset) + off_t(done))
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return false }
+            done += n
+        }
+        return true
+    }
+}
+
+/// What the sender sends of a file as a delta: bytes of its own, or blocks of the basis.
+enum DeltaOp: Equatable, Sendable {
+    /// Bytes `offset ..< offset + length` of the sender's file, as DATA.
+    case literal(offset: UInt64, length: UInt64)
+    /// Blocks `index ..< index + count` of the basis, as COPY.
+    case copy(index: UInt64, count: UInt32)
+}
+
+/// The receiver's signatures as the sender keeps them: by weak checksum.
+struct DeltaBasis: Sendable {
+    let blockSize: Int
+    let size: UInt64
+    /// Block indices by weak checksum, and each block's strong hash.
+    private(set) var byWeak: [UInt32: [UInt32]] = [:]
+    private(set) var strong: [UInt64] = []
+
+    init(blockSize: Int, size: UInt64) {
+        self.blockSize = blockSize
+        self.size = size
+    }
+
+    /// Blocks the basis has.
+    var blockCount: UInt64 { Delta.blockCount(size, blockSize) }
+    /// Signatures taken so far (the next block's index).
+    var received: UInt64 { UInt64(strong.count) }
+
+    /// Takes the next signatures, in order. A last block shorter than the others is not looked
+    /// up (a window of the full length cannot be it).
+    mutating func add(_ signatures: [Delta.Signature]) {
+        for signature in signatures {
+            let index = UInt64(strong.count)
+            strong.append(signature.strong)
+            let short = (index + 1) * UInt64(blockSize) > size
+            if !short { byWeak[signature.weak, default: []].append(UInt32(truncatingIfNeeded: index)) }
+        }
+    }
+
+    /// The block whose signature the window has, preferring `preferred` (the one after the last
+    /// found, so runs of blocks stay runs).
+    func find(weak: UInt32, window: UnsafeRawBufferPointer, preferred: UInt64?) -> UInt64? {
+        guard let candidates = byWeak[weak] else { return nil }
+        let hash = Delta.strong(window)
+        if let preferred, preferred < received, strong[Int(preferred)] == hash,
+            candidates.contains(UInt32(truncatingIfNeeded: preferred))
+        {
+            return preferred
+        }
+        return candidates.first { strong[Int($0)] == hash }.map(UInt64.init)
+    }
+}
+
+/// The sender's side of the algorithm: one pass over its file against the basis's signatures,
+/// giving the operations to send and the whole file's digest.
+enum DeltaMatcher {
+    /// The operations for file `fd` of `size` bytes against `basis`, and the file's digest;
+    /// nil when the file cannot be read. Reads the file once, sequentially.
+    static func match(fd: Int32, size: UInt64, basis: DeltaBasis, digest algorithm: TransferDigest) -> (
+        [DeltaOp], [UInt8]
+    )? {
+        let digest = FileDigest(algorithm)
+        let blockSize = basis.blockSize
+        let chunk = max(4 << 20, 4 * blockSize)
+        var buffer: [UInt8] = []
+        buffer.reserveCapacity(chunk + blockSize)
+        var bufferStart: UInt64 = 0  // the file offset of buffer[0]
+        var readTo: UInt64 = 0  // bytes read (and hashed) so far
+        var ops: [DeltaOp] = []
+        var literalStart: UInt64 = 0
+        var position: UInt64 = 0  // the window's start
+        var sum: UInt32 = 0
+        var sumValid = false
+        var preferred: UInt64?
+        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: chunk, alignment: 16)
+        defer { scratch.deallocate() }
+
+        /// Reads more so the buffer holds `through` (a file offset) if the file has it.
+        func fill(through end: UInt64) -> Bool {
+            while readTo < min(end, size) {
+                let want = Int(min(UInt64(chunk), size - readTo))
+                let target = UnsafeMutableRawBufferPointer(rebasing: scratch[0..<want])
+                guard Delta.readFully(fd, into: target, at: readTo) else { return false }
+                digest.update(UnsafeRawBufferPointer(target))
+                // Bytes before the window are not needed again: literals are read at sending.
+                let keepFrom = Int(position - bufferStart)
+                if keepFrom > 0 {
+                    buffer.removeFirst(min(keepFrom, buffer.count))
+                    bufferStart = position
+                }
+                buffer.append(contentsOf: UnsafeRawBufferPointer(target))
+                readTo += UInt64(want)
+            }
+            return true
+        }
+
+        func addLiteral(upTo end: UInt64) {
+            guard end > literalStart else { return }
+            if case .literal(let offset, let length)? = ops.last, offset + length == literalStart {
+                ops[ops.count - 1] = .literal(offset: offset, length: length + end - literalStart)
+            } else {
+                ops.append(.literal(offset: literalStart, length: end - literalStart))
+            }
+        }
+
+        func addCopy(_ index: UInt64) {
+            if case .copy(let first, let count)? = ops.last, first + UInt64(count) == index, count < UInt32.max {
+                ops[ops.count - 1] = .copy(index: first, count: count + 1)
+            } else {
+                ops.append(.copy(index: index, count: 1))
+            }
+        }
+
+        let bs = UInt64(blockSize)
+        while position + bs <= size {
+            guard fill(through: position + bs + 1) else { return nil }
+            let found: UInt64? = buffer.withUnsafeBytes { bytes in
+                let start = Int(position - bufferStart)
+                let window = UnsafeRawBufferPointer(rebasing: bytes[start..<start + blockSize])
+                if !sumValid {
+                    sum = Delta.weak(window)
+                    sumValid = true
+                }
+                return basis.find(weak: sum, window: window, preferred: preferred)
+            }
+            if let index = found {
+                addLiteral(upTo: position)
+                addCopy(index)
+                position += bs
+                literalStart = position
+                preferred = index + 1
+                sumValid = false
+                continue
+            }
+            preferred = nil
+            guard position + bs < size else { break }
+            buffer.withUnsafeBytes { bytes in
+                let start = Int(position - bufferStart)
+                sum = Delta.roll(sum, out: bytes[start], in: bytes[start + blockSize], length: blockSize)
+            }
+            position += 1
+        }
+        guard fill(through: size) else { return nil }
+        addLiteral(upTo: size)
+        return (ops, digest.finalize())
+    }
+}

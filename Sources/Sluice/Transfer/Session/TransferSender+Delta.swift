@@ -1,0 +1,113 @@
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A file sent as a delta: the receiver's signatures, then what the match found to send.
+final class OutgoingDelta {
+    var basis: DeltaBasis?
+    /// From the match: the operations, the next one, how far into a literal, and the digest.
+    var ops: [DeltaOp] = []
+    var next = 0
+    var doneInOp: UInt64 = 0
+    var digest: [UInt8] = []
+    var matched = false
+}
+
+extension TransferSender {
+    /// SIGS for the file announced as a delta: kept, in order, within the basis's blocks.
+    func takeSignatures(_ index: Int, _ batch: SignatureBatch) {
+        guard let file = current, file.index == index else { return }
+        let delta = file.delta ?? OutgoingDelta()
+        file.delta = delta
+        var basis = delta.basis ?? DeltaBasis(blockSize: batch.blockSize, size: batch.size)
+        guard batch.blockSize == Delta.blockSize(forBasis: batch.size), batch.size == basis.size,
+            batch.first == basis.received, basis.received + UInt64(batch.signatures.count) <= basis.blockCount,
+            basis.blockCount <= Delta.maximumBlocks
+        else {
+            perform(machine.violated("SIGS out of order, or not of the basis announced"))
+            return
+        }
+        basis.add(batch.signatures)
+        delta.basis = basis
+    }
+
+    /// ACCEPT for a delta: the match runs on a worker over the whole file (reading it once,
+    /// and hashing it); the operations go out once it is done. Without every signature (no
+    /// basis at the receiver), the file goes whole.
+    func startDelta(_ file: OutgoingFile) -> Bool {
+        guard let delta = file.delta, let basis = delta.basis, basis.received == basis.blockCount,
+            let fd = file.fd, let size = file.size, let loop
+        else { return false }
+        let copy = dup(fd)
+        guard copy >= 0 else { return false }
+        let algorithm = machine.digest
+        WorkerPool.shared.submit(
+            { () -> ([DeltaOp], [UInt8])? in
+                defer { closeDescriptor(copy) }
+                return DeltaMatcher.match(fd: copy, size: size, basis: basis, digest: algorithm)
+            }, completingOn: loop
+        ) { [weak self] result in
+            guard let self, self.current === file, !self.ended else { return }
+            guard let (ops, digest) = result else {
+                self.readFailed("read \(quoted(self.localPath(file))): cannot read it to find what changed")
+                return
+            }
+            delta.ops = ops
+            delta.digest = digest
+            delta.matched = true
+            self.sentAsDelta.insert(file.index)
+            file.ready = true
+            self.produce()
+        }
+        return true
+    }
+
+    /// Sends the delta's operations while the connection has room: DATA for literal bytes
+    /// (read here), COPY for blocks; then END with the digest the match computed.
+    func produceDelta(_ file: OutgoingFile, _ delta: OutgoingDelta, _ connection: WireConnection) {
+        guard let fd = file.fd, let basis = delta.basis else { return }
+        let chunk = options.chunkSize.bytes
+        while current === file, !file.finalizing, delta.next < delta.ops.count,
+            connection.outbound.readableBytes < chunk, connection.outbound.reserve(chunk + Wire.frameHeaderSize + 64)
+        {
+            // State moves on before anything is written: a write may call back into `produce`.
+            switch delta.ops[delta.next] {
+            case .copy(let index, let count):
+                let start = index * UInt64(basis.blockSize)
+                let bytes = min(UInt64(count) * UInt64(basis.blockSize), basis.size - min(start, basis.size))
+                bytesDone += bytes
+                counted[file.index] += bytes
+                matchedBytes += bytes
+                file.position += bytes
+                delta.next += 1
+                connection.send(Frame.copy(index: index, count: count).encoded)
+            case .literal(let offset, let length):
+                let want = Int(min(UInt64(chunk), length - delta.doneInOp))
+                let frameStart = connection.outbound.writeIndex
+                let payload = UnsafeMutableRawBufferPointer(
+                    rebasing: connection.outbound.tail[Wire.frameHeaderSize..<Wire.frameHeaderSize + want])
+                guard Delta.readFully(fd, into: payload, at: offset + delta.doneInOp) else {
+                    readFailed("read \(quoted(localPath(file))): the file shrank while being sent")
+                    return
+                }
+                connection.outbound.setUInt8(Wire.MessageType.data.rawValue, at: frameStart)
+                connection.outbound.setUInt32(UInt32(want), at: frameStart + 1)
+                connection.outbound.produced(Wire.frameHeaderSize + want)
+                bytesDone += UInt64(want)
+                counted[file.index] += UInt64(want)
+                bytesSentOfFiles += UInt64(want)
+                file.position += UInt64(want)
+                delta.doneInOp += UInt64(want)
+                if delta.doneInOp == length {
+                    delta.next += 1
+                    delta.doneInOp = 0
+                }
+                connection.flush()
+            }
+        }
+        guard current === file, !file.finalizing, delta.next == delta.ops.count else { return }
+        file.finalizing = true
+        perform(machine.handle(.dataEnded(size: file.position, digest: delta.digest)))
+        advance()
+    }
+}
