@@ -274,6 +274,22 @@ func sessions() -> [(String, [UInt8])] {
                     target: Array("index.html".utf8), replace: true)))
         $0.frame(.bye)
     }
+    add("metadata-delta") {
+        // A file stored, then sent again as a delta against it: DATA and COPY, then a COPY
+        // past the old file.
+        $0.hello(["sha256", "resume", "sync"])
+        let replace = Wire.FileFlags.sizeKnown | Wire.FileFlags.replace
+        $0.file("db", binary, flags: replace)
+        let changed = Array(binary[0..<1400]) + Array("new bytes".utf8) + Array(binary[1400...])
+        $0.frame(.file($0.entry("db", flags: replace | Wire.FileFlags.delta, size: UInt64(changed.count), mode: 0o644)))
+        $0.data(Array(binary[0..<700]))
+        $0.frame(.copy(index: 1, count: 1))
+        $0.data(Array("new bytes".utf8) + Array(binary[1400...]))
+        $0.frame(.end(size: UInt64(changed.count), digest: SHA256Digest.hash(changed)))
+        $0.frame(.file($0.entry("db", flags: replace | Wire.FileFlags.delta, size: 5000, mode: 0o644)))
+        $0.frame(.copy(index: 1 << 40, count: 1))
+        $0.frame(.bye)
+    }
     add("sender-error") {
         $0.hello()
         $0.file("first", text)
@@ -465,8 +481,10 @@ case "sessions":
             guard !mustJoin && (offered || !streams) && (c.below(4) != 0 || !name.hasPrefix("eager")) else {
                 return false
             }
-            // The metadata sessions, one offering links, holes, xattrs, owners and sync.
-            let all = c.below(4) != 0 && c.below(4) != 0 && c.below(4) != 0 && c.below(2) == 0 && c.below(4) != 0
+            // The metadata sessions, one offering links, holes, xattrs, owners, sync and delta.
+            let all =
+                c.below(4) != 0 && c.below(4) != 0 && c.below(4) != 0 && c.below(2) == 0 && c.below(4) != 0
+                && c.below(4) != 0
             return all || !name.hasPrefix("metadata")
         }
         write([receiver] + bytes, to: "\(root)/receiver/\(name)")
