@@ -111,21 +111,31 @@ enum Delta {
     }
 
     /// The signatures of blocks `first ..< first + count` of the file `fd` of `size` bytes, read
-    /// with `pread`; nil when it cannot be read (or is shorter than `size` now).
+    /// with `pread` a few MiB at a time; nil when it cannot be read (or is shorter than `size`
+    /// now).
     static func signatures(of fd: Int32, size: UInt64, blockSize: Int, first: UInt64, count: Int) -> [Signature]? {
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: blockSize, alignment: 16)
+        let perRead = max(1, (4 << 20) / blockSize)
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: perRead * blockSize, alignment: 16)
         defer { buffer.deallocate() }
         var out: [Signature] = []
         out.reserveCapacity(count)
-        for index in first..<first + UInt64(count) {
+        var index = first
+        let end = first + UInt64(count)
+        while index < end {
             let offset = index * UInt64(blockSize)
             guard offset < size else { break }
-            let want = Int(min(UInt64(blockSize), size - offset))
+            let blocks = Int(min(UInt64(perRead), end - index))
+            let want = Int(min(UInt64(blocks * blockSize), size - offset))
             guard readFully(fd, into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]), at: offset) else {
                 return nil
             }
-            let block = UnsafeRawBufferPointer(rebasing: buffer[0..<want])
-            out.append(Signature(weak: weak(block), strong: strong(block)))
+            var start = 0
+            while start < want {
+                let block = UnsafeRawBufferPointer(rebasing: buffer[start..<min(want, start + blockSize)])
+                out.append(Signature(weak: weak(block), strong: strong(block)))
+                start += blockSize
+                index += 1
+            }
         }
         return out
     }
@@ -256,32 +266,37 @@ enum DeltaMatcher {
 
         let bs = UInt64(blockSize)
         while position + bs <= size {
-            guard fill(through: position + bs + 1) else { return nil }
-            let found: UInt64? = buffer.withUnsafeBytes { bytes in
-                let start = Int(position - bufferStart)
-                let window = UnsafeRawBufferPointer(rebasing: bytes[start..<start + blockSize])
-                if !sumValid {
-                    sum = Delta.weak(window)
-                    sumValid = true
+            // As much as a chunk past the window is buffered; the scan runs through it in one go.
+            guard fill(through: position + bs + UInt64(chunk) / 2) else { return nil }
+            let bufferEnd = bufferStart + UInt64(buffer.count)
+            position = buffer.withUnsafeBytes { bytes -> UInt64 in
+                var at = position
+                while at + bs <= bufferEnd {
+                    let start = Int(at - bufferStart)
+                    let window = UnsafeRawBufferPointer(rebasing: bytes[start..<start + blockSize])
+                    if !sumValid {
+                        sum = Delta.weak(window)
+                        sumValid = true
+                    }
+                    if let index = basis.find(weak: sum, window: window, preferred: preferred) {
+                        addLiteral(upTo: at)
+                        addCopy(index)
+                        at += bs
+                        literalStart = at
+                        preferred = index + 1
+                        sumValid = false
+                        continue
+                    }
+                    preferred = nil
+                    // The window moves a byte on, while the byte it takes in is buffered.
+                    guard at + bs < bufferEnd else { break }
+                    sum = Delta.roll(sum, out: bytes[start], in: bytes[start + blockSize], length: blockSize)
+                    at += 1
                 }
-                return basis.find(weak: sum, window: window, preferred: preferred)
+                return at
             }
-            if let index = found {
-                addLiteral(upTo: position)
-                addCopy(index)
-                position += bs
-                literalStart = position
-                preferred = index + 1
-                sumValid = false
-                continue
-            }
-            preferred = nil
-            guard position + bs < size else { break }
-            buffer.withUnsafeBytes { bytes in
-                let start = Int(position - bufferStart)
-                sum = Delta.roll(sum, out: bytes[start], in: bytes[start + blockSize], length: blockSize)
-            }
-            position += 1
+            // The end of the file within a block of the window: the rest is literal.
+            if position + bs > size || (position + bs == bufferEnd && bufferEnd == size) { break }
         }
         guard fill(through: size) else { return nil }
         addLiteral(upTo: size)

@@ -2,6 +2,25 @@
     import Glibc
 #endif
 
+/// The signatures of a basis being computed and sent: jobs in flight, and what is done but
+/// waits for an earlier batch to go first.
+final class SignatureWork {
+    /// Jobs at once, and blocks per job.
+    static let jobs = 2
+    static let blocksPerJob = 2048
+    let file: ActiveFile
+    let basis: BasisFile
+    var nextToCompute: UInt64 = 0
+    var nextToSend: UInt64 = 0
+    var running = 0
+    var done: [UInt64: [Delta.Signature]] = [:]
+
+    init(file: ActiveFile, basis: BasisFile) {
+        self.file = file
+        self.basis = basis
+    }
+}
+
 /// The receiver's copy of a file sent as a delta (its basis), open for reading while the new
 /// file is rebuilt: closed once the last job that copies from it has run.
 final class BasisFile: @unchecked Sendable {
@@ -69,46 +88,84 @@ extension ReceiverSession {
                 active.basis = basis
                 self.file = active
                 connection.inbound.resize(to: inboundShare)
-                sendSignatures(of: active, from: 0)
+                sendSignatures(of: active)
             }
             pump()
         }
     }
 
-    /// Sends the signatures of blocks `first…` of `file`'s basis, a message's worth per job on
-    /// the pool, each once the connection has room; then the machine hears the file is open.
-    private func sendSignatures(of file: ActiveFile, from first: UInt64) {
-        guard !ended, self.file === file else { return }
-        guard let basis = file.basis, first < basis.blockCount else {
-            perform(machine.handle(.deltaOpened(.success(file.basis?.size))))
+    /// Sends the signatures of `file`'s basis: computed on the pool, `SignatureWork.jobs` jobs
+    /// at once (one per core of a small machine), sent in order as SIGS while the connection
+    /// takes them; then the machine hears the file is open (and answers ACCEPT).
+    func sendSignatures(of file: ActiveFile) {
+        guard let basis = file.basis else {
+            perform(machine.handle(.deltaOpened(.success(nil))))
             return
         }
+        let work = SignatureWork(file: file, basis: basis)
+        signing = work
+        computeSignatures(work)
+    }
+
+    /// Starts jobs while fewer than `SignatureWork.jobs` run, blocks remain, and the connection
+    /// keeps up.
+    private func computeSignatures(_ work: SignatureWork) {
+        guard !ended, signing === work, self.file === work.file else { return }
         guard outbox.isEmpty else {
-            // The sender reads slowly: the next batch when the connection has sent these.
-            afterSent = { [weak self] in self?.sendSignatures(of: file, from: first) }
+            afterSent = { [weak self] in self?.computeSignatures(work) }
             return
         }
-        let count = Int(min(UInt64(Delta.signaturesPerMessage), basis.blockCount - first))
-        store.pool.submit(
-            {
-                Delta.signatures(of: basis.fd, size: basis.size, blockSize: basis.blockSize, first: first, count: count)
-            },
-            completingOn: loop
-        ) { [self] signatures in
-            guard !ended, self.file === file else { return }
-            guard let signatures, signatures.count == count else {
-                // The old file cannot be read as it was: the new one comes whole.
-                file.basis = nil
-                perform(machine.handle(.deltaOpened(.success(nil))))
+        let basis = work.basis
+        while work.running < SignatureWork.jobs, work.nextToCompute < basis.blockCount {
+            let first = work.nextToCompute
+            let count = Int(min(UInt64(SignatureWork.blocksPerJob), basis.blockCount - first))
+            work.nextToCompute += UInt64(count)
+            work.running += 1
+            store.pool.submit(
+                {
+                    Delta.signatures(
+                        of: basis.fd, size: basis.size, blockSize: basis.blockSize, first: first, count: count)
+                },
+                completingOn: loop
+            ) { [self] signatures in
+                work.running -= 1
+                guard !ended, signing === work, self.file === work.file else { return }
+                guard let signatures, signatures.count == count else {
+                    // The old file cannot be read as it was: the new one comes whole.
+                    signing = nil
+                    work.file.basis = nil
+                    perform(machine.handle(.deltaOpened(.success(nil))))
+                    pump()
+                    return
+                }
+                work.done[first] = signatures
+                sendComputedSignatures(work)
                 pump()
-                return
             }
-            let batch = SignatureBatch(
-                blockSize: basis.blockSize, size: basis.size, first: first, signatures: signatures)
-            sendOrdered(Frame.signatures(batch).encoded)
-            sendSignatures(of: file, from: first + UInt64(count))
-            pump()
         }
+    }
+
+    /// Sends what is computed, in order; then more, or the end.
+    private func sendComputedSignatures(_ work: SignatureWork) {
+        let basis = work.basis
+        while let signatures = work.done.removeValue(forKey: work.nextToSend) {
+            var offset = 0
+            while offset < signatures.count {
+                let part = Array(signatures[offset..<min(signatures.count, offset + Delta.signaturesPerMessage)])
+                let batch = SignatureBatch(
+                    blockSize: basis.blockSize, size: basis.size, first: work.nextToSend + UInt64(offset),
+                    signatures: part)
+                sendOrdered(Frame.signatures(batch).encoded)
+                offset += part.count
+            }
+            work.nextToSend += UInt64(signatures.count)
+        }
+        if work.nextToSend == basis.blockCount {
+            signing = nil
+            perform(machine.handle(.deltaOpened(.success(basis.size))))
+            return
+        }
+        computeSignatures(work)
     }
 
     /// COPY the machine allowed: the basis's bytes `offset ..< offset + length` become the

@@ -91,6 +91,8 @@ final class ReceiverSession: WireConnectionOwner {
     var afterSent: (() -> Void)?
     /// Messages waiting, in order, for room in the connection's buffer (`sendOrdered`).
     var outbox: [[UInt8]] = []
+    /// The signatures of a delta's basis being sent.
+    var signing: SignatureWork?
     /// With fsync: files verified and set aside, to be flushed with one `syncfs` and renamed
     /// into place together (`ReceiverStore.commitStaged`), and their bytes.
     var staged: [StagedSlot] = [] {
