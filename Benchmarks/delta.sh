@@ -5,21 +5,22 @@
 # The file: SIZE_MIB (default 1024) of random bytes. The change: PERCENT (default 1) percent of
 # its 64 KiB blocks, chosen at random, rewritten with new random bytes; PERCENT=0 touches only
 # the mtime. Each round: each tool's copy of the old file is made fresh (`cp`, not timed),
-# then each tool brings it up to the new file, alternating which goes first; the result is
-# compared with `cmp`.
+# then each tool brings it up to the new file, alternating which goes first (an even number of
+# rounds puts each first as often); the result is compared with `cmp`.
 #
 # Printed per round: seconds, and bytes on the wire both ways (sluice: its --stats=json
 # bytes_sent + bytes_received, the signatures included; rsync: "Total bytes sent" +
 # "Total bytes received"), as a percentage of the file; then the medians and ranges.
 #
-#   Benchmarks/delta.sh                  # ROUNDS=3, 1 GiB, 1%
+#   Benchmarks/delta.sh                  # ROUNDS=4, 1 GiB, 1%, SETTLE=5 s before each round
 #   PERCENT=0 Benchmarks/delta.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-4}
 SIZE_MIB=${SIZE_MIB:-1024}
 PERCENT=${PERCENT:-1}
+SETTLE=${SETTLE:-5}
 DATA=${SLUICE_BENCH_DATA:-/tmp/sluice-bench-data}
 
 need() { command -v "$1" >/dev/null || { apt-get update -qq && apt-get install -y -qq "$2" >/dev/null; }; }
@@ -92,7 +93,10 @@ for round in $(seq "$ROUNDS"); do
         mkdir -p "$RUNS/$tool/src"
         cp --preserve=mode "$OLD" "$RUNS/$tool/src/file.bin"
     done
+    # Writeback of the copies (and of the last round's removal) out of the way first: on this
+    # VM whoever ran first after them paid for it.
     sync
+    sleep "$SETTLE"
     if [ $((round % 2)) = 1 ]; then
         read -r st sw < <(run_sluice)
         read -r rt rw < <(run_rsync)

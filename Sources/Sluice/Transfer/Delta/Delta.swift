@@ -168,6 +168,12 @@ struct DeltaBasis: Sendable {
     /// Block indices by weak checksum, and each block's strong hash.
     private(set) var byWeak: [UInt32: [UInt32]] = [:]
     private(set) var strong: [UInt64] = []
+    /// One bit per value of a weak checksum's 20-bit tag: most windows miss, and a bit says so
+    /// without hashing the checksum for the dictionary (rsync keeps a 16-bit tag table).
+    private var tags = [UInt64](repeating: 0, count: (1 << 20) / 64)
+
+    @inline(__always)
+    private static func tag(_ weak: UInt32) -> Int { Int((weak ^ (weak >> 12) &* 0x9E37) & 0xF_FFFF) }
 
     init(blockSize: Int, size: UInt64) {
         self.blockSize = blockSize
@@ -186,14 +192,19 @@ struct DeltaBasis: Sendable {
             let index = UInt64(strong.count)
             strong.append(signature.strong)
             let short = (index + 1) * UInt64(blockSize) > size
-            if !short { byWeak[signature.weak, default: []].append(UInt32(truncatingIfNeeded: index)) }
+            if !short {
+                byWeak[signature.weak, default: []].append(UInt32(truncatingIfNeeded: index))
+                let tag = Self.tag(signature.weak)
+                tags[tag >> 6] |= 1 << UInt64(tag & 63)
+            }
         }
     }
 
     /// The block whose signature the window has, preferring `preferred` (the one after the last
     /// found, so runs of blocks stay runs).
     func find(weak: UInt32, window: UnsafeRawBufferPointer, preferred: UInt64?) -> UInt64? {
-        guard let candidates = byWeak[weak] else { return nil }
+        let tag = Self.tag(weak)
+        guard tags[tag >> 6] & (1 << UInt64(tag & 63)) != 0, let candidates = byWeak[weak] else { return nil }
         let hash = Delta.strong(window)
         if let preferred, preferred < received, strong[Int(preferred)] == hash,
             candidates.contains(UInt32(truncatingIfNeeded: preferred))
@@ -208,10 +219,13 @@ struct DeltaBasis: Sendable {
 /// giving the operations to send and the whole file's digest.
 enum DeltaMatcher {
     /// The operations for file `fd` of `size` bytes against `basis`, and the file's digest;
-    /// nil when the file cannot be read. Reads the file once, sequentially.
-    static func match(fd: Int32, size: UInt64, basis: DeltaBasis, digest algorithm: TransferDigest) -> (
-        [DeltaOp], [UInt8]
-    )? {
+    /// nil when the file cannot be read. Reads the file once, sequentially. `emit` hears the
+    /// operations settled so far as the scan goes on (each once; the rest are returned), so
+    /// that they can go out while the scan runs.
+    static func match(
+        fd: Int32, size: UInt64, basis: DeltaBasis, digest algorithm: TransferDigest,
+        emit: ([DeltaOp]) -> Void = { _ in }
+    ) -> ([DeltaOp], [UInt8])? {
         let digest = FileDigest(algorithm)
         let blockSize = basis.blockSize
         let chunk = max(4 << 20, 4 * blockSize)
@@ -297,6 +311,11 @@ enum DeltaMatcher {
             }
             // The end of the file within a block of the window: the rest is literal.
             if position + bs > size || (position + bs == bufferEnd && bufferEnd == size) { break }
+            // All but the last operation are settled (the last may still grow).
+            if ops.count > 1 {
+                emit(Array(ops.dropLast()))
+                ops.removeFirst(ops.count - 1)
+            }
         }
         guard fill(through: size) else { return nil }
         addLiteral(upTo: size)

@@ -10,6 +10,7 @@ final class OutgoingDelta {
     var next = 0
     var doneInOp: UInt64 = 0
     var digest: [UInt8] = []
+    /// The match is done: `ops` is complete and `digest` set.
     var matched = false
 }
 
@@ -32,8 +33,8 @@ extension TransferSender {
     }
 
     /// ACCEPT for a delta: the match runs on a worker over the whole file (reading it once,
-    /// and hashing it); the operations go out once it is done. Without every signature (no
-    /// basis at the receiver), the file goes whole.
+    /// and hashing it); the operations go out as it settles them, END once it is done. Without
+    /// every signature (no basis at the receiver), the file goes whole.
     func startDelta(_ file: OutgoingFile) -> Bool {
         guard let delta = file.delta, let basis = delta.basis, basis.received == basis.blockCount,
             let fd = file.fd, let size = file.size, let loop
@@ -41,10 +42,13 @@ extension TransferSender {
         let copy = dup(fd)
         guard copy >= 0 else { return false }
         let algorithm = machine.digest
+        let sender = UncheckedBox((self, file, delta))
         WorkerPool.shared.submit(
             { () -> ([DeltaOp], [UInt8])? in
                 defer { closeDescriptor(copy) }
-                return DeltaMatcher.match(fd: copy, size: size, basis: basis, digest: algorithm)
+                return DeltaMatcher.match(fd: copy, size: size, basis: basis, digest: algorithm) { ops in
+                    loop.execute { sender.value.0.found(ops, sender.value.1, sender.value.2) }
+                }
             }, completingOn: loop
         ) { [weak self] result in
             guard let self, self.current === file, !self.ended else { return }
@@ -52,18 +56,24 @@ extension TransferSender {
                 self.readFailed("read \(quoted(self.localPath(file))): cannot read it to find what changed")
                 return
             }
-            delta.ops = ops
             delta.digest = digest
             delta.matched = true
             self.sentAsDelta.insert(file.index)
-            file.ready = true
-            self.produce()
+            self.found(ops, file, delta)
         }
         return true
     }
 
+    /// More operations from the match: out they go.
+    private func found(_ ops: [DeltaOp], _ file: OutgoingFile, _ delta: OutgoingDelta) {
+        guard current === file, !ended else { return }
+        delta.ops += ops
+        file.ready = true
+        produce()
+    }
+
     /// Sends the delta's operations while the connection has room: DATA for literal bytes
-    /// (read here), COPY for blocks; then END with the digest the match computed.
+    /// (read here), COPY for blocks; then, once the match is done, END with its digest.
     func produceDelta(_ file: OutgoingFile, _ delta: OutgoingDelta, _ connection: WireConnection) {
         guard let fd = file.fd, let basis = delta.basis else { return }
         let chunk = options.chunkSize.bytes
@@ -105,7 +115,7 @@ extension TransferSender {
                 connection.flush()
             }
         }
-        guard current === file, !file.finalizing, delta.next == delta.ops.count else { return }
+        guard current === file, !file.finalizing, delta.matched, delta.next == delta.ops.count else { return }
         file.finalizing = true
         perform(machine.handle(.dataEnded(size: file.position, digest: delta.digest)))
         advance()

@@ -590,7 +590,7 @@ public final class TransferSender: WireConnectionOwner {
         guard let file = current, file.ready, !file.sourceEnded || file.compressed, machine.sendingIndex == file.index,
             let connection, let hasher
         else { return }
-        if let delta = file.delta, delta.matched {
+        if let delta = file.delta, delta.basis != nil, file.fd != nil, machine.sendingDelta {
             produceDelta(file, delta, connection)
             return
         }

@@ -148,8 +148,9 @@ final class ReceiverStore: @unchecked Sendable {
                 closeDescriptor(parent)
                 return .failure(.refused(.exists, kind == S_IFDIR ? "exists (a directory)" : "exists"))
             }
-            // Its pages would otherwise stay cached until the new file replaces it.
-            FileReplacement.releaseCache(ofReplaced: name, in: parent)
+            // Its pages would otherwise stay cached until the new file replaces it; but a
+            // delta's basis is about to be read.
+            if !request.header.delta { FileReplacement.releaseCache(ofReplaced: name, in: parent) }
         }
         return .success((parent, name))
     }
