@@ -414,11 +414,13 @@ extension PieceSource {
     /// held the port still takes connections (nothing closed it from this thread), and once it
     /// has run, the port refuses them.
     @Test func aSecondCloseLeavesTheListenerToTheLoop() async throws {
-        let incoming = IncomingConnections(try Socket.listen(host: "127.0.0.1", port: 0))
+        // 127.0.0.2: once this listener is closed, its port may be taken by another test's on
+        // 127.0.0.1, which must not answer the connects that check it is gone.
+        let incoming = IncomingConnections(try Socket.listen(host: "127.0.0.2", port: 0))
         let port = try #require(incoming.address.port)
         let waiting = Task { try await incoming.next() == nil }  // starts accepting on the loop
         let loop = try EventLoop.shared
-        let (input, output) = Socket.connect(host: "127.0.0.1", port: port)
+        let (input, output) = Socket.connect(host: "127.0.0.2", port: port)
         input.open()
         output.open()
         defer {
@@ -435,10 +437,10 @@ extension PieceSource {
         held.wait()
         incoming.close()
         incoming.close()
-        #expect(tcpConnects(port: port), "the second close() closed the listener off the loop")
+        #expect(tcpConnects(port: port, host: "127.0.0.2"), "the second close() closed the listener off the loop")
         release.signal()
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in loop.execute { done.resume() } }
-        #expect(!tcpConnects(port: port))
+        #expect(!tcpConnects(port: port, host: "127.0.0.2"))
     }
 
     @Test func cancellingAWaitingNextThrows() async throws {
@@ -502,8 +504,8 @@ private func endedClients(_ clients: inout [ReadStream], within timeout: Duratio
 
 /// Whether a blocking TCP connect to 127.0.0.1:`port` succeeds (a listening socket takes it into
 /// its backlog even while nobody accepts).
-func tcpConnects(port: UInt16) -> Bool {
-    let fd = connectLoopback(port: port)
+func tcpConnects(port: UInt16, host: String = "127.0.0.1") -> Bool {
+    let fd = connectLoopback(port: port, host: host)
     guard fd >= 0 else { return false }
     close(fd)
     return true

@@ -262,13 +262,13 @@ func waitUntil(_ limit: Duration = .seconds(10), _ condition: () -> Bool) -> Boo
 
 /// A blocking TCP connection to 127.0.0.1:`port` on a descriptor of its own: the descriptor,
 /// or -1 when the connect fails (the caller closes it).
-func connectLoopback(port: UInt16) -> Int32 {
+func connectLoopback(port: UInt16, host: String = "127.0.0.1") -> Int32 {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     guard fd >= 0 else { return -1 }
     var address = sockaddr_in()
     address.sin_family = sa_family_t(AF_INET)
     address.sin_port = port.bigEndian
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_addr.s_addr = inet_addr(host)
     let rc = withUnsafePointer(to: &address) {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
             connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
