@@ -95,6 +95,20 @@ for round in $(seq "$ROUNDS"); do
 done
 diff -r "$TREE" "$RUNS/sluice/$name" >/dev/null
 diff -r "$TREE" "$RUNS/rsync/u/$name" >/dev/null
+# The same with contents compared by digest: every file read at both ends.
+checksum=()
+for round in $(seq "$ROUNDS"); do
+    sync
+    if [ $((round % 2)) = 1 ]; then
+        s=$(run_sluice "$TREE" u --checksum)
+        r=$(run_rsync "$TREE" u -c)
+    else
+        r=$(run_rsync "$TREE" u -c)
+        s=$(run_sluice "$TREE" u --checksum)
+    fi
+    checksum+=("$(ratio "$s" "$r")")
+    echo "round $round, unchanged, by digest: sluice --sync --checksum ${s}s, rsync -a -c ${r}s"
+done
 
 # --- changed: 1% rewritten, 1% removed, into fresh copies of the first copy each round.
 SRC2=$RUNS/src2/$name
@@ -129,5 +143,6 @@ for round in $(seq "$ROUNDS"); do
 done
 
 summarize "second run, unchanged ($count files): sluice --sync / rsync -a" "${unchanged[@]}"
+summarize "second run, unchanged, by digest: sluice --sync --checksum / rsync -a -c" "${checksum[@]}"
 summarize "second run, 1% changed + 1% removed: sluice --sync --delete / rsync -a --delete" "${changed[@]}"
 echo "machine: $(nproc) cores, $(uname -r), $(swift --version 2>/dev/null | head -1), $(rsync --version | head -1)"

@@ -391,6 +391,32 @@ struct SyncTests {
         }
     }
 
+    @Test("--checksum compares contents: a touched file is not sent (its mtime is set), a same-sized change is")
+    func checksumComparesContents() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            try writeFile(src + "/touched", randomBytes(3000, seed: 1), mtime: (1_600_000_000, 0))
+            try writeFile(src + "/sneaky", randomBytes(3000, seed: 2), mtime: (1_600_000_000, 0))
+            let harness = try TransferHarness(directory: dst)
+            #expect(try harness.send(paths: [src], options: Self.syncing()).succeeded)
+            // New mtime, same bytes; new bytes, same size and mtime.
+            Self.setMtime(src + "/touched", 1_700_000_000)
+            try writeFile(src + "/sneaky", randomBytes(3000, seed: 4), mtime: (1_600_000_000, 0))  // (seed | 1 differs)
+            var options = Self.syncing()
+            options.checksum = true
+            let summary = try harness.send(paths: [src], options: options)
+            #expect(summary.succeeded, "\(summary.results)")
+            let changes = Self.changes(summary)
+            #expect(changes["tree/touched"] == .unchanged(.mtime))
+            #expect(changes["tree/sneaky"] == .replaced(.content))
+            #expect(summary.bytes == 3000, "only the changed file: \(summary.bytes)")
+            #expect(treeDifferences(src, dst + "/tree") == [])
+        }
+    }
+
     @Test("The sender waits for an entry's HAVE before it sends it, and takes no HAVE it did not ask for")
     func senderMachineWaitsForHave() {
         let entries: [SenderMachine.Entry] = [

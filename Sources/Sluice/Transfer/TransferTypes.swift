@@ -93,6 +93,8 @@ public struct TransferDifferences: OptionSet, Hashable, Sendable {
     public static let kind = TransferDifferences(rawValue: 8)
     /// A link's target.
     public static let target = TransferDifferences(rawValue: 16)
+    /// The contents, by digest (`TransferSendOptions.checksum`).
+    public static let content = TransferDifferences(rawValue: 32)
 }
 
 // MARK: Sender
@@ -132,6 +134,10 @@ public struct TransferSendOptions: Sendable {
     /// sent, one that differs replaces it (atomically), a link or directory the same is left.
     /// Without a receiver offering it, files it has are refused as before.
     public var sync = false
+    /// With `sync` (`--checksum`): compare files by digest (the agreed one, computed on both
+    /// sides, on workers), not by size and mtime: a file with the same contents is not sent,
+    /// and gets the sender's mtime and mode.
+    public var checksum = false
     /// With `sync` (`--dry-run`): only ask; every entry is reported with what would be done.
     public var dryRun = false
     /// With `sync`: send a changed file whole, never as a delta against the receiver's copy

@@ -208,8 +208,9 @@ struct SendOptions: Sendable {
     var sync = false
     var dryRun = false
     var itemize = false
-    /// `--delete` (implies `--sync`), `--whole-file`.
+    /// `--delete` (implies `--sync`), `--whole-file`, `--checksum` (implies `--sync`).
     var delete = false
+    var checksum = false
     var wholeFile = false
 
     static let name = OptionSpec(
@@ -269,6 +270,9 @@ struct SendOptions: Sendable {
             help:
                 "with --sync (implied): once every file is\nstored, remove what the receiver has under each\n"
                 + "directory sent that is not sent"),
+        OptionSpec(
+            "checksum", short: "c",
+            help: "with --sync (implied): compare files by digest,\nnot by size and mtime"),
         OptionSpec(
             "whole-file", short: "W",
             help: "with --sync: send a changed file whole, not as\nthe blocks that changed (the rsync algorithm)"),
@@ -366,7 +370,8 @@ struct SendOptions: Sendable {
         dryRun = parsed.has("dry-run")
         delete = parsed.has("delete")
         wholeFile = parsed.has("whole-file")
-        sync = parsed.has("sync") || dryRun || delete
+        checksum = parsed.has("checksum")
+        sync = parsed.has("sync") || dryRun || delete || parsed.has("checksum")
         if delete, let option = parsed.last("delete"),
             !excludes.isEmpty || !excludeFiles.isEmpty || filesFrom != nil || shard != nil
         {
@@ -464,6 +469,7 @@ struct SendOptions: Sendable {
         options.dryRun = dryRun
         options.delete = delete
         options.wholeFile = wholeFile
+        options.checksum = checksum
         return options
     }
 }

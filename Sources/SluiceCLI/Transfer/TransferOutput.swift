@@ -47,8 +47,10 @@ extension TransferText {
     /// rsync's nine letters after the type: checksum, size, time, permissions, owner, group,
     /// (unused), ACL, xattrs.
     private static func letters(_ differences: TransferDifferences) -> String {
-        "." + (differences.contains(.size) ? "s" : ".") + (differences.contains(.mtime) ? "t" : ".")
-            + (differences.contains(.mode) ? "p" : ".") + "....."
+        func letter(_ difference: TransferDifferences, _ name: String) -> String {
+            differences.contains(difference) ? name : "."
+        }
+        return letter(.content, "c") + letter(.size, "s") + letter(.mtime, "t") + letter(.mode, "p") + "....."
     }
 }
 

@@ -343,7 +343,7 @@ struct FrameDecoder: Sendable {
             return .copy(index: index, count: count)
         case .have:
             guard payload.count == 2, let byte = reader.u8(), let status = Wire.HaveStatus(rawValue: byte),
-                let differences = reader.u8(), differences < 32
+                let differences = reader.u8(), differences < 64
             else { return nil }
             return .have(HaveAnswer(status: status, differences: differences))
         case .joined:

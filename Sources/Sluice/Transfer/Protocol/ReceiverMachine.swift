@@ -259,6 +259,9 @@ struct ReceiverMachine: Sendable {
                 return violation("more than \(Self.maxChecks) CHECKs in one session")
             }
             syncing = true
+            if header.comparesContents, header.digest.count != digest.byteCount {
+                return violation("CHECK with a \(header.digest.count)-byte digest (\(digest) agreed)")
+            }
             if peerDeletes {
                 namedBytes += header.path.count + 1
                 guard namedBytes <= Wire.maxNamedBytes else {

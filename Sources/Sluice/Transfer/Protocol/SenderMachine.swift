@@ -29,6 +29,9 @@ struct SenderMachine: Sendable {
         /// With `sync` (`--delete`): directory entries under which the receiver is to remove what
         /// was not sent (PRUNE), once every entry is stored.
         var pruneRoots: [Int] = []
+        /// With `sync` (`--checksum`): CHECK carries each file's digest, computed by the session
+        /// (`checksumComputed`): the same contents, not the same mtime, leave a file unsent.
+        var checksum = false
         /// With `sync`: send a changed file of `Delta.minimumSize` or more as a delta against the
         /// receiver's copy, where it offers `delta` (`--whole-file` turns it off).
         var delta = true
@@ -133,6 +136,9 @@ struct SenderMachine: Sendable {
     /// CHECKs without a HAVE yet, oldest first, and the HAVEs by entry.
     private var awaitingHave: [Int] = []
     private(set) var haves: [Int: HaveAnswer] = [:]
+    /// With `checksum`: the digests computed so far, and the files that could not be read.
+    private var checksums: [Int: [UInt8]] = [:]
+    private var checksumFailed: Set<Int> = []
     /// PRUNEs sent, those without an answer (oldest first), and whether an entry was not stored.
     private var prunesSent = 0
     private var pruning: [Int] = []
@@ -182,7 +188,12 @@ struct SenderMachine: Sendable {
     var canProceed: Bool {
         guard case .ready = state else { return false }
         if syncing {
-            if checksSent < checks.count { return true }
+            if checksSent < checks.count {
+                // With `checksum`, a file's CHECK waits for its digest.
+                let index = checks[checksSent]
+                return !settings.checksum || !isFile(index) || checksums[index] != nil
+                    || checksumFailed.contains(index)
+            }
             // An entry goes once its HAVE is in.
             if next < work.count, haves[work[next].index] == nil, checks.contains(work[next].index) { return false }
         }
@@ -228,10 +239,34 @@ struct SenderMachine: Sendable {
         let entry = entries[index]
         let kind: Wire.CheckKind =
             entry.isDirectory ? .directory : entry.symlinkTarget != nil ? .symbolicLink : .file
-        return CheckHeader(
+        var check = CheckHeader(
             kind: kind, flags: settings.dryRun ? 0 : Wire.CheckFlags.apply, size: entry.listedSize ?? 0,
             mode: entry.mode, mtimeSeconds: entry.mtimeSeconds, mtimeNanoseconds: entry.mtimeNanoseconds,
             path: Array(entry.relative.utf8), target: entry.symlinkTarget ?? [])
+        if let digest = checksums[index] {
+            check.flags |= Wire.CheckFlags.digest
+            check.digest = digest
+        }
+        return check
+    }
+
+    /// A regular file by path (what `checksum` computes a digest of).
+    private func isFile(_ index: Int) -> Bool {
+        let entry = entries[index]
+        return entry.seekable && !entry.isDirectory && entry.symlinkTarget == nil
+    }
+
+    /// With `checksum`, once the receiver said HELLO: the files whose digests the session is to
+    /// compute, in the order their CHECKs go.
+    var checksumsToCompute: [Int] {
+        guard settings.checksum, syncing else { return [] }
+        return checks.filter(isFile)
+    }
+
+    /// The digest of file `index` (the agreed one), or nil when it could not be read (its CHECK
+    /// then compares size and mtime).
+    mutating func checksumComputed(_ index: Int, _ digest: [UInt8]?) {
+        if let digest { checksums[index] = digest } else { checksumFailed.insert(index) }
     }
 
     /// With `sync`, before entry `index` goes: settled here when the receiver has it the same

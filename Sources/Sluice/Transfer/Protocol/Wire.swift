@@ -155,7 +155,8 @@ enum Wire {
             case .hole: return 8
             case .xattr: return 1 + Wire.maxXattrNameBytes + Wire.maxXattrValueBytes
             case .owner: return 8 + 2 * (1 + Wire.maxOwnerNameBytes)
-            case .check: return 2 + 8 + 4 + 12 + 2 + Wire.maxPathBytes + 2 + Wire.maxPathBytes
+            case .check:
+                return 2 + 8 + 4 + 12 + 2 + Wire.maxPathBytes + 2 + Wire.maxPathBytes + 1 + SHA256Digest.byteCount
             case .have: return 2
             case .prune: return 1 + 2 + Wire.maxPathBytes
             case .gone: return Wire.maxPathBytes
@@ -202,6 +203,9 @@ enum Wire {
     enum CheckFlags {
         /// Apply a difference of mode where the rest is the same (not on a dry run).
         static let apply: UInt8 = 1
+        /// The file's digest (the agreed one) follows: the same means the same contents, not
+        /// the same mtime (`--checksum`).
+        static let digest: UInt8 = 2
     }
 
     /// HAVE's answer.
@@ -230,6 +234,8 @@ enum Wire {
         static let mode: UInt8 = 4
         static let kind: UInt8 = 8
         static let target: UInt8 = 16
+        /// The contents (by digest, `--checksum`).
+        static let content: UInt8 = 32
     }
 
     /// LINK kinds.
@@ -331,8 +337,11 @@ struct CheckHeader: Equatable, Sendable {
     var path: [UInt8]
     /// A symbolic link's target (empty otherwise).
     var target: [UInt8] = []
+    /// With `CheckFlags.digest`: the file's digest.
+    var digest: [UInt8] = []
 
     var applies: Bool { flags & Wire.CheckFlags.apply != 0 }
+    var comparesContents: Bool { flags & Wire.CheckFlags.digest != 0 }
 }
 
 /// A SIGS message: signatures of blocks `first …` of the receiver's copy (the basis) of the file

@@ -104,6 +104,10 @@ struct MessageWriter {
             w.raw(check.path)
             w.u16(UInt16(check.target.count))
             w.raw(check.target)
+            if check.comparesContents {
+                w.u8(UInt8(check.digest.count))
+                w.raw(check.digest)
+            }
         }
     }
 
@@ -247,15 +251,26 @@ struct MessageReader {
     static func check(_ payload: UnsafeRawBufferPointer) -> CheckHeader? {
         var r = MessageReader(payload)
         guard let kindByte = r.u8(), let kind = Wire.CheckKind(rawValue: kindByte), let flags = r.u8(),
-            flags & ~Wire.CheckFlags.apply == 0, let size = r.u64(), let mode = r.u32(), let seconds = r.u64(),
-            let nanoseconds = r.u32(), nanoseconds < 1_000_000_000, let pathLength = r.u16(),
+            flags & ~(Wire.CheckFlags.apply | Wire.CheckFlags.digest) == 0, let size = r.u64(), let mode = r.u32(),
+            let seconds = r.u64(), let nanoseconds = r.u32(), nanoseconds < 1_000_000_000, let pathLength = r.u16(),
             Int(pathLength) <= Wire.maxPathBytes, let path = r.raw(Int(pathLength)), let targetLength = r.u16(),
-            Int(targetLength) <= Wire.maxPathBytes, let target = r.raw(Int(targetLength)), r.atEnd,
+            Int(targetLength) <= Wire.maxPathBytes, let target = r.raw(Int(targetLength)),
             (kind == .symbolicLink) == !target.isEmpty, !target.contains(0)
         else { return nil }
+        var digest: [UInt8] = []
+        if flags & Wire.CheckFlags.digest != 0 {
+            // A digest is of a file's contents; its length is the agreed digest's (the machine
+            // checks which).
+            guard kind == .file, let length = r.u8(),
+                TransferDigest.allCases.contains(where: { $0.byteCount == Int(length) }),
+                let bytes = r.raw(Int(length))
+            else { return nil }
+            digest = bytes
+        }
+        guard r.atEnd else { return nil }
         return CheckHeader(
             kind: kind, flags: flags, size: size, mode: mode, mtimeSeconds: Int64(bitPattern: seconds),
-            mtimeNanoseconds: nanoseconds, path: path, target: target)
+            mtimeNanoseconds: nanoseconds, path: path, target: target, digest: digest)
     }
 
     /// An XATTR payload: a name of 1 to 255 bytes of UTF-8 without NUL, and the value (the

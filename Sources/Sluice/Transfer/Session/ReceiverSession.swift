@@ -423,7 +423,8 @@ final class ReceiverSession: WireConnectionOwner {
         pendingChecks.removeAll()
         let store = self.store
         laneJobs += 1
-        lane.submit({ store.check(batch) }, completingOn: loop) { [self] answers in
+        let algorithm = machine.digest
+        lane.submit({ store.check(batch, digest: algorithm) }, completingOn: loop) { [self] answers in
             laneJobs -= 1
             guard !ended else { return }
             var out: [UInt8] = []

@@ -41,7 +41,7 @@ public final class TransferSender: WireConnectionOwner {
     private var removed: [String] = []
     private var pruneFailures: [String] = []
 
-    private let entries: [OutgoingEntry]
+    let entries: [OutgoingEntry]
     var machine: SenderMachine
     private var decoder = FrameDecoder(direction: .toSender)
     private var outcomes: [TransferOutcome?]
@@ -77,6 +77,10 @@ public final class TransferSender: WireConnectionOwner {
     var matchedBytes: UInt64 = 0
     /// Entries sent as deltas.
     var sentAsDelta: Set<Int> = []
+    /// With `checksum`: the digests to compute, the next, and how many run.
+    var checksumsStarted = false
+    var checksumQueue: [Int] = []
+    var checksumsRunning = 0
     private var resumedBytes: UInt64 = 0
 
     /// A sender of `paths` (files and directories). Lists directories now: throws for a path
@@ -122,7 +126,8 @@ public final class TransferSender: WireConnectionOwner {
             settings: .init(
                 compress: options.compress, resume: options.resume, eager: options.eager, sync: options.sync,
                 dryRun: options.sync && options.dryRun,
-                pruneRoots: options.sync && options.delete ? Self.pruneRoots(entries) : [], delta: !options.wholeFile),
+                pruneRoots: options.sync && options.delete ? Self.pruneRoots(entries) : [],
+                checksum: options.sync && options.checksum, delta: !options.wholeFile),
             work: work, join: join, fallback: fallback)
     }
 
@@ -259,6 +264,7 @@ public final class TransferSender: WireConnectionOwner {
                 connection.inbound.consume(consumed)
                 perform(machine.received(item))
                 if !warnedNoDeflate && machine.canProceed { warnAboutPeer() }
+                if !checksumsStarted && machine.syncing { startChecksums() }
                 advance()
             }
         }

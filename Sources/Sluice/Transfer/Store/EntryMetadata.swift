@@ -238,7 +238,7 @@ enum SourceMetadata {
 extension ReceiverStore {
     /// The answers to a run of CHECKs, in order (`check(_:_:)` each), keeping the last parent
     /// directory open while the paths share it.
-    func check(_ batch: [([String]?, CheckHeader)]) -> [HaveAnswer] {
+    func check(_ batch: [([String]?, CheckHeader)], digest algorithm: TransferDigest = .sha256) -> [HaveAnswer] {
         var parent: (path: [String], fd: Int32)?
         defer { if let parent, parent.fd >= 0 { closeDescriptor(parent.fd) } }
         return batch.map { components, check in
@@ -252,7 +252,7 @@ extension ReceiverStore {
                 parent = (path, fd)
             }
             guard let fd = parent?.fd, fd >= 0 else { return HaveAnswer(status: .absent) }
-            return self.check(in: fd, name, check)
+            return self.check(in: fd, name, check, digest: algorithm)
         }
     }
 
@@ -260,7 +260,9 @@ extension ReceiverStore {
     /// and mtime, a directory, a link to the same target), or different, and how. With
     /// `CheckFlags.apply`, a file the same but for its mode is given the sender's mode.
     /// Nothing is created: a missing parent (or a link on the way) means absent.
-    func check(in parent: Int32, _ name: String, _ check: CheckHeader) -> HaveAnswer {
+    func check(in parent: Int32, _ name: String, _ check: CheckHeader, digest algorithm: TransferDigest = .sha256)
+        -> HaveAnswer
+    {
         var st = stat()
         guard fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else { return HaveAnswer(status: .absent) }
         let type = st.st_mode & S_IFMT
@@ -276,6 +278,9 @@ extension ReceiverStore {
             }
             let same = n >= 0 && Array(buffer[0..<n]) == check.target
             return same ? HaveAnswer(status: .same) : HaveAnswer(status: .differs, differences: D.target)
+        case .file where check.comparesContents:
+            guard type == S_IFREG else { return HaveAnswer(status: .differs, differences: D.kind) }
+            return compareContents(in: parent, name, st, check, algorithm)
         case .file:
             guard type == S_IFREG else { return HaveAnswer(status: .differs, differences: D.kind) }
             var differences: UInt8 = 0
@@ -395,5 +400,43 @@ private struct PruneWalk {
             return
         }
         gone.append(path)
+    }
+}
+
+extension ReceiverStore {
+    /// `--checksum`: a regular file of the CHECK's size is the same when its digest is: then
+    /// (with apply) it is given the sender's mtime and mode where they differ, without data.
+    fileprivate func compareContents(
+        in parent: Int32, _ name: String, _ st: stat, _ check: CheckHeader, _ algorithm: TransferDigest
+    ) -> HaveAnswer {
+        typealias D = Wire.HaveDifference
+        guard UInt64(st.st_size) == check.size else { return HaveAnswer(status: .differs, differences: D.size) }
+        let fd = openat(parent, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return HaveAnswer(status: .differs, differences: D.content) }
+        defer { closeDescriptor(fd) }
+        let digest = FileDigest(algorithm)
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
+        defer { buffer.deallocate() }
+        var offset: UInt64 = 0
+        while offset < check.size {
+            let want = Int(min(UInt64(buffer.count), check.size - offset))
+            let piece = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want])
+            guard Delta.readFully(fd, into: piece, at: offset) else {
+                return HaveAnswer(status: .differs, differences: D.content)
+            }
+            digest.update(UnsafeRawBufferPointer(piece))
+            offset += UInt64(want)
+        }
+        guard digest.finalize() == check.digest else { return HaveAnswer(status: .differs, differences: D.content) }
+        var differences: UInt8 = 0
+        let mtime = timespec(tv_sec: Int(check.mtimeSeconds), tv_nsec: Int(check.mtimeNanoseconds))
+        if st.st_mtim.tv_sec != mtime.tv_sec || st.st_mtim.tv_nsec != mtime.tv_nsec { differences |= D.mtime }
+        let mode = destination.permissions(check.mode)
+        if st.st_mode & 0o7777 != mode { differences |= D.mode }
+        if check.applies {
+            if differences & D.mode != 0 { _ = fchmod(fd, mode) }
+            if differences & D.mtime != 0 { _ = futimens(fd, [timespec(tv_sec: 0, tv_nsec: utimeNow), mtime]) }
+        }
+        return HaveAnswer(status: .same, differences: differences)
     }
 }

@@ -1,0 +1,64 @@
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+extension TransferSender {
+    /// Digests computed at once (`--checksum`): one job per core of a small machine.
+    static let checksumJobs = 2
+
+    /// Once the receiver said HELLO and offers sync: the digests of the files to CHECK, in
+    /// their order, on the pool; each CHECK goes when its digest is in.
+    func startChecksums() {
+        checksumsStarted = true
+        checksumQueue = machine.checksumsToCompute
+        checksumQueue.reverse()
+        computeChecksums()
+    }
+
+    /// Files a job hashes, one after another: fewer hand-overs between the loop and the pool.
+    static let checksumsPerJob = 32
+
+    private func computeChecksums() {
+        guard let loop, !ended else { return }
+        let algorithm = machine.digest
+        while checksumsRunning < Self.checksumJobs, !checksumQueue.isEmpty {
+            var batch: [(Int, String?)] = []
+            while batch.count < Self.checksumsPerJob, let index = checksumQueue.popLast() {
+                if case .file(let path) = entries[index].kind {
+                    batch.append((index, path))
+                } else {
+                    batch.append((index, nil))
+                }
+            }
+            checksumsRunning += 1
+            let files = batch
+            WorkerPool.shared.submit(
+                { files.map { index, path in (index, path.flatMap { Self.digest(of: $0, algorithm) }) } },
+                completingOn: loop
+            ) { [weak self] digests in
+                guard let self, !self.ended else { return }
+                self.checksumsRunning -= 1
+                for (index, digest) in digests { self.machine.checksumComputed(index, digest) }
+                self.computeChecksums()
+                self.advance()
+            }
+        }
+    }
+
+    /// The digest of the file at `path` (not following a link), or nil when it cannot be read.
+    static func digest(of path: String, _ algorithm: TransferDigest) -> [UInt8]? {
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { closeDescriptor(fd) }
+        let digest = FileDigest(algorithm)
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
+        defer { buffer.deallocate() }
+        while true {
+            let n = read(fd, buffer.baseAddress, buffer.count)
+            if n < 0 && errno == EINTR { continue }
+            guard n >= 0 else { return nil }
+            if n == 0 { return digest.finalize() }
+            digest.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+        }
+    }
+}
