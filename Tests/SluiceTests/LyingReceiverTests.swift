@@ -66,12 +66,12 @@ struct LyingReceiverTests {
 
     /// SIGS for a basis of 2^60 bytes, out of order, of another block size, or more than the
     /// basis has: the sender ends the session as a violation and sends no data.
-    @Test(arguments: ["huge", "out of order", "block size", "too many"])
+    @Test(arguments: ["huge", "largest", "out of order", "block size", "too many"])
     func signaturesThatLie(_ lie: String) throws {
         try withTemporaryDirectory { root in
             let file = root + "/big.bin"
             try writeFile(file, randomBytes(2 << 20, seed: 1))
-            let basis: UInt64 = lie == "huge" ? 1 << 60 : 2 << 20
+            let basis: UInt64 = lie == "huge" ? 1 << 60 : lie == "largest" ? .max : 2 << 20
             let blockSize = lie == "block size" ? 4096 : Delta.blockSize(forBasis: basis)
             let signature = Delta.Signature(weak: 1, strong: 2)
             let count = lie == "too many" ? Int(Delta.blockCount(basis, blockSize)) + 1 : 1

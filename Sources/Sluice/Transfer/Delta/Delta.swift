@@ -34,7 +34,9 @@ enum Delta {
     /// The number of blocks of a basis of `size` bytes cut into `blockSize` ones (the last may
     /// be shorter).
     static func blockCount(_ size: UInt64, _ blockSize: Int) -> UInt64 {
-        (size + UInt64(blockSize) - 1) / UInt64(blockSize)
+        // Without `size + blockSize - 1`, which overflows for a size a peer may claim.
+        let block = UInt64(max(blockSize, 1))
+        return size / block + (size % block == 0 ? 0 : 1)
     }
 
     /// One block's signature.

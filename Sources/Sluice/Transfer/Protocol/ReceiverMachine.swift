@@ -714,7 +714,9 @@ struct ReceiverMachine: Sendable {
             return answer(rejection, path: request.relative, isDirectory: true, size: nil)
         case (.storing(.prune(let request)), .pruned(let gone, let rejection)):
             state = .idle
-            return gone.map { .send(.gone(path: Array($0.utf8))) }
+            // A path too long for a message (a tree made deeper here than a sender can send)
+            // is reported in the log, not to the sender.
+            return gone.filter { $0.utf8.count <= Wire.maxPathBytes }.map { .send(.gone(path: Array($0.utf8))) }
                 + answer(rejection, path: request.relative, isDirectory: true, size: nil)
         case (.storing(.link(let request, _)), .linkMade(let rejection)):
             state = .idle
