@@ -83,18 +83,8 @@ cleanup() {
 trap cleanup EXIT
 cc -O2 -pthread -o "$TMP/delayrelay" "$ROOT/Benchmarks/delayrelay.c"
 
-now() { echo "$EPOCHREALTIME"; }
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.4f", b - a}'; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-# Waits (bounded) until something listens on 127.0.0.1:$1.
-wait_port() {
-    for _ in $(seq 500); do
-        ss -ltn "sport = :$1" 2>/dev/null | grep -q LISTEN && return 0
-        sleep 0.01
-    done
-    echo "trees.sh: nothing listens on port $1" >&2
-    return 1
-}
+# shellcheck source=Benchmarks/common.sh
+. "$ROOT/Benchmarks/common.sh"
 # Starts the relay in front of 127.0.0.1:$1; sets RELAY_PID and RELAY_PORT.
 start_relay() {
     rm -f "$TMP/relay.port"

@@ -102,14 +102,7 @@ struct SyncTests {
             let harness = try TransferHarness(directory: dst)
             for round in 0..<2 {
                 if round == 1 { try writeFile(src + "/f0", Array("different".utf8)) }
-                let sender = try ParallelTransferSender(sources: [.path(src)], streams: 3, options: Self.syncing())
-                let box = SummaryBox()
-                let sessions = harness.reports.count
-                sender.start(connect: { Socket.connect(host: "127.0.0.1", port: harness.port) }, on: harness.loop) {
-                    box.summary = $0
-                }
-                runLoop(harness.loop, for: .seconds(30)) { box.summary != nil && harness.reports.count >= sessions + 3 }
-                let summary = try #require(box.summary)
+                let summary = try harness.send(src, streams: 3, options: Self.syncing())
                 #expect(summary.succeeded, "\(summary.results.filter { !$0.outcome.isStored })")
                 #expect(treeDifferences(src, dst + "/tree") == [])
                 if round == 1 {
@@ -254,13 +247,7 @@ struct SyncTests {
             let harness = try TransferHarness(directory: dst)
             var options = Self.syncing()
             options.delete = true
-            let sender = try ParallelTransferSender(sources: [.path(src)], streams: 3, options: options)
-            let box = SummaryBox()
-            sender.start(connect: { Socket.connect(host: "127.0.0.1", port: harness.port) }, on: harness.loop) {
-                box.summary = $0
-            }
-            runLoop(harness.loop, for: .seconds(30)) { box.summary != nil && harness.reports.count >= 3 }
-            let summary = try #require(box.summary)
+            let summary = try harness.send(src, streams: 3, options: options)
             #expect(summary.succeeded, "\(summary.pruneFailures)")
             #expect(summary.removed == ["tree/gone/x", "tree/gone"])
             #expect(treeDifferences(src, dst + "/tree", compareDirectoryTimes: false) == [])

@@ -60,6 +60,19 @@ final class TransferHarness {
         return try #require(box.summary, "the transfer did not finish in time")
     }
 
+    /// Sends `path` over `streams` connections (`ParallelTransferSender`) and runs the loop
+    /// until it is done and each connection's session has ended.
+    func send(_ path: String, streams: Int, options: TransferSendOptions) throws -> TransferSummary {
+        let sessions = reports.count
+        let sender = try ParallelTransferSender(sources: [.path(path)], streams: streams, options: options)
+        let box = SummaryBox()
+        sender.start(connect: { [port] in Socket.connect(host: "127.0.0.1", port: port) }, on: loop) {
+            box.summary = $0
+        }
+        runLoop(loop, for: .seconds(30)) { box.summary != nil && reports.count >= sessions + streams }
+        return try #require(box.summary, "the transfer did not finish in time")
+    }
+
     func send(paths: [String], options: TransferSendOptions = TransferSendOptions()) throws -> TransferSummary {
         try send(paths.map { .path($0) }, options: options)
     }

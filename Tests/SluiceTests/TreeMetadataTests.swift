@@ -133,13 +133,7 @@ struct TreeMetadataTests {
             let harness = try TransferHarness(directory: dst)
             var options = TransferSendOptions()
             options.hardLinks = true
-            let sender = try ParallelTransferSender(sources: [.path(src)], streams: 3, options: options)
-            let box = SummaryBox()
-            sender.start(connect: { Socket.connect(host: "127.0.0.1", port: harness.port) }, on: harness.loop) {
-                box.summary = $0
-            }
-            runLoop(harness.loop, for: .seconds(30)) { box.summary != nil && harness.reports.count >= 3 }
-            let summary = try #require(box.summary)
+            let summary = try harness.send(src, streams: 3, options: options)
             #expect(summary.succeeded, "\(summary.results.filter { !$0.outcome.isStored })")
             #expect(treeDifferences(src, dst + "/tree") == [])
             #expect(Self.inode(dst + "/tree/a.txt") == Self.inode(dst + "/tree/sub/second-name"))
