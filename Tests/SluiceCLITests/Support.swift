@@ -50,11 +50,22 @@ struct Outcome: Sendable {
     var stderrLines: [Substring] { stderrText.split(separator: "\n", omittingEmptySubsequences: false).dropLast() }
 }
 
-/// Writing to a child that has exited must fail with EPIPE, not kill the test process.
+/// Writing to a child that has exited must fail with EPIPE, not kill the test process. Also
+/// gives the children a state directory of their own (`XDG_STATE_HOME`: where `send` keeps its
+/// resume key), so that the tests write nothing under the user's home.
 let brokenPipesIgnored: Bool = {
     signal(SIGPIPE, SIG_IGN)
+    let state = NSTemporaryDirectory() + "sluice-test-state-\(getpid())"
+    mkdir(state, 0o700)
+    setenv("XDG_STATE_HOME", state, 1)
     return true
 }()
+
+/// The resume key `send` uses in these tests (made by the first authenticated send).
+var testResumeKeyPath: String {
+    precondition(brokenPipesIgnored)
+    return String(cString: getenv("XDG_STATE_HOME")) + "/sluice/resume.key"
+}
 
 /// A program running with pipes on its three standard descriptors, read in the background so
 /// it never blocks on a full pipe.

@@ -286,6 +286,11 @@ import Testing
             let stats = try #require(lastJSONObject(second.stderrText))
             let resumed = try #require(stats["resumed_bytes"] as? Int)
             #expect(resumed > 0)
+            // Both runs used the sender's resume key (authenticated by the tests' key file): the
+            // held bytes were vouched for, not read back.
+            #expect(stats["vouched_bytes"] as? Int == resumed)
+            var key = stat()
+            #expect(stat(testResumeKeyPath, &key) == 0 && key.st_mode & 0o777 == 0o600)
             // The file goes out eagerly until the receiver says how much it holds: what was in
             // flight by then is sent twice (at most the whole file once more).
             let bytes = try #require(stats["bytes"] as? Int)

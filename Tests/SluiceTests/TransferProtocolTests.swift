@@ -228,7 +228,7 @@ struct MachineDriver {
                 switch frame {
                 case .stored, .refused, .failed: answersSent += 1
                 case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined,
-                    .held, .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy:
+                    .held, .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token:
                     break
                 }
             case .makeDirectory(let request):

@@ -112,7 +112,7 @@ func roundTrip(_ frame: Frame, _ direction: FrameDirection) {
     case .hello:
         return  // nobody re-encodes a peer's HELLO; capability names are not validated text
     case .file, .directory, .end, .bye, .accept, .stored, .abort, .refused, .failed, .error, .join, .range, .rangeEnd,
-        .joined, .held, .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy:
+        .joined, .held, .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token:
         break
     }
     var decoder = FrameDecoder(direction: direction)
@@ -137,7 +137,7 @@ func roundTrip(_ frame: Frame, _ direction: FrameDirection) {
     }
     switch frame {
     case .file, .directory, .end, .bye, .accept, .stored, .join, .range, .rangeEnd, .joined, .held, .link, .hole,
-        .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy:
+        .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token:
         expect(again == frame, "\(frame) re-encodes as \(again)")
     case .hello, .abort, .refused, .failed, .error:
         expect(again.type == frame.type, "\(frame) re-encodes as \(again)")

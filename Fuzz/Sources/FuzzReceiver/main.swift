@@ -280,7 +280,7 @@ final class Session {
         switch frame {
         case .stored, .refused, .failed: answersSent += 1
         case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined, .held,
-            .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy:
+            .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token:
             break
         }
         expectDecodes(frame, by: &answers, side: "receiver")
@@ -355,7 +355,9 @@ final class Session {
             }
         }
         file = ActiveFile(request: request, content: [UInt8](repeating: 0, count: Int(offset)), inflate: inflate)
-        handle(.fileOpened(.success(offset)))
+        // Held bytes written under the TOKEN sent, as the store may find (vouched): no HELD.
+        let vouched = offset > 0 && request.attributes.resumeToken != nil && choices.below(2) == 0
+        handle(.fileOpened(.success(offset), vouched: vouched))
     }
 
     // MARK: Data

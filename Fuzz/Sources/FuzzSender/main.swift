@@ -206,6 +206,7 @@ func fuzzSender(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
     var settings = SenderMachine.Settings()
     settings.compress = choices.below(2) == 0
     settings.resume = choices.below(4) != 0
+    if choices.below(2) == 0 { settings.resumeKey = ResumeKey(secret: Array(repeating: 1, count: 32), receiver: "fuzz") }
     let entries = Array(allEntries.prefix(choices.below(allEntries.count + 1)))
     settings.sync = choices.below(4) == 0
     settings.dryRun = settings.sync && choices.below(4) == 0

@@ -220,6 +220,17 @@ func sessions() -> [(String, [UInt8])] {
         $0.frame(.end(size: UInt64(binary.count), digest: SHA256Digest.hash(binary[100...])))
         $0.frame(.bye)
     }
+    add("resume-token") {
+        // A resumable file with the sender's TOKEN first: the receiver may vouch for what it
+        // holds (no HELD then), or check it (HELD comes).
+        $0.hello(["sha256", "resume", "held-sha256", "resume-token"])
+        let flags = Wire.FileFlags.sizeKnown | Wire.FileFlags.resumable
+        $0.frame(.token(Array(repeating: 0x5A, count: Wire.resumeTokenBytes)))
+        $0.frame(.file($0.entry("resumed.bin", flags: flags, size: UInt64(binary.count), mode: 0o644)))
+        $0.data(Array(binary[100...]))
+        $0.frame(.end(size: UInt64(binary.count), digest: SHA256Digest.hash(binary[100...])))
+        $0.frame(.bye)
+    }
     add("metadata") {
         // Links, holes, attributes and owners (a receiver offering links, holes, xattrs and
         // owners): a directory and a file with attributes, a sparse file, a linked file and a

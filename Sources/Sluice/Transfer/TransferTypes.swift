@@ -115,6 +115,13 @@ public struct TransferSendOptions: Sendable {
     public var rateLimit: Int?
     /// Continue a file the receiver holds part of from an interrupted transfer.
     public var resume: Bool
+    /// With `resume`: this sender's key (`ResumeKey`). Before each resumable file it sends a
+    /// token only this key makes; a receiver continuing a partial written under that same
+    /// token skips reading the held bytes back at both ends. Without a key (the default), or
+    /// to a receiver without `resume-token`, held bytes are checked with SHA-256 at both
+    /// ends. Set it only over an authenticated connection (TLS with a key or a code): a token
+    /// seen on the wire vouches for bytes whoever sends them.
+    public var resumeKey: ResumeKey?
     /// Send small files eagerly to a receiver that offers `eager`. Off, the sender speaks as
     /// one published before it; for tests of that.
     var eager = true
@@ -209,6 +216,10 @@ public struct TransferSummary: Sendable {
     public var bytesReceived: UInt64 = 0
     /// File bytes not sent because the receiver held them from an interrupted transfer.
     public var resumedBytes: UInt64
+    /// Of `resumedBytes`, those the resume key vouched for (`TransferSendOptions.resumeKey`):
+    /// neither end read them back to check them. The others were read at both ends and
+    /// checked with SHA-256.
+    public var vouchedBytes: UInt64 = 0
     public var seconds: Double
     /// Every entry, in the order sent, with its outcome. Entries never reached because the
     /// connection failed are `.failed(…, kind: .io)`.

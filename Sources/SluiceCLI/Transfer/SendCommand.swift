@@ -20,7 +20,9 @@ enum SendCommand: Command {
         tcp:HOST:PORT, unix:PATH). The receiver checks each file's digest
         (XXH3-128 or SHA-256) and stores it under its final name only when
         complete; an interrupted file is continued where it stopped when sent
-        again. Symbolic links inside directories go as links, sparse files as
+        again (vouched for by the resume key in $XDG_STATE_HOME/sluice, or
+        ~/.local/state/sluice, made on first use; else checked with SHA-256
+        at both ends). Symbolic links inside directories go as links, sparse files as
         data and holes. With --sync, what the receiver has the same is not sent
         again. With the path -, standard input is sent as one file named NAME
         (never resumed).
@@ -80,6 +82,28 @@ final class SendSession: Interruptible {
         }
     }
 
+    /// The sender's resume key (`ResumeKey`), bound to this receiver: its address, and the key
+    /// file's fingerprint (a pairing code's key is new each time). Nil, with a warning, when
+    /// the state directory cannot hold it: held bytes are then checked with SHA-256.
+    func resumeKey(for key: PreSharedKey, quiet: Bool) -> ResumeKey? {
+        var receiver = destinationName
+        if case .keyFile = options.auth {
+            receiver += " key " + SHA256Digest.hex(SHA256Digest.hash(key.key).prefix(8))
+        } else {
+            receiver += " code"
+        }
+        switch Result(catching: { () throws(SluiceError) in try ResumeKey(receiver: receiver) }) {
+        case .success(let made):
+            return made
+        case .failure(let error):
+            if !quiet {
+                Terminal.report(
+                    "warning: resume key: \(error.description) (a resumed file is checked with SHA-256 instead)")
+            }
+            return nil
+        }
+    }
+
     /// Lists the sources and starts the transfer (on the loop's thread, before it runs).
     func start() -> CLIError? {
         let sources: [TransferSource] = options.paths.map { path in
@@ -96,7 +120,13 @@ final class SendSession: Interruptible {
         }
         let onResult = { [weak self] (result: TransferFileResult) -> Void in self?.answered(result) }
         let onRemoved = { [weak self] (path: String) -> Void in self?.removed(path) }
+        let key: PreSharedKey?
+        switch TransferSecurity.senderKey(options.auth) {
+        case .success(let found): key = found
+        case .failure(let error): return error
+        }
         var library = options.libraryOptions
+        if let key, library.resume { library.resumeKey = resumeKey(for: key, quiet: quiet) }
         switch options.selection() {
         case .success(let selection): library.selection = selection
         case .failure(let error): return error
@@ -130,11 +160,6 @@ final class SendSession: Interruptible {
             }
         }
 
-        let key: PreSharedKey?
-        switch TransferSecurity.senderKey(options.auth) {
-        case .success(let found): key = found
-        case .failure(let error): return error
-        }
         let timeout = options.timeoutSeconds.map { Duration.nanoseconds(Int64($0 * 1e9)) }
         var context: TLSContext?
         if let key {

@@ -31,8 +31,12 @@ enum Frame: Equatable, Sendable {
     case signatures(SignatureBatch)
     /// Blocks `index ..< index + count` of the receiver's copy, in a delta.
     case copy(index: UInt64, count: UInt32)
+    /// The resume token of the resumable FILE or RANGE announced next (`resume-token`).
+    case token([UInt8])
     case joined
-    case accept(offset: UInt64)
+    /// The go-ahead for a file's data from `offset`; `vouched` (`resume-token`): the bytes held
+    /// were written under the file's TOKEN, so no HELD follows.
+    case accept(offset: UInt64, vouched: Bool = false)
     case stored
     case refused(code: Wire.RefusalCode, reason: String)
     case failed(code: Wire.FailureCode, reason: String)
@@ -62,6 +66,7 @@ enum Frame: Equatable, Sendable {
         case .gone: return .gone
         case .signatures: return .signatures
         case .copy: return .copy
+        case .token: return .token
         case .joined: return .joined
         case .accept: return .accept
         case .stored: return .stored
@@ -112,13 +117,15 @@ enum Frame: Equatable, Sendable {
                 w.u64(index)
                 w.u32(count)
             }
+        case .token(let token):
+            return MessageWriter.message(.token) { $0.raw(token) }
         case .have(let have):
             return MessageWriter.message(.have) { w in
                 w.u8(have.status.rawValue)
                 w.u8(have.differences)
             }
         case .joined: return MessageWriter.message(.joined)
-        case .accept(let offset): return MessageWriter.accept(offset: offset)
+        case .accept(let offset, let vouched): return MessageWriter.accept(offset: offset, vouched: vouched)
         case .stored: return MessageWriter.message(.stored)
         case .refused(let code, let reason): return MessageWriter.answer(.refused, code: code.rawValue, reason: reason)
         case .failed(let code, let reason): return MessageWriter.answer(.failed, code: code.rawValue, reason: reason)
@@ -135,7 +142,7 @@ enum Frame: Equatable, Sendable {
 /// send.
 enum FrameDirection: Sendable {
     /// Sender → receiver: HELLO, FILE, DIR, DATA, END, ABORT, BYE, JOIN, RANGE, RANGE-END,
-    /// HELD, LINK, HOLE, XATTR, OWNER, CHECK, PRUNE, COPY, ERROR.
+    /// HELD, LINK, HOLE, XATTR, OWNER, CHECK, PRUNE, COPY, TOKEN, ERROR.
     case toReceiver
     /// Receiver → sender: HELLO, ACCEPT, STORED, REFUSED, FAILED, JOINED, HAVE, GONE, SIGS, BYE,
     /// ERROR.
@@ -147,7 +154,8 @@ enum FrameDirection: Sendable {
         case (.toReceiver, .file), (.toReceiver, .directory), (.toReceiver, .data), (.toReceiver, .end),
             (.toReceiver, .abort), (.toReceiver, .join), (.toReceiver, .range), (.toReceiver, .rangeEnd),
             (.toReceiver, .held), (.toReceiver, .link), (.toReceiver, .hole), (.toReceiver, .xattr),
-            (.toReceiver, .owner), (.toReceiver, .check), (.toReceiver, .prune), (.toReceiver, .copy):
+            (.toReceiver, .owner), (.toReceiver, .check), (.toReceiver, .prune), (.toReceiver, .copy),
+            (.toReceiver, .token):
             return true
         case (.toReceiver, .accept), (.toReceiver, .stored), (.toReceiver, .refused), (.toReceiver, .failed),
             (.toReceiver, .joined), (.toReceiver, .have), (.toReceiver, .gone), (.toReceiver, .signatures):
@@ -158,7 +166,7 @@ enum FrameDirection: Sendable {
         case (.toSender, .file), (.toSender, .directory), (.toSender, .data), (.toSender, .end),
             (.toSender, .abort), (.toSender, .join), (.toSender, .range), (.toSender, .rangeEnd),
             (.toSender, .held), (.toSender, .link), (.toSender, .hole), (.toSender, .xattr), (.toSender, .owner),
-            (.toSender, .check), (.toSender, .prune), (.toSender, .copy):
+            (.toSender, .check), (.toSender, .prune), (.toSender, .copy), (.toSender, .token):
             return false
         }
     }
@@ -341,6 +349,9 @@ struct FrameDecoder: Sendable {
         case .copy:
             guard payload.count == 12, let index = reader.u64(), let count = reader.u32(), count > 0 else { return nil }
             return .copy(index: index, count: count)
+        case .token:
+            guard payload.count == Wire.resumeTokenBytes else { return nil }
+            return .token(reader.rest())
         case .have:
             guard payload.count == 2, let byte = reader.u8(), let status = Wire.HaveStatus(rawValue: byte),
                 let differences = reader.u8(), differences < 64
@@ -349,7 +360,12 @@ struct FrameDecoder: Sendable {
         case .joined:
             return .joined
         case .accept:
-            guard payload.count == 8, let offset = reader.u64() else { return nil }
+            // A flags byte only to say the held bytes are vouched for (`resume-token`).
+            guard payload.count == 8 || payload.count == 9, let offset = reader.u64() else { return nil }
+            if payload.count == 9 {
+                guard reader.u8() == Wire.acceptVouched else { return nil }
+                return .accept(offset: offset, vouched: true)
+            }
             return .accept(offset: offset)
         case .stored:
             return .stored

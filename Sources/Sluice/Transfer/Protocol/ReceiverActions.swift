@@ -119,7 +119,8 @@ enum ReceiverOutcome: Equatable, Sendable {
     /// What PRUNE removed (relative paths), and why it stopped if it did.
     case pruned(gone: [String], EntryRejection?)
     /// The offset to resume from (0 for a new file), or why the file cannot be received.
-    case fileOpened(Result<UInt64, EntryRejection>)
+    /// `vouched`: the bytes held were written under the entry's TOKEN (`resume-token`).
+    case fileOpened(Result<UInt64, EntryRejection>, vouched: Bool = false)
     /// Decompressing or writing failed: the file fails with this answer.
     case dataFailed(EntryRejection)
     case dataFinished

@@ -57,6 +57,8 @@ struct ReceiverMachine: Sendable {
         var endFileDigest: [UInt8] = []
         /// From HELD: the SHA-256 of the held bytes, by the sender.
         var heldDigest: [UInt8]?
+        /// The held bytes were written under the file's TOKEN: no HELD comes for them.
+        var vouched = false
         /// Sent as a delta: the size of the basis its COPYs refer to (nil: none).
         var basisSize: UInt64?
 
@@ -138,7 +140,9 @@ struct ReceiverMachine: Sendable {
     var capabilities: Set<String> {
         var set: Set<String> = [Wire.Capability.deflate]
         set.formUnion(settings.digests.map(\.capability))
-        if settings.resume { set.formUnion([Wire.Capability.resume, Wire.Capability.heldSHA256]) }
+        if settings.resume {
+            set.formUnion([Wire.Capability.resume, Wire.Capability.heldSHA256, Wire.Capability.resumeToken])
+        }
         if settings.streams { set.insert(Wire.Capability.streams) }
         if settings.eager { set.formUnion([Wire.Capability.eager, Wire.Capability.eagerResume]) }
         if settings.links { set.insert(Wire.Capability.links) }
@@ -171,7 +175,8 @@ struct ReceiverMachine: Sendable {
     /// or BYE, the point where `settings.mustJoin` decides.
     var awaitsFirstRequest: Bool {
         guard case .idle = state else { return false }
-        return joined == nil && entriesAnnounced == 0
+        // XATTR, OWNER and TOKEN go before an entry: the first of them is the request.
+        return joined == nil && entriesAnnounced == 0 && pendingAttributes.isEmpty
     }
 
     var hasEnded: Bool {
@@ -248,12 +253,13 @@ struct ReceiverMachine: Sendable {
         case (.awaitingHello, .file), (.awaitingHello, .directory), (.awaitingHello, .end),
             (.awaitingHello, .abort), (.awaitingHello, .bye), (.awaitingHello, .join), (.awaitingHello, .range),
             (.awaitingHello, .rangeEnd), (.awaitingHello, .held), (.awaitingHello, .link), (.awaitingHello, .hole),
-            (.awaitingHello, .xattr), (.awaitingHello, .owner), (.awaitingHello, .check), (.awaitingHello, .prune):
+            (.awaitingHello, .xattr), (.awaitingHello, .owner), (.awaitingHello, .check), (.awaitingHello, .prune),
+            (.awaitingHello, .token):
             return violation("\(frame.type.name) before HELLO")
 
         case (.idle, .check(let header)):
             guard settings.sync else { return violation("CHECK: this receiver does not offer sync") }
-            guard pendingAttributes.isEmpty else { return violation("XATTR or OWNER before a CHECK") }
+            guard pendingAttributes.isEmpty else { return violation("XATTR, OWNER or TOKEN before a CHECK") }
             checksAnnounced += 1
             guard checksAnnounced <= Self.maxChecks else {
                 return violation("more than \(Self.maxChecks) CHECKs in one session")
@@ -279,7 +285,7 @@ struct ReceiverMachine: Sendable {
             guard settings.sync && peerDeletes else {
                 return violation("PRUNE: this receiver does not offer sync, or the sender did not list delete")
             }
-            guard pendingAttributes.isEmpty else { return violation("XATTR or OWNER before a PRUNE") }
+            guard pendingAttributes.isEmpty else { return violation("XATTR, OWNER or TOKEN before a PRUNE") }
             entriesAnnounced += 1
             switch PathCheck.receivable(path) {
             case .failure(let refusal):
@@ -307,21 +313,30 @@ struct ReceiverMachine: Sendable {
                 return violation("LINK flagged replace: this receiver does not offer sync")
             }
             guard pendingAttributes.xattrs.isEmpty else { return violation("XATTR before a LINK") }
+            guard pendingAttributes.resumeToken == nil else { return violation("TOKEN before a LINK") }
             entriesAnnounced += 1
             return startLink(header)
 
         case (.idle, .join) where !pendingAttributes.isEmpty, (.idle, .bye) where !pendingAttributes.isEmpty:
-            return violation("XATTR or OWNER not followed by an entry")
+            return violation("XATTR, OWNER or TOKEN not followed by an entry")
         case (.idle, .join(let join)):
             guard settings.streams else { return violation("JOIN: this receiver does not offer streams") }
             guard joined == nil, entriesAnnounced == 0 else { return violation("JOIN after the transfer began") }
             state = .joining(join)
             return [.joinTransfer(join)]
+        case (.idle, .token(let token)):
+            guard settings.resume else { return violation("TOKEN: this receiver does not resume files") }
+            guard pendingAttributes.resumeToken == nil else { return violation("two TOKENs for one entry") }
+            pendingAttributes.resumeToken = token
+            return []
         case (.idle, .range(let header)):
             guard joined != nil else { return violation("RANGE outside a transfer of several connections") }
             guard !header.entry.eager else { return violation("RANGE flagged eager (a range waits for ACCEPT)") }
             guard !header.entry.sparse && !header.entry.linked else {
                 return violation("RANGE flagged sparse or linked (a range is sent whole)")
+            }
+            guard pendingAttributes.resumeToken == nil || header.entry.resumable else {
+                return violation("TOKEN before a RANGE that is not resumable")
             }
             entriesAnnounced += 1
             return startRange(header)
@@ -344,6 +359,9 @@ struct ReceiverMachine: Sendable {
                     !header.resumable
                 else { return violation("FILE flagged delta: only with replace and a size, alone") }
             }
+            guard pendingAttributes.resumeToken == nil || header.resumable else {
+                return violation("TOKEN before a FILE that is not resumable")
+            }
             if header.linked && !settings.links {
                 return violation("FILE flagged linked: this receiver offers no links")
             }
@@ -356,6 +374,7 @@ struct ReceiverMachine: Sendable {
             entriesAnnounced += 1
             return startFile(header)
         case (.idle, .directory(let header)):
+            guard pendingAttributes.resumeToken == nil else { return violation("TOKEN before a DIR") }
             directoriesAnnounced += 1
             guard directoriesAnnounced <= settings.maxDirectories else {
                 return violation("more than \(settings.maxDirectories) directories in one session")
@@ -395,7 +414,7 @@ struct ReceiverMachine: Sendable {
             return allowed ? [.deliverHole(length)] : actions
 
         case (.receiving(var file), .held(let digest)):
-            guard checksHeld, file.offset > 0, file.heldDigest == nil else {
+            guard checksHeld, file.offset > 0, !file.vouched, file.heldDigest == nil else {
                 return violation("HELD for a file with no held bytes, or twice")
             }
             file.heldDigest = digest
@@ -431,7 +450,7 @@ struct ReceiverMachine: Sendable {
             return [.finishData]
         case (.receiving, .hello), (.receiving, .file), (.receiving, .directory), (.receiving, .bye),
             (.receiving, .join), (.receiving, .range), (.receiving, .link), (.receiving, .xattr),
-            (.receiving, .owner), (.receiving, .check), (.receiving, .prune):
+            (.receiving, .owner), (.receiving, .check), (.receiving, .prune), (.receiving, .token):
             return violation("\(frame.type.name) in the middle of a file")
 
         case (.discarding, .end), (.discarding, .abort), (.discarding, .rangeEnd):
@@ -441,7 +460,7 @@ struct ReceiverMachine: Sendable {
             return []
         case (.discarding, .hello), (.discarding, .file), (.discarding, .directory), (.discarding, .bye),
             (.discarding, .join), (.discarding, .range), (.discarding, .link), (.discarding, .xattr),
-            (.discarding, .owner), (.discarding, .check), (.discarding, .prune):
+            (.discarding, .owner), (.discarding, .check), (.discarding, .prune), (.discarding, .token):
             return violation("\(frame.type.name) in the middle of a file")
 
         case (_, .error(let reason)):
@@ -455,7 +474,7 @@ struct ReceiverMachine: Sendable {
 
     /// True when `file` resumed held bytes that HELD must check and it has not come yet.
     private func awaitsHeld(_ file: IncomingFile) -> Bool {
-        checksHeld && file.offset > 0 && file.heldDigest == nil
+        checksHeld && file.offset > 0 && !file.vouched && file.heldDigest == nil
     }
 
     private mutating func startFile(_ header: EntryHeader) -> [ReceiverAction] {
@@ -685,7 +704,7 @@ struct ReceiverMachine: Sendable {
             joined = join
             state = .idle
             return [.send(.joined)]
-        case (.storing(.range(let request, let range)), .fileOpened(let result)):
+        case (.storing(.range(let request, let range)), .fileOpened(let result, let vouched)):
             switch result {
             case .success(let offset):
                 guard offset <= range.length else {
@@ -695,8 +714,10 @@ struct ReceiverMachine: Sendable {
                             .failed(.io, "held partial data is larger than the range"), path: request.relative,
                             isDirectory: false, size: request.header.size)
                 }
-                state = .receiving(IncomingFile(request: request, offset: offset, range: range))
-                return goAhead(offset)
+                var file = IncomingFile(request: request, offset: offset, range: range)
+                file.vouched = vouched && offset > 0 && checksHeld
+                state = .receiving(file)
+                return goAhead(offset, vouched: file.vouched)
             case .failure(let rejection):
                 state = .idle
                 return answer(rejection, path: request.relative, isDirectory: false, size: request.header.size)
@@ -732,7 +753,7 @@ struct ReceiverMachine: Sendable {
                 state = .receiving(file)
                 return goAhead(0)
             }
-        case (.storing(.file(let request)), .fileOpened(let result)):
+        case (.storing(.file(let request)), .fileOpened(let result, let vouched)):
             switch result {
             case .success(let offset):
                 let header = request.header
@@ -758,9 +779,11 @@ struct ReceiverMachine: Sendable {
                     entriesAnswered += 1
                     return [.dropFile(keep: true)] + goAhead(offset)
                 }
-                state = .receiving(IncomingFile(request: request, offset: offset))
+                var file = IncomingFile(request: request, offset: offset)
+                file.vouched = vouched && offset > 0 && checksHeld
+                state = .receiving(file)
                 // An eager file's data is already on its way: no go-ahead.
-                return header.eager ? [] : goAhead(offset)
+                return header.eager ? [] : goAhead(offset, vouched: file.vouched)
             case .failure(let rejection):
                 state = .idle
                 return refuseAtHeader(request.header, rejection, path: request.relative)
@@ -831,9 +854,10 @@ struct ReceiverMachine: Sendable {
     /// ACCEPT: the go-ahead for a file's data, or for a file sent eagerly, how much of it is
     /// held. It waits behind staged files' answers like any answer (the sender matches answers
     /// by their order), and has them committed now, since the sender waits for it.
-    private mutating func goAhead(_ offset: UInt64) -> [ReceiverAction] {
-        guard !queuedAnswers.isEmpty else { return [.send(.accept(offset: offset))] }
-        queuedAnswers.append(.ready([.send(.accept(offset: offset))]))
+    private mutating func goAhead(_ offset: UInt64, vouched: Bool = false) -> [ReceiverAction] {
+        let accept = ReceiverAction.send(.accept(offset: offset, vouched: vouched))
+        guard !queuedAnswers.isEmpty else { return [accept] }
+        queuedAnswers.append(.ready([accept]))
         return [.commitStaged]
     }
 

@@ -35,6 +35,9 @@ struct SenderMachine: Sendable {
         /// With `sync`: send a changed file of `Delta.minimumSize` or more as a delta against the
         /// receiver's copy, where it offers `delta` (`--whole-file` turns it off).
         var delta = true
+        /// The sender's resume key: a TOKEN goes before each resumable file, to a receiver that
+        /// offers `resume-token`, and a resume it vouches for needs no HELD.
+        var resumeKey: ResumeKey? = nil
     }
 
     /// One entry as the machine knows it before it is opened.
@@ -73,6 +76,10 @@ struct SenderMachine: Sendable {
         var sparse = false
         /// Its data goes as DATA and COPY against the receiver's copy (FILE flagged `delta`).
         var delta = false
+        /// A TOKEN went before it (`resume-token`).
+        var token = false
+        /// ACCEPT said the held bytes were written under that TOKEN: no HELD for them.
+        var vouched = false
     }
 
     /// One piece of work of a connection: an entry, whole, or one range of a file (whose size
@@ -164,6 +171,7 @@ struct SenderMachine: Sendable {
         ]
         set.formUnion(settings.digests.map(\.capability))
         if settings.resume { set.formUnion([Wire.Capability.resume, Wire.Capability.heldSHA256]) }
+        if settings.resume && settings.resumeKey != nil { set.insert(Wire.Capability.resumeToken) }
         if !settings.pruneRoots.isEmpty { set.insert(Wire.Capability.delete) }
         return set
     }
@@ -177,6 +185,21 @@ struct SenderMachine: Sendable {
     /// Whether a resumed file's held bytes are checked with SHA-256 (HELD) rather than as part
     /// of the agreed digest: both sides list `held-sha256`.
     var checksHeld: Bool { settings.resume && peerCapabilities.contains(Wire.Capability.heldSHA256) }
+
+    /// The TOKEN to send before a resumable file: with a resume key, to a receiver that checks
+    /// held bytes and offers `resume-token`.
+    private func tokenMessage(_ header: EntryHeader) -> [SenderAction] {
+        guard let key = settings.resumeKey, checksHeld, peerCapabilities.contains(Wire.Capability.resumeToken)
+        else { return [] }
+        return [.send(.token(key.token(for: header)))]
+    }
+
+    /// Whether the bytes the receiver holds of the file being sent are vouched for by its
+    /// TOKEN: they are not read again here, and no HELD goes.
+    var heldVouched: Bool {
+        if case .sending(let file) = state { return file.vouched }
+        return false
+    }
 
     /// The HELLO to send after the magic.
     func start() -> [SenderAction] {
@@ -488,9 +511,10 @@ struct SenderMachine: Sendable {
         case (_, .hello):
             return violation("a second HELLO")
 
-        case (_, .accept(let offset)) where unanswered.first.map { eagerResumable[$0] != nil } ?? false:
+        case (_, .accept(let offset, _)) where unanswered.first.map { eagerResumable[$0] != nil } ?? false:
+            // Vouched or not, the file is announced again; its second ACCEPT says.
             return heldPart(of: unanswered[0], offset: offset)
-        case (.awaitingAccept(let file), .accept(let offset)):
+        case (.awaitingAccept(let file), .accept(let offset, let vouched)):
             guard unanswered.last == file.index else { return violation("unexpected ACCEPT") }
             guard file.range != nil || offset == 0 || (file.resumable && offset <= (file.size ?? 0)) else {
                 return violation("ACCEPT offset \(offset) out of range")
@@ -500,8 +524,12 @@ struct SenderMachine: Sendable {
                     return violation("ACCEPT offset \(offset) out of the range")
                 }
             }
+            guard !vouched || (file.token && offset > 0) else {
+                return violation("ACCEPT vouching for held bytes of a file sent without a TOKEN, or none held")
+            }
             var sending = file
             sending.held = offset
+            sending.vouched = vouched
             state = .sending(sending)
             return [.startData(index: file.index, offset: offset, compressed: file.compressed, range: file.range)]
         case (_, .accept):
@@ -517,7 +545,8 @@ struct SenderMachine: Sendable {
             return violation("goodbye before the sender's")
 
         case (_, .file), (_, .directory), (_, .end), (_, .abort), (_, .join), (_, .range), (_, .rangeEnd),
-            (_, .held), (_, .link), (_, .hole), (_, .xattr), (_, .owner), (_, .check), (_, .prune), (_, .copy):
+            (_, .held), (_, .link), (_, .hole), (_, .xattr), (_, .owner), (_, .check), (_, .prune), (_, .copy),
+            (_, .token):
             return violation("\(frame.type.name) is not a message a receiver sends")
         }
     }
@@ -569,7 +598,7 @@ struct SenderMachine: Sendable {
                 outcome = .failed(reason: reason, kind: code == .data ? .data : .io)
             }
         case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined,
-            .held, .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy:
+            .held, .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token:
             return violation("\(frame.type.name) is not an answer")
         }
         if outcome != .stored { anyNotStored = true }
@@ -635,9 +664,12 @@ struct SenderMachine: Sendable {
                         flags: flags, size: planned, mode: info.mode, mtimeSeconds: info.mtimeSeconds,
                         mtimeNanoseconds: info.mtimeNanoseconds, path: Array(entry.relative.utf8))
                     unanswered.append(index)
-                    state = .awaitingAccept(
-                        CurrentFile(index: index, size: planned, resumable: resumable, compressed: false, range: range))
-                    return attributeMessages(index) + [.send(.range(RangeHeader(range: range, entry: header)))]
+                    let token = resumable ? tokenMessage(header) : []
+                    var file = CurrentFile(
+                        index: index, size: planned, resumable: resumable, compressed: false, range: range)
+                    file.token = !token.isEmpty
+                    state = .awaitingAccept(file)
+                    return attributeMessages(index) + token + [.send(.range(RangeHeader(range: range, entry: header)))]
                 }
                 // Resuming a small file would save less than the round trip for ACCEPT costs; a
                 // larger one goes eager and resumable where the receiver can say it holds part.
@@ -670,10 +702,11 @@ struct SenderMachine: Sendable {
                     mtimeNanoseconds: info.mtimeNanoseconds, path: Array(entry.relative.utf8))
                 unanswered.append(index)
                 if eager && resumable { eagerResumable[index] = info.size ?? 0 }
+                let token = resumable ? tokenMessage(header) : []
                 let file = CurrentFile(
                     index: index, size: info.size, resumable: resumable, compressed: compressed, sparse: sparse,
-                    delta: delta)
-                let announce = attributeMessages(index) + [.send(.file(header))]
+                    delta: delta, token: !token.isEmpty)
+                let announce = attributeMessages(index) + token + [.send(.file(header))]
                 guard eager else {
                     state = .awaitingAccept(file)
                     return announce
@@ -721,7 +754,7 @@ struct SenderMachine: Sendable {
     /// HELD before a resumed file's END, when `checksHeld`. Its session computes the digest for
     /// every such file (an internal invariant: without it the receiver would end the session).
     private func heldMessage(_ file: CurrentFile, _ held: [UInt8]?) -> [SenderAction] {
-        guard file.held > 0, checksHeld else { return [] }
+        guard file.held > 0, checksHeld, !file.vouched else { return [] }
         guard let held else {
             assertionFailure("sender machine: no held digest for a resumed file")
             return []

@@ -33,6 +33,11 @@ enum Wire {
     /// transfer id.
     static let maxStreams = 64
     static let transferIDBytes = 16
+    /// TOKEN's payload: an HMAC-SHA256 (`ResumeKey`).
+    static let resumeTokenBytes = 32
+    /// ACCEPT's optional flags byte (`resume-token`): the held bytes were written under the
+    /// token sent before the FILE or RANGE, so no HELD follows.
+    static let acceptVouched: UInt8 = 1
 
     /// Capabilities announced in HELLO.
     enum Capability {
@@ -54,6 +59,9 @@ enum Wire {
         /// A resumed file's (or range's) held bytes are checked with SHA-256 apart from the agreed
         /// digest: HELD carries it, and END's digest covers only the bytes after them.
         static let heldSHA256 = "held-sha256"
+        /// With `held-sha256`: TOKEN before a resumable FILE or RANGE; ACCEPT may say the held
+        /// bytes were written under that token (`ResumeKey`), and HELD is then not sent.
+        static let resumeToken = "resume-token"
         /// LINK: symbolic links sent as links, and hard links within a transfer (a FILE flagged
         /// `linked` may be named by a later LINK).
         static let links = "links"
@@ -75,7 +83,7 @@ enum Wire {
         static let delta = "delta"
     }
 
-    /// Message types. Sender → receiver: 0x01, 0x10–0x1F, 0x30, 0x7F. Receiver → sender: 0x01,
+    /// Message types. Sender → receiver: 0x01, 0x10–0x1F, 0x30, 0x31, 0x7F. Receiver → sender: 0x01,
     /// 0x15, 0x20–0x27, 0x7F.
     enum MessageType: UInt8, Sendable {
         case hello = 0x01
@@ -104,6 +112,7 @@ enum Wire {
         case gone = 0x26
         case signatures = 0x27
         case copy = 0x30
+        case token = 0x31
         case error = 0x7F
 
         /// The message's name in `sluice-protocol(7)`: `HELLO`, `FILE`, …
@@ -134,6 +143,7 @@ enum Wire {
             case .gone: return "GONE"
             case .signatures: return "SIGS"
             case .copy: return "COPY"
+            case .token: return "TOKEN"
             case .joined: return "JOINED"
             case .error: return "ERROR"
             }
@@ -146,7 +156,7 @@ enum Wire {
             case .hello: return 2 + 1 + Wire.maxCapabilities * (1 + Wire.maxCapabilityBytes)
             case .file, .directory: return Wire.maxControlPayload
             case .end: return 8 + TransferDigest.sha256.byteCount
-            case .accept: return 8
+            case .accept: return 9
             case .join: return Wire.transferIDBytes + 4
             case .range: return 16 + Wire.maxControlPayload
             case .rangeEnd: return 8 + 2 * TransferDigest.sha256.byteCount
@@ -162,6 +172,7 @@ enum Wire {
             case .gone: return Wire.maxPathBytes
             case .signatures: return 20 + Delta.signatureBytes * Delta.signaturesPerMessage
             case .copy: return 12
+            case .token: return Wire.resumeTokenBytes
             case .stored, .bye, .joined: return 0
             case .refused, .failed: return 1 + Wire.maxReasonBytes
             case .abort, .error: return Wire.maxReasonBytes
@@ -376,8 +387,10 @@ struct EntryAttributes: Equatable, Sendable {
     var owner: EntryOwner?
     /// Bytes of names and values, against `Wire.maxXattrBytesPerEntry`.
     var xattrBytes = 0
+    /// A receiver's: the TOKEN sent before a resumable FILE or RANGE (`resume-token`).
+    var resumeToken: [UInt8]?
 
-    var isEmpty: Bool { xattrs.isEmpty && owner == nil }
+    var isEmpty: Bool { xattrs.isEmpty && owner == nil && resumeToken == nil }
 }
 
 /// One extended attribute: its full name (`user.…`) and value.

@@ -78,7 +78,12 @@ struct MessageWriter {
         }
     }
 
-    static func accept(offset: UInt64) -> [UInt8] { message(.accept) { $0.u64(offset) } }
+    static func accept(offset: UInt64, vouched: Bool = false) -> [UInt8] {
+        message(.accept) { w in
+            w.u64(offset)
+            if vouched { w.u8(Wire.acceptVouched) }
+        }
+    }
 
     static func link(_ link: LinkHeader) -> [UInt8] {
         message(.link) { w in

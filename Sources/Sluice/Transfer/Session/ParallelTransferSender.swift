@@ -314,6 +314,7 @@ public final class ParallelTransferSender: TransferProgressSource {
             seconds: Double(monotonicNanoseconds() - started) / 1e9, results: entries.indices.map(result),
             error: ordered.lazy.compactMap(\.error).first, digest: ordered.lazy.compactMap(\.digest).first)
         total.holeBytes = ordered.reduce(0) { $0 + $1.holeBytes }
+        total.vouchedBytes = ordered.reduce(0) { $0 + $1.vouchedBytes }
         total.bytesReceived = ordered.reduce(0) { $0 + $1.bytesReceived }
         total.matchedBytes = ordered.reduce(0) { $0 + $1.matchedBytes }
         total.removed = ordered.flatMap(\.removed)

@@ -265,10 +265,13 @@ extension ReceiverSession {
             return
         }
         if machine.checksHeld {
-            // Checked apart with SHA-256 (HELD) while the rest arrives; the agreed digest covers
+            // Vouched for by the sender's token, the held bytes are not read; else they are
+            // checked apart with SHA-256 (HELD) while the rest arrives. The agreed digest covers
             // only the rest.
-            file.heldCheck = HeldCheck(worker: heldHasher, fd: opened.fd, from: 0, length: opened.offset)
-            perform(machine.handle(.fileOpened(.success(opened.offset))))
+            if !opened.vouched {
+                file.heldCheck = HeldCheck(worker: heldHasher, fd: opened.fd, from: 0, length: opened.offset)
+            }
+            perform(machine.handle(.fileOpened(.success(opened.offset), vouched: opened.vouched)))
             return
         }
         file.busy = true

@@ -33,7 +33,8 @@ extension ReceiverSession {
                 perform(machine.handle(.fileOpened(.failure(.refused(.busy, reason)))))
                 return
             }
-            shared = SharedFile(relative: request.relative, header: request.header)
+            shared = SharedFile(
+                relative: request.relative, header: request.header, token: request.attributes.resumeToken)
             group.files[request.relative] = shared
             let store = self.store
             let (overwrite, resume, continueHeld) = (
@@ -72,8 +73,11 @@ extension ReceiverSession {
                 return
             }
             if machine.checksHeld {
-                file.heldCheck = HeldCheck(worker: heldHasher, fd: opened.fd, from: range.start, length: held)
-                perform(machine.handle(.fileOpened(.success(held))))
+                let vouched = opened.vouched && shared.token != nil && request.attributes.resumeToken == shared.token
+                if !vouched {
+                    file.heldCheck = HeldCheck(worker: heldHasher, fd: opened.fd, from: range.start, length: held)
+                }
+                perform(machine.handle(.fileOpened(.success(held), vouched: vouched)))
                 pump()
                 return
             }

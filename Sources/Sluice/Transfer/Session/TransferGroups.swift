@@ -63,10 +63,14 @@ final class SharedFile {
     private(set) var verified: Set<ByteRange> = []
     /// The file went to its final name (or failed for good): nothing more is admitted.
     var finished = false
+    /// The TOKEN of the range that opened it (`resume-token`): a range's held bytes are vouched
+    /// for only when its own TOKEN is this one and the partial carried it.
+    let token: [UInt8]?
 
-    init(relative: String, header: EntryHeader) {
+    init(relative: String, header: EntryHeader, token: [UInt8]? = nil) {
         self.relative = relative
         self.header = header
+        self.token = token
     }
 
     /// Checks `range` of `header` against what this transfer announced of the file, and

@@ -82,6 +82,8 @@ public final class TransferSender: WireConnectionOwner {
     var checksumQueue: [Int] = []
     var checksumsRunning = 0
     private var resumedBytes: UInt64 = 0
+    /// Of those, the bytes the receiver said were written under their file's TOKEN.
+    private var vouchedBytes: UInt64 = 0
 
     /// A sender of `paths` (files and directories). Lists directories now: throws for a path
     /// that does not exist (`stat "x": No such file or directory (errno 2)`) or cannot be
@@ -127,7 +129,8 @@ public final class TransferSender: WireConnectionOwner {
                 compress: options.compress, resume: options.resume, eager: options.eager, sync: options.sync,
                 dryRun: options.sync && options.dryRun,
                 pruneRoots: options.sync && options.delete ? Self.pruneRoots(entries) : [],
-                checksum: options.sync && options.checksum, delta: !options.wholeFile),
+                checksum: options.sync && options.checksum, delta: !options.wholeFile,
+                resumeKey: options.resume ? options.resumeKey : nil),
             work: work, join: join, fallback: fallback)
     }
 
@@ -516,10 +519,15 @@ public final class TransferSender: WireConnectionOwner {
     }
 
     /// With `held-sha256`: hashes the bytes the receiver holds with SHA-256 beside the rest,
-    /// which may go out at once (the agreed digest covers only the rest). False without it.
+    /// which may go out at once (the agreed digest covers only the rest); not at all when the
+    /// receiver said they were written under this file's TOKEN. False without `held-sha256`.
     private func startHeldCheck(_ file: OutgoingFile, fd: Int32, from start: UInt64, length: UInt64) -> Bool {
         guard machine.checksHeld, let heldHasher else { return false }
-        file.heldCheck = HeldCheck(worker: heldHasher, fd: fd, from: start, length: length)
+        if machine.heldVouched {
+            vouchedBytes += length
+        } else {
+            file.heldCheck = HeldCheck(worker: heldHasher, fd: fd, from: start, length: length)
+        }
         file.ready = true
         produce()
         return true
@@ -856,6 +864,7 @@ public final class TransferSender: WireConnectionOwner {
             results: entries.indices.map(result), error: error,
             digest: machine.peerCapabilities.isEmpty ? nil : machine.digest)
         summary.holeBytes = holeBytes
+        summary.vouchedBytes = vouchedBytes
         summary.bytesReceived = connection?.bytesRead ?? 0
         summary.matchedBytes = matchedBytes
         summary.removed = removed

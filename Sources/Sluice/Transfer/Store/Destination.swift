@@ -214,6 +214,47 @@ final class Destination: @unchecked Sendable {
     /// of the file being received.
     static let resumeAttribute = "user.sluice.resume"
 
+    /// The extended attribute binding a partial to the sender's token (`ResumeKey.tag(of:)`):
+    /// present only while every byte in the partial was written under that token. While a
+    /// transfer writes, it holds the tag alone; when the transfer ends and keeps the partial,
+    /// the tag and the partial's mtime and size then (`TAG SECONDS.NANOSECONDS SIZE`). Only a
+    /// stamped tag whose stamp still matches vouches for the partial: one whose writer never
+    /// stamped it (the receiver died) or that changed since (written on the disk) is checked.
+    static let tokenAttribute = "user.sluice.token"
+
+    /// The value that vouches for a partial with status `st` written under `tag`.
+    private static func stampedToken(_ tag: [UInt8], _ st: stat) -> [UInt8] {
+        tag + Array(" \(st.st_mtim.tv_sec).\(st.st_mtim.tv_nsec) \(st.st_size)".utf8)
+    }
+
+    /// Whether the partial open as `fd`, with status `st`, carries `tag` stamped as it is now.
+    static func carriesToken(_ fd: Int32, _ tag: [UInt8], _ st: stat) -> Bool {
+        var value = [UInt8](repeating: 0, count: 160)
+        let n = value.withUnsafeMutableBytes { fgetxattr(fd, tokenAttribute, $0.baseAddress, $0.count) }
+        return n > 0 && Array(value[0..<n]) == stampedToken(tag, st)
+    }
+
+    /// Marks a partial that starts empty with the token it is written under (or with none).
+    /// False when the attribute cannot be set.
+    static func markToken(_ fd: Int32, _ tag: [UInt8]?) -> Bool {
+        guard let tag else {
+            fremovexattr(fd, tokenAttribute)
+            return true
+        }
+        return tag.withUnsafeBytes { fsetxattr(fd, tokenAttribute, $0.baseAddress, $0.count, 0) } == 0
+    }
+
+    /// A transfer is done writing to a partial it keeps: its token's tag, if it has one, is
+    /// stamped with the partial's mtime and size as they are now.
+    static func stampToken(_ fd: Int32) {
+        var value = [UInt8](repeating: 0, count: 160)
+        let n = value.withUnsafeMutableBytes { fgetxattr(fd, tokenAttribute, $0.baseAddress, $0.count) }
+        var st = stat()
+        guard n >= 64, fstat(fd, &st) == 0 else { return }
+        let stamped = stampedToken(Array(value[0..<64]), st)
+        _ = stamped.withUnsafeBytes { fsetxattr(fd, tokenAttribute, $0.baseAddress, $0.count, 0) }
+    }
+
     static func resumeTag(_ header: EntryHeader) -> [UInt8] {
         Array("v1 \(header.size) \(header.mtimeSeconds) \(header.mtimeNanoseconds)".utf8)
     }
@@ -321,6 +362,9 @@ final class Destination: @unchecked Sendable {
             closeDescriptor(fd)
             return .failure(.failed(.io, error.description))
         }
+        // Its status as it is now that it is ours: the transfer that held the lock may have
+        // changed it before letting go (truncated it, stamped its token).
+        if !fresh { _ = fstat(fd, &st) }
         return .success((fd, st, startedOver, fresh))
     }
 
@@ -328,11 +372,15 @@ final class Destination: @unchecked Sendable {
     /// concurrent transfer of the same file. Returns the descriptor and the offset to resume
     /// from: the length of a partial left by an interrupted transfer of the same file (same
     /// size and mtime, marked by `resumeAttribute`) when `continueHeld`, else 0 with the file
-    /// emptied.
+    /// emptied. `token`: the sender's (`resume-token`); `vouched` says the bytes held were all
+    /// written under it. A partial continued under another token, or none, loses its mark:
+    /// nothing vouches for it after that.
     static func openTemporary(
         _ parent: Int32, _ temporary: String, header: EntryHeader, resume: Bool, continueHeld: Bool = true,
-        display: String
-    ) -> Result<(fd: Int32, offset: UInt64, resumable: Bool, startedOver: String?, fresh: Bool), EntryRejection> {
+        token: [UInt8]? = nil, display: String
+    ) -> Result<
+        (fd: Int32, offset: UInt64, resumable: Bool, vouched: Bool, startedOver: String?, fresh: Bool), EntryRejection
+    > {
         let fd: Int32
         var st: stat
         let startedOver: String?
@@ -345,10 +393,17 @@ final class Destination: @unchecked Sendable {
         let descriptor = fd
         let resumable = resume && header.sizeKnown && header.resumable
         var offset: UInt64 = 0
+        var vouched = false
+        let tokenTag = token.map(ResumeKey.tag(of:))
         if resumable && continueHeld && st.st_size > 0 && UInt64(st.st_size) <= header.size {
             var tag = [UInt8](repeating: 0, count: 128)
             let n = tag.withUnsafeMutableBytes { fgetxattr(descriptor, resumeAttribute, $0.baseAddress, $0.count) }
             if n > 0 && Array(tag[0..<n]) == resumeTag(header) { offset = UInt64(st.st_size) }
+            if offset > 0 {
+                // The mark goes before a byte is added unless this very token wrote the rest.
+                vouched = tokenTag.map { carriesToken(descriptor, $0, st) } ?? false
+                if !vouched { fremovexattr(descriptor, tokenAttribute) }
+            }
         }
         if offset == 0 {
             // Only a stale partial needs truncating. Truncating a new, empty file to 0 is not
@@ -365,12 +420,15 @@ final class Destination: @unchecked Sendable {
                 let tag = resumeTag(header)
                 // Without user xattrs (some file systems) the partial is simply not resumable.
                 let rc = tag.withUnsafeBytes { fsetxattr(descriptor, resumeAttribute, $0.baseAddress, $0.count, 0) }
-                if rc != 0 { return .success((fd, 0, false, startedOver, fresh)) }
+                if rc != 0 { return .success((fd, 0, false, false, startedOver, fresh)) }
+                // A fresh file has no mark to remove; a partial started over may.
+                if tokenTag != nil || !fresh { _ = markToken(descriptor, tokenTag) }
             } else if !fresh {
                 fremovexattr(descriptor, resumeAttribute)
+                fremovexattr(descriptor, tokenAttribute)
             }
         }
-        return .success((fd, offset, resumable, startedOver, fresh))
+        return .success((fd, offset, resumable, vouched, startedOver, fresh))
     }
 
     /// Moves the finished temporary file to its final name within `parent`: an exchange (or

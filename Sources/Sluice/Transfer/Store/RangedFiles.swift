@@ -47,10 +47,17 @@ extension ReceiverStore {
         let header = request.header
         var resumable = resume && header.resumable
         var held: [ByteRange: UInt64] = [:]
+        var vouched = false
+        let tokenTag = request.attributes.resumeToken.map(ResumeKey.tag(of:))
         if resumable && continueHeld && st.st_size > 0 && UInt64(st.st_size) <= header.size
             && Self.attribute(fd, Destination.resumeAttribute, limit: 128) == Self.rangedTag(header)
         {
             held = Self.parseRanges(Self.attribute(fd, Self.rangesAttribute, limit: 8192) ?? [], size: header.size)
+            if !held.isEmpty {
+                // As for a whole file: the mark goes unless this very token wrote what is held.
+                vouched = tokenTag.map { Destination.carriesToken(fd, $0, st) } ?? false
+                if !vouched { fremovexattr(fd, Destination.tokenAttribute) }
+            }
         }
         if held.isEmpty {
             if st.st_size != 0 && ftruncate(fd, 0) != 0 {
@@ -67,13 +74,15 @@ extension ReceiverStore {
                 }
                 // Without user xattrs (some file systems) the partial is simply not resumable.
                 if rc != 0 { resumable = false }
+                _ = Destination.markToken(fd, tokenTag)
             } else {
                 fremovexattr(fd, Destination.resumeAttribute)
+                fremovexattr(fd, Destination.tokenAttribute)
             }
         }
         let opened = OpenedFile(
             parent: parent, name: name, temporary: temporary, fd: fd, offset: 0, resumable: resumable,
-            display: destination.display(request.relative), startedOver: startedOver)
+            display: destination.display(request.relative), startedOver: startedOver, vouched: vouched)
         return .success((opened, held))
     }
 

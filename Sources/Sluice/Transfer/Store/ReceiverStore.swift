@@ -21,6 +21,8 @@ struct OpenedFile: Sendable {
     var startedOver: String? = nil
     /// Created by this transfer: it never carried the resume mark unless `resumable`.
     var fresh = false
+    /// The bytes held were all written under the sender's token (`resume-token`).
+    var vouched = false
 
     /// The same file, its held bytes counted only up to `offset` (at most `self.offset`).
     func continued(at offset: UInt64) -> OpenedFile {
@@ -75,15 +77,16 @@ final class ReceiverStore: @unchecked Sendable {
         let temporary = Destination.temporaryName(for: name)
         let opened = Destination.openTemporary(
             parent, temporary, header: request.header, resume: resume, continueHeld: continueHeld,
-            display: destination.display(temporary))
+            token: request.attributes.resumeToken, display: destination.display(temporary))
         switch opened {
         case .failure(let rejection):
             closeDescriptor(parent)
             return .failure(rejection)
-        case .success(let (fd, offset, resumable, startedOver, fresh)):
+        case .success(let (fd, offset, resumable, vouched, startedOver, fresh)):
             let file = OpenedFile(
                 parent: parent, name: name, temporary: temporary, fd: fd, offset: offset, resumable: resumable,
-                display: destination.display(request.relative), startedOver: startedOver, fresh: fresh)
+                display: destination.display(request.relative), startedOver: startedOver, fresh: fresh,
+                vouched: vouched)
             // A sparse file is not reserved: its holes are to stay unallocated.
             if request.header.sizeKnown, !request.header.sparse,
                 request.header.size - min(offset, request.header.size) >= Self.reserveMinimum,
@@ -187,7 +190,10 @@ final class ReceiverStore: @unchecked Sendable {
         let fd = file.fd
         let mtime = timespec(tv_sec: Int(header.mtimeSeconds), tv_nsec: Int(header.mtimeNanoseconds))
         let times = [timespec(tv_sec: 0, tv_nsec: utimeNow), mtime]
-        if file.resumable || !file.fresh { fremovexattr(fd, Destination.resumeAttribute) }
+        if file.resumable || !file.fresh {
+            fremovexattr(fd, Destination.resumeAttribute)
+            fremovexattr(fd, Destination.tokenAttribute)
+        }
         let settled = Result { () throws(SluiceError) in
             if header.sparse {
                 try syscallValue("ftruncate", file.display) { ftruncate(fd, off_t(clamping: header.size)) }
@@ -317,6 +323,8 @@ final class ReceiverStore: @unchecked Sendable {
             // Truncating to its own size gives back the blocks reserved past what was written.
             var st = stat()
             if fstat(file.fd, &st) == 0 { _ = ftruncate(file.fd, st.st_size) }
+            // Written under a token: vouched for as it is now, and only so.
+            Destination.stampToken(file.fd)
         } else {
             unlinkat(file.parent, file.temporary, 0)
         }
