@@ -227,6 +227,18 @@ import Testing
         runLoop(harness.loop, for: .seconds(10)) { tokenMark(partial).map { $0.count > 64 } ?? true }
     }
 
+    /// A receiver into `root/dst` and a 4 MiB `root/big.bin` made from `seed`, with mtime
+    /// nanoseconds `nanoseconds`: its bytes, the partial's path and the harness.
+    private func scene(_ root: String, seed: UInt64, nanoseconds: Int) throws -> (
+        dst: String, bytes: [UInt8], partial: String, harness: TransferHarness
+    ) {
+        let dst = root + "/dst"
+        try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+        let bytes = randomBytes(4 << 20, seed: seed)
+        try writeFile(root + "/big.bin", bytes, mtime: (1_600_000_000, nanoseconds))
+        return (dst, bytes, dst + "/.big.bin.sluice-part", try TransferHarness(directory: dst))
+    }
+
     private func tokenMark(_ path: String) -> [UInt8]? {
         let fd = open(path, O_RDONLY)
         guard fd >= 0 else { return nil }
@@ -243,12 +255,7 @@ import Testing
     @Test("A partial written under the sender's token resumes without reading it back; another sender's is checked")
     func vouchedResume() throws {
         try withTemporaryDirectory { root in
-            let dst = root + "/dst"
-            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
-            let bytes = randomBytes(4 << 20, seed: 21)
-            try writeFile(root + "/big.bin", bytes, mtime: (1_600_000_000, 3))
-            let partial = dst + "/.big.bin.sluice-part"
-            let harness = try TransferHarness(directory: dst)
+            let (dst, bytes, partial, harness) = try scene(root, seed: 21, nanoseconds: 3)
             let mine = ResumeKey(secret: Array(repeating: 1, count: 32), receiver: "here")
             let theirs = ResumeKey(secret: Array(repeating: 2, count: 32), receiver: "here")
 
@@ -296,12 +303,7 @@ import Testing
     )
     func alteredOrUnstamped() throws {
         try withTemporaryDirectory { root in
-            let dst = root + "/dst"
-            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
-            let bytes = randomBytes(4 << 20, seed: 27)
-            try writeFile(root + "/big.bin", bytes, mtime: (1_600_000_000, 11))
-            let partial = dst + "/.big.bin.sluice-part"
-            let harness = try TransferHarness(directory: dst)
+            let (dst, bytes, partial, harness) = try scene(root, seed: 27, nanoseconds: 11)
             let key = ResumeKey(secret: Array(repeating: 5, count: 32), receiver: "here")
 
             try interrupt(harness, root + "/big.bin", partial: partial, options: options(key))
@@ -332,14 +334,9 @@ import Testing
     )
     func plantedByAnotherSender() throws {
         try withTemporaryDirectory { root in
-            let dst = root + "/dst"
-            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            let (dst, bytes, partial, harness) = try scene(root, seed: 23, nanoseconds: 9)
             try FileManager.default.createDirectory(atPath: root + "/evil", withIntermediateDirectories: true)
-            let bytes = randomBytes(4 << 20, seed: 23)
-            try writeFile(root + "/big.bin", bytes, mtime: (1_600_000_000, 9))
             try writeFile(root + "/evil/big.bin", randomBytes(4 << 20, seed: 25), mtime: (1_600_000_000, 9))
-            let partial = dst + "/.big.bin.sluice-part"
-            let harness = try TransferHarness(directory: dst)
             let sender = ResumeKey(secret: Array(repeating: 3, count: 32), receiver: "here")
             let attacker = ResumeKey(secret: Array(repeating: 4, count: 32), receiver: "here")
             try interrupt(harness, root + "/evil/big.bin", partial: partial, options: options(attacker))
