@@ -356,4 +356,28 @@ import Testing
             #expect(identical)
         }
     }
+
+    @Test("Ranges over several connections: the cut range's held bytes are vouched for when the transfer comes again")
+    func vouchedRanges() throws {
+        try withTemporaryDirectory { root in
+            let (dst, bytes, partial, harness) = try scene(root, seed: 29, nanoseconds: 0)
+            let key = ResumeKey(secret: Array(repeating: 6, count: 32), receiver: "here")
+            var options = TransferSendOptions()
+            options.resumeKey = key
+            let relay = try CappedRelay(to: harness.port, bytesPerSecond: 4 << 20, on: harness.loop)
+            // Connection 2 carries bytes 2 MiB ..< 3 MiB: cut it a quarter of the way in.
+            relay.cutAfter = (index: 2, bytes: 256 << 10)
+            let (first, _) = try TransferStreamsTests.send(
+                [root + "/big.bin"], streams: 4, port: relay.port, harness: harness, options: options)
+            #expect(first.error != nil && fileExists(partial))
+            runLoop(harness.loop, for: .seconds(10)) { tokenMark(partial).map { $0.count > 64 } ?? true }
+
+            let (second, _) = try TransferStreamsTests.send(
+                [root + "/big.bin"], streams: 4, port: harness.port, harness: harness, options: options)
+            #expect(second.succeeded, "\(second.results)")
+            #expect(sameBytes(dst + "/big.bin", bytes))
+            #expect(second.resumedBytes >= 3 << 20 && second.vouchedBytes == second.resumedBytes)
+            #expect(tokenMark(dst + "/big.bin") == nil)
+        }
+    }
 }
