@@ -3,7 +3,12 @@ import Synchronization
 /// Jobs that run one after another on a `WorkerPool`'s threads, in the order they were
 /// submitted, each completion then running on a loop in the same order: a session's disk work
 /// that must stay in order (a file written before the batch that renames it), without a thread
-/// of its own and without waiting for the loop between jobs.
+/// of its own and without waiting for the loop between jobs; or a sender's reads of a file,
+/// chunk after chunk, each into its own buffer.
+///
+/// A lane holds at most one job in the pool's queue (the next is handed over as one ends):
+/// its callers bound the jobs they queue on it, and a caller that may flood the pool checks
+/// `WorkerPool.hasRoom` first.
 final class SerialLane: Sendable {
     private let pool: WorkerPool
     private let state = Mutex(State())
@@ -17,6 +22,9 @@ final class SerialLane: Sendable {
         self.pool = pool
     }
 
+    /// The pool the lane's jobs run on.
+    var workers: WorkerPool { pool }
+
     /// Jobs submitted and not yet finished (the one running included).
     var pending: Int {
         state.withLock { $0.waiting.count + ($0.running ? 1 : 0) }
@@ -27,6 +35,7 @@ final class SerialLane: Sendable {
     func submit<T: Sendable>(
         _ work: @escaping @Sendable () -> T, completingOn loop: EventLoop, _ completion: @escaping (T) -> Void
     ) {
+        loop.preconditionInLoop("SerialLane.submit")
         loop.retainSource()
         let box = UncheckedBox(completion)
         let job: @Sendable () -> Void = {
