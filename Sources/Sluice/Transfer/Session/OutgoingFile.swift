@@ -29,34 +29,19 @@ final class OutgoingFile {
     var openedMtime = timespec()
     /// Sent as a delta: the receiver's signatures and the match.
     var delta: OutgoingDelta?
-    /// Sent as data and holes; the data run being read ends at `dataEnd`.
+    /// Sent as data and holes (its reads find them).
     var sparse = false
-    var dataEnd: UInt64 = 0
+    /// The reads of a file's data, on workers, once its data goes out.
+    var reader: SourceReader?
+    /// A small file's whole contents, read with its open on a worker: taken from here.
+    var preloaded: [UInt8]?
+    /// The file was written to while it was sent (its mtime or size changed since it was
+    /// opened): known at the end of its data, checked on the worker for a file read there.
+    var changed = false
+    var changeCheck = ChangeCheck.none
 
-    /// For a sparse file: the length of the hole at `position` (0 in data), finding where the
-    /// data run from there ends (`SEEK_DATA`, `SEEK_HOLE`). Where the file system cannot say,
-    /// the rest is data.
-    func holeHere() -> UInt64 {
-        guard sparse, let fd, position >= dataEnd else { return 0 }
-        let size = self.size ?? 0
-        // SEEK_DATA and SEEK_HOLE (Linux's 3 and 4; Glibc's macros need _GNU_SOURCE).
-        var data = lseek(fd, off_t(clamping: position), 3)
-        if data < 0 {
-            guard errno == ENXIO else {
-                dataEnd = size
-                return 0
-            }
-            data = off_t(clamping: size)
-        }
-        let start = max(position, min(UInt64(data), size))
-        if start < size {
-            let hole = lseek(fd, off_t(clamping: start), 4)
-            dataEnd = hole < 0 ? size : max(start, min(UInt64(hole), size))
-            if dataEnd == start { dataEnd = size }
-        } else {
-            dataEnd = size
-        }
-        return start - position
+    enum ChangeCheck {
+        case none, running, done
     }
 
     init(index: Int, fd: Int32?, stream: ReadStream?, size: UInt64?, digest: TransferDigest) {

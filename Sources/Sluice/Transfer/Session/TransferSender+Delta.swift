@@ -12,6 +12,30 @@ final class OutgoingDelta {
     var digest: [UInt8] = []
     /// The match is done: `ops` is complete and `digest` set.
     var matched = false
+    /// The literal bytes to read next (on the worker, ahead of their frames): which operation,
+    /// and how far into it.
+    private var readOp = 0
+    private var readInOp: UInt64 = 0
+
+    /// The next piece of literal bytes to read, of at most `chunk` bytes, in the order their
+    /// DATA frames go: (offset, count), or nil while the match has found none more.
+    func nextLiteral(chunk: Int) -> (UInt64, Int)? {
+        while readOp < ops.count {
+            guard case .literal(let offset, let length) = ops[readOp] else {
+                readOp += 1
+                continue
+            }
+            let count = Int(min(UInt64(chunk), length - readInOp))
+            let piece = (offset + readInOp, count)
+            readInOp += UInt64(count)
+            if readInOp >= length {
+                readOp += 1
+                readInOp = 0
+            }
+            return piece
+        }
+        return nil
+    }
 }
 
 extension TransferSender {
@@ -64,6 +88,22 @@ extension TransferSender {
         return true
     }
 
+    /// The reads of a delta's literal bytes, in the order of its operations.
+    private func makeDeltaReader(_ file: OutgoingFile, _ delta: OutgoingDelta, _ fd: Int32) -> SourceReader? {
+        guard let loop else { return nil }
+        let chunk = options.chunkSize.bytes
+        let cursor = ReadCursor(fd: fd, path: localPath(file), from: 0, to: 0, sparse: false, opened: nil)
+        let reader = SourceReader(
+            cursor: cursor, lane: readLane, loop: loop, stock: readBuffers, depth: Self.readAhead, bytesToEnd: nil)
+        reader.plan = { delta.nextLiteral(chunk: chunk) }
+        reader.onPiece = { [weak self, weak file] in
+            guard let self, let file, self.current === file else { return }
+            self.produce()
+        }
+        file.reader = reader
+        return reader
+    }
+
     /// More operations from the match: out they go.
     private func found(_ ops: [DeltaOp], _ file: OutgoingFile, _ delta: OutgoingDelta) {
         guard current === file, !ended else { return }
@@ -73,10 +113,13 @@ extension TransferSender {
     }
 
     /// Sends the delta's operations while the connection has room: DATA for literal bytes
-    /// (read here), COPY for blocks; then, once the match is done, END with its digest.
+    /// (read ahead on the worker, `SourceReader`), COPY for blocks; then, once the match is
+    /// done, END with its digest.
     func produceDelta(_ file: OutgoingFile, _ delta: OutgoingDelta, _ connection: WireConnection) {
         guard let fd = file.fd, let basis = delta.basis else { return }
         let chunk = options.chunkSize.bytes
+        guard let reader = file.reader ?? makeDeltaReader(file, delta, fd) else { return }
+        reader.fill()  // the literals of operations just found
         while current === file, !file.finalizing, delta.next < delta.ops.count,
             connection.outbound.readableBytes < chunk, connection.outbound.reserve(chunk + Wire.frameHeaderSize + 64)
         {
@@ -91,12 +134,20 @@ extension TransferSender {
                 file.position += bytes
                 delta.next += 1
                 connection.send(Frame.copy(index: index, count: count).encoded)
-            case .literal(let offset, let length):
+            case .literal(_, let length):
                 let want = Int(min(UInt64(chunk), length - delta.doneInOp))
                 let frameStart = connection.outbound.writeIndex
                 let payload = UnsafeMutableRawBufferPointer(
                     rebasing: connection.outbound.tail[Wire.frameHeaderSize..<Wire.frameHeaderSize + want])
-                guard Delta.readFully(fd, into: payload, at: offset + delta.doneInOp) else {
+                switch reader.take(into: payload) {
+                case .bytes(let n) where n == want:
+                    break
+                case .wait:
+                    return  // `onPiece` calls again
+                case .failed(let reason):
+                    readFailed(reason)
+                    return
+                case .bytes, .hole, .end:
                     readFailed("read \(quoted(localPath(file))): the file shrank while being sent")
                     return
                 }

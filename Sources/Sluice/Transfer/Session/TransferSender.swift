@@ -24,9 +24,16 @@
 /// `compress`), then the SHA-256 of the whole file. A file counts as stored only once the
 /// receiver has verified and stored it and said so.
 ///
-/// Memory stays within a few chunks whatever the file sizes: a chunk is read only when the
-/// connection has taken the one before (the seeds' backpressure rule, with a pending-write
-/// flag), and the rate limit paces the writes.
+/// Memory stays within a few chunks whatever the file sizes: a file's chunks are read on
+/// workers a few ahead (`SourceReader`, `readAhead` of them), a chunk goes into a frame only
+/// when the connection has taken the one before (the seeds' backpressure rule, with a
+/// pending-write flag), and the rate limit paces the writes.
+///
+/// The loop never waits for the disk: files are opened (and small ones read whole) ahead of
+/// their turn, in batches on a worker (`TransferSender+Reading`), and their data read on
+/// another, in order; the loop hands out those jobs and takes back the results. A file whose
+/// open or reads block (a FIFO put in a file's place, a stalled network file system) holds up
+/// this connection at that file, never the other connections or timers of its loop.
 public final class TransferSender: WireConnectionOwner {
     public let options: TransferSendOptions
     /// Warnings found while listing the sources (skipped links and special files).
@@ -65,6 +72,16 @@ public final class TransferSender: WireConnectionOwner {
     private var deflate: StageDriver?
     private var rawBuffer: ByteBuffer?
     private lazy var sourceWatcher = SourceWatcher(self)
+    /// Reads of the files' data, chunk after chunk, in order (`SourceReader`).
+    lazy var readLane = SerialLane(pool: .shared)
+    lazy var readBuffers = ReadBufferStock(capacity: options.chunkSize.bytes, keep: Self.readAhead)
+    /// Opens of the entries to come, in batches (`TransferSender+Reading`): those handed out,
+    /// in the order of the work, how many batches run, and the entry the machine waits for.
+    lazy var openLane = SerialLane(pool: .shared)
+    var opensAhead: [OpenAhead] = []
+    var openBatches = 0
+    var waitingOpen: Int?
+    var waitingForOpenRoom = false
 
     var bytesDone: UInt64 = 0
     /// Each entry's bytes in `bytesDone`: a file announced again (its receiver held part of
@@ -179,7 +196,10 @@ public final class TransferSender: WireConnectionOwner {
     /// Bytes of entry `index` the receiver held and were not sent again.
     func resumedBytes(of index: Int) -> UInt64 { resumed[index] }
 
-    deinit { rawBuffer?.deallocate() }
+    deinit {
+        rawBuffer?.deallocate()
+        discardOpensAhead()
+    }
 
     /// The entries to send, as relative paths (directories included).
     public var paths: [String] { entries.map(\.relative) }
@@ -424,29 +444,8 @@ public final class TransferSender: WireConnectionOwner {
         switch entry.kind {
         case .directory, .symlink:
             perform(machine.handle(.entryOpened(index, .failure(LocalFailure("a directory or link has no data")))))
-        case .file(let path):
-            let opened = Sluice.openFile(path, flags: O_RDONLY | O_NOFOLLOW | O_CLOEXEC, permissions: 0)
-            let fd: Int32
-            switch opened {
-            case .success(let descriptor): fd = descriptor
-            case .failure(let error):
-                perform(machine.handle(.entryOpened(index, .failure(LocalFailure(error.description)))))
-                return
-            }
-            var st = stat()
-            guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
-                closeDescriptor(fd)
-                let failure = LocalFailure("open \(quoted(path)): not a regular file any more")
-                perform(machine.handle(.entryOpened(index, .failure(failure))))
-                return
-            }
-            sizes[index] = UInt64(st.st_size)
-            current = OutgoingFile(index: index, fd: fd, stream: nil, size: UInt64(st.st_size), digest: machine.digest)
-            current?.openedMtime = st.st_mtim
-            let info = OpenedEntry(
-                size: UInt64(st.st_size), mode: UInt32(st.st_mode & 0o7777), mtimeSeconds: Int64(st.st_mtim.tv_sec),
-                mtimeNanoseconds: UInt32(st.st_mtim.tv_nsec))
-            perform(machine.handle(.entryOpened(index, .success(info))))
+        case .file:
+            openFileEntry(index)
         case .stream(let stream):
             current = OutgoingFile(index: index, fd: nil, stream: stream, size: nil, digest: machine.digest)
             stream.delegate = sourceWatcher
@@ -454,6 +453,26 @@ public final class TransferSender: WireConnectionOwner {
             if stream.streamStatus == .notOpen { stream.open() }
             let info = OpenedEntry(
                 size: nil, mode: entry.mode, mtimeSeconds: entry.mtimeSeconds, mtimeNanoseconds: entry.mtimeNanoseconds)
+            perform(machine.handle(.entryOpened(index, .success(info))))
+        }
+    }
+
+    /// Entry `index`'s file is open (on a worker, `TransferSender+Reading`): to the machine.
+    func fileOpened(_ index: Int, _ result: Result<OpenedSource, LocalFailure>) {
+        switch result {
+        case .failure(let failure):
+            perform(machine.handle(.entryOpened(index, .failure(failure))))
+        case .success(let opened):
+            sizes[index] = opened.size
+            let file = OutgoingFile(
+                index: index, fd: opened.fd, stream: nil, size: opened.size, digest: machine.digest)
+            file.openedMtime = opened.mtime
+            file.preloaded = opened.bytes
+            file.changed = opened.changed
+            current = file
+            let info = OpenedEntry(
+                size: opened.size, mode: opened.mode, mtimeSeconds: Int64(opened.mtime.tv_sec),
+                mtimeNanoseconds: UInt32(opened.mtime.tv_nsec))
             perform(machine.handle(.entryOpened(index, .success(info))))
         }
     }
@@ -562,25 +581,27 @@ public final class TransferSender: WireConnectionOwner {
     }
 
     /// Reads the next bytes of the current file into `buffer`.
+    /// A file's bytes come from what was read with its open (a small file) or from its reads
+    /// on the worker (`.wait` until the next is back); a stream's from the stream.
     private func readSource(_ file: OutgoingFile, into buffer: UnsafeMutableRawBufferPointer) -> ReadResult {
         if let fd = file.fd {
-            let size = file.range?.end ?? file.size ?? 0
-            guard file.position < size else { return .end }
-            let hole = file.holeHere()
-            if hole > 0 { return .hole(hole) }
-            let limit = file.sparse ? min(size, file.dataEnd) : size
-            let want = Int(min(UInt64(buffer.count), limit - file.position))
-            let position = off_t(file.position)
-            let result = Result { () throws(SluiceError) in
-                try syscallValue("read", localPath(file)) { pread(fd, buffer.baseAddress, want, position) }
-            }
-            switch result {
-            case .success(0):
-                return .failed("read \(quoted(localPath(file))): the file shrank while being sent")
-            case .success(let n):
+            if let bytes = file.preloaded, file.range == nil {
+                let position = Int(clamping: file.position)
+                guard position < bytes.count else { return .end }
+                let n = min(buffer.count, bytes.count - position)
+                bytes.withUnsafeBytes { whole in
+                    UnsafeMutableRawBufferPointer(rebasing: buffer[0..<n])
+                        .copyMemory(from: UnsafeRawBufferPointer(rebasing: whole[position..<position + n]))
+                }
                 return .bytes(n)
-            case .failure(let error):
-                return .failed(error.description)
+            }
+            guard let reader = file.reader ?? makeReader(file, fd) else { return .failed("internal: no loop") }
+            switch reader.take(into: buffer) {
+            case .bytes(let n): return .bytes(n)
+            case .hole(let length): return .hole(length)
+            case .end: return .end
+            case .wait: return .wait
+            case .failed(let reason): return .failed(reason)
             }
         }
         guard let stream = file.stream else { return .end }
@@ -609,7 +630,7 @@ public final class TransferSender: WireConnectionOwner {
             return
         }
         let chunk = options.chunkSize.bytes
-        while current === file, !file.finalizing, connection.outbound.readableBytes < chunk,
+        while current === file, !file.finalizing, file.changeCheck == .none, connection.outbound.readableBytes < chunk,
             connection.outbound.reserve(chunk + Wire.frameHeaderSize + 64)
         {
             guard hasher.hasRoom(for: chunk) else { return }  // `onRoom` calls again
@@ -705,6 +726,22 @@ public final class TransferSender: WireConnectionOwner {
     private func dataEnded(_ file: OutgoingFile) {
         // Once: a flush within `produce` can write, call back and reach the end first.
         guard let hasher, !file.finalizing else { return }
+        if let reader = file.reader, file.range == nil, file.delta == nil {
+            // Whether it changed while it was sent: asked now, on the worker, then on.
+            switch file.changeCheck {
+            case .running: return
+            case .none:
+                file.changeCheck = .running
+                reader.checkChanged { [weak self] changed in
+                    file.changed = changed
+                    file.changeCheck = .done
+                    guard let self, self.current === file, !self.ended else { return }
+                    self.dataEnded(file)
+                }
+                return
+            case .done: break
+            }
+        }
         file.finalizing = true
         warnIfChanged(file)
         if file.size == nil { sizes[file.index] = file.position }
@@ -763,13 +800,9 @@ public final class TransferSender: WireConnectionOwner {
     /// bytes (its digest is of what was sent, so the receiver cannot tell): say so, as tar does.
     /// Ranges are not warned about: the whole file is hashed apart from them, and a change
     /// usually makes that check fail.
+    /// (Its end was checked by the last read, on the worker.)
     private func warnIfChanged(_ file: OutgoingFile) {
-        guard let fd = file.fd, file.range == nil else { return }
-        var st = stat()
-        guard fstat(fd, &st) == 0 else { return }
-        let before = file.openedMtime
-        let sameTime = st.st_mtim.tv_sec == before.tv_sec && st.st_mtim.tv_nsec == before.tv_nsec
-        guard !sameTime || UInt64(st.st_size) != file.size else { return }
+        guard file.fd != nil, file.range == nil, file.changed else { return }
         warn(
             "\(quoted(localPath(file))) changed while it was being sent: the copy stored holds the bytes as they were "
                 + "read, \(file.position) of them")
@@ -778,7 +811,13 @@ public final class TransferSender: WireConnectionOwner {
     private func closeCurrent() {
         guard let file = current else { return }
         current = nil
-        if let fd = file.fd { closeDescriptor(fd) }
+        if let fd = file.fd {
+            if let reader = file.reader {
+                reader.close(fd)  // once its reads have run
+            } else {
+                closeDescriptor(fd)
+            }
+        }
         if let stream = file.stream {
             stream.delegate = nil
             stream.close()
@@ -812,6 +851,7 @@ public final class TransferSender: WireConnectionOwner {
         guard !ended else { return }
         ended = true
         closeCurrent()
+        discardOpensAhead()
         let name = connection?.output.name
         let error: SluiceError?
         switch how {
