@@ -302,7 +302,11 @@ final class SourceReader {
     /// (when its data is all out): `completion` on the loop.
     func checkChanged(_ completion: @escaping (Bool) -> Void) {
         let cursor = self.cursor
-        lane.submit({ cursor.changedSinceOpened() }, completingOn: loop, completion)
+        inFlight += 1  // the descriptor stays open for it
+        lane.submit({ cursor.changedSinceOpened() }, completingOn: loop) { [self] changed in
+            inFlight -= 1
+            completion(changed)
+        }
     }
 
     /// The file is given up or done: no more reads, and its descriptor `fd` is closed once
