@@ -257,20 +257,39 @@ public final class ParallelTransferSender: TransferProgressSource {
         case nil:
             digests[key] = .computing([completion])
         }
-        guard case .file(let path) = entries[entry].kind, let worker = digestWorker,
-            case .success(let fd) = Sluice.openFile(path, flags: O_RDONLY | O_NOFOLLOW | O_CLOEXEC, permissions: 0)
-        else {
+        guard case .file(let path) = entries[entry].kind, let worker = digestWorker, let loop else {
             digestDone(key, nil)
             return
         }
+        // Opened on a worker, as the connections open their files: the loop never waits for it.
+        WorkerPool.shared.submit({ Self.openForDigest(path) }, completingOn: loop) { [weak self] opened in
+            guard let (fd, size) = opened else {
+                self?.digestDone(key, nil)
+                return
+            }
+            guard let self else {
+                closeDescriptor(fd)
+                return
+            }
+            self.hashWhole(key, fd: fd, size: size, worker: worker)
+        }
+    }
+
+    /// The descriptor and size of the file at `path`, or nil when it cannot be opened.
+    private static func openForDigest(_ path: String) -> (Int32, UInt64)? {
+        guard case .success(let fd) = Sluice.openFile(path, flags: O_RDONLY | O_NOFOLLOW | O_CLOEXEC, permissions: 0)
+        else { return nil }
         var st = stat()
         guard fstat(fd, &st) == 0 else {
             closeDescriptor(fd)
-            digestDone(key, nil)
-            return
+            return nil
         }
-        let digest = FileDigest(algorithm)
-        worker.hashPrefix(digest, of: fd, length: UInt64(st.st_size)) { [weak self] ok in
+        return (fd, UInt64(st.st_size))
+    }
+
+    private func hashWhole(_ key: DigestKey, fd: Int32, size: UInt64, worker: DigestWorker) {
+        let digest = FileDigest(key.algorithm)
+        worker.hashPrefix(digest, of: fd, length: size) { [weak self] ok in
             closeDescriptor(fd)
             guard ok else {
                 self?.digestDone(key, nil)
