@@ -87,6 +87,40 @@ struct WorkerPoolTests {
         pool.shutdown()
     }
 
+    /// A full queue refuses `trySubmit` (backpressure) instead of growing; `whenRoom` calls
+    /// the submitter back on its loop once the queue has drained to half.
+    @Test("A full queue refuses trySubmit, and whenRoom calls back on the loop once it drains")
+    func fullQueueIsBackpressure() throws {
+        let pool = WorkerPool(threads: 1, capacity: 4)
+        let loop = try EventLoop()
+        let release = DispatchSemaphore(value: 0)
+        let started = DispatchSemaphore(value: 0)
+        // The worker holds the first job; the queue then takes `capacity` more.
+        #expect(
+            pool.trySubmit {
+                started.signal()
+                release.wait()
+            })
+        started.wait()
+        let ran = Atomic<Int>(0)
+        for _ in 0..<4 { #expect(pool.trySubmit { ran.add(1, ordering: .relaxed) }) }
+        #expect(!pool.hasRoom)
+        #expect(!pool.trySubmit {})
+        var refusedCompletion = false
+        #expect(!pool.trySubmit({ 1 }, completingOn: loop) { _ in refusedCompletion = true })
+        var resubmitted: Int?
+        pool.whenRoom(on: loop) {
+            #expect(pool.hasRoom)
+            #expect(pool.trySubmit({ 7 }, completingOn: loop) { resubmitted = $0 })
+        }
+        release.signal()
+        #expect(runLoop(loop, for: .seconds(30)) { resubmitted != nil })
+        #expect(resubmitted == 7)
+        #expect(!refusedCompletion)
+        #expect(waitUntil { ran.load(ordering: .relaxed) == 4 })
+        pool.shutdown()
+    }
+
     /// `startThread` runs its body on a thread of its own, named as asked (the kernel keeps 15
     /// bytes: what `ps` and `perf` show); `ConditionLock` hands what it found to the thread
     /// waiting for it, however the two are scheduled.
