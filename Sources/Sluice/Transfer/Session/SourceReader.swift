@@ -35,8 +35,10 @@ final class ReadBufferStock {
 
 /// What one read job found.
 enum ReadPiece: Sendable {
-    /// Bytes at the start of the job's buffer; `last` when they end the file.
-    case data(Int, last: Bool)
+    /// Bytes at the start of the job's buffer; `last` when they end the file. `changed`: for
+    /// a file read whole by this one job, whether it changed since it was opened (checked
+    /// right after the read, as its frame goes out at once: no second job for it).
+    case data(Int, last: Bool, changed: Bool? = nil)
     /// A hole of this many bytes (a sparse file's).
     case hole(UInt64)
     /// Nothing more: the file's end.
@@ -58,6 +60,7 @@ final class ReadCursor: @unchecked Sendable {
     /// The size and mtime at open, for a whole file: whether it changed is checked at its end.
     private let opened: (size: UInt64, mtime: timespec)?
     private var failure: String?
+    private var reads = 0
 
     init(fd: Int32, path: String, from start: UInt64, to end: UInt64, sparse: Bool, opened: (UInt64, timespec)?) {
         self.fd = fd
@@ -89,7 +92,9 @@ final class ReadCursor: @unchecked Sendable {
             return failed("read \(quoted(path)): the file shrank while being sent")
         case .success(let n):
             position += UInt64(n)
-            return .data(n, last: position >= end)
+            reads += 1
+            let last = position >= end
+            return .data(n, last: last, changed: last && reads == 1 ? changedSinceOpened() : nil)
         case .failure(let error):
             return failed(error.description)
         }
@@ -185,6 +190,8 @@ final class SourceReader {
     private var finished = false
     private var closed = false
     private var waitingForRoom = false
+    /// For a file read whole by its first read: whether it changed since it was opened.
+    private(set) var changedAtEnd: Bool?
 
     /// The reads of `cursor`'s file, `depth` at most at once, into `stock`'s buffers.
     init(
@@ -243,7 +250,8 @@ final class SourceReader {
             return
         }
         switch piece {
-        case .data(let count, let last):
+        case .data(let count, let last, let changed):
+            if last { changedAtEnd = changed }
             ready.append((buffer, piece))
             if !last && count < stock.capacity && plan == nil {
                 // A short read: the reads are no longer whole chunks, so ask on until the end.
@@ -273,7 +281,7 @@ final class SourceReader {
             return .wait
         }
         switch piece {
-        case .data(let count, _):
+        case .data(let count, _, _):
             guard let buffer, let source = buffer.bytes.baseAddress, let target = out.baseAddress else {
                 return .failed("read: no room to take the bytes read")
             }

@@ -117,6 +117,9 @@ extension TransferSender {
             batch.append(OpenAhead(index: item.index, path: path, preload: preloads(item)))
         }
         guard !batch.isEmpty else { return }
+        // Opening ahead waits until it makes a batch worth the hand-over (unless the work ends
+        // within it): not one job per file as the files are taken one by one.
+        if first == nil, batch.count < Self.opensPerJob / 2, position < machine.work.count { return }
         guard openLane.workers.hasRoom else {
             waitingForOpenRoom = true
             openLane.workers.whenRoom(on: loop) { [weak self] in

@@ -727,7 +727,12 @@ public final class TransferSender: WireConnectionOwner {
         // Once: a flush within `produce` can write, call back and reach the end first.
         guard let hasher, !file.finalizing else { return }
         if let reader = file.reader, file.range == nil, file.delta == nil {
-            // Whether it changed while it was sent: asked now, on the worker, then on.
+            // Whether it changed while it was sent: asked now, on the worker, then on (unless
+            // its one read just told).
+            if file.changeCheck == .none, let changed = reader.changedAtEnd {
+                file.changed = changed
+                file.changeCheck = .done
+            }
             switch file.changeCheck {
             case .running: return
             case .none:
