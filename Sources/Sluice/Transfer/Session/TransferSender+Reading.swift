@@ -58,6 +58,7 @@ extension TransferSender {
     /// The machine asks for file entry `index`: taken from what was opened ahead, or opened
     /// now on the worker (with the entries that follow); the machine hears once it is open.
     func openFileEntry(_ index: Int) {
+        loop?.preconditionInLoop("TransferSender.openFileEntry")
         if let position = opensAhead.firstIndex(where: { $0.index == index }) {
             for skipped in opensAhead[..<position] { skipped.discard() }
             opensAhead.removeFirst(position)

@@ -622,6 +622,7 @@ public final class TransferSender: WireConnectionOwner {
     /// bursts that leave the receiver idle), while the hasher has room for another chunk; at
     /// the end of the file, has the digest finished on the worker, then END goes out.
     func produce() {
+        loop?.preconditionInLoop("TransferSender.produce")
         guard let file = current, file.ready, !file.sourceEnded || file.compressed, machine.sendingIndex == file.index,
             let connection, let hasher
         else { return }
