@@ -44,13 +44,13 @@ wait_port() {
 }
 
 # Leaves in a fresh $RECV the receiver's partial of $SRC, holding at least half of it: a send
-# interrupted once it got there. Prints the bytes held.
+# to a receiver on port $RPORT interrupted once it got there. Prints the bytes held.
 interrupted() {
     local port log held
     for _ in 1 2 3; do
         rm -rf "$RECV"
         mkdir -p "$RECV"
-        port=$(free_port)
+        port=$RPORT
         "$SLUICE" receive -q "$@" --listen "127.0.0.1:$port" --dir "$RECV" 2>/dev/null &
         local receiver=$!
         wait_port "$port"
@@ -80,7 +80,9 @@ interrupted() {
 
 # Sends $1 into $RECV (kept as it is when $2 is "resume", else fresh) with the rest of the
 # arguments; prints the seconds from the sender's start to the receiver's exit, and for a
-# resume checks that $3 bytes were resumed and, authenticated, vouched for.
+# resume checks that $3 bytes were resumed and, authenticated, vouched for. A resume goes to
+# the receiver at the address the interrupted send used ($RPORT): the sender's tokens are bound
+# to the receiver as it names it.
 one() {
     local file=$1 kind=$2 held=$3
     shift 3
@@ -91,6 +93,7 @@ one() {
     sync
     local port log
     port=$(free_port)
+    [ "$kind" = resume ] && port=$RPORT
     log=$(mktemp)
     "$SLUICE" receive -q "$@" --listen "127.0.0.1:$port" --dir "$RECV" --once 2>/dev/null &
     local pid=$!
@@ -125,6 +128,7 @@ for mode in insecure key; do
     resumes=()
     helds=()
     for round in $(seq 1 "$ROUNDS"); do
+        RPORT=$(free_port)
         held=$(interrupted "${opts[@]}")
         helds+=("$held")
         tail -c "$((SIZE_BYTES - held))" "$SRC" >"$REST"

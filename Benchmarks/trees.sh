@@ -17,6 +17,7 @@
 #   sluice   sluice send --insecure DIR  →  sluice receive --insecure --no-fsync --once
 #   fsync    the same with the receiver's default durability (each file flushed before stored)
 #   tls      sluice send/receive --key-file KEY --no-fsync (TLS 1.3 with the key's PSK)
+#   old      as sluice, with the binary OLD (another build: ONLY=sluice,old OLD=… for an A/B)
 # With RTT=1, trees c and a are also sent through Benchmarks/delayrelay.c (built here with
 # `cc -O2 -pthread`): every chunk held 10 ms each way, bandwidth unchanged; the relay is
 # started before the clock, in front of each run's receiver.
@@ -265,11 +266,12 @@ EOF
                 2>>"$TMP/rsyncd.log" &
             pid=$!
             ;;
-        sluice | tls | fsync)
-            local opts=(--insecure)
+        sluice | tls | fsync | old)
+            local opts=(--insecure) bin=$SLUICE
             [ "$row" = tls ] && opts=(--key-file "$KEY")
             [ "$row" = fsync ] || opts+=(--no-fsync)
-            "$SLUICE" receive -q "${opts[@]}" --once --listen "127.0.0.1:$port" --dir "$DEST" \
+            [ "$row" = old ] && bin=$OLD
+            "$bin" receive -q "${opts[@]}" --once --listen "127.0.0.1:$port" --dir "$DEST" \
                 2>>"$TMP/receive.log" &
             pid=$!
             ;;
@@ -294,8 +296,10 @@ EOF
     rsync)
         rsync -a "$TREE_DIR" "rsync://127.0.0.1:$to/m/" || rc=$?
         ;;
-    sluice | fsync)
-        "$SLUICE" send -q --insecure "$TREE_DIR" "127.0.0.1:$to" 2>>"$TMP/send.log" || rc=$?
+    sluice | fsync | old)
+        local bin=$SLUICE
+        [ "$row" = old ] && bin=$OLD
+        "$bin" send -q --insecure "$TREE_DIR" "127.0.0.1:$to" 2>>"$TMP/send.log" || rc=$?
         wait "$pid" || rc=$?
         ;;
     tls)
@@ -325,7 +329,11 @@ has() { [[ ",$ONLY," == *",$1,"* ]]; }
 
 IFS=, read -r -a ROWS <<<"$ONLY"
 for row in "${ROWS[@]}"; do
-    case $row in tar | tarsync | rsync | sluice | fsync | tls) ;; *) echo "trees.sh: no row '$row'" >&2 && exit 64 ;; esac
+    case $row in
+    tar | tarsync | rsync | sluice | fsync | tls) ;;
+    old) [ -x "${OLD:-}" ] || { echo "trees.sh: row old needs OLD=path of another sluice" >&2 && exit 64; } ;;
+    *) echo "trees.sh: no row '$row'" >&2 && exit 64 ;;
+    esac
 done
 SETS=()
 for tree in $TREES; do
@@ -395,7 +403,8 @@ for set in "${SETS[@]}"; do
     where=$(link_name "$link")
     label="$tree: $TREE_FILES files, $((TREE_BYTES / 1000000)) MB"
     for pair in "sluice tar sluice --no-fsync / tar \| nc" "fsync tarsync sluice (fsync) / tar \| nc + sync" \
-        "sluice rsync sluice --no-fsync / rsync daemon" "tls sluice sluice TLS (key file) / plaintext, both --no-fsync"; do
+        "sluice rsync sluice --no-fsync / rsync daemon" "tls sluice sluice TLS (key file) / plaintext, both --no-fsync" \
+        "sluice old sluice --no-fsync / the OLD build, the same"; do
         read -r a b text <<<"$pair"
         has "$a" && has "$b" || continue
         list=$(ratios "$set" "$a" "$b")
