@@ -6,7 +6,7 @@
 # loopback, plaintext. Printed per size: the peak RSS of both ends (`/usr/bin/time -f %M`), the
 # seconds, and the bytes on the wire both ways (signatures included) as a share of the file.
 # If memory held the signatures, the receiver's peak would grow with the size (a 100 GiB
-# file has 1.6 million 64 KiB blocks, 19 MiB of 12-byte signatures); streamed, it stays flat.
+# file has 819,200 blocks of 128 KiB, 9.4 MiB of 12-byte signatures); streamed, it stays flat.
 #
 #   Benchmarks/delta-memory.sh                       # SIZES_MIB="1024 4096 16384", CHANGES=16
 #   SIZES_MIB="256 1024" Benchmarks/delta-memory.sh
