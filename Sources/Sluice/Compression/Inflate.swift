@@ -9,53 +9,6 @@ import CZlib
     import Darwin
 #endif
 
-/// Limits that stop an `Inflate` stage from expanding a small input without bound
-/// (a decompression bomb). Exceeding one throws `.limitExceeded`.
-public struct InflateLimit: Hashable, Sendable {
-    /// The most decompressed bytes the stage may produce, or nil for no limit.
-    public var maxOutputBytes: Int?
-    /// The largest allowed ratio of decompressed to compressed bytes, or nil for no limit.
-    /// Only checked once the output exceeds `ratioFloor`, so small inputs are never flagged.
-    public var maxRatio: Int?
-    /// The output size below which `maxRatio` is not checked.
-    public var ratioFloor: Int
-
-    /// - Precondition: every limit is positive and the floor is not negative.
-    public init(maxOutputBytes: Int? = nil, maxRatio: Int? = nil, ratioFloor: Int = 1 << 20) {
-        precondition((maxOutputBytes ?? 0) >= 0, "InflateLimit.maxOutputBytes must not be negative")
-        precondition((maxRatio ?? 1) >= 1, "InflateLimit.maxRatio must be at least 1")
-        precondition(ratioFloor >= 0, "InflateLimit.ratioFloor must not be negative")
-        self.maxOutputBytes = maxOutputBytes
-        self.maxRatio = maxRatio
-        self.ratioFloor = ratioFloor
-    }
-
-    /// No limits, like `gzip -d`.
-    ///
-    /// Deflate cannot expand more than about 1032 times, so a ratio limit above that never
-    /// fires, while one below it rejects legitimate data (zeros, sparse images compress about
-    /// 1000:1): a ratio limit is only useful for untrusted input, and then together with
-    /// `maxOutputBytes`, which is the real bound. Set those where the input is untrusted.
-    public static let `default` = InflateLimit()
-
-    /// Throws `.limitExceeded` when `totalOut` bytes made from `totalIn` break a limit.
-    func check(totalIn: Int, totalOut: Int, operation: String, subject: String) throws(SluiceError) {
-        if let max = maxOutputBytes, totalOut > max {
-            throw SluiceError(
-                .limitExceeded, operation: operation, subject: subject,
-                detail: "output exceeds \(max) bytes (decompression bomb guard)")
-        }
-        if let ratio = maxRatio, totalOut > ratioFloor {
-            let (bound, overflow) = totalIn.multipliedReportingOverflow(by: ratio)
-            if !overflow && totalOut > bound {
-                throw SluiceError(
-                    .limitExceeded, operation: operation, subject: subject,
-                    detail: "output exceeds \(ratio)x the input (decompression bomb guard)")
-            }
-        }
-    }
-}
-
 /// A pipeline stage that decompresses gzip, zlib or raw deflate, wrapping zlib's `inflate`.
 ///
 /// - `auto` detects the container from the first two bytes (which may arrive one call apart):
@@ -637,54 +590,5 @@ public final class Inflate: OutputCheckDeferring {
 
     private func checkLimits() throws(SluiceError) {
         try limit.check(totalIn: totalIn, totalOut: totalOut, operation: "inflate", subject: subject)
-    }
-
-    // MARK: - Detection
-
-    /// Whether `byte` may begin a gzip or zlib header, so a second byte is needed to decide.
-    private static func mayStartHeader(_ byte: UInt8) -> Bool {
-        byte == 0x1f || (byte & 0x0f == 8 && byte >> 4 <= 7)
-    }
-
-    /// The format starting with `first`, `second`.
-    private static func detect(_ first: UInt8, _ second: UInt8) -> CompressionFormat {
-        if first == 0x1f && second == 0x8b { return .gzip }
-        if first & 0x0f == 8 && first >> 4 <= 7 && (UInt16(first) << 8 | UInt16(second)) % 31 == 0 {
-            return .zlib
-        }
-        return .deflate
-    }
-
-    // MARK: - Errors
-
-    private var subject: String { detectedFormat?.rawValue ?? format.rawValue }
-
-    /// The error names the compressed offset reached, as `zstd` and `gzip -t` locate damage.
-    private func corrupt(_ detail: String) -> SluiceError {
-        SluiceError(
-            .corruptData, operation: "inflate", subject: subject,
-            detail: (detail.contains("offset") ? detail : "\(detail) (near compressed offset \(totalIn))") + guessed)
-    }
-
-    private func truncated(_ detail: String) -> SluiceError {
-        SluiceError(
-            .truncatedData, operation: "inflate", subject: subject,
-            detail: "\(detail) (at compressed offset \(totalIn))" + guessed)
-    }
-
-    /// Raw deflate has no header: detection takes whatever is not gzip, zlib (or zstd, which
-    /// `Decompressor` finds first) for it. When that fails, the likelier story is input that is
-    /// not compressed at all, and the message says so rather than leave "deflate" unexplained.
-    private var guessed: String {
-        format == .auto && detectedFormat == .deflate
-            ? "; the input has no gzip, zlib or zstd header, so it was read as raw deflate" : ""
-    }
-
-    private func trailingGarbage() -> SluiceError {
-        switch detectedFormat {
-        case .gzip?: return corrupt("trailing garbage after gzip member")
-        case .zlib?: return corrupt("trailing garbage after zlib stream")
-        case .deflate?, nil: return corrupt("trailing garbage after deflate stream")
-        }
     }
 }
