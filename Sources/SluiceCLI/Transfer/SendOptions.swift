@@ -1,0 +1,310 @@
+import Sluice
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `sluice send [options] PATH... [HOST:]PORT`, validated.
+struct SendOptions: Sendable {
+    static let usage = "usage: sluice send [options] PATH... [HOST:]PORT"
+
+    var paths: [String] = []
+    var destination: TransferAddress
+    /// The name standard input is stored under, when a path is `-`.
+    var streamName: String?
+    var chunkSize: ChunkSize = .default
+    var compressionLevel: Int?
+    /// Compression threads (`--threads`); nil: one per core.
+    var threads: Int?
+    var progress: ProgressMode = .auto
+    var stats: StatsFormat?
+    var rateLimit: Int?
+    var timeoutSeconds: Double?
+    var resume = true
+    var quiet = false
+    var auth = TransferAuth.code(file: nil)
+    /// Connections for the transfer (`--streams`); 1 sends over one.
+    var streams = 1
+    /// `--exclude` patterns, in order, and `--exclude-from` files.
+    var excludes: [String] = []
+    var excludeFiles: [String] = []
+    /// `--files-from FILE`: the paths below the one directory given to send.
+    var filesFrom: String?
+    /// `-0`: the lists of `--files-from` and `--exclude-from` are NUL-separated.
+    var nulSeparated = false
+    /// `--shard I/N`.
+    var shard: Shard?
+    /// `-H`, `-X`, `--owner` (or `-a`), `--numeric-ids`.
+    var hardLinks = false
+    var xattrs = false
+    var owners = false
+    var numericIDs = false
+    /// `--sync`, `--dry-run` (which implies it), `--itemize`.
+    var sync = false
+    var dryRun = false
+    var itemize = false
+    /// `--delete` (implies `--sync`), `--whole-file`, `--checksum` (implies `--sync`).
+    var delete = false
+    var checksum = false
+    var wholeFile = false
+
+    static let name = OptionSpec(
+        "name", value: .required("NAME"), help: "the name to store standard input under\n(with the path -)")
+    static let noResume = OptionSpec(
+        "no-resume", help: "send every file from its start, even when the\nreceiver holds part of it")
+    static let compress = OptionSpec(
+        "compress", short: "z", value: .optional("[=LEVEL]"),
+        help: "compress each file on the way (raw deflate);\nLEVEL 0 to 9 (default 6); gzip:LEVEL also works")
+
+    static let parser = ArgumentParser([
+        CommonOptions.chunkSize, compress, CommonOptions.threads, CommonOptions.progress, CommonOptions.noProgress,
+        CommonOptions.stats,
+        CommonOptions.rateLimit,
+        OptionSpec(
+            "timeout", value: .required("SECONDS"),
+            help: "give up when nothing moves for SECONDS\n(also when connecting)"),
+        noResume, name,
+        OptionSpec(
+            "streams", short: "P", value: .required("N"),
+            help:
+                "spread the transfer over N connections (1 to \(maxStreams)):\nfiles shared out, large files sent in ranges\nat once (default 1)"
+        ),
+        OptionSpec(
+            "code-file", value: .required("FILE"),
+            help:
+                "read the receiver's pairing code from FILE, which\nonly its owner may read (chmod 600; default:\n$SLUICE_CODE, else ask on the terminal)"
+        ),
+        TransferAuth.keyFileOption, TransferAuth.insecureOption,
+        OptionSpec(
+            "exclude", value: .required("PATTERN"),
+            help:
+                "leave out what PATTERN matches, in gitignore's\nstyle: *, ?, [..] within a name, ** across\n"
+                + "directories, a trailing / for directories only,\na / elsewhere anchors it to the directory sent"),
+        OptionSpec("exclude-from", value: .required("FILE"), help: "the patterns in FILE, one a line (# comments)"),
+        OptionSpec(
+            "files-from", value: .required("FILE"),
+            help:
+                "send only the paths listed in FILE (one a line),\nrelative to the one directory given, with the\n"
+                + "directories leading to them"),
+        OptionSpec("from0", short: "0", help: "the lists of --files-from and --exclude-from\nare NUL-separated"),
+        OptionSpec(
+            "shard", value: .required("I/N"),
+            help:
+                "send only shard I (0 to N-1) of N: the files whose\npath hashes to I, so N runs cover the tree\n"
+                + "exactly once"),
+        OptionSpec(
+            "sync",
+            help:
+                "ask the receiver what it has first: skip files\nof the same size and mtime, replace those that\n"
+                + "differ (atomically), send the rest"),
+        OptionSpec(
+            "dry-run", short: "n",
+            help: "with --sync (implied): change nothing, print\nwhat would be sent, replaced or left"),
+        OptionSpec(
+            "delete",
+            help:
+                "with --sync (implied): once every file is\nstored, remove what the receiver has under each\n"
+                + "directory sent that is not sent"),
+        OptionSpec(
+            "checksum", short: "c",
+            help: "with --sync (implied): compare files by digest,\nnot by size and mtime"),
+        OptionSpec(
+            "whole-file", short: "W",
+            help: "with --sync: send a changed file whole, not as\nthe blocks that changed (the rsync algorithm)"),
+        OptionSpec(
+            "itemize", short: "i",
+            help: "print a line per entry sent or changed, as\nrsync -i does (>f+++++++++ new, >f.st...... changed)"),
+        OptionSpec(
+            "hard-links", short: "H",
+            help: "send a file with several names once, and the\nother names as links to it"),
+        OptionSpec("xattrs", short: "X", help: "send user.* extended attributes"),
+        OptionSpec(
+            "owner",
+            help: "send owners and groups, kept by a receiver\nrunning as root (by name, else by number)"),
+        OptionSpec("numeric-ids", help: "with --owner: by number, not by name"),
+        OptionSpec(
+            "archive", short: "a",
+            help: "what rsync -a keeps: with links, modes and\ntimes (always sent), --owner"),
+        // Never a secret on the command line: other users can read it. Parsed only to say so.
+        OptionSpec("code", value: .optional("[=CODE]"), help: ""),
+        CommonOptions.quiet, CommonOptions.help, CommonOptions.version,
+    ])
+
+    init(_ parsed: ParsedArguments) throws(UsageError) {
+        if let option = parsed.last("code") {
+            throw UsageError(
+                "\(option.spelling): a code on the command line can be read by other users; "
+                    + "set SLUICE_CODE or give --code-file FILE")
+        }
+        var codeFile: String?
+        if let option = parsed.last("code-file") {
+            guard let path = option.value, !path.isEmpty else { throw UsageError("\(option.spelling): empty path") }
+            codeFile = path
+        }
+        auth = try TransferAuth(parsed, codeFile: codeFile)
+        let operands = parsed.operands
+        guard let last = operands.last else {
+            throw UsageError("send: missing PATH and destination (\(Self.usage))")
+        }
+        guard operands.count >= 2 else {
+            throw UsageError("send: missing the destination [HOST:]PORT after '\(last)' (\(Self.usage))")
+        }
+        destination = try TransferAddress(parsing: last, listening: false)
+        paths = Array(operands.dropLast())
+        for path in paths where path.isEmpty {
+            throw UsageError("send: empty path")
+        }
+        let stdinCount = paths.filter { $0 == "-" }.count
+        if let option = parsed.last("name") {
+            guard stdinCount == 1 else {
+                throw UsageError("\(option.spelling) names standard input: give '-' as one PATH")
+            }
+            streamName = option.value ?? ""
+        } else if stdinCount > 0 {
+            throw UsageError("send -: standard input needs a name to be stored under (--name NAME)")
+        }
+        if stdinCount > 1 { throw UsageError("send: '-' may be given once") }
+        if let chunkSize = try CommonOptions.chunkSize(parsed) { self.chunkSize = chunkSize }
+        if let option = parsed.last("compress") { compressionLevel = try TransferCompression.level(option) }
+        threads = try CommonOptions.threads(parsed)
+        quiet = parsed.has("quiet")
+        progress = CommonOptions.progressMode(parsed)
+        stats = try CommonOptions.statsFormat(parsed)
+        rateLimit = try CommonOptions.rateLimit(parsed)
+        timeoutSeconds = try CommonOptions.timeoutSeconds(parsed)
+        resume = !parsed.has("no-resume")
+        if let option = parsed.last("streams") {
+            let text = option.value ?? ""
+            guard let n = Int(text), (1...Self.maxStreams).contains(n) else {
+                throw UsageError(
+                    "\(option.spelling) '\(text)': must be a number of connections from 1 to \(Self.maxStreams)")
+            }
+            streams = n
+        }
+        excludes = parsed.options.filter { $0.key == "exclude" }.compactMap(\.value)
+        excludeFiles = parsed.options.filter { $0.key == "exclude-from" }.compactMap(\.value)
+        nulSeparated = parsed.has("from0")
+        if let option = parsed.last("files-from") {
+            guard paths.count == 1, paths[0] != "-" else {
+                throw UsageError(
+                    "\(option.spelling): give one directory the listed paths are below (\(Self.usage))")
+            }
+            filesFrom = option.value
+        }
+        if let option = parsed.last("shard") {
+            let text = option.value ?? ""
+            guard let shard = Shard(parsing: text) else {
+                throw UsageError("\(option.spelling) '\(text)': must be I/N with I from 0 to N-1, like 0/4")
+            }
+            self.shard = shard
+        }
+        hardLinks = parsed.has("hard-links")
+        xattrs = parsed.has("xattrs")
+        owners = parsed.has("owner") || parsed.has("archive")
+        numericIDs = parsed.has("numeric-ids")
+        dryRun = parsed.has("dry-run")
+        delete = parsed.has("delete")
+        wholeFile = parsed.has("whole-file")
+        checksum = parsed.has("checksum")
+        sync = parsed.has("sync") || dryRun || delete || parsed.has("checksum")
+        if delete, let option = parsed.last("delete"),
+            !excludes.isEmpty || !excludeFiles.isEmpty || filesFrom != nil || shard != nil
+        {
+            throw UsageError(
+                "\(option.spelling) with --exclude, --exclude-from, --files-from or --shard would remove what they "
+                    + "leave out; not supported")
+        }
+        itemize = parsed.has("itemize") || dryRun
+        if sync && paths.contains("-") {
+            throw UsageError("--sync: standard input has nothing to compare; send it without --sync")
+        }
+        if numericIDs && !owners, let option = parsed.last("numeric-ids") {
+            throw UsageError("\(option.spelling) goes with --owner (or -a)")
+        }
+    }
+
+    /// The selection the options name, reading the files they name: 66 for a file that cannot
+    /// be read, 64 for a pattern or a listed path that cannot be used.
+    func selection() -> Result<FileSelection, CLIError> {
+        var selection = FileSelection(shard: shard)
+        var patterns = excludes.map { ("--exclude", $0) }
+        for file in excludeFiles {
+            guard let text = Self.readList(file) else {
+                return .failure(CLIError(.noInput, "--exclude-from \(file): \(String(cString: strerror(errno)))"))
+            }
+            patterns += Self.lines(text, nulSeparated: nulSeparated).map { ("--exclude-from \(file)", $0) }
+        }
+        for (source, text) in patterns {
+            do {
+                if let pattern = try ExcludePattern(text) { selection.excludes.append(pattern) }
+            } catch {
+                return .failure(CLIError(.usage, "\(source) '\(text)': \(error.detail ?? error.reason)"))
+            }
+        }
+        if let filesFrom {
+            guard let text = Self.readList(filesFrom) else {
+                return .failure(CLIError(.noInput, "--files-from \(filesFrom): \(String(cString: strerror(errno)))"))
+            }
+            var listed: [String] = []
+            for line in Self.lines(text, nulSeparated: nulSeparated) {
+                var path = Substring(line)
+                while path.hasSuffix("/") { path.removeLast() }
+                while path.hasPrefix("./") { path.removeFirst(2) }
+                let parts = path.split(separator: "/", omittingEmptySubsequences: false)
+                guard !path.isEmpty, !path.hasPrefix("/"), !parts.contains(where: { $0.isEmpty || $0 == ".." }) else {
+                    return .failure(
+                        CLIError(
+                            .usage,
+                            "--files-from \(filesFrom): '\(PeerText.sanitized(line))': a path below the directory "
+                                + "given, without '..'"))
+                }
+                listed.append(parts.filter { $0 != "." }.joined(separator: "/"))
+            }
+            selection.only = listed
+        }
+        return .success(selection)
+    }
+
+    /// The text of a list file (`-` is standard input), or nil with errno set.
+    private static func readList(_ path: String) -> String? {
+        let fd = path == "-" ? dup(0) : open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var data: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 { return nil }
+            if n == 0 { return String(decoding: data, as: UTF8.self) }
+            data += buffer[0..<n]
+        }
+    }
+
+    /// The entries of a list: lines (without a final `\r`), or NUL-separated; no empty ones.
+    private static func lines(_ text: String, nulSeparated: Bool) -> [String] {
+        let separator: Character = nulSeparated ? "\0" : "\n"
+        return text.split(separator: separator).map { line in
+            nulSeparated || !line.hasSuffix("\r") ? String(line) : String(line.dropLast())
+        }.filter { !$0.isEmpty }
+    }
+
+    /// The most connections `--streams` takes (the protocol's limit).
+    static let maxStreams = 64
+
+    var libraryOptions: TransferSendOptions {
+        var options = TransferSendOptions(
+            compress: compressionLevel != nil, compressionLevel: compressionLevel ?? CompressionSpec.defaultLevel,
+            threads: threads,
+            chunkSize: chunkSize, rateLimit: rateLimit, resume: resume)
+        options.hardLinks = hardLinks
+        options.xattrs = xattrs
+        options.owners = owners
+        options.numericIDs = numericIDs
+        options.sync = sync
+        options.dryRun = dryRun
+        options.delete = delete
+        options.wholeFile = wholeFile
+        options.checksum = checksum
+        return options
+    }
+}
