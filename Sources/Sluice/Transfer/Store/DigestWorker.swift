@@ -230,7 +230,10 @@ final class DigestWorker: @unchecked Sendable {
     }
 
     /// Reads `length` bytes of `fd` from offset `start` and adds them to `digest` (a resumed
-    /// range's held part, or a whole file read back), as `hashPrefix` does.
+    /// range's held part, or a whole file read back), as `hashPrefix` does. It reads a
+    /// duplicate of `fd`, made now and closed when the job is done: the caller may close its
+    /// own meanwhile (a transfer cancelled while the held bytes are hashed) without the job
+    /// reading a closed descriptor, or one reused for another file.
     func hashRange(
         _ digest: FileDigest, of fd: Int32, from start: UInt64, length: UInt64,
         _ completion: @escaping (Bool) -> Void
@@ -238,7 +241,13 @@ final class DigestWorker: @unchecked Sendable {
         submitFilling()
         let size = slotSize
         let box = UncheckedBox(completion)
+        let fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)
+        guard fd >= 0 else {
+            loop.execute { box.value(false) }
+            return
+        }
         enqueue { [loop] in
+            defer { closeDescriptor(fd) }
             let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 64)
             defer { buffer.deallocate() }
             var position: UInt64 = 0
