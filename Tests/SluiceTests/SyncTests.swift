@@ -163,7 +163,7 @@ struct SyncTests {
             #expect(
                 haves == [
                     [Wire.HaveStatus.same.rawValue, 0],
-                    [Wire.HaveStatus.differs.rawValue, Wire.HaveDifference.size],
+                    [Wire.HaveStatus.differs.rawValue, UInt8(Wire.HaveDifference.size)],
                     [Wire.HaveStatus.absent.rawValue, 0],  // through a link: never looked at
                     [Wire.HaveStatus.absent.rawValue, 0],  // an invalid path
                     [Wire.HaveStatus.same.rawValue, 0],

@@ -252,7 +252,7 @@ struct MachineDriver {
                             mode: 0, mtimeSeconds: 0, mtimeNanoseconds: 0,
                             path: Array(components.joined(separator: "/").utf8))))
                 queue += machine.handle(.pruned(gone: [], nil))
-            case .checkEntry(let components, _):
+            case .checkEntry(let components, _, _):
                 // Answered by the session in order (HAVE); nothing the machine waits for.
                 if let components {
                     check(

@@ -182,19 +182,37 @@ final class Session {
                 let gone = store.files.keys.filter { $0.hasPrefix(prefix) }.sorted()
                 for path in gone { store.files[path] = nil }
                 handle(.pruned(gone: gone, diskFails() ? .failed(.io, "unlinkat: Permission denied") : nil))
-            case .checkEntry(let components, let header):
+            case .checkEntry(let components, let header, let attributes):
                 // The session answers in order, without the machine waiting: HAVE from the store.
                 expect(machine.settings.sync, "CHECK taken without the capability")
+                // XATTR and OWNER before a CHECK only with `sync-attributes`, within the limits
+                // of an entry's, no TOKEN, and XATTRs only for a CHECK flagged so.
+                let compares = !attributes.isEmpty || header.comparesXattrs
+                expect(!compares || machine.syncsAttributes, "attributes before a CHECK without sync-attributes")
+                expect(attributes.resumeToken == nil, "a TOKEN before a CHECK")
+                expect(attributes.xattrs.isEmpty || header.comparesXattrs, "XATTR before a CHECK not flagged so")
+                expect(attributes.owner == nil || machine.settings.owners, "OWNER taken without owners")
+                expect(
+                    attributes.xattrs.count <= Wire.maxXattrsPerEntry
+                        && attributes.xattrs.reduce(0, { $0 + $1.name.utf8.count + $1.value.count })
+                            <= Wire.maxXattrBytesPerEntry,
+                    "more attributes before a CHECK than an entry may carry")
                 if let components {
                     for component in components {
                         expect(!component.isEmpty && component != "." && component != "..", "a CHECK path component")
                     }
                     let name = components.joined(separator: "/")
-                    let status: Wire.HaveStatus =
-                        store.files[name] != nil || store.directories.contains(name) ? .differs : .absent
-                    expectDecodes(.have(HaveAnswer(status: status)), by: &answers, side: "receiver")
+                    let there = store.files[name] != nil || store.directories.contains(name)
+                    // What is there is the same, its attributes set, now and then.
+                    var answer = HaveAnswer(status: there ? .differs : .absent)
+                    if there, compares, choices.below(2) == 0 {
+                        answer = HaveAnswer(
+                            status: .same,
+                            differences: (header.comparesXattrs ? Wire.HaveDifference.xattrs : 0)
+                                | (attributes.owner != nil ? Wire.HaveDifference.owner | Wire.HaveDifference.group : 0))
+                    }
+                    expectDecodes(.have(answer), by: &answers, side: "receiver")
                 }
-                _ = header
             case .deliverHole(let length):
                 guard let file else {
                     expect(false, "deliverHole without a file")
@@ -566,6 +584,7 @@ func fuzzReceiver(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
     settings.owners = seed.below(2) == 0
     settings.sync = seed.below(4) != 0
     settings.delta = seed.below(4) != 0
+    settings.syncAttributes = seed.below(4) != 0
     run(bytes, seed, settings)
     return 0
 }

@@ -33,7 +33,7 @@ let allEntries: [SenderMachine.Entry] = [
         linked: true, sparse: true,
         attributes: EntryAttributes(
             xattrs: [ExtendedAttribute(name: "user.x", value: [1, 2])],
-            owner: EntryOwner(uid: 1, gid: 2, user: "daemon", group: ""))),
+            owner: EntryOwner(uid: 1, gid: 2, user: "daemon", group: ""), xattrsRead: true)),
     .init(
         relative: "d/h", isDirectory: false, seekable: true, mode: 0o600, mtimeSeconds: 10, mtimeNanoseconds: 11,
         hardLinkTo: 6),
@@ -57,6 +57,8 @@ final class Session {
     var planned: [Int: UInt64] = [:]
     /// What the sender sends, decoded as the receiver would.
     var sent = peerDecoder(.toReceiver)
+    /// The last message sent was an XATTR, OWNER or TOKEN: an entry (or a CHECK) is to follow.
+    var attributesBefore = false
 
     init(settings: SenderMachine.Settings, entries: [SenderMachine.Entry], choices: Choices) {
         var choices = choices
@@ -124,9 +126,21 @@ final class Session {
             switch action {
             case .send(let frame):
                 expectDecodes(frame, by: &sent, side: "sender")
-                // A dry run changes nothing: it asks, and says goodbye.
-                let asks: Set<Wire.MessageType> = [.hello, .check, .bye, .error, .join]
+                // A dry run changes nothing: it asks (with the attributes to compare, where the
+                // receiver agreed `sync-attributes`), and says goodbye.
+                var asks: Set<Wire.MessageType> = [.hello, .check, .bye, .error, .join]
+                if machine.syncsAttributes { asks.formUnion([.xattr, .owner]) }
                 expect(!machine.settings.dryRun || asks.contains(frame.type), "\(frame.type.name) on a dry run")
+                // XATTR and OWNER go before an entry, or before a CHECK only with `sync-attributes`.
+                if [.xattr, .owner, .token].contains(frame.type) {
+                    attributesBefore = true
+                } else if attributesBefore {
+                    attributesBefore = false
+                    var next: Set<Wire.MessageType> = [.file, .directory, .link, .range]
+                    if machine.syncsAttributes { next.insert(.check) }
+                    expect(
+                        next.contains(frame.type) || frame.type == .error, "XATTR or OWNER before \(frame.type.name)")
+                }
             case .openEntry(let index):
                 expect(!machine.settings.dryRun, "an entry opened on a dry run")
                 expect(machine.entries.indices.contains(index), "open entry \(index) of \(machine.entries.count)")
@@ -206,7 +220,9 @@ func fuzzSender(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
     var settings = SenderMachine.Settings()
     settings.compress = choices.below(2) == 0
     settings.resume = choices.below(4) != 0
-    if choices.below(2) == 0 { settings.resumeKey = ResumeKey(secret: Array(repeating: 1, count: 32), receiver: "fuzz") }
+    if choices.below(2) == 0 {
+        settings.resumeKey = ResumeKey(secret: Array(repeating: 1, count: 32), receiver: "fuzz")
+    }
     let entries = Array(allEntries.prefix(choices.below(allEntries.count + 1)))
     settings.sync = choices.below(4) == 0
     settings.dryRun = settings.sync && choices.below(4) == 0

@@ -130,7 +130,10 @@ enum SourceTree {
             collected.entries.append(entry)
             return
         }
-        if options.xattrs { entry.attributes.xattrs = SourceMetadata.xattrs(path, warn: warn) }
+        if options.xattrs {
+            entry.attributes.xattrs = SourceMetadata.xattrs(path, warn: warn)
+            entry.attributes.xattrsRead = true
+        }
         if case .file = entry.kind {
             entry.sparse = Int64(st.st_blocks) * 512 < Int64(st.st_size)
             if options.hardLinks, st.st_nlink > 1 {

@@ -78,14 +78,15 @@ public enum TransferChange: Hashable, Sendable {
     case created
     /// Something else at the name: sent to replace it. What differed.
     case replaced(TransferDifferences)
-    /// The same (a file: size and mtime): not sent. `.mode` when only its mode was set.
+    /// The same (a file: size and mtime): not sent. `.mode`, `.xattrs`, `.owner` or `.group`
+    /// for what was set on it without data (or, on a dry run, would be).
     case unchanged(TransferDifferences)
 }
 
 /// What differed between the sender's entry and what the receiver had.
 public struct TransferDifferences: OptionSet, Hashable, Sendable {
-    public let rawValue: UInt8
-    public init(rawValue: UInt8) { self.rawValue = rawValue }
+    public let rawValue: UInt16
+    public init(rawValue: UInt16) { self.rawValue = rawValue }
     public static let size = TransferDifferences(rawValue: 1)
     public static let mtime = TransferDifferences(rawValue: 2)
     public static let mode = TransferDifferences(rawValue: 4)
@@ -95,6 +96,13 @@ public struct TransferDifferences: OptionSet, Hashable, Sendable {
     public static let target = TransferDifferences(rawValue: 16)
     /// The contents, by digest (`TransferSendOptions.checksum`).
     public static let content = TransferDifferences(rawValue: 32)
+    /// The `user.*` extended attributes (`TransferSendOptions.xattrs`); with `unchanged`, set
+    /// without data.
+    public static let xattrs = TransferDifferences(rawValue: 64)
+    /// The owner, and the group (`TransferSendOptions.owners`); with `unchanged`, given
+    /// without data.
+    public static let owner = TransferDifferences(rawValue: 128)
+    public static let group = TransferDifferences(rawValue: 256)
 }
 
 // MARK: Sender
@@ -306,6 +314,8 @@ public struct TransferReceiveOptions: Sendable {
     var offersMetadata = true
     /// Offer `delta` (with `sync`); off for tests of a receiver without it.
     var offersDelta = true
+    /// Offer `sync-attributes` (with `sync`); off for tests of a receiver without it.
+    var offersSyncAttributes = true
 
     public init(
         overwrite: Bool = false, maxSize: UInt64? = nil, resume: Bool = true, fsync: Bool = true,

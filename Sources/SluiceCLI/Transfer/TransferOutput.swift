@@ -15,8 +15,10 @@ enum TransferText {
 extension TransferText {
     /// `result` as `rsync -i` prints a change: `>f+++++++++ path` for a file sent new,
     /// `>f.st...... path` for one that replaced another (size and time differed), `.f...p.....`
-    /// for one only given its mode, `cd+++++++++ dir/`, `cL+++++++++ link -> target`,
-    /// `hf+++++++++ name => other`. Nil for what was left as it was.
+    /// for one only given its mode, `.f......x` for one only given its extended attributes
+    /// (`.d....og...` a directory its owner and group), `cd+++++++++ dir/`,
+    /// `cL+++++++++ link -> target`, `hf+++++++++ name => other`. Nil for what was left as it
+    /// was.
     static func itemized(_ result: TransferFileResult) -> String? {
         let path = PeerText.sanitized(result.path)
         let created = "+++++++++"
@@ -39,7 +41,7 @@ extension TransferText {
             }
             return ">\(kind)\(letters(differences)) \(name)"
         case .unchanged(let differences)?:
-            guard differences.contains(.mode) else { return nil }
+            guard !differences.isDisjoint(with: updatedInPlace) else { return nil }
             return ".\(kind)\(letters(differences)) \(name)"
         }
     }
@@ -50,8 +52,13 @@ extension TransferText {
         func letter(_ difference: TransferDifferences, _ name: String) -> String {
             differences.contains(difference) ? name : "."
         }
-        return letter(.content, "c") + letter(.size, "s") + letter(.mtime, "t") + letter(.mode, "p") + "....."
+        return letter(.content, "c") + letter(.size, "s") + letter(.mtime, "t") + letter(.mode, "p")
+            + letter(.owner, "o") + letter(.group, "g") + ".." + letter(.xattrs, "x")
     }
+
+    /// What a sync sets on an entry left unsent (without `--checksum`'s mtime): its mode,
+    /// extended attributes, owner and group.
+    static let updatedInPlace: TransferDifferences = [.mode, .xattrs, .owner, .group]
 }
 
 /// The progress line of `sluice send`, redrawn ten times a second on stderr: files done of
@@ -189,12 +196,19 @@ struct SendStatsReport {
 
     /// With `--sync`: entries left as they were, and entries that replaced another (nil
     /// without a sync).
-    private var synced: (unchanged: Int, replaced: Int)? {
+    private var synced: (unchanged: Int, updated: Int, replaced: Int)? {
         let changes = summary.results.compactMap(\.change)
         guard !changes.isEmpty else { return nil }
         let unchanged = changes.filter { if case .unchanged = $0 { true } else { false } }.count
+        let updated = changes.filter {
+            if case .unchanged(let differences) = $0 {
+                !differences.isDisjoint(with: TransferText.updatedInPlace)
+            } else {
+                false
+            }
+        }.count
         let replaced = changes.filter { if case .replaced = $0 { true } else { false } }.count
-        return (unchanged, replaced)
+        return (unchanged, updated, replaced)
     }
 
     var json: String {
@@ -220,6 +234,7 @@ struct SendStatsReport {
         if let digest = summary.digest { fields.append(("digest", Format.jsonString(digest.rawValue))) }
         if let synced {
             fields.append(("unchanged", "\(synced.unchanged)"))
+            fields.append(("updated", "\(synced.updated)"))
             fields.append(("replaced", "\(synced.replaced)"))
             fields.append(("deltas", "\(summary.results.filter(\.sentAsDelta).count)"))
             fields.append(("removed", "\(summary.removed.count)"))
@@ -257,7 +272,8 @@ struct SendStatsReport {
             rows.append(
                 (
                     "sync",
-                    "\(synced.unchanged) unchanged (not sent), \(synced.replaced) replaced (\(deltas) as deltas), "
+                    "\(synced.unchanged) unchanged (not sent; \(synced.updated) given new attributes), "
+                        + "\(synced.replaced) replaced (\(deltas) as deltas), "
                         + "\(summary.removed.count) removed"
                 ))
         }

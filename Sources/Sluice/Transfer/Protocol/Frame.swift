@@ -122,7 +122,8 @@ enum Frame: Equatable, Sendable {
         case .have(let have):
             return MessageWriter.message(.have) { w in
                 w.u8(have.status.rawValue)
-                w.u8(have.differences)
+                w.u8(UInt8(truncatingIfNeeded: have.differences))
+                if have.differences > 0xFF { w.u8(UInt8(truncatingIfNeeded: have.differences >> 8)) }
             }
         case .joined: return MessageWriter.message(.joined)
         case .accept(let offset, let vouched): return MessageWriter.accept(offset: offset, vouched: vouched)
@@ -353,10 +354,14 @@ struct FrameDecoder: Sendable {
             guard payload.count == Wire.resumeTokenBytes else { return nil }
             return .token(reader.rest())
         case .have:
-            guard payload.count == 2, let byte = reader.u8(), let status = Wire.HaveStatus(rawValue: byte),
-                let differences = reader.u8(), differences < 64
+            // A third byte (`sync-attributes`) only when it has a bit set; which bits the
+            // sender takes is its machine's to say.
+            guard payload.count == 2 || payload.count == 3, let byte = reader.u8(),
+                let status = Wire.HaveStatus(rawValue: byte), let low = reader.u8()
             else { return nil }
-            return .have(HaveAnswer(status: status, differences: differences))
+            let high = reader.u8() ?? 0
+            guard payload.count == 2 || high != 0, high < 2 else { return nil }
+            return .have(HaveAnswer(status: status, differences: UInt16(high) << 8 | UInt16(low)))
         case .joined:
             return .joined
         case .accept:

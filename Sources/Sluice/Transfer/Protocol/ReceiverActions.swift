@@ -60,9 +60,9 @@ enum ReceiverAction: Equatable, Sendable {
     /// it as a hole (no answer).
     case deliverHole(UInt64)
     /// Compare what is at the request's path with the CHECK (nil components: an invalid path,
-    /// absent), and send HAVE — in the order CHECKs came, which the session keeps; the machine
-    /// goes on meanwhile.
-    case checkEntry([String]?, CheckHeader)
+    /// absent), and with the XATTRs and OWNER before it (`sync-attributes`), and send HAVE — in
+    /// the order CHECKs came, which the session keeps; the machine goes on meanwhile.
+    case checkEntry([String]?, CheckHeader, EntryAttributes = EntryAttributes())
     /// Copy `length` bytes of the file's basis from `offset` to the file's next bytes, hashing
     /// them (a delta's COPY; no answer).
     case deliverCopy(offset: UInt64, length: UInt64)

@@ -32,6 +32,10 @@ struct ReceiverMachine: Sendable {
         var sync = true
         /// Offer `delta` (with `sync`): FILE flagged delta, answered with SIGS.
         var delta = true
+        /// Offer `sync-attributes` (with `sync`): XATTR and OWNER before a CHECK, compared and
+        /// applied to an entry otherwise the same. Off, the receiver speaks as one published
+        /// before it; for tests of that.
+        var syncAttributes = true
         /// The most DIR entries one session may announce: each directory created is remembered
         /// until goodbye (its mode and mtime are set then), so a sender may not ask for millions.
         var maxDirectories = 1 << 20
@@ -131,6 +135,11 @@ struct ReceiverMachine: Sendable {
     private(set) var peerDeletes = false
     private var namedBytes = 0
     static let maxChecks = 1 << 24
+    /// The sender listed `sync-attributes`.
+    private(set) var peerSyncsAttributes = false
+
+    /// Whether XATTR and OWNER may go before a CHECK: both sides list `sync-attributes`.
+    var syncsAttributes: Bool { settings.sync && settings.syncAttributes && peerSyncsAttributes }
 
     init(settings: Settings) {
         self.settings = settings
@@ -151,6 +160,7 @@ struct ReceiverMachine: Sendable {
         if settings.owners { set.insert(Wire.Capability.owners) }
         if settings.sync { set.insert(Wire.Capability.sync) }
         if settings.sync && settings.delta { set.insert(Wire.Capability.delta) }
+        if settings.sync && settings.syncAttributes { set.insert(Wire.Capability.syncAttributes) }
         return set
     }
 
@@ -248,6 +258,7 @@ struct ReceiverMachine: Sendable {
             digest = agreed
             peerChecksHeld = capabilities.contains(Wire.Capability.heldSHA256)
             peerDeletes = capabilities.contains(Wire.Capability.delete)
+            peerSyncsAttributes = capabilities.contains(Wire.Capability.syncAttributes)
             state = .idle
             return []
         case (.awaitingHello, .file), (.awaitingHello, .directory), (.awaitingHello, .end),
@@ -259,7 +270,19 @@ struct ReceiverMachine: Sendable {
 
         case (.idle, .check(let header)):
             guard settings.sync else { return violation("CHECK: this receiver does not offer sync") }
-            guard pendingAttributes.isEmpty else { return violation("XATTR, OWNER or TOKEN before a CHECK") }
+            let attributes = takePendingAttributes()
+            if !attributes.isEmpty || header.comparesXattrs {
+                guard syncsAttributes else {
+                    return violation("XATTR, OWNER or TOKEN before a CHECK (sync-attributes not agreed)")
+                }
+                guard attributes.resumeToken == nil else { return violation("TOKEN before a CHECK") }
+                guard attributes.xattrs.isEmpty || header.comparesXattrs else {
+                    return violation("XATTR before a CHECK not flagged xattrs")
+                }
+                guard !header.comparesXattrs || header.kind != .symbolicLink else {
+                    return violation("CHECK of a link flagged xattrs")
+                }
+            }
             checksAnnounced += 1
             guard checksAnnounced <= Self.maxChecks else {
                 return violation("more than \(Self.maxChecks) CHECKs in one session")
@@ -275,9 +298,9 @@ struct ReceiverMachine: Sendable {
                 }
             }
             if case .success(let components) = PathCheck.receivable(header.path) {
-                return [.checkEntry(components, header)]
+                return [.checkEntry(components, header, attributes)]
             }
-            return [.checkEntry(nil, header)]
+            return [.checkEntry(nil, header, attributes)]
 
         case (.idle, .xattr(let attribute)):
             return takeAttribute(attribute)

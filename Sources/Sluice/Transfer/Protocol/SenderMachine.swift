@@ -38,6 +38,10 @@ struct SenderMachine: Sendable {
         /// The sender's resume key: a TOKEN goes before each resumable file, to a receiver that
         /// offers `resume-token`, and a resume it vouches for needs no HELD.
         var resumeKey: ResumeKey? = nil
+        /// Offer `sync-attributes`: with `sync`, XATTR and OWNER go before a CHECK too, so
+        /// that the receiver brings an entry otherwise the same up to date without data. Off,
+        /// the sender speaks as one published before it; for tests of that.
+        var syncAttributes = true
     }
 
     /// One entry as the machine knows it before it is opened.
@@ -173,6 +177,7 @@ struct SenderMachine: Sendable {
         if settings.resume { set.formUnion([Wire.Capability.resume, Wire.Capability.heldSHA256]) }
         if settings.resume && settings.resumeKey != nil { set.insert(Wire.Capability.resumeToken) }
         if !settings.pruneRoots.isEmpty { set.insert(Wire.Capability.delete) }
+        if settings.syncAttributes { set.insert(Wire.Capability.syncAttributes) }
         return set
     }
 
@@ -246,6 +251,12 @@ struct SenderMachine: Sendable {
     /// Whether entries are checked first: asked for, and offered.
     var syncing: Bool { settings.sync && peerCapabilities.contains(Wire.Capability.sync) }
 
+    /// Whether XATTR and OWNER go before CHECKs and HAVE may say what was set: both sides
+    /// list `sync-attributes`.
+    var syncsAttributes: Bool {
+        syncing && settings.syncAttributes && peerCapabilities.contains(Wire.Capability.syncAttributes)
+    }
+
     /// The entries to CHECK: each entry of the work once, but streams (nothing to compare).
     /// A second name is checked as the file it is: the same size and mtime leave it as it is.
     private func entriesToCheck() -> [Int] {
@@ -270,7 +281,30 @@ struct SenderMachine: Sendable {
             check.flags |= Wire.CheckFlags.digest
             check.digest = digest
         }
+        if comparesXattrs(index) {
+            check.flags |= Wire.CheckFlags.xattrs
+        }
         return check
+    }
+
+    /// Whether entry `index`'s CHECK carries its extended attributes (all of them, none or
+    /// more): read here (`-X`), taken by the receiver, and not a link's.
+    private func comparesXattrs(_ index: Int) -> Bool {
+        let entry = entries[index]
+        return syncsAttributes && entry.attributes.xattrsRead && entry.symlinkTarget == nil
+            && peerCapabilities.contains(Wire.Capability.xattrs)
+    }
+
+    /// XATTR and OWNER before entry `index`'s CHECK (`sync-attributes`).
+    private func checkAttributeMessages(_ index: Int) -> (xattrs: [SenderAction], owner: [SenderAction]) {
+        guard syncsAttributes else { return ([], []) }
+        let attributes = entries[index].attributes
+        let xattrs: [SenderAction] = comparesXattrs(index) ? attributes.xattrs.map { .send(.xattr($0)) } : []
+        var owner: [SenderAction] = []
+        if let value = attributes.owner, peerCapabilities.contains(Wire.Capability.owners) {
+            owner.append(.send(.owner(value)))
+        }
+        return (xattrs, owner)
     }
 
     /// A regular file by path (what `checksum` computes a digest of).
@@ -366,7 +400,8 @@ struct SenderMachine: Sendable {
             let index = checks[checksSent]
             checksSent += 1
             awaitingHave.append(index)
-            return [.send(.check(check(index)))]
+            let (xattrs, owner) = checkAttributeMessages(index)
+            return xattrs + owner + [.send(.check(check(index)))]
         }
         guard next < work.count else {
             let roots = pruneRoots
@@ -502,6 +537,10 @@ struct SenderMachine: Sendable {
             return [.gone(root, PeerText.sanitized(path))]
         case (_, .have(let answer)):
             guard !awaitingHave.isEmpty else { return violation("HAVE for no CHECK") }
+            let known = syncsAttributes ? Wire.HaveDifference.withAttributes : Wire.HaveDifference.basic
+            guard answer.differences & ~known == 0 else {
+                return violation("HAVE with differences \(answer.differences) (sync-attributes not agreed)")
+            }
             haves[awaitingHave.removeFirst()] = answer
             return []
         case (_, .joined):

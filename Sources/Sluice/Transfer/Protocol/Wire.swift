@@ -81,6 +81,11 @@ enum Wire {
         /// FILE flagged delta: the receiver answers with its copy's block signatures (SIGS)
         /// before ACCEPT, and takes COPY among the DATA (`Delta`).
         static let delta = "delta"
+        /// With `sync`: XATTR (flagged by CHECK's `xattrs`) and OWNER may go before a CHECK too;
+        /// the receiver compares them with what it has, applies the difference to an entry
+        /// otherwise the same, and HAVE says so with the bits `xattrs`, `owner` and `group`
+        /// (a third byte of HAVE carries `group`).
+        static let syncAttributes = "sync-attributes"
     }
 
     /// Message types. Sender → receiver: 0x01, 0x10–0x1F, 0x30, 0x31, 0x7F. Receiver → sender: 0x01,
@@ -167,7 +172,7 @@ enum Wire {
             case .owner: return 8 + 2 * (1 + Wire.maxOwnerNameBytes)
             case .check:
                 return 2 + 8 + 4 + 12 + 2 + Wire.maxPathBytes + 2 + Wire.maxPathBytes + 1 + SHA256Digest.byteCount
-            case .have: return 2
+            case .have: return 3
             case .prune: return 1 + 2 + Wire.maxPathBytes
             case .gone: return Wire.maxPathBytes
             case .signatures: return 20 + Delta.signatureBytes * Delta.signaturesPerMessage
@@ -217,6 +222,10 @@ enum Wire {
         /// The file's digest (the agreed one) follows: the same means the same contents, not
         /// the same mtime (`--checksum`).
         static let digest: UInt8 = 2
+        /// The sender sends extended attributes (`sync-attributes`): the XATTRs before this
+        /// CHECK, none or more, are all the entry's `user.*` ones, to compare with the receiver's.
+        static let xattrs: UInt8 = 4
+        static let all: UInt8 = apply | digest | xattrs
     }
 
     /// HAVE's answer.
@@ -238,15 +247,26 @@ enum Wire {
     /// The most bytes of paths a receiver keeps for one transfer's PRUNE (the paths CHECKed).
     static let maxNamedBytes = 64 << 20
 
-    /// HAVE's differences (rsync's itemized letters).
+    /// HAVE's differences (rsync's itemized letters). The bits below 64 fit HAVE's second byte
+    /// and are all an old peer knows; the others come only with `sync-attributes`, `group` in
+    /// a third byte that HAVE carries only when one of its bits is set.
     enum HaveDifference {
-        static let size: UInt8 = 1
-        static let mtime: UInt8 = 2
-        static let mode: UInt8 = 4
-        static let kind: UInt8 = 8
-        static let target: UInt8 = 16
+        static let size: UInt16 = 1
+        static let mtime: UInt16 = 2
+        static let mode: UInt16 = 4
+        static let kind: UInt16 = 8
+        static let target: UInt16 = 16
         /// The contents (by digest, `--checksum`).
-        static let content: UInt8 = 32
+        static let content: UInt16 = 32
+        /// The `user.*` extended attributes (`sync-attributes`): with `same`, set as the
+        /// sender's XATTRs said, without data.
+        static let xattrs: UInt16 = 64
+        /// The owner, or the group (`sync-attributes`): with `same`, given the sender's.
+        static let owner: UInt16 = 128
+        static let group: UInt16 = 256
+        /// What any peer may say, and what one agreeing `sync-attributes` may say besides.
+        static let basic: UInt16 = 63
+        static let withAttributes: UInt16 = basic | xattrs | owner | group
     }
 
     /// LINK kinds.
@@ -353,6 +373,8 @@ struct CheckHeader: Equatable, Sendable {
 
     var applies: Bool { flags & Wire.CheckFlags.apply != 0 }
     var comparesContents: Bool { flags & Wire.CheckFlags.digest != 0 }
+    /// The XATTRs before it are all the entry's (`sync-attributes`).
+    var comparesXattrs: Bool { flags & Wire.CheckFlags.xattrs != 0 }
 }
 
 /// A SIGS message: signatures of blocks `first …` of the receiver's copy (the basis) of the file
@@ -367,8 +389,9 @@ struct SignatureBatch: Equatable, Sendable {
 /// A HAVE message: the answer to the oldest unanswered CHECK.
 struct HaveAnswer: Equatable, Sendable {
     var status: Wire.HaveStatus
-    /// `Wire.HaveDifference` bits: what differs (or, with `same`, the mode it changed).
-    var differences: UInt8 = 0
+    /// `Wire.HaveDifference` bits: what differs (or, with `same`, the mode, extended attributes
+    /// or owner it changed).
+    var differences: UInt16 = 0
 }
 
 /// An OWNER message: who owns the next entry, by id and by name (empty with `--numeric-ids`).
@@ -389,6 +412,9 @@ struct EntryAttributes: Equatable, Sendable {
     var xattrBytes = 0
     /// A receiver's: the TOKEN sent before a resumable FILE or RANGE (`resume-token`).
     var resumeToken: [UInt8]?
+    /// A sender's: `xattrs` was read from the entry (`-X`) and is all its `user.*` attributes,
+    /// so a CHECK may carry them to compare (`sync-attributes`). Not sent.
+    var xattrsRead = false
 
     var isEmpty: Bool { xattrs.isEmpty && owner == nil && resumeToken == nil }
 }

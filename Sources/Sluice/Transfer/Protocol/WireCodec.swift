@@ -256,7 +256,7 @@ struct MessageReader {
     static func check(_ payload: UnsafeRawBufferPointer) -> CheckHeader? {
         var r = MessageReader(payload)
         guard let kindByte = r.u8(), let kind = Wire.CheckKind(rawValue: kindByte), let flags = r.u8(),
-            flags & ~(Wire.CheckFlags.apply | Wire.CheckFlags.digest) == 0, let size = r.u64(), let mode = r.u32(),
+            flags & ~Wire.CheckFlags.all == 0, let size = r.u64(), let mode = r.u32(),
             let seconds = r.u64(), let nanoseconds = r.u32(), nanoseconds < 1_000_000_000, let pathLength = r.u16(),
             Int(pathLength) <= Wire.maxPathBytes, let path = r.raw(Int(pathLength)), let targetLength = r.u16(),
             Int(targetLength) <= Wire.maxPathBytes, let target = r.raw(Int(targetLength)),

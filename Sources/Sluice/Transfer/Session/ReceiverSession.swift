@@ -86,7 +86,7 @@ final class ReceiverSession: WireConnectionOwner {
     /// The paths CHECKed in this session, for PRUNE (`send --delete`), when it joined no group.
     var ownNames: Set<String> = []
     /// CHECKs taken and not yet handed to the lane.
-    var pendingChecks: [([String]?, CheckHeader)] = []
+    var pendingChecks: [([String]?, CheckHeader, EntryAttributes)] = []
     /// What waits for the connection to have sent what it holds (the next SIGS).
     var afterSent: (() -> Void)?
     /// Messages waiting, in order, for room in the connection's buffer (`sendOrdered`).
@@ -142,7 +142,8 @@ final class ReceiverSession: WireConnectionOwner {
                 overwrite: options.overwrite, maxSize: options.maxSize, resume: options.resume,
                 streams: options.streams, eager: options.eager, links: options.offersMetadata,
                 holes: options.offersMetadata, xattrs: options.offersMetadata,
-                owners: options.keepsOwners && geteuid() == 0, sync: options.sync, delta: options.offersDelta))
+                owners: options.keepsOwners && geteuid() == 0, sync: options.sync, delta: options.offersDelta,
+                syncAttributes: options.offersSyncAttributes))
         hasher = DigestWorker(loop: loop)
         lane = SerialLane(pool: store.pool)
         heldHasher = DigestWorker(loop: loop)
@@ -341,8 +342,8 @@ final class ReceiverSession: WireConnectionOwner {
                 deliverHole(length)
             case .deliverCopy(let offset, let length):
                 deliverCopy(offset: offset, length: length)
-            case .checkEntry(let components, let header):
-                checkEntry(components, header)
+            case .checkEntry(let components, let header, let attributes):
+                checkEntry(components, header, attributes)
             case .prune(let components, let dryRun):
                 prune(components, dryRun: dryRun)
             case .openFile(let request):
@@ -405,9 +406,9 @@ final class ReceiverSession: WireConnectionOwner {
     }
 
     /// A CHECK: gathered with the ones after it into one job on the lane (`flushChecks`).
-    private func checkEntry(_ components: [String]?, _ header: CheckHeader) {
+    private func checkEntry(_ components: [String]?, _ header: CheckHeader, _ attributes: EntryAttributes) {
         if machine.peerDeletes, let components { name(components.joined(separator: "/")) }
-        pendingChecks.append((components, header))
+        pendingChecks.append((components, header, attributes))
         if pendingChecks.count >= Self.checksPerJob { flushChecks() }
     }
 
@@ -428,7 +429,7 @@ final class ReceiverSession: WireConnectionOwner {
             laneJobs -= 1
             guard !ended else { return }
             var out: [UInt8] = []
-            for ((components, header), answer) in zip(batch, answers) {
+            for ((components, header, _), answer) in zip(batch, answers) {
                 out += Frame.have(answer).encoded
                 if header.kind == .directory, answer.status == .same, header.applies, let components {
                     let mtime = timespec(tv_sec: Int(header.mtimeSeconds), tv_nsec: Int(header.mtimeNanoseconds))

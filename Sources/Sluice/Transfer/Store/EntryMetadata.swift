@@ -224,6 +224,23 @@ enum SourceMetadata {
         value.withUnsafeBytes { lsetxattr(path, name, $0.baseAddress, $0.count, 0) } == 0
     }
 
+    /// The value of extended attribute `name` of `path` (not following a link), nil where it has
+    /// none. For tests, as `setXattr`.
+    static func xattr(_ path: String, _ name: String) -> [UInt8]? {
+        let length = lgetxattr(path, name, nil, 0)
+        guard length >= 0 else { return nil }
+        var value = [UInt8](repeating: 0, count: length)
+        let got = value.withUnsafeMutableBytes { lgetxattr(path, name, $0.baseAddress, $0.count) }
+        guard got >= 0, got <= length else { return nil }
+        return Array(value[0..<got])
+    }
+
+    /// Removes extended attribute `name` of `path` (not following a link); false with `errno`
+    /// where it cannot. For tests, as `setXattr`.
+    static func removeXattr(_ path: String, _ name: String) -> Bool {
+        lremovexattr(path, name) == 0
+    }
+
     /// The target of symbolic link `path`, as written.
     static func linkTarget(_ path: String) -> [UInt8]? {
         var buffer = [UInt8](repeating: 0, count: Wire.maxPathBytes + 1)
@@ -238,10 +255,12 @@ enum SourceMetadata {
 extension ReceiverStore {
     /// The answers to a run of CHECKs, in order (`check(_:_:)` each), keeping the last parent
     /// directory open while the paths share it.
-    func check(_ batch: [([String]?, CheckHeader)], digest algorithm: TransferDigest = .sha256) -> [HaveAnswer] {
+    func check(_ batch: [([String]?, CheckHeader, EntryAttributes)], digest algorithm: TransferDigest = .sha256)
+        -> [HaveAnswer]
+    {
         var parent: (path: [String], fd: Int32)?
         defer { if let parent, parent.fd >= 0 { closeDescriptor(parent.fd) } }
-        return batch.map { components, check in
+        return batch.map { components, check, attributes in
             guard let components, let name = components.last else { return HaveAnswer(status: .absent) }
             let path = Array(components.dropLast())
             if parent?.path != path {
@@ -252,8 +271,29 @@ extension ReceiverStore {
                 parent = (path, fd)
             }
             guard let fd = parent?.fd, fd >= 0 else { return HaveAnswer(status: .absent) }
-            return self.check(in: fd, name, check, digest: algorithm)
+            return self.check(in: fd, name, check, attributes, digest: algorithm)
         }
+    }
+
+    /// `check(in:_:_:digest:)`, then, with the XATTRs and OWNER that came before the CHECK
+    /// (`sync-attributes`), a comparison of those: an entry otherwise the same is given them
+    /// (with `CheckFlags.apply`) and is answered the same with what was set; one whose
+    /// attributes cannot be read or set here is answered as differing, so that it is sent
+    /// again with them.
+    func check(
+        in parent: Int32, _ name: String, _ check: CheckHeader, _ attributes: EntryAttributes,
+        digest algorithm: TransferDigest = .sha256
+    ) -> HaveAnswer {
+        var answer = self.check(in: parent, name, check, digest: algorithm)
+        guard attributes.owner != nil || check.comparesXattrs, answer.status != .absent,
+            answer.differences & Wire.HaveDifference.kind == 0
+        else { return answer }
+        let same = answer.status == .same
+        let (differences, settled) = syncAttributes(
+            in: parent, name, check, attributes, apply: same && check.applies)
+        answer.differences |= differences
+        if same && !settled { answer.status = .differs }
+        return answer
     }
 
     /// What is at `name` in `parent` against a CHECK: absent, the same (a file of the same size
@@ -283,7 +323,7 @@ extension ReceiverStore {
             return compareContents(in: parent, name, st, check, algorithm)
         case .file:
             guard type == S_IFREG else { return HaveAnswer(status: .differs, differences: D.kind) }
-            var differences: UInt8 = 0
+            var differences: UInt16 = 0
             if UInt64(st.st_size) != check.size { differences |= D.size }
             if Int64(st.st_mtim.tv_sec) != check.mtimeSeconds || UInt32(st.st_mtim.tv_nsec) != check.mtimeNanoseconds {
                 differences |= D.mtime
@@ -428,7 +468,7 @@ extension ReceiverStore {
             offset += UInt64(want)
         }
         guard digest.finalize() == check.digest else { return HaveAnswer(status: .differs, differences: D.content) }
-        var differences: UInt8 = 0
+        var differences: UInt16 = 0
         let mtime = timespec(tv_sec: Int(check.mtimeSeconds), tv_nsec: Int(check.mtimeNanoseconds))
         if st.st_mtim.tv_sec != mtime.tv_sec || st.st_mtim.tv_nsec != mtime.tv_nsec { differences |= D.mtime }
         let mode = destination.permissions(check.mode)
@@ -438,5 +478,85 @@ extension ReceiverStore {
             if differences & D.mtime != 0 { _ = futimens(fd, [timespec(tv_sec: 0, tv_nsec: utimeNow), mtime]) }
         }
         return HaveAnswer(status: .same, differences: differences)
+    }
+}
+
+extension ReceiverStore {
+    /// How the entry at `name` in `parent` differs from the owner and extended attributes the
+    /// sender sent before its CHECK (`sync-attributes`): its owner and group as the store maps
+    /// owners (`OwnerNames`), its `user.*` attributes but the receiver's own `user.sluice.*`.
+    /// With `apply`, the difference is set: the owner (the setuid and setgid bits a change of
+    /// owner clears are never kept by a receiver), then the attributes the sender has that
+    /// differ, then the ones it has not are removed. `settled` is false where the entry's
+    /// attributes could not be read, or the difference not set.
+    fileprivate func syncAttributes(
+        in parent: Int32, _ name: String, _ check: CheckHeader, _ attributes: EntryAttributes, apply: Bool
+    ) -> (differences: UInt16, settled: Bool) {
+        typealias D = Wire.HaveDifference
+        var st = stat()
+        guard fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else { return (0, false) }
+        let type = st.st_mode & S_IFMT
+        var differences: UInt16 = 0
+        var ids: (uid_t, gid_t)?
+        if let owner = attributes.owner {
+            let (uid, gid) = OwnerNames.shared.local(owner)
+            ids = (uid, gid)
+            if st.st_uid != uid { differences |= D.owner }
+            if st.st_gid != gid { differences |= D.group }
+        }
+        var fd: Int32 = -1
+        defer { if fd >= 0 { closeDescriptor(fd) } }
+        var toSet: [ExtendedAttribute] = []
+        var toRemove: [String] = []
+        if check.comparesXattrs {
+            guard type == S_IFREG || type == S_IFDIR else { return (differences | D.xattrs, false) }
+            let flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | (type == S_IFDIR ? O_DIRECTORY : 0)
+            fd = openat(parent, name, flags)
+            var opened = stat()
+            guard fd >= 0, fstat(fd, &opened) == 0, opened.st_ino == st.st_ino, opened.st_dev == st.st_dev,
+                let held = Self.userXattrs(fd)
+            else { return (differences | D.xattrs, false) }
+            let sent = Set(attributes.xattrs.map(\.name))
+            toSet = attributes.xattrs.filter { held[$0.name] != $0.value }
+            toRemove = held.keys.filter { !sent.contains($0) }.sorted()
+            if !toSet.isEmpty || !toRemove.isEmpty { differences |= D.xattrs }
+        }
+        guard apply, differences != 0 else { return (differences, true) }
+        if let (uid, gid) = ids, differences & (D.owner | D.group) != 0 {
+            guard fchownat(parent, name, uid, gid, AT_SYMLINK_NOFOLLOW) == 0 else { return (differences, false) }
+        }
+        for attribute in toSet {
+            let rc = attribute.value.withUnsafeBytes { fsetxattr(fd, attribute.name, $0.baseAddress, $0.count, 0) }
+            guard rc == 0 else { return (differences, false) }
+        }
+        for name in toRemove where fremovexattr(fd, name) != 0 && errno != ENODATA {
+            return (differences, false)
+        }
+        return (differences, true)
+    }
+
+    /// The `user.*` extended attributes of open `fd` but `user.sluice.*` (none where the file
+    /// system keeps none); nil when they cannot be read.
+    static func userXattrs(_ fd: Int32) -> [String: [UInt8]]? {
+        var size = flistxattr(fd, nil, 0)
+        if size < 0 && (errno == ENOTSUP || errno == EOPNOTSUPP) { return [:] }
+        guard size >= 0 else { return nil }
+        guard size > 0 else { return [:] }
+        var names = [CChar](repeating: 0, count: size)
+        size = flistxattr(fd, &names, names.count)
+        guard size >= 0 else { return nil }
+        var out: [String: [UInt8]] = [:]
+        for raw in names[0..<min(size, names.count)].split(separator: 0) {
+            let name = String(decoding: raw.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            guard name.hasPrefix(Wire.xattrNamespace), !name.hasPrefix("user.sluice.") else { continue }
+            let length = fgetxattr(fd, name, nil, 0)
+            guard length >= 0 else { return nil }
+            var value = [UInt8](repeating: 0, count: length)
+            let got = value.withUnsafeMutableBytes { fgetxattr(fd, name, $0.baseAddress, $0.count) }
+            guard got >= 0, got <= value.count else { return nil }
+            value.removeSubrange(got...)
+            out[name] = value
+        }
+        return out
     }
 }
