@@ -285,6 +285,33 @@ func sessions() -> [(String, [UInt8])] {
                     target: Array("index.html".utf8), replace: true)))
         $0.frame(.bye)
     }
+    add("metadata-sync-attributes") {
+        // A second run with -X and --owner to a receiver offering sync-attributes: XATTR and
+        // OWNER before the CHECKs (a directory's flagged xattrs with none: it is to have none),
+        // a file sent again with its attributes, then an XATTR before a CHECK not flagged so.
+        $0.hello(["sha256", "resume", "links", "xattrs", "owners", "sync", "sync-attributes"])
+        let check = { (kind: Wire.CheckKind, path: String, size: Int, flags: UInt8) in
+            Frame.check(
+                CheckHeader(
+                    kind: kind, flags: flags, size: UInt64(size), mode: 0o644, mtimeSeconds: 1_764_547_200,
+                    mtimeNanoseconds: 500, path: Array(path.utf8),
+                    target: kind == .symbolicLink ? Array("index.html".utf8) : []))
+        }
+        let flagged = Wire.CheckFlags.apply | Wire.CheckFlags.xattrs
+        let color = Frame.xattr(ExtendedAttribute(name: "user.color", value: Array("blue".utf8)))
+        let owner = Frame.owner(EntryOwner(uid: 1000, gid: 1000, user: "alice", group: "staff"))
+        $0.frame(check(.directory, "site", 0, flagged))
+        $0.frame(color)
+        $0.frame(owner)
+        $0.frame(check(.file, "site/index.html", text.count, flagged))
+        $0.frame(owner)
+        $0.frame(check(.symbolicLink, "site/latest", 0, Wire.CheckFlags.apply))
+        $0.frame(color)
+        $0.file("site/index.html", text, flags: Wire.FileFlags.sizeKnown | Wire.FileFlags.replace)
+        $0.frame(color)
+        $0.frame(check(.file, "site/other", 1, Wire.CheckFlags.apply))
+        $0.frame(.bye)
+    }
     add("metadata-delta") {
         // A file stored, then sent again as a delta against it: DATA and COPY, then a COPY
         // past the old file.
@@ -493,9 +520,10 @@ case "sessions":
                 return false
             }
             // The metadata sessions, one offering links, holes, xattrs, owners, sync and delta.
+            // The attributes session, a receiver offering sync-attributes besides.
             let all =
                 c.below(4) != 0 && c.below(4) != 0 && c.below(4) != 0 && c.below(2) == 0 && c.below(4) != 0
-                && c.below(4) != 0
+                && c.below(4) != 0 && (!name.hasSuffix("attributes") || c.below(4) != 0)
             return all || !name.hasPrefix("metadata")
         }
         write([receiver] + bytes, to: "\(root)/receiver/\(name)")
