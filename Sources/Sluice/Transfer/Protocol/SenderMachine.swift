@@ -177,7 +177,7 @@ struct SenderMachine: Sendable {
         if settings.resume { set.formUnion([Wire.Capability.resume, Wire.Capability.heldSHA256]) }
         if settings.resume && settings.resumeKey != nil { set.insert(Wire.Capability.resumeToken) }
         if !settings.pruneRoots.isEmpty { set.insert(Wire.Capability.delete) }
-        if settings.syncAttributes { set.insert(Wire.Capability.syncAttributes) }
+        if settings.sync && settings.syncAttributes { set.insert(Wire.Capability.syncAttributes) }
         return set
     }
 
