@@ -159,6 +159,10 @@ struct SyncAttributesTests {
             Self.isViolation(
                 link.received(.frame(.check(Self.check("s", kind: .symbolicLink, flags: Wire.CheckFlags.xattrs)))),
                 "CHECK of a link flagged xattrs"))
+        var noXattrs = Self.receiver(
+            peer: [Wire.Capability.syncAttributes], settings: ReceiverMachine.Settings(xattrs: false, owners: true))
+        #expect(
+            Self.isViolation(noXattrs.received(.frame(.check(flagged))), "does not take extended attributes"))
         var token = Self.receiver(peer: [Wire.Capability.syncAttributes])
         _ = token.received(.frame(.token([UInt8](repeating: 1, count: Wire.resumeTokenBytes))))
         #expect(Self.isViolation(token.received(.frame(.check(flagged))), "TOKEN before a CHECK"))

@@ -192,6 +192,7 @@ final class Session {
                 expect(attributes.resumeToken == nil, "a TOKEN before a CHECK")
                 expect(attributes.xattrs.isEmpty || header.comparesXattrs, "XATTR before a CHECK not flagged so")
                 expect(attributes.owner == nil || machine.settings.owners, "OWNER taken without owners")
+                expect(!header.comparesXattrs || machine.settings.xattrs, "a CHECK flagged xattrs without xattrs")
                 expect(
                     attributes.xattrs.count <= Wire.maxXattrsPerEntry
                         && attributes.xattrs.reduce(0, { $0 + $1.name.utf8.count + $1.value.count })

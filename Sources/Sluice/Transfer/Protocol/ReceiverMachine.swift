@@ -279,6 +279,9 @@ struct ReceiverMachine: Sendable {
                 guard attributes.xattrs.isEmpty || header.comparesXattrs else {
                     return violation("XATTR before a CHECK not flagged xattrs")
                 }
+                guard !header.comparesXattrs || settings.xattrs else {
+                    return violation("CHECK flagged xattrs: this receiver does not take extended attributes")
+                }
                 guard !header.comparesXattrs || header.kind != .symbolicLink else {
                     return violation("CHECK of a link flagged xattrs")
                 }

@@ -296,15 +296,14 @@ struct SenderMachine: Sendable {
     }
 
     /// XATTR and OWNER before entry `index`'s CHECK (`sync-attributes`).
-    private func checkAttributeMessages(_ index: Int) -> (xattrs: [SenderAction], owner: [SenderAction]) {
-        guard syncsAttributes else { return ([], []) }
+    private func checkAttributeMessages(_ index: Int) -> [SenderAction] {
+        guard syncsAttributes else { return [] }
         let attributes = entries[index].attributes
-        let xattrs: [SenderAction] = comparesXattrs(index) ? attributes.xattrs.map { .send(.xattr($0)) } : []
-        var owner: [SenderAction] = []
-        if let value = attributes.owner, peerCapabilities.contains(Wire.Capability.owners) {
-            owner.append(.send(.owner(value)))
+        var out: [SenderAction] = comparesXattrs(index) ? attributes.xattrs.map { .send(.xattr($0)) } : []
+        if let owner = attributes.owner, peerCapabilities.contains(Wire.Capability.owners) {
+            out.append(.send(.owner(owner)))
         }
-        return (xattrs, owner)
+        return out
     }
 
     /// A regular file by path (what `checksum` computes a digest of).
@@ -400,8 +399,7 @@ struct SenderMachine: Sendable {
             let index = checks[checksSent]
             checksSent += 1
             awaitingHave.append(index)
-            let (xattrs, owner) = checkAttributeMessages(index)
-            return xattrs + owner + [.send(.check(check(index)))]
+            return checkAttributeMessages(index) + [.send(.check(check(index)))]
         }
         guard next < work.count else {
             let roots = pruneRoots
