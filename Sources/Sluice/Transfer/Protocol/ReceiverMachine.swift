@@ -6,6 +6,11 @@
 /// handing it messages, and so stops reading the socket: a sender that runs ahead is held by
 /// TCP, not by memory. Every (state, message) pair is decided below; a message that does not
 /// belong where it arrives is a protocol violation that ends this session alone.
+///
+/// The machine lives in three files: this one (its types, its state and the messages), `+Entries`
+/// (starting each kind of entry, and the data's accounting) and `+Outcomes` (its actions'
+/// outcomes, the answers and the end). Its state is set by those files alone; the sessions and
+/// the tests only read it.
 struct ReceiverMachine: Sendable {
     struct Settings: Equatable, Sendable {
         var overwrite = false
@@ -110,33 +115,33 @@ struct ReceiverMachine: Sendable {
 
     /// Fixed once the session's first entry or JOIN is decided (`mustJoin` is settled then).
     var settings: Settings
-    private(set) var state = State.awaitingMagic
+    var state = State.awaitingMagic
     /// Entries announced by the sender, and answers sent.
-    private(set) var entriesAnnounced = 0
-    private(set) var entriesAnswered = 0
+    var entriesAnnounced = 0
+    var entriesAnswered = 0
     /// The transfer of several connections this one joined.
-    private(set) var joined: TransferJoin?
+    var joined: TransferJoin?
     /// The digest agreed in HELLO: END and RANGE-END carry digests of its size.
-    private(set) var digest = TransferDigest.sha256
+    var digest = TransferDigest.sha256
     /// The sender listed `held-sha256` in HELLO.
-    private(set) var peerChecksHeld = false
+    var peerChecksHeld = false
     /// Answers held back behind a staged file's, oldest first; empty when nothing is staged.
-    private(set) var queuedAnswers: [QueuedAnswer] = []
+    var queuedAnswers: [QueuedAnswer] = []
     /// XATTR and OWNER for the entry announced next.
-    private(set) var pendingAttributes = EntryAttributes()
+    var pendingAttributes = EntryAttributes()
     /// Files of this session flagged `linked` and stored: what a hard link may name.
-    private(set) var linkTargets: Set<String> = []
-    private(set) var directoriesAnnounced = 0
+    var linkTargets: Set<String> = []
+    var directoriesAnnounced = 0
     /// A CHECK came: the sender syncs (existing directories are settled like created ones).
-    private(set) var syncing = false
+    var syncing = false
     /// CHECKs taken; the most one session may send is `maxChecks`.
-    private(set) var checksAnnounced = 0
+    var checksAnnounced = 0
     /// The sender listed `delete`: the paths it CHECKs are kept, up to `Wire.maxNamedBytes`.
-    private(set) var peerDeletes = false
-    private var namedBytes = 0
+    var peerDeletes = false
+    var namedBytes = 0
     static let maxChecks = 1 << 24
     /// The sender listed `sync-attributes`.
-    private(set) var peerSyncsAttributes = false
+    var peerSyncsAttributes = false
 
     /// Whether XATTR and OWNER may go before a CHECK: both sides list `sync-attributes`.
     var syncsAttributes: Bool { settings.sync && settings.syncAttributes && peerSyncsAttributes }
@@ -231,7 +236,7 @@ struct ReceiverMachine: Sendable {
         }
     }
 
-    private mutating func receivedData() -> [ReceiverAction] {
+    mutating func receivedData() -> [ReceiverAction] {
         switch state {
         case .receiving: return [.deliverData]
         case .discarding: return []
@@ -240,7 +245,7 @@ struct ReceiverMachine: Sendable {
         }
     }
 
-    private mutating func received(_ frame: Frame) -> [ReceiverAction] {
+    mutating func received(_ frame: Frame) -> [ReceiverAction] {
         if settings.mustJoin, joined == nil, case .idle = state, frame.type != .join, frame.type != .error {
             return violation("this receiver serves one transfer (--once); connection refused")
         }
@@ -496,464 +501,5 @@ struct ReceiverMachine: Sendable {
             // The decoder lets none of these through from a sender; kept explicit all the same.
             return violation("\(frame.type.name) is not a message a sender sends")
         }
-    }
-
-    /// True when `file` resumed held bytes that HELD must check and it has not come yet.
-    private func awaitsHeld(_ file: IncomingFile) -> Bool {
-        checksHeld && file.offset > 0 && !file.vouched && file.heldDigest == nil
-    }
-
-    private mutating func startFile(_ header: EntryHeader) -> [ReceiverAction] {
-        switch PathCheck.receivable(header.path) {
-        case .failure(let refusal):
-            return refuseAtHeader(
-                header, .refused(.invalidPath, "invalid path: \(refusal.reason)"),
-                path: PeerText.sanitized(header.path))
-        case .success(let components):
-            let relative = components.joined(separator: "/")
-            if let maxSize = settings.maxSize, header.sizeKnown, header.size > maxSize {
-                return refuseAtHeader(
-                    header, .refused(.tooLarge, "too large: \(header.size) bytes, the limit is \(maxSize)"),
-                    path: relative)
-            }
-            let request = EntryRequest(
-                components: components, relative: relative, header: header, attributes: takePendingAttributes())
-            state = .storing(.file(request))
-            return [.openFile(request)]
-        }
-    }
-
-    /// Answers a FILE at its header: an eager file's data is on its way, so it is skipped up
-    /// to END or ABORT.
-    private mutating func refuseAtHeader(_ header: EntryHeader, _ rejection: EntryRejection, path: String)
-        -> [ReceiverAction]
-    {
-        if header.eager { state = .discarding }
-        return answer(rejection, path: path, isDirectory: false, size: header.sizeKnown ? header.size : nil)
-    }
-
-    /// A RANGE: checked against the file's announced size here, against the transfer's other
-    /// ranges by the session (`openRange`).
-    private mutating func startRange(_ message: RangeHeader) -> [ReceiverAction] {
-        let header = message.entry
-        let range = message.range
-        switch PathCheck.receivable(header.path) {
-        case .failure(let refusal):
-            return answer(
-                .refused(.invalidPath, "invalid path: \(refusal.reason)"), path: PeerText.sanitized(header.path),
-                isDirectory: false, size: nil)
-        case .success(let components):
-            let relative = components.joined(separator: "/")
-            let refuse = { (reason: String) in (EntryRejection.refused(.invalidRange, reason), relative) }
-            var problem: (EntryRejection, String)?
-            if !header.sizeKnown || header.compressed {
-                problem = refuse("a range needs a known size and uncompressed data")
-            } else if range.length == 0 {
-                problem = refuse("empty range")
-            } else if range.end.map({ $0 > header.size }) ?? true {
-                problem = refuse("\(range) outside the announced size (\(header.size) bytes)")
-            } else if let maxSize = settings.maxSize, header.size > maxSize {
-                problem = (.refused(.tooLarge, "too large: \(header.size) bytes, the limit is \(maxSize)"), relative)
-            }
-            if let (rejection, path) = problem {
-                return answer(rejection, path: path, isDirectory: false, size: header.size)
-            }
-            let request = EntryRequest(
-                components: components, relative: relative, header: header, attributes: takePendingAttributes())
-            state = .storing(.range(request, range))
-            return [.openRange(request, range)]
-        }
-    }
-
-    /// XATTR: kept for the entry announced next, within the limits; only `user.*`, and never
-    /// the receiver's own resume mark.
-    private mutating func takeAttribute(_ attribute: ExtendedAttribute) -> [ReceiverAction] {
-        guard settings.xattrs else { return violation("XATTR: this receiver does not take extended attributes") }
-        let name = PeerText.sanitized(Array(attribute.name.utf8))
-        guard attribute.name.hasPrefix(Wire.xattrNamespace), attribute.name.utf8.count > Wire.xattrNamespace.utf8.count
-        else { return violation("XATTR \(name): only user.* attributes are taken") }
-        guard !attribute.name.hasPrefix("user.sluice.") else {
-            return violation("XATTR \(name): user.sluice.* is the receiver's own")
-        }
-        let bytes = pendingAttributes.xattrBytes + attribute.name.utf8.count + attribute.value.count
-        guard pendingAttributes.xattrs.count < Wire.maxXattrsPerEntry, bytes <= Wire.maxXattrBytesPerEntry else {
-            return violation(
-                "more than \(Wire.maxXattrsPerEntry) extended attributes or \(Wire.maxXattrBytesPerEntry) bytes of them for one entry"
-            )
-        }
-        guard !pendingAttributes.xattrs.contains(where: { $0.name == attribute.name }) else {
-            return violation("XATTR \(name) twice for one entry")
-        }
-        pendingAttributes.xattrs.append(attribute)
-        pendingAttributes.xattrBytes = bytes
-        return []
-    }
-
-    private mutating func takePendingAttributes() -> EntryAttributes {
-        defer { pendingAttributes = EntryAttributes() }
-        return pendingAttributes
-    }
-
-    /// A LINK: its path checked as any entry's; a hard link's target must be a file this
-    /// session stored that its FILE said would be linked to.
-    private mutating func startLink(_ header: LinkHeader) -> [ReceiverAction] {
-        let attributes = takePendingAttributes()
-        let components: [String]
-        switch PathCheck.receivable(header.path) {
-        case .failure(let refusal):
-            return answer(
-                .refused(.invalidPath, "invalid path: \(refusal.reason)"), path: PeerText.sanitized(header.path),
-                isDirectory: false, size: nil, isLink: true)
-        case .success(let checked): components = checked
-        }
-        let relative = components.joined(separator: "/")
-        var link = header
-        if header.kind == .hard {
-            guard case .success(let target) = PathCheck.components(header.target),
-                linkTargets.contains(target.joined(separator: "/"))
-            else {
-                return answer(
-                    .refused(
-                        .invalidPath,
-                        "hard link to \(PeerText.sanitized(header.target)): not a file stored by this transfer"),
-                    path: relative, isDirectory: false, size: nil, isLink: true)
-            }
-            link.target = Array(target.joined(separator: "/").utf8)
-        }
-        let request = EntryRequest(
-            components: components, relative: relative,
-            header: EntryHeader(
-                mode: 0o777, mtimeSeconds: header.mtimeSeconds, mtimeNanoseconds: header.mtimeNanoseconds,
-                path: header.path),
-            attributes: attributes)
-        state = .storing(.link(request, link))
-        return [.makeLink(request, link)]
-    }
-
-    /// COPY: blocks of the basis, checked against it and against the size announced.
-    private mutating func copied(_ file: IncomingFile, index: UInt64, count: UInt32) -> [ReceiverAction] {
-        guard let basisSize = file.basisSize else { return violation("COPY in a file with no basis") }
-        let blockSize = UInt64(Delta.blockSize(forBasis: basisSize))
-        let (offset, overflow) = index.multipliedReportingOverflow(by: blockSize)
-        guard !overflow, offset < basisSize else {
-            return violation("COPY of block \(index), past the end of the old file (\(basisSize) bytes)")
-        }
-        let length = min(UInt64(count) * blockSize, basisSize - offset)
-        let (allowed, actions) = decodedBytes(length)
-        return allowed ? [.deliverCopy(offset: offset, length: length)] : actions
-    }
-
-    // MARK: Data
-
-    /// The file's data path decoded `count` more bytes: may they be written? When not, the
-    /// file has been answered (too large, more than announced) and the actions say so.
-    mutating func decoded(_ count: Int) -> (write: Bool, actions: [ReceiverAction]) {
-        decodedBytes(UInt64(count))
-    }
-
-    private mutating func decodedBytes(_ count: UInt64) -> (write: Bool, actions: [ReceiverAction]) {
-        let file: IncomingFile
-        let finishing: Bool
-        switch state {
-        case .receiving(let f):
-            file = f
-            finishing = false
-        case .finishing(let f):
-            file = f
-            finishing = true
-        case .awaitingMagic, .awaitingHello, .idle, .joining, .storing, .committing, .discarding, .settling, .ended:
-            return (false, [])
-        }
-        let (newTotal, overflow) = file.total.addingReportingOverflow(count)
-        let size = file.expected
-        if overflow {
-            state = finishing ? .idle : .discarding
-            return (
-                false,
-                [.dropFile(keep: false)]
-                    + answer(
-                        .failed(.data, "more data than a file can hold"), path: file.request.relative,
-                        isDirectory: false, size: size, resumed: file.offset)
-            )
-        }
-        if let size, newTotal > size {
-            state = finishing ? .idle : .discarding
-            return (
-                false,
-                [.dropFile(keep: false)]
-                    + answer(
-                        .failed(.data, "more data than announced (\(size) bytes)"), path: file.request.relative,
-                        isDirectory: false, size: size, resumed: file.offset)
-            )
-        }
-        if let maxSize = settings.maxSize, newTotal > maxSize {
-            state = finishing ? .idle : .discarding
-            return (
-                false,
-                [.dropFile(keep: false)]
-                    + answer(
-                        .refused(.tooLarge, "too large: more than \(maxSize) bytes"), path: file.request.relative,
-                        isDirectory: false, size: size, resumed: file.offset)
-            )
-        }
-        var updated = file
-        updated.received = file.received + count
-        state = finishing ? .finishing(updated) : .receiving(updated)
-        return (true, [])
-    }
-
-    // MARK: Outcomes
-
-    /// The outcome of an action, or an event of the connection.
-    mutating func handle(_ outcome: ReceiverOutcome) -> [ReceiverAction] {
-        switch (state, outcome) {
-        case (.ended, _):
-            return []
-        case (_, .timedOut):
-            return end(.timedOut)
-        case (_, .connectionFailed(let error)):
-            return end(.connectionFailed(error))
-        case (_, .cancelled):
-            return end(.cancelled)
-        case (_, .peerClosed):
-            let detail: String
-            switch state {
-            case .awaitingMagic, .awaitingHello: detail = "connection closed before the handshake"
-            case .idle, .joining, .storing, .settling: detail = "connection closed without goodbye"
-            case .receiving, .finishing, .committing, .discarding: detail = "connection closed in the middle of a file"
-            case .ended: detail = "connection closed"
-            }
-            return end(.closedEarly(detail))
-
-        case (.joining(let join), .transferJoined(let refusal)):
-            if let refusal { return violation(refusal) }
-            joined = join
-            state = .idle
-            return [.send(.joined)]
-        case (.storing(.range(let request, let range)), .fileOpened(let result, let vouched)):
-            switch result {
-            case .success(let offset):
-                guard offset <= range.length else {
-                    state = .idle
-                    return [.dropFile(keep: false)]
-                        + answer(
-                            .failed(.io, "held partial data is larger than the range"), path: request.relative,
-                            isDirectory: false, size: request.header.size)
-                }
-                var file = IncomingFile(request: request, offset: offset, range: range)
-                file.vouched = vouched && offset > 0 && checksHeld
-                state = .receiving(file)
-                return goAhead(offset, vouched: file.vouched)
-            case .failure(let rejection):
-                state = .idle
-                return answer(rejection, path: request.relative, isDirectory: false, size: request.header.size)
-            }
-        case (.committing(let file), .rangeCommitted(let rejection, let fileStored, let resumed))
-        where file.range != nil:
-            state = .idle
-            // STORED for a range that is not the last says only that the range is in.
-            return answer(
-                rejection, path: file.request.relative, isDirectory: false, size: file.header.size,
-                resumed: resumed ?? file.offset, rangeOnly: rejection == nil && !fileStored)
-
-        case (.storing(.directory(let request)), .directoryMade(let rejection)):
-            state = .idle
-            return answer(rejection, path: request.relative, isDirectory: true, size: nil)
-        case (.storing(.prune(let request)), .pruned(let gone, let rejection)):
-            state = .idle
-            // A path too long for a message (a tree made deeper here than a sender can send)
-            // is reported in the log, not to the sender.
-            return gone.filter { $0.utf8.count <= Wire.maxPathBytes }.map { .send(.gone(path: Array($0.utf8))) }
-                + answer(rejection, path: request.relative, isDirectory: true, size: nil)
-        case (.storing(.link(let request, _)), .linkMade(let rejection)):
-            state = .idle
-            return answer(rejection, path: request.relative, isDirectory: false, size: nil, isLink: true)
-        case (.storing(.file(let request)), .deltaOpened(let result)) where request.header.delta:
-            switch result {
-            case .failure(let rejection):
-                state = .idle
-                return refuseAtHeader(request.header, rejection, path: request.relative)
-            case .success(let basisSize):
-                var file = IncomingFile(request: request, offset: 0)
-                file.basisSize = basisSize
-                state = .receiving(file)
-                return goAhead(0)
-            }
-        case (.storing(.file(let request)), .fileOpened(let result, let vouched)):
-            switch result {
-            case .success(let offset):
-                let header = request.header
-                guard offset == 0 || (header.sizeKnown && offset <= header.size) else {
-                    state = .idle
-                    return [.dropFile(keep: false)]
-                        + refuseAtHeader(
-                            header, .failed(.io, "held partial data is larger than the file"), path: request.relative)
-                }
-                guard offset == 0 || !header.eager else {
-                    guard header.resumable else {
-                        // The store resumes only resumable files.
-                        state = .idle
-                        return [.dropFile(keep: false)]
-                            + refuseAtHeader(
-                                header, .failed(.io, "internal: held partial data for a file sent eagerly"),
-                                path: request.relative)
-                    }
-                    // Part of it is here: the sender is told how much (`eager-resume`) and
-                    // announces it again; the data it sent meanwhile is skipped, the partial kept.
-                    // ACCEPT answers this announcement; the next one is answered as any other.
-                    state = .discarding
-                    entriesAnswered += 1
-                    return [.dropFile(keep: true)] + goAhead(offset)
-                }
-                var file = IncomingFile(request: request, offset: offset)
-                file.vouched = vouched && offset > 0 && checksHeld
-                state = .receiving(file)
-                // An eager file's data is already on its way: no go-ahead.
-                return header.eager ? [] : goAhead(offset, vouched: file.vouched)
-            case .failure(let rejection):
-                state = .idle
-                return refuseAtHeader(request.header, rejection, path: request.relative)
-            }
-
-        case (.receiving(let file), .dataFailed(let rejection)):
-            state = .discarding
-            return [.dropFile(keep: false)] + answerFile(file, rejection)
-        case (.finishing(let file), .dataFailed(let rejection)):
-            state = .idle
-            return [.dropFile(keep: false)] + answerFile(file, rejection)
-        case (.finishing(let file), .dataFinished):
-            if let expected = file.expected, file.total != expected {
-                state = .idle
-                return [.dropFile(keep: false)]
-                    + answerFile(
-                        file, .failed(.data, "size mismatch: announced \(expected) bytes, received \(file.total)"))
-            }
-            if file.endSize != file.total {
-                state = .idle
-                return [.dropFile(keep: false)]
-                    + answerFile(
-                        file, .failed(.data, "size mismatch: sender says \(file.endSize) bytes, received \(file.total)")
-                    )
-            }
-            state = .committing(file)
-            if file.range != nil {
-                return [.commitRange(digest: file.endDigest, fileDigest: file.endFileDigest, held: file.heldDigest)]
-            }
-            return [.commitFile(digest: file.endDigest, held: file.heldDigest)]
-        case (.committing(let file), .committed(let rejection)):
-            state = .idle
-            return answerFile(file, rejection)
-        case (.committing(let file), .staged) where file.range == nil:
-            state = .idle
-            queuedAnswers.append(.staged(file))
-            return []
-        case (_, .stagedCommitted(let rejection)):
-            guard case .staged(let file)? = queuedAnswers.first else { break }
-            queuedAnswers.removeFirst()
-            var actions = answerFile(file, rejection, queued: false)
-            while case .ready(let ready)? = queuedAnswers.first {
-                queuedAnswers.removeFirst()
-                actions += ready
-            }
-            return actions
-        case (.settling, .directoriesSettled) where queuedAnswers.isEmpty:
-            return [.send(.bye)] + end(.goodbye)
-        case (.settling, .flushFailed(let error)):
-            return [.send(.error(reason: error.description))] + end(.connectionFailed(error))
-
-        case (.awaitingMagic, _), (.awaitingHello, _), (.idle, _), (.joining, _), (.storing, _), (.receiving, _),
-            (.finishing, _), (.committing, _), (.discarding, _), (.settling, _):
-            break
-        }
-        // An outcome nobody asked for: a bug in the session, not the peer's doing. It ends this
-        // session only.
-        assertionFailure("receiver machine: outcome \(outcome) in state \(state)")
-        return end(
-            .connectionFailed(
-                SluiceError(
-                    .invalidArgument, operation: "receive", detail: "internal: unexpected \(outcome) in state \(state)")
-            ))
-    }
-
-    // MARK: Answers and ending
-
-    /// ACCEPT: the go-ahead for a file's data, or for a file sent eagerly, how much of it is
-    /// held. It waits behind staged files' answers like any answer (the sender matches answers
-    /// by their order), and has them committed now, since the sender waits for it.
-    private mutating func goAhead(_ offset: UInt64, vouched: Bool = false) -> [ReceiverAction] {
-        let accept = ReceiverAction.send(.accept(offset: offset, vouched: vouched))
-        guard !queuedAnswers.isEmpty else { return [accept] }
-        queuedAnswers.append(.ready([accept]))
-        return [.commitStaged]
-    }
-
-    /// Answers an entry: STORED when `rejection` is nil, else REFUSED or FAILED. Behind a
-    /// staged file's answer (unless `queued` is false: the staged file's own), the answer waits
-    /// its turn, so that answers go out in the order entries were announced.
-    private mutating func answer(
-        _ rejection: EntryRejection?, path: String, isDirectory: Bool, size: UInt64?, resumed: UInt64 = 0,
-        rangeOnly: Bool = false, queued: Bool = true, isLink: Bool = false
-    ) -> [ReceiverAction] {
-        entriesAnswered += 1
-        var result = TransferFileResult(
-            path: path, isDirectory: isDirectory, size: size, resumedBytes: resumed,
-            outcome: rejection?.outcome ?? .stored)
-        result.rangeOnly = rangeOnly
-        result.isLink = isLink
-        let actions: [ReceiverAction] = [.send(rejection?.frame ?? .stored), .report(result)]
-        guard queued, !queuedAnswers.isEmpty else { return actions }
-        queuedAnswers.append(.ready(actions))
-        return []
-    }
-
-    private mutating func answerFile(_ file: IncomingFile, _ rejection: EntryRejection?, queued: Bool = true)
-        -> [ReceiverAction]
-    {
-        let size: UInt64 = rejection == nil || !file.header.sizeKnown ? file.total : file.header.size
-        if rejection == nil, file.header.linked, file.range == nil, linkTargets.count < Self.maxLinkTargets {
-            linkTargets.insert(file.request.relative)
-        }
-        return answer(
-            rejection, path: file.request.relative, isDirectory: false, size: size, resumed: file.offset,
-            queued: queued)
-    }
-
-    /// Turns the session away after HELLO: the receiver serves all the sessions it allows.
-    mutating func turnAway(_ reason: String) -> [ReceiverAction] {
-        if case .ended = state { return [] }
-        return [.send(.error(reason: reason))] + end(.turnedAway(reason))
-    }
-
-    /// The decoder found the bytes break the protocol.
-    mutating func violated(_ reason: String) -> [ReceiverAction] {
-        if case .ended = state { return [] }
-        return violation(reason)
-    }
-
-    private mutating func violation(_ reason: String) -> [ReceiverAction] {
-        [.send(.error(reason: reason))] + end(.violation(reason))
-    }
-
-    /// Input arrived while the session was told to hold it: the session's bug, not the peer's.
-    private mutating func unexpectedInput(_ what: String) -> [ReceiverAction] {
-        if case .ended = state { return [] }
-        assertionFailure("receiver machine: \(what) handed over in state \(state)")
-        return violation("\(what) out of turn")
-    }
-
-    private mutating func end(_ how: SessionEnd) -> [ReceiverAction] {
-        var actions: [ReceiverAction] = []
-        switch state {
-        case .receiving, .finishing, .committing, .storing(.file), .storing(.range):
-            // An interrupted file keeps its partial data for a resume (the store decides
-            // whether it may be kept).
-            actions.append(.dropFile(keep: true))
-        case .awaitingMagic, .awaitingHello, .idle, .joining, .storing(.directory), .storing(.link), .storing(.prune),
-            .discarding, .settling, .ended:
-            break
-        }
-        state = .ended(how)
-        actions.append(.end(how))
-        return actions
     }
 }

@@ -11,6 +11,10 @@
 /// verifies, so no file costs a round trip. Answers come in the order entries were announced.
 /// `proceed()` announces one entry at a time, so that its session can stop while its outbound
 /// buffer is full whatever the number of entries.
+///
+/// The machine lives in three files: this one (its types, its state, and what goes out next),
+/// `+Answers` (the receiver's messages) and `+Outcomes` (its actions' outcomes and the end). Its
+/// state is set by those files alone; the sessions and the tests only read it.
 struct SenderMachine: Sendable {
     struct Settings: Equatable, Sendable {
         var compress = false
@@ -119,41 +123,41 @@ struct SenderMachine: Sendable {
     let settings: Settings
     let entries: [Entry]
     /// What this connection sends, in order; by default every entry, whole.
-    private(set) var work: [Work]
+    var work: [Work]
     /// For a connection of a transfer over several: which one it is, and what it sends
     /// instead when the receiver does not offer `streams` (nil: it must).
-    private(set) var join: TransferJoin?
-    private let fallback: [Work]?
-    private(set) var state = State.awaitingMagic
-    private(set) var peerCapabilities: Set<String> = []
+    var join: TransferJoin?
+    let fallback: [Work]?
+    var state = State.awaitingMagic
+    var peerCapabilities: Set<String> = []
     /// The digest agreed in HELLO, for every END and RANGE-END of this connection.
-    private(set) var digest = TransferDigest.sha256
-    private(set) var next = 0
+    var digest = TransferDigest.sha256
+    var next = 0
     /// Announced entries without an answer yet, oldest first.
-    private(set) var unanswered: [Int] = []
+    var unanswered: [Int] = []
     /// Entries whose data could not be read here: their FAILED answer reports this reason.
-    private var localFailures: [Int: String] = [:]
+    var localFailures: [Int: String] = [:]
     /// Files sent eager and resumable, unanswered, with their announced size: ACCEPT for one of
     /// them says the receiver holds that many of its bytes and skips the data sent.
-    private var eagerResumable: [Int: UInt64] = [:]
+    var eagerResumable: [Int: UInt64] = [:]
     /// Files announced again, not eager, because the receiver holds part of them.
-    private(set) var announcedAgain: Set<Int> = []
-    private(set) var settled: [Bool]
+    var announcedAgain: Set<Int> = []
+    var settled: [Bool]
     /// Entries answered STORED: a hard link to one of them may go out.
-    private var stored: Set<Int> = []
+    var stored: Set<Int> = []
     /// With `sync`: the entries to CHECK, in the order of the work, and how many went out.
-    private var checks: [Int] = []
-    private var checksSent = 0
+    var checks: [Int] = []
+    var checksSent = 0
     /// CHECKs without a HAVE yet, oldest first, and the HAVEs by entry.
-    private var awaitingHave: [Int] = []
-    private(set) var haves: [Int: HaveAnswer] = [:]
+    var awaitingHave: [Int] = []
+    var haves: [Int: HaveAnswer] = [:]
     /// With `checksum`: the digests computed so far, and the files that could not be read.
-    private var checksums: [Int: [UInt8]] = [:]
-    private var checksumFailed: Set<Int> = []
+    var checksums: [Int: [UInt8]] = [:]
+    var checksumFailed: Set<Int> = []
     /// PRUNEs sent, those without an answer (oldest first), and whether an entry was not stored.
-    private var prunesSent = 0
-    private var pruning: [Int] = []
-    private var anyNotStored = false
+    var prunesSent = 0
+    var pruning: [Int] = []
+    var anyNotStored = false
 
     init(entries: [Entry], settings: Settings, work: [Work]? = nil, join: TransferJoin? = nil, fallback: [Work]? = nil)
     {
@@ -182,7 +186,7 @@ struct SenderMachine: Sendable {
     }
 
     /// The PRUNEs of this connection: the roots it sends itself.
-    private var pruneRoots: [Int] {
+    var pruneRoots: [Int] {
         guard syncing else { return [] }
         return settings.pruneRoots.filter { work.contains(.entry($0)) }
     }
@@ -193,7 +197,7 @@ struct SenderMachine: Sendable {
 
     /// The TOKEN to send before a resumable file: with a resume key, to a receiver that checks
     /// held bytes and offers `resume-token`.
-    private func tokenMessage(_ header: EntryHeader) -> [SenderAction] {
+    func tokenMessage(_ header: EntryHeader) -> [SenderAction] {
         guard let key = settings.resumeKey, checksHeld, peerCapabilities.contains(Wire.Capability.resumeToken)
         else { return [] }
         return [.send(.token(key.token(for: header)))]
@@ -238,7 +242,7 @@ struct SenderMachine: Sendable {
     }
 
     /// The entry a hard link entry names, when it goes as a LINK (the receiver takes links).
-    private func linkTarget(of index: Int) -> Int? {
+    func linkTarget(of index: Int) -> Int? {
         guard let target = entries[index].hardLinkTo, peerCapabilities.contains(Wire.Capability.links) else {
             return nil
         }
@@ -259,7 +263,7 @@ struct SenderMachine: Sendable {
 
     /// The entries to CHECK: each entry of the work once, but streams (nothing to compare).
     /// A second name is checked as the file it is: the same size and mtime leave it as it is.
-    private func entriesToCheck() -> [Int] {
+    func entriesToCheck() -> [Int] {
         var seen: Set<Int> = []
         return work.map(\.index).filter { index in
             let entry = entries[index]
@@ -269,7 +273,7 @@ struct SenderMachine: Sendable {
     }
 
     /// The CHECK for entry `index`.
-    private func check(_ index: Int) -> CheckHeader {
+    func check(_ index: Int) -> CheckHeader {
         let entry = entries[index]
         let kind: Wire.CheckKind =
             entry.isDirectory ? .directory : entry.symlinkTarget != nil ? .symbolicLink : .file
@@ -289,14 +293,14 @@ struct SenderMachine: Sendable {
 
     /// Whether entry `index`'s CHECK carries its extended attributes (all of them, none or
     /// more): read here (`-X`), taken by the receiver, and not a link's.
-    private func comparesXattrs(_ index: Int) -> Bool {
+    func comparesXattrs(_ index: Int) -> Bool {
         let entry = entries[index]
         return syncsAttributes && entry.attributes.xattrsRead && entry.symlinkTarget == nil
             && peerCapabilities.contains(Wire.Capability.xattrs)
     }
 
     /// XATTR and OWNER before entry `index`'s CHECK (`sync-attributes`).
-    private func checkAttributeMessages(_ index: Int) -> [SenderAction] {
+    func checkAttributeMessages(_ index: Int) -> [SenderAction] {
         guard syncsAttributes else { return [] }
         let attributes = entries[index].attributes
         var out: [SenderAction] = comparesXattrs(index) ? attributes.xattrs.map { .send(.xattr($0)) } : []
@@ -307,7 +311,7 @@ struct SenderMachine: Sendable {
     }
 
     /// A regular file by path (what `checksum` computes a digest of).
-    private func isFile(_ index: Int) -> Bool {
+    func isFile(_ index: Int) -> Bool {
         let entry = entries[index]
         return entry.seekable && !entry.isDirectory && entry.symlinkTarget == nil
     }
@@ -328,7 +332,7 @@ struct SenderMachine: Sendable {
     /// With `sync`, before entry `index` goes: settled here when the receiver has it the same
     /// (a directory too: the receiver sets its mode and mtime from the CHECK after its
     /// contents), or on a dry run (nil: send it).
-    private mutating func settledBySync(_ index: Int) -> [SenderAction]? {
+    mutating func settledBySync(_ index: Int) -> [SenderAction]? {
         guard syncing else { return nil }
         let same = haves[index]?.status == .same
         guard same || settings.dryRun else { return nil }
@@ -340,7 +344,7 @@ struct SenderMachine: Sendable {
 
     /// Whether entry `index` (of `size` bytes now) goes as a delta: it replaces a regular file
     /// of the receiver's, is large enough, is read whole and plain, and both sides want it.
-    private func sendsDelta(_ index: Int, size: UInt64?, compressed: Bool) -> Bool {
+    func sendsDelta(_ index: Int, size: UInt64?, compressed: Bool) -> Bool {
         guard settings.delta, replaces(index), peerCapabilities.contains(Wire.Capability.delta),
             let have = haves[index], have.differences & Wire.HaveDifference.kind == 0, let size,
             size >= Delta.minimumSize, !compressed
@@ -350,10 +354,10 @@ struct SenderMachine: Sendable {
     }
 
     /// Whether entry `index` replaces what the receiver has (HAVE said it differs).
-    private func replaces(_ index: Int) -> Bool { syncing && haves[index]?.status == .differs }
+    func replaces(_ index: Int) -> Bool { syncing && haves[index]?.status == .differs }
 
     /// XATTR and OWNER messages for entry `index`, as far as the receiver takes them.
-    private func attributeMessages(_ index: Int, link: Bool = false) -> [SenderAction] {
+    func attributeMessages(_ index: Int, link: Bool = false) -> [SenderAction] {
         let attributes = entries[index].attributes
         var out: [SenderAction] = []
         if !link, peerCapabilities.contains(Wire.Capability.xattrs) {
@@ -393,7 +397,7 @@ struct SenderMachine: Sendable {
         noted(proceedUnnoted())
     }
 
-    private mutating func proceedUnnoted() -> [SenderAction] {
+    mutating func proceedUnnoted() -> [SenderAction] {
         guard canProceed else { return [] }
         if syncing && checksSent < checks.count {
             let index = checks[checksSent]
@@ -466,361 +470,5 @@ struct SenderMachine: Sendable {
         }
         state = .opening(index)
         return [.openEntry(index)]
-    }
-
-    // MARK: Messages
-
-    mutating func received(_ item: FrameDecoder.Item) -> [SenderAction] {
-        noted(receivedUnnoted(item))
-    }
-
-    private mutating func receivedUnnoted(_ item: FrameDecoder.Item) -> [SenderAction] {
-        if case .ended = state { return [] }
-        switch item {
-        case .magic:
-            guard case .awaitingMagic = state else { return violation("a second magic") }
-            state = .awaitingHello
-            return []
-        case .data:
-            // The decoder lets no DATA through from a receiver; kept explicit all the same.
-            return violation("DATA is not a message a receiver sends")
-        case .frame(let frame):
-            return received(frame)
-        }
-    }
-
-    private mutating func received(_ frame: Frame) -> [SenderAction] {
-        switch (state, frame) {
-        case (.ended, _):
-            return []
-        case (.awaitingMagic, _):
-            return violation("\(frame.type.name) before the magic")
-        case (_, .error(let reason)):
-            return end(.peerError(reason))
-
-        case (.awaitingHello, .hello(let version, let capabilities)):
-            guard version >= 1 else { return violation("unsupported protocol version \(version)") }
-            guard let agreed = TransferDigest.agreed(offered: settings.digests, peer: capabilities) else {
-                return violation("no common digest (sha256 required)")
-            }
-            digest = agreed
-            peerCapabilities = capabilities
-            if syncing { checks = entriesToCheck() }
-            guard let join else {
-                state = .ready
-                return []
-            }
-            guard capabilities.contains(Wire.Capability.streams) else {
-                guard let fallback else { return violation("the receiver does not offer streams") }
-                work = fallback
-                self.join = nil
-                state = .ready
-                return [.streamsDeclined]
-            }
-            state = .joining
-            return [.send(.join(join))]
-        case (.joining, .joined):
-            state = .ready
-            return [.joined]
-        case (.awaitingAccept(let file), .signatures(let batch)) where file.delta:
-            return [.takeSignatures(file.index, batch)]
-        case (_, .signatures):
-            return violation("SIGS for no file sent as a delta")
-        case (_, .gone(let path)):
-            guard let root = pruning.first else { return violation("GONE for no PRUNE") }
-            let prefix = Array(entries[root].relative.utf8) + [UInt8(ascii: "/")]
-            guard path.starts(with: prefix), path.count > prefix.count else {
-                return violation("GONE for a path outside the directory pruned")
-            }
-            return [.gone(root, PeerText.sanitized(path))]
-        case (_, .have(let answer)):
-            guard !awaitingHave.isEmpty else { return violation("HAVE for no CHECK") }
-            let known = syncsAttributes ? Wire.HaveDifference.withAttributes : Wire.HaveDifference.basic
-            guard answer.differences & ~known == 0 else {
-                return violation("HAVE with differences \(answer.differences) (sync-attributes not agreed)")
-            }
-            haves[awaitingHave.removeFirst()] = answer
-            return []
-        case (_, .joined):
-            return violation("unexpected JOINED")
-        case (.awaitingHello, _):
-            return violation("\(frame.type.name) before HELLO")
-        case (_, .hello):
-            return violation("a second HELLO")
-
-        case (_, .accept(let offset, _)) where unanswered.first.map { eagerResumable[$0] != nil } ?? false:
-            // Vouched or not, the file is announced again; its second ACCEPT says.
-            return heldPart(of: unanswered[0], offset: offset)
-        case (.awaitingAccept(let file), .accept(let offset, let vouched)):
-            guard unanswered.last == file.index else { return violation("unexpected ACCEPT") }
-            guard file.range != nil || offset == 0 || (file.resumable && offset <= (file.size ?? 0)) else {
-                return violation("ACCEPT offset \(offset) out of range")
-            }
-            if let range = file.range {
-                guard offset == 0 || (file.resumable && offset <= range.length) else {
-                    return violation("ACCEPT offset \(offset) out of the range")
-                }
-            }
-            guard !vouched || (file.token && offset > 0) else {
-                return violation("ACCEPT vouching for held bytes of a file sent without a TOKEN, or none held")
-            }
-            var sending = file
-            sending.held = offset
-            sending.vouched = vouched
-            state = .sending(sending)
-            return [.startData(index: file.index, offset: offset, compressed: file.compressed, range: file.range)]
-        case (_, .accept):
-            return violation("unexpected ACCEPT")
-
-        case (_, .stored), (_, .refused), (_, .failed):
-            return answered(frame)
-
-        case (.byeSent, .bye):
-            guard unanswered.isEmpty else { return violation("goodbye with entries unanswered") }
-            return end(.goodbye)
-        case (_, .bye):
-            return violation("goodbye before the sender's")
-
-        case (_, .file), (_, .directory), (_, .end), (_, .abort), (_, .join), (_, .range), (_, .rangeEnd),
-            (_, .held), (_, .link), (_, .hole), (_, .xattr), (_, .owner), (_, .check), (_, .prune), (_, .copy),
-            (_, .token):
-            return violation("\(frame.type.name) is not a message a receiver sends")
-        }
-    }
-
-    /// ACCEPT for a file sent eager and resumable: the receiver holds `offset` of its bytes and
-    /// skips the data sent. Its data stops (ABORT ends what the receiver skips) and it is
-    /// announced next, not eager, to resume from what the receiver holds.
-    private mutating func heldPart(of index: Int, offset: UInt64) -> [SenderAction] {
-        guard let size = eagerResumable[index], offset > 0, offset <= size else {
-            return violation("ACCEPT offset \(offset) out of range for a file sent eagerly")
-        }
-        unanswered.removeFirst()
-        eagerResumable[index] = nil
-        announcedAgain.insert(index)
-        work.insert(.entry(index), at: next)
-        guard case .sending(let file) = state, file.index == index else { return [] }
-        state = .ready
-        return [.stopData(index), .send(.abort(reason: "the receiver holds part of the file: announced again"))]
-    }
-
-    /// STORED, REFUSED or FAILED: the answer to the oldest unanswered entry (or, once every
-    /// entry is answered, to the oldest PRUNE).
-    private mutating func answered(_ frame: Frame) -> [SenderAction] {
-        if unanswered.isEmpty, let root = pruning.first {
-            pruning.removeFirst()
-            if case .refused(_, let reason) = frame { return [.pruned(root, .refused(reason: reason))] }
-            if case .failed(let code, let reason) = frame {
-                return [.pruned(root, .failed(reason: reason, kind: code == .data ? .data : .io))]
-            }
-            return [.pruned(root, .stored)]
-        }
-        guard let index = unanswered.first else { return violation("an answer for no entry") }
-        let outcome: TransferOutcome
-        switch frame {
-        case .stored:
-            if case .sending(let file) = state, file.index == index {
-                return violation("STORED before the end of the file")
-            }
-            if case .awaitingAccept(let file) = state, file.index == index {
-                return violation("STORED before the file's data")
-            }
-            outcome = .stored
-        case .refused(_, let reason):
-            outcome = .refused(reason: reason)
-        case .failed(let code, let reason):
-            if let local = localFailures[index] {
-                outcome = .failed(reason: local, kind: .io)
-            } else {
-                outcome = .failed(reason: reason, kind: code == .data ? .data : .io)
-            }
-        case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined,
-            .held, .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token:
-            return violation("\(frame.type.name) is not an answer")
-        }
-        if outcome != .stored { anyNotStored = true }
-        if outcome == .stored { stored.insert(index) }
-        unanswered.removeFirst()
-        eagerResumable[index] = nil
-        var actions: [SenderAction] = [.settle(index, outcome)]
-        settled[index] = true
-        switch state {
-        case .awaitingAccept(let file) where file.index == index:
-            // Refused at the header.
-            state = .ready
-        case .sending(let file) where file.index == index:
-            // Answered while its data was going out (refused as too large, a write failed):
-            // stop, and tell the receiver the data ends here.
-            actions += [.stopData(index), .send(.abort(reason: "answered by the receiver"))]
-            state = .ready
-        case .byeSent where unanswered.isEmpty:
-            break
-        case .awaitingMagic, .awaitingHello, .joining, .ready, .opening, .awaitingAccept, .sending, .byeSent, .ended:
-            break
-        }
-        return actions
-    }
-
-    // MARK: Outcomes
-
-    mutating func handle(_ outcome: SenderOutcome) -> [SenderAction] {
-        noted(handleUnnoted(outcome))
-    }
-
-    private mutating func handleUnnoted(_ outcome: SenderOutcome) -> [SenderAction] {
-        switch (state, outcome) {
-        case (.ended, _):
-            return []
-        case (_, .connectionFailed(let error)):
-            return end(.connectionFailed(error))
-        case (_, .cancelled):
-            return end(.cancelled)
-        case (_, .peerClosed):
-            return end(.closedEarly("the receiver closed the connection"))
-
-        case (.opening(let index), .entryOpened(let opened, let result)) where opened == index:
-            switch result {
-            case .failure(let failure):
-                state = .ready
-                settled[index] = true
-                return [.settle(index, .failed(reason: failure.reason, kind: .io))]
-            case .success(let info):
-                let entry = entries[index]
-                if case .range(_, let range, let planned) = work[next - 1] {
-                    guard info.size == planned else {
-                        state = .ready
-                        settled[index] = true
-                        let reason = "the file changed size since it was listed (\(planned) bytes)"
-                        return [.settle(index, .failed(reason: reason, kind: .io))]
-                    }
-                    let resumable = settings.resume && peerCapabilities.contains(Wire.Capability.resume)
-                    var flags = Wire.FileFlags.sizeKnown
-                    if resumable { flags |= Wire.FileFlags.resumable }
-                    if replaces(index) { flags |= Wire.FileFlags.replace }
-                    let header = EntryHeader(
-                        flags: flags, size: planned, mode: info.mode, mtimeSeconds: info.mtimeSeconds,
-                        mtimeNanoseconds: info.mtimeNanoseconds, path: Array(entry.relative.utf8))
-                    unanswered.append(index)
-                    let token = resumable ? tokenMessage(header) : []
-                    var file = CurrentFile(
-                        index: index, size: planned, resumable: resumable, compressed: false, range: range)
-                    file.token = !token.isEmpty
-                    state = .awaitingAccept(file)
-                    return attributeMessages(index) + token + [.send(.range(RangeHeader(range: range, entry: header)))]
-                }
-                // Resuming a small file would save less than the round trip for ACCEPT costs; a
-                // larger one goes eager and resumable where the receiver can say it holds part.
-                let small = info.size.map { $0 <= Wire.eagerLimit } ?? false
-                let compressing = settings.compress && peerCapabilities.contains(Wire.Capability.deflate)
-                let delta = sendsDelta(index, size: info.size, compressed: compressing)
-                let eager =
-                    !delta && settings.eager && peerCapabilities.contains(Wire.Capability.eager)
-                    && (small || peerCapabilities.contains(Wire.Capability.eagerResume))
-                    && !announcedAgain.contains(index)
-                let resumable =
-                    !(eager && small) && !delta && settings.resume && entry.seekable && info.size != nil
-                    && peerCapabilities.contains(Wire.Capability.resume)
-                let compressed = settings.compress && peerCapabilities.contains(Wire.Capability.deflate)
-                var flags: UInt8 = 0
-                if info.size != nil { flags |= Wire.FileFlags.sizeKnown }
-                if compressed { flags |= Wire.FileFlags.compressed }
-                if resumable { flags |= Wire.FileFlags.resumable }
-                if eager { flags |= Wire.FileFlags.eager }
-                let links = peerCapabilities.contains(Wire.Capability.links)
-                if entry.linked && links { flags |= Wire.FileFlags.linked }
-                let sparse =
-                    entry.sparse && entry.seekable && !compressed && info.size != nil
-                    && peerCapabilities.contains(Wire.Capability.holes)
-                if sparse { flags |= Wire.FileFlags.sparse }
-                if replaces(index) { flags |= Wire.FileFlags.replace }
-                if delta { flags |= Wire.FileFlags.delta }
-                let header = EntryHeader(
-                    flags: flags, size: info.size ?? 0, mode: info.mode, mtimeSeconds: info.mtimeSeconds,
-                    mtimeNanoseconds: info.mtimeNanoseconds, path: Array(entry.relative.utf8))
-                unanswered.append(index)
-                if eager && resumable { eagerResumable[index] = info.size ?? 0 }
-                let token = resumable ? tokenMessage(header) : []
-                let file = CurrentFile(
-                    index: index, size: info.size, resumable: resumable, compressed: compressed, sparse: sparse,
-                    delta: delta, token: !token.isEmpty)
-                let announce = attributeMessages(index) + token + [.send(.file(header))]
-                guard eager else {
-                    state = .awaitingAccept(file)
-                    return announce
-                }
-                state = .sending(file)
-                return announce + [.startData(index: index, offset: 0, compressed: compressed, range: nil)]
-            }
-        case (.sending(let file), .rangeEnded(let length, let digest, let fileDigest, let held)) where file.range != nil:
-            if length != file.range?.length {
-                localFailures[file.index] = "the file changed size while being sent"
-            }
-            state = .ready
-            return [.stopData(file.index)] + heldMessage(file, held)
-                + [.send(.rangeEnd(length: length, digest: digest, fileDigest: fileDigest))]
-        case (.sending(let file), .dataEnded(let size, let digest, let held)) where file.range == nil:
-            if let announced = file.size, announced != size {
-                // The file changed size while being sent: END says what was sent; the receiver
-                // refuses the mismatch.
-                localFailures[file.index] = "the file changed size while being sent"
-            }
-            state = .ready
-            return [.stopData(file.index)] + heldMessage(file, held) + [.send(.end(size: size, digest: digest))]
-        case (.sending(let file), .readFailed(let reason)):
-            localFailures[file.index] = reason
-            state = .ready
-            return [.stopData(file.index), .send(.abort(reason: reason))]
-
-        case (.awaitingMagic, _), (.awaitingHello, _), (.joining, _), (.ready, _), (.opening, _), (.awaitingAccept, _),
-            (.sending, _), (.byeSent, _):
-            assertionFailure("sender machine: outcome \(outcome) in state \(state)")
-            return end(
-                .connectionFailed(
-                    SluiceError(
-                        .invalidArgument, operation: "send", detail: "internal: unexpected \(outcome) in state \(state)"
-                    )))
-        }
-    }
-
-    /// Notes an entry settled other than stored: PRUNE then removes nothing.
-    private mutating func noted(_ actions: [SenderAction]) -> [SenderAction] {
-        for case .settle(_, let outcome) in actions where outcome != .stored { anyNotStored = true }
-        return actions
-    }
-
-    /// HELD before a resumed file's END, when `checksHeld`. Its session computes the digest for
-    /// every such file (an internal invariant: without it the receiver would end the session).
-    private func heldMessage(_ file: CurrentFile, _ held: [UInt8]?) -> [SenderAction] {
-        guard file.held > 0, checksHeld, !file.vouched else { return [] }
-        guard let held else {
-            assertionFailure("sender machine: no held digest for a resumed file")
-            return []
-        }
-        return [.send(.held(digest: held))]
-    }
-
-    // MARK: Ending
-
-    /// The decoder found the bytes break the protocol.
-    mutating func violated(_ reason: String) -> [SenderAction] {
-        if case .ended = state { return [] }
-        return violation(reason)
-    }
-
-    private mutating func violation(_ reason: String) -> [SenderAction] {
-        [.send(.error(reason: reason))] + end(.violation(reason))
-    }
-
-    private mutating func end(_ how: SessionEnd) -> [SenderAction] {
-        var actions: [SenderAction] = []
-        switch state {
-        case .sending(let file), .awaitingAccept(let file):
-            actions.append(.stopData(file.index))
-        case .awaitingMagic, .awaitingHello, .joining, .ready, .opening, .byeSent, .ended:
-            break
-        }
-        state = .ended(how)
-        actions.append(.end(how))
-        return actions
     }
 }
