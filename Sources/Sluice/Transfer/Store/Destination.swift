@@ -229,29 +229,27 @@ final class Destination: @unchecked Sendable {
 
     /// Whether the partial open as `fd`, with status `st`, carries `tag` stamped as it is now.
     static func carriesToken(_ fd: Int32, _ tag: [UInt8], _ st: stat) -> Bool {
-        var value = [UInt8](repeating: 0, count: 160)
-        let n = value.withUnsafeMutableBytes { fgetxattr(fd, tokenAttribute, $0.baseAddress, $0.count) }
-        return n > 0 && Array(value[0..<n]) == stampedToken(tag, st)
+        ReceiverStore.attribute(fd, tokenAttribute, limit: 160) == stampedToken(tag, st)
     }
 
     /// Marks a partial that starts empty with the token it is written under (or with none).
-    /// False when the attribute cannot be set.
-    static func markToken(_ fd: Int32, _ tag: [UInt8]?) -> Bool {
+    /// Where the attribute cannot be set, the partial carries none: it is checked if resumed.
+    static func markToken(_ fd: Int32, _ tag: [UInt8]?) {
         guard let tag else {
             fremovexattr(fd, tokenAttribute)
-            return true
+            return
         }
-        return tag.withUnsafeBytes { fsetxattr(fd, tokenAttribute, $0.baseAddress, $0.count, 0) } == 0
+        _ = tag.withUnsafeBytes { fsetxattr(fd, tokenAttribute, $0.baseAddress, $0.count, 0) }
     }
 
     /// A transfer is done writing to a partial it keeps: its token's tag, if it has one, is
     /// stamped with the partial's mtime and size as they are now.
     static func stampToken(_ fd: Int32) {
-        var value = [UInt8](repeating: 0, count: 160)
-        let n = value.withUnsafeMutableBytes { fgetxattr(fd, tokenAttribute, $0.baseAddress, $0.count) }
         var st = stat()
-        guard n >= 64, fstat(fd, &st) == 0 else { return }
-        let stamped = stampedToken(Array(value[0..<64]), st)
+        guard let value = ReceiverStore.attribute(fd, tokenAttribute, limit: 160), value.count >= 64,
+            fstat(fd, &st) == 0
+        else { return }
+        let stamped = stampedToken(Array(value.prefix(64)), st)
         _ = stamped.withUnsafeBytes { fsetxattr(fd, tokenAttribute, $0.baseAddress, $0.count, 0) }
     }
 
@@ -422,7 +420,7 @@ final class Destination: @unchecked Sendable {
                 let rc = tag.withUnsafeBytes { fsetxattr(descriptor, resumeAttribute, $0.baseAddress, $0.count, 0) }
                 if rc != 0 { return .success((fd, 0, false, false, startedOver, fresh)) }
                 // A fresh file has no mark to remove; a partial started over may.
-                if tokenTag != nil || !fresh { _ = markToken(descriptor, tokenTag) }
+                if tokenTag != nil || !fresh { markToken(descriptor, tokenTag) }
             } else if !fresh {
                 fremovexattr(descriptor, resumeAttribute)
                 fremovexattr(descriptor, tokenAttribute)

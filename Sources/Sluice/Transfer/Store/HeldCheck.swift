@@ -1,12 +1,8 @@
-#if canImport(Glibc)
-    import Glibc
-#endif
-
 /// The SHA-256 of the bytes a receiver held of a resumed file or range (`held-sha256`),
 /// computed on a worker beside the data: the caller gives it a `DigestWorker` of its own, whose
 /// jobs run apart from those that hash and write the rest of the file, so the rest flows while
-/// the held bytes are read. It reads a duplicate of the file's descriptor, closed once it is
-/// done, so the file may be closed meanwhile.
+/// the held bytes are read. The worker reads a duplicate of the file's descriptor
+/// (`DigestWorker.hashRange`), so the file may be closed meanwhile.
 final class HeldCheck {
     /// What the check came to.
     enum Outcome: Equatable {
@@ -25,15 +21,9 @@ final class HeldCheck {
     /// Starts hashing `length` bytes of `fd` from `start` on `worker`.
     init(worker: DigestWorker, fd: Int32, from start: UInt64, length: UInt64) {
         self.worker = worker
-        let copy = fcntl(fd, F_DUPFD_CLOEXEC, 0)
-        guard copy >= 0 else {
-            failed = true
-            return
-        }
-        worker.hashRange(digest, of: copy, from: start, length: length) { [self] ok in
+        worker.hashRange(digest, of: fd, from: start, length: length) { [self] ok in
             if !ok { failed = true }
         }
-        worker.afterQueued { closeDescriptor(copy) }
     }
 
     /// `check`'s outcome, on the loop once its read is done (at once without a check).

@@ -74,7 +74,7 @@ extension ReceiverStore {
                 }
                 // Without user xattrs (some file systems) the partial is simply not resumable.
                 if rc != 0 { resumable = false }
-                _ = Destination.markToken(fd, tokenTag)
+                Destination.markToken(fd, tokenTag)
             } else {
                 fremovexattr(fd, Destination.resumeAttribute)
                 fremovexattr(fd, Destination.tokenAttribute)
