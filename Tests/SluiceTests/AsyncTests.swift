@@ -442,8 +442,11 @@ extension PieceSource {
         release.signal()
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in loop.execute { done.resume() } }
         // Asked of the kernel's table rather than by connecting: a listener of another test on
-        // the wildcard address may have taken the port number since, and would answer.
-        #expect(!listensOn127002(port: port))
+        // the wildcard address may have taken the port number since, and would answer. Waited
+        // for, not read once: a process another test is spawning at this moment holds a copy of
+        // every descriptor until its exec (close-on-exec closes them there), and keeps the
+        // socket listening until then; CI saw exactly that once.
+        #expect(await eventually { !listensOn127002(port: port) })
     }
 
     @Test func cancellingAWaitingNextThrows() async throws {
