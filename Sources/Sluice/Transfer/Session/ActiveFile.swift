@@ -15,13 +15,8 @@ final class ActiveFile {
     /// Its writes, with their writeback: made here on the loop, or by the session's
     /// `DigestWorker` (a file received whole, while others are received too, or compressed).
     let target: WriteTarget
-    /// Its digest was asked for: the commit reports a failed write.
-    var committing = false
-    /// A worker holds the file's descriptors (reading back its prefix, or committing it): it
-    /// must not be closed under that work.
-    var busy = false
-    /// Dropped while busy: abandon it (keeping the partial when true) once the work is done.
-    var abandonWhenIdle: Bool?
+    /// Where it is in its life: what its session may do with it (`FileLifecycle`).
+    var lifecycle = FileLifecycle(checkingPrefix: false)
     /// For a range: the file shared with the other connections of the transfer, the range,
     /// and the bytes of it held from an interrupted transfer.
     let shared: SharedFile?

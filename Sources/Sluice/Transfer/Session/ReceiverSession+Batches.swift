@@ -52,6 +52,7 @@ extension ReceiverSession {
             { store.stage(opened, header: request.header, attributes: request.attributes) }, completingOn: loop
         ) { [self] rejection in
             laneJobs -= 1
+            _ = advance(file, .stored)
             if self.file === file { self.file = nil }
             if let rejection {
                 perform(machine.handle(.committed(rejection)))

@@ -30,7 +30,7 @@ extension ReceiverSession {
                 return lend(piece, to: file, file.target)
             }
             guard hasher.hasRoom(for: 1) else {
-                dataBlocked = true
+                _ = advance(file, .hasherFull)
                 return 0
             }
             let n = min(piece.count, hasher.room)
@@ -38,9 +38,9 @@ extension ReceiverSession {
             return n
         }
         var input = piece
-        while !input.isEmpty, self.file === file {
+        while !input.isEmpty, file.lifecycle.takesData {
             guard hasher.hasRoom(for: Self.scratchSize) else {
-                dataBlocked = true
+                _ = advance(file, .hasherFull)
                 return piece.count - input.count
             }
             let step = Result { () throws(SluiceError) in try inflate.step(input: input, output: scratch) }
@@ -53,7 +53,7 @@ extension ReceiverSession {
                     store(UnsafeRawBufferPointer(rebasing: scratch[0..<progress.produced]), to: file)
                 }
                 input = UnsafeRawBufferPointer(rebasing: input[progress.consumed...])
-                if progress.consumed == 0 && progress.produced == 0 && self.file === file {
+                if progress.consumed == 0 && progress.produced == 0 && file.lifecycle.takesData {
                     let reason = progress.finished ? "bytes after the end" : "no progress"
                     perform(machine.handle(.dataFailed(.failed(.data, "compressed data: \(reason)"))))
                     return piece.count
@@ -139,7 +139,7 @@ extension ReceiverSession {
     /// The hasher's worker could not write to the file: the file fails (unless its commit,
     /// already waiting for the worker, reports it).
     func writeFailed(_ target: WriteTarget) {
-        guard let file, file.target === target, !file.committing else { return }
+        guard let file, file.target === target, advance(file, .writeFailed) == .failWrite else { return }
         let reason = target.failure?.description ?? "write \(quoted(file.opened.display)): failed"
         perform(machine.handle(.dataFailed(.failed(.io, reason))))
         pump()
@@ -152,13 +152,21 @@ extension ReceiverSession {
             return
         }
         guard let file else { return }
-        guard let inflate = file.inflate else {
+        guard file.inflate != nil else {
             perform(machine.handle(.dataFinished))
             return
         }
-        while self.file === file {
+        guard advance(file, .endArrived) != nil else { return }
+        flushInflate(file)
+    }
+
+    /// Flushes `file`'s decompressor into it while the hasher has room; then tells the machine
+    /// the data is complete.
+    private func flushInflate(_ file: ActiveFile) {
+        guard let inflate = file.inflate else { return }
+        while file.lifecycle.phase == .finishing {
             guard hasher.hasRoom(for: Self.scratchSize) else {
-                finishBlocked = true
+                _ = advance(file, .hasherFull)
                 return
             }
             let step = Result { () throws(SluiceError) in try inflate.step(input: nil, output: scratch) }
@@ -170,7 +178,7 @@ extension ReceiverSession {
                 if progress.produced > 0 {
                     store(UnsafeRawBufferPointer(rebasing: scratch[0..<progress.produced]), to: file)
                 }
-                guard self.file === file else { return }
+                guard file.lifecycle.phase == .finishing else { return }
                 if progress.finished {
                     perform(machine.handle(.dataFinished))
                     return
@@ -185,12 +193,35 @@ extension ReceiverSession {
 
     func roomForHashing() {
         guard !ended else { return }
-        if finishBlocked {
-            finishBlocked = false
-            finishData()
-        }
-        dataBlocked = false
+        if let file, advance(file, .room) == .continueFinishing { flushInflate(file) }
         pump()
+    }
+
+    /// Hands `file`'s lifecycle `event` and returns what to do. An event its phase cannot take
+    /// is this session's fault: the session ends with the message, and the file is forgotten
+    /// as it stands (nil).
+    func advance(_ file: ActiveFile, _ event: FileLifecycle.Event) -> FileLifecycle.Effect? {
+        do {
+            return try file.lifecycle.handle(event)
+        } catch {
+            if self.file === file { self.file = nil }
+            let fault = SluiceError(.closed, operation: "receive", subject: peer, detail: error.description)
+            perform(machine.handle(.connectionFailed(fault)))
+            return nil
+        }
+    }
+
+    /// Closes `file`'s descriptors on a worker once the writes queued for it are done (even
+    /// when the loop stops meanwhile: `finishDiskWork` waits for the hand-over), keeping the
+    /// partial when `keep`.
+    func abandonAfterQueuedWrites(_ file: ActiveFile, keep: Bool) {
+        let store = self.store
+        let abandoned = file.opened
+        store.handingOn.enter()
+        hasher.afterQueued {
+            store.pool.submit { store.abandon(abandoned, keep: keep) }
+            store.handingOn.leave()
+        }
     }
 
     // MARK: Opening and committing files
@@ -274,24 +305,22 @@ extension ReceiverSession {
             perform(machine.handle(.fileOpened(.success(opened.offset), vouched: opened.vouched)))
             return
         }
-        file.busy = true
+        file.lifecycle = FileLifecycle(checkingPrefix: true)
         hasher.hashPrefix(file.digest, of: opened.fd, length: opened.offset) { [self] ok in
-            file.busy = false
-            if let keep = file.abandonWhenIdle {
-                let abandoned = file.opened
-                store.pool.submit { [store] in store.abandon(abandoned, keep: keep) }
-                return
-            }
-            guard !ended, self.file === file else { return }
-            if ok {
-                perform(machine.handle(.fileOpened(.success(opened.offset))))
-            } else {
+            switch advance(file, ok ? .prefixChecked : .failed) {
+            case .abandon(let keep):
+                // Let go while it was hashed (`keep` as the machine said), or unreadable.
+                store.pool.submit { [store] in store.abandon(opened, keep: keep) }
+                guard !ok, !ended, self.file === file else { return }
                 self.file = nil
-                store.pool.submit { [store] in store.abandon(opened, keep: false) }
                 perform(
                     machine.handle(
                         .fileOpened(
                             .failure(.failed(.io, "read \(quoted(opened.display)): cannot read the held partial")))))
+            case .proceed:
+                perform(machine.handle(.fileOpened(.success(opened.offset))))
+            case .nothing, .ignore, .continueFinishing, .failWrite, nil:
+                return
             }
             pump()
         }
@@ -320,8 +349,7 @@ extension ReceiverSession {
             storeWhole(whole, expecting: digest)
             return
         }
-        guard let file else { return }
-        file.committing = true
+        guard let file, advance(file, .verify) != nil else { return }
         hasher.finalize(file.digest) { [self] computed in
             checkHeld(file, against: held) { [self] heldFailure in
                 commitFile(file, digest: digest, computed: computed, heldFailure: heldFailure)
@@ -330,7 +358,7 @@ extension ReceiverSession {
     }
 
     func commitFile(_ file: ActiveFile, digest: [UInt8], computed: [UInt8], heldFailure: EntryRejection?) {
-        guard !ended, self.file === file else { return }
+        guard !ended, file.lifecycle.phase == .verifying else { return }
         var rejection: EntryRejection?
         if let failure = file.target.failure {
             rejection = .failed(.io, failure.description)
@@ -343,6 +371,7 @@ extension ReceiverSession {
             rejection = .failed(.data, "\(machine.digest) mismatch\(what)")
         }
         if let rejection {
+            guard advance(file, .failed) != nil else { return }
             self.file = nil
             let abandoned = file.opened
             store.pool.submit { [store] in store.abandon(abandoned, keep: false) }
@@ -354,8 +383,7 @@ extension ReceiverSession {
         let (request, opened) = (file.request, file.opened)
         let (overwrite, fsync) = (options.overwrite || request.header.replaces, options.fsync)
         // The commit closes the descriptors, whatever becomes of the session meanwhile.
-        file.busy = true
-        file.abandonWhenIdle = nil
+        guard advance(file, .commit) != nil else { return }
         if fsync {
             stage(file)
             return
@@ -367,35 +395,25 @@ extension ReceiverSession {
                     attributes: request.attributes)
             }, completingOn: loop
         ) { [self] rejection in
+            _ = advance(file, .stored)
             if self.file === file { self.file = nil }
             perform(machine.handle(.committed(rejection)))
             pump()
         }
     }
 
+    /// The machine lets the file go: abandoned now, or (while a worker holds its
+    /// descriptors) by that work when it is done; a range keeps what it holds for its transfer.
     func dropFile(keep: Bool) {
         wholeFile = nil
         guard let file else { return }
         self.file = nil
         hasher.discardFilling()
+        guard case .abandon(let keep) = advance(file, .drop(keep: keep)) else { return }
         if file.shared != nil {
-            dropRange(file)
-            return
-        }
-        guard !file.busy else {
-            // A worker has the descriptors: it abandons the file when done (a commit in
-            // progress finishes and closes them itself).
-            file.abandonWhenIdle = keep
-            return
-        }
-        let store = self.store
-        let abandoned = file.opened
-        // Writes still queued for it finish before its descriptors close (even when the loop
-        // stops meanwhile: `finishDiskWork` waits for the hand-over).
-        store.handingOn.enter()
-        hasher.afterQueued {
-            store.pool.submit { store.abandon(abandoned, keep: keep) }
-            store.handingOn.leave()
+            releaseRange(file)
+        } else {
+            abandonAfterQueuedWrites(file, keep: keep)
         }
     }
 }

@@ -81,21 +81,22 @@ extension ReceiverSession {
                 pump()
                 return
             }
-            file.busy = true
+            file.lifecycle = FileLifecycle(checkingPrefix: true)
             hasher.hashRange(file.digest, of: opened.fd, from: range.start, length: held) { [self] ok in
-                file.busy = false
-                if file.abandonWhenIdle != nil {
-                    releaseRange(file)
-                    return
-                }
-                guard !ended, self.file === file else { return }
-                if ok {
-                    perform(machine.handle(.fileOpened(.success(held))))
-                } else {
+                switch advance(file, ok ? .prefixChecked : .failed) {
+                case .abandon:
+                    guard !ok, !ended, self.file === file else {
+                        releaseRange(file)  // let go while it was hashed: it keeps what it holds
+                        return
+                    }
                     self.file = nil
                     releaseRange(file, holding: 0)
                     let reason = "read \(quoted(opened.display)): cannot read the held part of the range"
                     perform(machine.handle(.fileOpened(.failure(.failed(.io, reason)))))
+                case .proceed:
+                    perform(machine.handle(.fileOpened(.success(held))))
+                case .nothing, .ignore, .continueFinishing, .failWrite, nil:
+                    return
                 }
                 pump()
             }
@@ -106,7 +107,7 @@ extension ReceiverSession {
     /// the last range of the file, read the whole file back and verify its SHA-256, then move
     /// it into place.
     func commitRange(expecting digest: [UInt8], file fileDigest: [UInt8], held: [UInt8]?) {
-        guard let file else { return }
+        guard let file, advance(file, .verify) != nil else { return }
         hasher.finalize(file.digest) { [self] computed in
             checkHeld(file, against: held) { [self] heldFailure in
                 commitRange(file, digest: digest, computed: computed, fileDigest: fileDigest, heldFailure: heldFailure)
@@ -118,9 +119,10 @@ extension ReceiverSession {
         _ file: ActiveFile, digest: [UInt8], computed: [UInt8], fileDigest: [UInt8], heldFailure: EntryRejection?
     ) {
         guard let shared = file.shared, let range = file.range else { return }
-        guard !ended, self.file === file else { return }
+        guard !ended, file.lifecycle.phase == .verifying else { return }
         let mismatch = computed == digest ? nil : EntryRejection.failed(.data, "\(machine.digest) mismatch (\(range))")
         if let rejection = heldFailure ?? mismatch {
+            guard advance(file, .failed) != nil else { return }
             self.file = nil
             releaseRange(file, holding: 0)
             perform(machine.handle(.rangeCommitted(rejection, fileStored: false)))
@@ -128,6 +130,7 @@ extension ReceiverSession {
             return
         }
         guard shared.verify(range) else {
+            guard advance(file, .stored) != nil else { return }
             self.file = nil
             perform(machine.handle(.rangeCommitted(nil, fileStored: false)))
             pump()
@@ -137,11 +140,11 @@ extension ReceiverSession {
         // From here this session owns the file's descriptors (the transfer leaves it be).
         shared.finished = true
         let whole = FileDigest(machine.digest)
-        file.busy = true
+        guard advance(file, .commit) != nil else { return }
         hasher.hashRange(whole, of: file.opened.fd, from: 0, length: shared.header.size) { _ in }
         hasher.finalize(whole) { [self] computed in
             guard computed == fileDigest else {
-                file.busy = false
+                _ = advance(file, .failed)
                 if self.file === file { self.file = nil }
                 let opened = file.opened
                 store.pool.submit { [store] in store.abandon(opened, keep: false) }
@@ -164,7 +167,7 @@ extension ReceiverSession {
                 },
                 completingOn: loop
             ) { [self] rejection in
-                file.busy = false
+                _ = advance(file, .stored)
                 if self.file === file { self.file = nil }
                 guard !ended else { return }
                 perform(
@@ -175,17 +178,9 @@ extension ReceiverSession {
         }
     }
 
-    /// The range is dropped (the connection ended, or the range failed): the shared file
+    /// The range is let go (the connection ended, or the range failed): the shared file
     /// keeps what the range holds, for a resume; the transfer closes it when it ends.
-    func dropRange(_ file: ActiveFile) {
-        guard !file.busy else {
-            file.abandonWhenIdle = true
-            return
-        }
-        releaseRange(file)
-    }
-
-    fileprivate func releaseRange(_ file: ActiveFile, holding bytes: UInt64? = nil) {
+    func releaseRange(_ file: ActiveFile, holding bytes: UInt64? = nil) {
         guard let shared = file.shared, let range = file.range, !shared.finished else { return }
         shared.note(range, holds: bytes ?? (file.held + file.written))
     }

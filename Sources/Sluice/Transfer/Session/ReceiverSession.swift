@@ -73,10 +73,6 @@ final class ReceiverSession: WireConnectionOwner {
     let started = monotonicNanoseconds()
     private var idleTimer: LoopTimer?
     private var peerClosed = false
-    /// The data path waits for the hasher to free a slot.
-    var dataBlocked = false
-    /// `finishData` waits for the hasher to free a slot.
-    var finishBlocked = false
     /// Pieces of the inbound buffer lent to the hasher's worker, which writes and hashes them.
     var piecesLent = 0
     var ended = false
@@ -119,6 +115,8 @@ final class ReceiverSession: WireConnectionOwner {
     var quietTimer: LoopTimer?
 
     var isEnded: Bool { ended }
+    /// The file's data path waits for the hasher to free a slot.
+    var waitsForRoom: Bool { file?.lifecycle.waitsForRoom ?? false }
     var inboundCapacity: Int { connection.inbound.capacity }
     /// Past its TLS handshake and HELLO: holding one of the receiver's session slots.
     private(set) var isAdmitted = false
@@ -215,7 +213,7 @@ final class ReceiverSession: WireConnectionOwner {
             guard let self, !self.ended else { return }
             // Waiting for its own disk or hasher is not the peer's silence.
             let waitingHere =
-                !self.machine.acceptsMessages || self.dataBlocked || self.finishBlocked || self.piecesLent > 0
+                !self.machine.acceptsMessages || self.waitsForRoom || self.piecesLent > 0
                 || self.committingStaged || self.laneJobs > 0
             if !waitingHere && monotonicNanoseconds() - self.connection.lastActivity >= limit {
                 self.perform(self.machine.handle(.timedOut))
@@ -286,7 +284,7 @@ final class ReceiverSession: WireConnectionOwner {
 
     private func parse() {
         defer { flushChecks() }
-        while !ended, machine.acceptsMessages, !dataBlocked, !stagedFull, laneJobs < Self.laneDepth, outbox.isEmpty {
+        while !ended, machine.acceptsMessages, !waitsForRoom, !stagedFull, laneJobs < Self.laneDepth, outbox.isEmpty {
             guard connection.outbound.freeSpace >= 2 * Frame.largestAnswer else { return }
             switch decoder.next(connection.inbound.readable) {
             case .needMore:
