@@ -49,6 +49,8 @@ public enum PeerText {
     /// True for a character shown as its code: a control, an invisible format character (the
     /// bidirectional and zero-width ones among them), a line or paragraph separator.
     static func isHidden(_ scalar: Unicode.Scalar) -> Bool {
+        // Printable ASCII, nearly every path a tree holds, is answered without Unicode's tables.
+        if scalar.value >= 0x20 && scalar.value < 0x7F { return false }
         switch scalar.properties.generalCategory {
         case .control, .format, .lineSeparator, .paragraphSeparator:
             return true
