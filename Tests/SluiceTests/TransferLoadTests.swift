@@ -136,7 +136,7 @@ struct TransferLoadTests {
             #expect(slow.summary == nil, "the slow session is still waiting for its disk")
             release.signal()
             #expect(runLoop(harness.loop, for: .seconds(20)) { slow.summary != nil })
-            #expect(slow.summary?.succeeded == true)
+            #expect(slow.summary?.succeeded == true, "\(harness.reports.map { String(describing: $0.error) })")
             #expect(readFile(dst + "/slow") == readFile(src + "/slow"))
             _ = (slowSender, fastSender)
         }

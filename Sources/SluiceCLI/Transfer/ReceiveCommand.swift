@@ -163,6 +163,7 @@ final class ReceiveSession: Interruptible {
     /// The code has served its transfers: a new one, printed as the first was.
     private func nextCode() -> PreSharedKey? {
         guard !options.once, status == nil else { return nil }
+        flushLines()  // the transfer's lines come before the next code
         guard case .success(let made) = TransferSecurity.receiverKey(.code(file: nil)), let (key, code) = made,
             let code
         else {
@@ -221,20 +222,44 @@ final class ReceiveSession: Interruptible {
     /// Per session: problem lines shown, and those left out.
     private var problems: [Int: (shown: Int, omitted: Int)] = [:]
 
+    /// Lines about files and sessions gathered during a turn of the loop and written together
+    /// at its end (or once 16 KiB wait): one write for a run of small files, not one each.
+    private var pendingLines = ""
+    private var linesTimer: LoopTimer?
+
+    private func log(_ message: String) {
+        pendingLines += "sluice: \(message)\n"
+        if pendingLines.utf8.count >= 16 << 10 { return flushLines() }
+        guard linesTimer == nil else { return }
+        linesTimer = loop.schedule(after: .zero) { [weak self] in
+            self?.linesTimer = nil
+            self?.flushLines()
+        }
+    }
+
+    /// Writes the lines gathered so far.
+    func flushLines() {
+        linesTimer?.cancel()
+        linesTimer = nil
+        guard !pendingLines.isEmpty else { return }
+        Terminal.write(pendingLines, to: 2)
+        pendingLines = ""
+    }
+
     private func event(_ event: TransferReceiverEvent) {
         guard !options.quiet else { return }
         switch event {
         case .sessionStarted:
             break
         case .removed(_, let path):
-            Terminal.report("removed \(PeerText.sanitized(path)) (the sender's --delete)")
+            log("removed \(PeerText.sanitized(path)) (the sender's --delete)")
         case .entry(let session, let result):
             let path = PeerText.sanitized(result.path)
             let line: String
             switch result.outcome {
             case .stored:
                 if !result.isDirectory && !result.rangeOnly {
-                    Terminal.report("stored \(path) (\(TransferText.size(result)))")
+                    log("stored \(path) (\(TransferText.size(result)))")
                 }
                 return
             case .refused(let reason):
@@ -245,13 +270,13 @@ final class ReceiveSession: Interruptible {
             var count = problems[session] ?? (0, 0)
             if count.shown < Self.problemLinesPerSession {
                 count.shown += 1
-                Terminal.report(line)
+                log(line)
             } else {
                 count.omitted += 1
             }
             problems[session] = count
         case .warning(_, let text):
-            Terminal.report("warning: \(PeerText.sanitized(text))")
+            log("warning: \(PeerText.sanitized(text))")
         }
     }
 
@@ -259,11 +284,11 @@ final class ReceiveSession: Interruptible {
         stats.add(report)
         if let count = problems.removeValue(forKey: report.id), count.omitted > 0, !options.quiet {
             let peer = PeerText.sanitized(report.peer)
-            Terminal.report("… and \(count.omitted) more refused or failed from \(peer)")
+            log("… and \(count.omitted) more refused or failed from \(peer)")
         }
         guard signal == nil else { return }
         if let error = report.error {
-            Terminal.report(PeerText.sanitized(error.description))
+            log(PeerText.sanitized(error.description))
         }
         if options.once { onceSessionEnded(report) }
     }
@@ -291,6 +316,7 @@ final class ReceiveSession: Interruptible {
             return failure.status
         }
         loop.run()
+        session.flushLines()
         SignalWatcher.shared.setHandler(nil)
         session.listener?.close()
         session.receiver?.finishDiskWork()

@@ -150,6 +150,7 @@ final class ReceiverSession: WireConnectionOwner {
             outboundCapacity: Self.initialOutbound)
         connection.pauseReadingAbove = Self.initialOutbound - 2 * Frame.largestAnswer
         connection.owner = self
+        connection.coalescesSends = true
         connection.onClose = { [weak receiver] in receiver?.sessionClosed(id) }
         hasher.onRoom = { [weak self] in self?.roomForHashing() }
         hasher.onWriteFailed = { [weak self] target in self?.writeFailed(target) }
@@ -204,22 +205,30 @@ final class ReceiverSession: WireConnectionOwner {
         return false
     }
 
+    /// The last time the idle check found the session waiting for its own work.
+    private var lastWaitedHere: UInt64 = 0
+
+    /// Ends the session once the peer has been silent for the idle timeout. Waiting for its own
+    /// disk or hasher is not the peer's silence: the peer's time starts again when that ends,
+    /// and a session that waits long is looked at once per timeout, not at every turn.
     private func scheduleIdleCheck() {
         guard let timeout = options.idleTimeout, !ended else { return }
         let limit = timeout.nanoseconds
-        let idle = monotonicNanoseconds() - connection.lastActivity
+        let idle = monotonicNanoseconds() - max(connection.lastActivity, lastWaitedHere)
         let wait = idle >= limit ? 0 : limit - idle
         idleTimer = loop.schedule(after: .nanoseconds(Int64(clamping: wait))) { [weak self] in
             guard let self, !self.ended else { return }
-            // Waiting for its own disk or hasher is not the peer's silence.
             let waitingHere =
                 !self.machine.acceptsMessages || self.waitsForRoom || self.piecesLent > 0
                 || self.committingStaged || self.laneJobs > 0
-            if !waitingHere && monotonicNanoseconds() - self.connection.lastActivity >= limit {
+            let now = monotonicNanoseconds()
+            if waitingHere {
+                self.lastWaitedHere = now
+            } else if now - max(self.connection.lastActivity, self.lastWaitedHere) >= limit {
                 self.perform(self.machine.handle(.timedOut))
-            } else {
-                self.scheduleIdleCheck()
+                return
             }
+            self.scheduleIdleCheck()
         }
     }
 

@@ -65,6 +65,11 @@ final class WireConnection: ByteStreamDelegate {
     private var delivering = false
     private var deliverAgain = false
     private var loop: EventLoop?
+    /// Messages sent while this is set are written at the end of the loop's turn rather than
+    /// at once: a receiver answering many small files, each as a worker finishes it, then
+    /// answers them in one write (and wakes its peer once) instead of one each.
+    var coalescesSends = false
+    private var flushTimer: LoopTimer?
 
     private let rateLimit: Int?
     private var limiter: RateLimiter?
@@ -219,7 +224,13 @@ final class WireConnection: ByteStreamDelegate {
                     detail: "internal: outbound buffer full (\(outbound.capacity) bytes)"))
             return
         }
-        flush()
+        guard coalescesSends, let loop else { return flush() }
+        guard flushTimer == nil else { return }
+        flushTimer = loop.schedule(after: .zero) { [weak self] in
+            guard let self else { return }
+            flushTimer = nil
+            flush()
+        }
     }
 
     /// Writes what is buffered while the socket takes it (asking the owner for more as the
@@ -318,6 +329,8 @@ final class WireConnection: ByteStreamDelegate {
         guard !isClosed else { return }
         isClosed = true
         limiter?.cancel()
+        flushTimer?.cancel()
+        flushTimer = nil
         input.delegate = nil
         output.delegate = nil
         output.close()
