@@ -47,6 +47,20 @@ static inline int sluice_o_direct(void) {
 #endif
 }
 
+/* O_TMPFILE (an unnamed file in a directory, Linux 3.11), likewise under _GNU_SOURCE only; it
+   includes O_DIRECTORY. 0 where it is not known, and the receiver names its files as before. */
+static inline int sluice_o_tmpfile(void) {
+#ifdef O_TMPFILE
+    return O_TMPFILE;
+#elif defined(__x86_64__) || defined(__i386__)
+    return 020000000 | 0200000; /* __O_TMPFILE | O_DIRECTORY */
+#elif defined(__aarch64__)
+    return 020000000 | 040000;
+#else
+    return 0;
+#endif
+}
+
 /* cachestat(2) (Linux 6.5): how many of a file's cached pages are dirty. Before a replaced
    file's pages are dropped: dropping dirty ones would start writing back a file about to be
    deleted. Returns -1 with errno ENOSYS on older kernels. */

@@ -429,6 +429,33 @@ final class Destination: @unchecked Sendable {
         return .success((fd, offset, resumable, vouched, startedOver, fresh))
     }
 
+    /// Why `name(_:_:_:display:)` did not name a file.
+    enum NamingFailure: Error {
+        /// Linking through `/proc/self/fd` is not possible here.
+        case unsupported
+        case rejected(EntryRejection)
+    }
+
+    /// Gives the unnamed file open as `fd` (`O_TMPFILE`) its `name` within `parent`: `linkat`
+    /// through `/proc/self/fd` (which needs no privilege, unlike `AT_EMPTY_PATH`). An existing
+    /// name, whatever it is (a link is not followed), is never replaced.
+    static func name(_ fd: Int32, _ parent: Int32, _ name: String, display: String) -> Result<Void, NamingFailure> {
+        if linkat(AT_FDCWD, "/proc/self/fd/\(fd)", parent, name, AT_SYMLINK_FOLLOW) == 0 { return .success(()) }
+        let errno = Errno.current
+        switch errno.rawValue {
+        case EEXIST:
+            let kind = existing(parent, name)
+            return .failure(.rejected(.refused(.exists, kind == S_IFDIR ? "exists (a directory)" : "exists")))
+        case ENOENT where access("/proc/self/fd", X_OK) != 0:
+            return .failure(.unsupported)  // no /proc
+        case EPERM, EOPNOTSUPP, EXDEV:
+            return .failure(.unsupported)
+        default:
+            return .failure(
+                .rejected(.failed(.io, SluiceError(.system(errno), operation: "link", subject: display).description)))
+        }
+    }
+
     /// Moves the finished temporary file to its final name within `parent`: an exchange (or
     /// `renameat`) when replacing is allowed, otherwise `renameat2(RENAME_NOREPLACE)` (or `linkat` + `unlinkat`
     /// where the file system lacks it), so an existing file is never replaced.

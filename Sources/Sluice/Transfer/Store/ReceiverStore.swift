@@ -1,5 +1,6 @@
 import CSluiceLinux
 import Dispatch
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -23,6 +24,9 @@ struct OpenedFile: Sendable {
     var fresh = false
     /// The bytes held were all written under the sender's token (`resume-token`).
     var vouched = false
+    /// Created without a name (`O_TMPFILE`, `temporary` empty): nothing to remove if it is
+    /// abandoned, and named by `linkat` once complete (`Destination.name`).
+    var unnamed = false
 
     /// The same file, its held bytes counted only up to `offset` (at most `self.offset`).
     func continued(at offset: UInt64) -> OpenedFile {
@@ -52,9 +56,14 @@ final class ReceiverStore: @unchecked Sendable {
     /// session's worker had queued for it are done. `finishDiskWork` waits for it first.
     let handingOn = DispatchGroup()
 
+    /// Whether small files are created unnamed and named once complete (`storeUnnamed`):
+    /// cleared for good at the first sign that the kernel, the file system or `/proc` cannot.
+    private let unnamedFiles: Atomic<Bool>
+
     init(destination: Destination, pool: WorkerPool = WorkerPool(threads: ReceiverStore.diskThreads)) {
         self.destination = destination
         self.pool = pool
+        unnamedFiles = Atomic(sluice_o_tmpfile() != 0 && access("/proc/self/fd", X_OK) == 0)
     }
 
     /// Creates a DIR entry's directory; returns the rejection, or the relative paths created.
@@ -223,7 +232,7 @@ final class ReceiverStore: @unchecked Sendable {
             _ = sync_file_range(file.fd, 0, 0, UInt32(SYNC_FILE_RANGE_WRITE))
         }
         guard let settled else { return nil }
-        unlinkat(file.parent, file.temporary, 0)
+        if !file.unnamed { unlinkat(file.parent, file.temporary, 0) }
         closeDescriptor(file.fd)
         closeDescriptor(file.parent)
         return .failed(.io, settled.description)
@@ -241,25 +250,19 @@ final class ReceiverStore: @unchecked Sendable {
     /// Creates, writes and settles a small file received whole in memory, in one go on a
     /// worker: stored under its final name, or with `fsync` set aside as `stage` does.
     func storeWhole(_ request: EntryRequest, bytes: [UInt8], overwrite: Bool, fsync: Bool) -> WholeOutcome {
+        if !overwrite, unnamedFiles.load(ordering: .relaxed),
+            let outcome = storeUnnamed(request, bytes: bytes, fsync: fsync)
+        {
+            return outcome
+        }
         let file: OpenedFile
         switch openFile(request, overwrite: overwrite, resume: false) {
         case .failure(let rejection): return .rejected(rejection)
         case .success(let opened): file = opened
         }
-        var done = 0
-        while done < bytes.count {
-            let n = bytes.withUnsafeBytes { buffer in
-                pwrite(
-                    file.fd, UnsafeRawBufferPointer(rebasing: buffer[done...]).baseAddress, buffer.count - done,
-                    off_t(done))
-            }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else {
-                let reason = n < 0 ? "\(Errno.current)" : "wrote nothing"
-                abandon(file, keep: false)
-                return .rejected(.failed(.io, "write \(quoted(file.display)): \(reason)"))
-            }
-            done += n
+        if let reason = Self.writeAll(bytes, to: file.fd) {
+            abandon(file, keep: false)
+            return .rejected(.failed(.io, "write \(quoted(file.display)): \(reason)"))
         }
         if fsync {
             if let rejection = stage(file, header: request.header, attributes: request.attributes) {
@@ -274,6 +277,83 @@ final class ReceiverStore: @unchecked Sendable {
             return .rejected(rejection)
         }
         return .stored
+    }
+
+    /// `storeWhole` for a file that may not replace one: created without a name (`O_TMPFILE`),
+    /// written and settled, then given its name by `linkat`, which refuses a name that exists.
+    /// No temporary name is created, locked and renamed away, and the final name is not looked
+    /// up first: a third fewer calls, and one change to the directory instead of three (about
+    /// 6 of 34 µs of system time per file; Benchmarks/RESULTS.md). Nil, with nothing left
+    /// behind, where the file system cannot (the caller then takes the named way).
+    private func storeUnnamed(_ request: EntryRequest, bytes: [UInt8], fsync: Bool) -> WholeOutcome? {
+        guard let name = request.components.last else {
+            return .rejected(.refused(.invalidPath, "invalid path: empty path"))
+        }
+        let parent: Int32
+        switch destination.openParent(of: request.components, relative: request.relative) {
+        case .failure(let rejection): return .rejected(rejection)
+        case .success(let (fd, _)): parent = fd
+        }
+        let display = destination.display(request.relative)
+        let fd = openat(parent, ".", sluice_o_tmpfile() | O_RDWR | O_CLOEXEC, 0o600)
+        guard fd >= 0 else {
+            let errno = Errno.current
+            closeDescriptor(parent)
+            // Not supported here (old kernel, file system without it): the named way, from now on.
+            if [EOPNOTSUPP, EISDIR, EINVAL, ENOENT].contains(errno.rawValue) {
+                unnamedFiles.store(false, ordering: .relaxed)
+                return nil
+            }
+            return .rejected(
+                .failed(.io, SluiceError(.system(errno), operation: "openat", subject: display).description))
+        }
+        let file = OpenedFile(
+            parent: parent, name: name, temporary: "", fd: fd, offset: 0, resumable: false, display: display,
+            fresh: true,
+            unnamed: true)
+        afterOpen?(request.relative, fd)
+        if let reason = Self.writeAll(bytes, to: fd) {
+            abandon(file, keep: false)
+            return .rejected(.failed(.io, "write \(quoted(display)): \(reason)"))
+        }
+        if fsync {
+            if let rejection = stage(file, header: request.header, attributes: request.attributes) {
+                return .rejected(rejection)
+            }
+            return .staged(StagedFile(opened: file, request: request))
+        }
+        if let failure = settle(file, header: request.header, attributes: request.attributes) {
+            abandon(file, keep: false)
+            return .rejected(.failed(.io, failure.description))
+        }
+        switch Destination.name(fd, parent, name, display: display) {
+        case .success:
+            closeDescriptor(fd)
+            closeDescriptor(parent)
+            return .stored
+        case .failure(.unsupported):
+            abandon(file, keep: false)
+            unnamedFiles.store(false, ordering: .relaxed)
+            return nil
+        case .failure(.rejected(let rejection)):
+            abandon(file, keep: false)
+            return .rejected(rejection)
+        }
+    }
+
+    /// Writes all of `bytes` at offset 0; nil, or why not.
+    static func writeAll(_ bytes: [UInt8], to fd: Int32) -> String? {
+        var done = 0
+        while done < bytes.count {
+            let n = bytes.withUnsafeBytes { buffer in
+                pwrite(
+                    fd, UnsafeRawBufferPointer(rebasing: buffer[done...]).baseAddress, buffer.count - done, off_t(done))
+            }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return n < 0 ? "\(Errno.current)" : "wrote nothing" }
+            done += n
+        }
+        return nil
     }
 
     /// Flushes the file system once (`syncfs`), so that every staged file's data is on disk,
@@ -306,6 +386,19 @@ final class ReceiverStore: @unchecked Sendable {
 
     /// Moves a settled temporary file to its final name; with `fsync`, flushes its directory.
     private func rename(_ file: OpenedFile, overwrite: Bool, fsync: Bool) -> EntryRejection? {
+        if file.unnamed {
+            switch Destination.name(file.fd, file.parent, file.name, display: file.display) {
+            case .success:
+                if fsync { _ = Glibc.fsync(file.parent) }
+                return nil
+            case .failure(.unsupported):
+                // It could be created unnamed but not named (`/proc` went away): its bytes are gone.
+                unnamedFiles.store(false, ordering: .relaxed)
+                return .failed(.io, "link \(quoted(file.display)): cannot name a file created unnamed")
+            case .failure(.rejected(let rejection)):
+                return rejection
+            }
+        }
         let committed = Destination.commit(
             file.parent, file.temporary, file.name, overwrite: overwrite, display: file.display)
         switch committed {
@@ -325,7 +418,7 @@ final class ReceiverStore: @unchecked Sendable {
             if fstat(file.fd, &st) == 0 { _ = ftruncate(file.fd, st.st_size) }
             // Written under a token: vouched for as it is now, and only so.
             Destination.stampToken(file.fd)
-        } else {
+        } else if !file.unnamed {
             unlinkat(file.parent, file.temporary, 0)
         }
         closeDescriptor(file.fd)

@@ -1,0 +1,92 @@
+import Foundation
+import Testing
+
+@testable import Sluice
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Small files received whole are created unnamed (`O_TMPFILE`) and named by `linkat` once
+/// complete: what is at a name is never replaced nor followed, nothing else is left behind,
+/// and with the default flush no name appears before the batch is on disk.
+@Suite("Small files created unnamed, named once complete")
+struct UnnamedFileTests {
+    static func request(_ path: String, _ bytes: [UInt8], mode: UInt32 = 0o640) -> EntryRequest {
+        let header = EntryHeader(
+            flags: Wire.FileFlags.sizeKnown, size: UInt64(bytes.count), mode: mode, mtimeSeconds: 1_600_000_000,
+            mtimeNanoseconds: 7, path: Array(path.utf8))
+        let components = path.split(separator: "/").map(String.init)
+        return EntryRequest(components: components, relative: path, header: header)
+    }
+
+    static func store(_ dst: String) throws -> ReceiverStore {
+        ReceiverStore(destination: try Destination(path: dst, permissionBits: 0o777))
+    }
+
+    @Test("Stored with its bytes, mode and mtime; an existing name is refused and left as it was")
+    func storedOrRefused() throws {
+        try withTemporaryDirectory { dst in
+            let store = try Self.store(dst)
+            let bytes = randomBytes(5000, seed: 3)
+            guard
+                case .stored = store.storeWhole(
+                    Self.request("a/f", bytes), bytes: bytes, overwrite: false, fsync: false)
+            else {
+                Issue.record("not stored")
+                return
+            }
+            #expect(readFile(dst + "/a/f") == bytes)
+            let info = try #require(FileInfo(dst + "/a/f"))
+            #expect(info.mode == 0o640 && info.mtimeSeconds == 1_600_000_000 && info.mtimeNanoseconds == 7)
+
+            // A file, a directory, and a link (dangling, to outside) at the name: each refused,
+            // none replaced or followed, nothing left beside them.
+            try writeFile(dst + "/old", Array("old".utf8))
+            mkdir(dst + "/dir", 0o755)
+            symlink(dst + "/../outside", dst + "/link")
+            for (name, reason) in [("old", "exists"), ("dir", "exists (a directory)"), ("link", "exists")] {
+                let outcome = store.storeWhole(Self.request(name, bytes), bytes: bytes, overwrite: false, fsync: false)
+                guard case .rejected(.refused(.exists, let said)) = outcome else {
+                    Issue.record("\(name): \(outcome)")
+                    continue
+                }
+                #expect(said == reason)
+            }
+            #expect(readFile(dst + "/old") == Array("old".utf8))
+            #expect(!fileExists(dst + "/../outside"))
+            #expect(treePaths(dst) == ["a", "a/f", "dir", "link", "old"])
+        }
+    }
+
+    @Test("With the default flush: no name at all until the batch is committed, then the final one")
+    func stagedHasNoName() throws {
+        try withTemporaryDirectory { dst in
+            let store = try Self.store(dst)
+            let bytes = randomBytes(3000, seed: 4)
+            // A partial of another transfer under the temporary name is none of this file's business.
+            try writeFile(dst + "/.f.sluice-part", Array("partial".utf8))
+            let outcome = store.storeWhole(Self.request("f", bytes), bytes: bytes, overwrite: false, fsync: true)
+            guard case .staged(let staged) = outcome else {
+                Issue.record("not staged: \(outcome)")
+                return
+            }
+            #expect(staged.opened.unnamed)
+            #expect(treePaths(dst) == [".f.sluice-part"])
+            #expect(store.commitStaged([staged], overwrite: false) == [nil])
+            #expect(readFile(dst + "/f") == bytes)
+            #expect(readFile(dst + "/.f.sluice-part") == Array("partial".utf8))
+
+            // Named by another meanwhile: refused at the commit, the other file kept.
+            let second = store.storeWhole(Self.request("g", bytes), bytes: bytes, overwrite: false, fsync: true)
+            guard case .staged(let late) = second else {
+                Issue.record("not staged: \(second)")
+                return
+            }
+            try writeFile(dst + "/g", Array("first".utf8))
+            #expect(store.commitStaged([late], overwrite: false) == [.refused(.exists, "exists")])
+            #expect(readFile(dst + "/g") == Array("first".utf8))
+            #expect(treePaths(dst) == [".f.sluice-part", "f", "g"])
+        }
+    }
+}
