@@ -76,21 +76,8 @@ public final class Inflate: OutputCheckDeferring {
     /// With ISA-L, at the start of a gzip member or zlib stream: the header bit ISA-L does not
     /// check as zlib does, and how many header bytes ISA-L was given so far (nil once checked).
     private var headerCheck: HeaderCheck?
-
-    private struct HeaderCheck {
-        /// The byte of the header to check, and the bits that must be clear in it.
-        let index: Int
-        let mask: UInt8
-        let reason: String
-        var seen = 0
-
-        /// The reserved bits of a gzip member's FLG, which RFC 1952 requires a decoder to
-        /// reject (zlib and `gzip -d` do; ISA-L ignores them).
-        static let gzip = HeaderCheck(index: 3, mask: 0xe0, reason: "unknown header flags set")
-        /// A zlib header's FDICT bit: a preset dictionary, which zlib refuses; ISA-L reports it
-        /// only when the header arrives in one piece.
-        static let zlib = HeaderCheck(index: 1, mask: 0x20, reason: "zlib stream needs a preset dictionary")
-    }
+    /// zlib's `data_type` after its last call: 128 between blocks, plus the bits it holds.
+    private var lastDataType: Int32 = 0
     /// Bytes ISA-L read past a stream's end that came from earlier input: decoded before the
     /// next input.
     private var carry: [UInt8] = []
@@ -243,6 +230,27 @@ public final class Inflate: OutputCheckDeferring {
         if case .failed(let error) = state { throw error }
         do {
             return try drain(output)
+        } catch {
+            state = .failed(error)
+            throw error
+        }
+    }
+
+    /// Raw deflate, between calls of `process`: writes what zlib still holds of the input taken
+    /// (a match at most once that is used up: 258 bytes) and says whether, with room to spare in
+    /// `output`, the stream then stands where a sync flush leaves it (between blocks, on a byte
+    /// boundary) or ended: every byte of the input taken is out. A delta's COPY needs it.
+    func flushPending(into output: UnsafeMutableRawBufferPointer) throws(SluiceError) -> (produced: Int, settled: Bool)
+    {
+        if case .failed(let error) = state { throw error }
+        if case .ended = state { return (0, true) }
+        guard case .inflating = state, !isalDecodes, carry.isEmpty, prefixStart == prefixEnd else { return (0, false) }
+        // Between blocks zlib holds nothing back (and a call would move past the mark).
+        if totalIn == 0 || lastDataType & (128 | 63) == 128 { return (0, true) }
+        do {
+            let r = try inflateStep(UnsafeRawBufferPointer(start: nil, count: 0), output)
+            if r.ended { try endOfStream() }
+            return (r.produced, r.ended || (r.produced < output.count && lastDataType & (128 | 63) == 128))
         } catch {
             state = .failed(error)
             throw error
@@ -494,6 +502,7 @@ public final class Inflate: OutputCheckDeferring {
         if isalDecodes, let isal { return try isalStep(isal, input, space) }
         let flush = zlibHeaderPending ? Z_BLOCK : Z_NO_FLUSH
         let (consumed, produced, rc) = zCall(stream, input, space) { inflate($0, flush) }
+        lastDataType = stream.pointee.data_type
         totalIn += consumed
         totalOut += produced
         if defersChecks && detectedFormat == .gzip {
@@ -586,9 +595,5 @@ public final class Inflate: OutputCheckDeferring {
         }
         try checkLimits()
         return (consumed, produced, ended != 0)
-    }
-
-    private func checkLimits() throws(SluiceError) {
-        try limit.check(totalIn: totalIn, totalOut: totalOut, operation: "inflate", subject: subject)
     }
 }

@@ -243,6 +243,16 @@ public final class ParallelDeflate: AsynchronousStage {
         return StageProgress(consumed: 0, produced: produced, finished: done)
     }
 
+    /// Ends the block being filled now, as every block but the last ends: with a sync flush,
+    /// on a byte boundary. Once the output is taken (`heldBytes` 0), it decodes to every byte
+    /// of input taken so far: a delta's literal bytes before a COPY. A block cut short costs a
+    /// little compression; the next is primed as ever, with the last 32 KiB of input.
+    func flush() {
+        guard !lastSubmitted, let job = current, job.dataCount > 0 else { return }
+        current = nil
+        submit(job, last: false)
+    }
+
     // MARK: Blocks
 
     private func startBlock() -> DeflateJob {
@@ -254,10 +264,16 @@ public final class ParallelDeflate: AsynchronousStage {
     private func submit(_ job: DeflateJob, last: Bool) {
         job.last = last
         if !last && engine != .libdeflate {
-            // The next block's dictionary: the last 32 KiB of this one (blocks are larger).
+            // The next block's dictionary: the last 32 KiB of input, of this block alone unless
+            // it was cut short (`flush`).
             let data = job.data
-            dictionary.copyMemory(from: UnsafeRawBufferPointer(rebasing: data[(data.count - Self.window)...]))
-            dictionaryCount = Self.window
+            let kept = min(dictionaryCount, Self.window - min(data.count, Self.window))
+            if kept > 0, let base = dictionary.baseAddress {
+                base.copyMemory(from: base + (dictionaryCount - kept), byteCount: kept)
+            }
+            UnsafeMutableRawBufferPointer(rebasing: dictionary[kept...]).copyMemory(
+                from: UnsafeRawBufferPointer(rebasing: data[(data.count - min(data.count, Self.window))...]))
+            dictionaryCount = kept + min(data.count, Self.window)
         }
         jobs.append(job)
         let contexts = contexts
