@@ -386,9 +386,9 @@ struct ReceiverMachine: Sendable {
                 guard settings.sync && settings.delta else {
                     return violation("FILE flagged delta: this receiver does not offer delta")
                 }
-                guard header.replaces, header.sizeKnown, !header.compressed, !header.sparse, !header.eager,
-                    !header.resumable
-                else { return violation("FILE flagged delta: only with replace and a size, alone") }
+                guard header.replaces, header.sizeKnown, !header.sparse, !header.eager, !header.resumable else {
+                    return violation("FILE flagged delta: only with replace and a size (and compressed or not)")
+                }
             }
             guard pendingAttributes.resumeToken == nil || header.resumable else {
                 return violation("TOKEN before a FILE that is not resumable")

@@ -51,8 +51,7 @@ extension SenderMachine {
                 // Resuming a small file would save less than the round trip for ACCEPT costs; a
                 // larger one goes eager and resumable where the receiver can say it holds part.
                 let small = info.size.map { $0 <= Wire.eagerLimit } ?? false
-                let compressing = settings.compress && peerCapabilities.contains(Wire.Capability.deflate)
-                let delta = sendsDelta(index, size: info.size, compressed: compressing)
+                let delta = sendsDelta(index, size: info.size)
                 let eager =
                     !delta && settings.eager && peerCapabilities.contains(Wire.Capability.eager)
                     && (small || peerCapabilities.contains(Wire.Capability.eagerResume))

@@ -343,11 +343,12 @@ struct SenderMachine: Sendable {
     }
 
     /// Whether entry `index` (of `size` bytes now) goes as a delta: it replaces a regular file
-    /// of the receiver's, is large enough, is read whole and plain, and both sides want it.
-    func sendsDelta(_ index: Int, size: UInt64?, compressed: Bool) -> Bool {
+    /// of the receiver's, is large enough, is read whole and not sparse, and both sides want it.
+    /// Compressed or not: with `compress`, its literal bytes go as one deflate stream.
+    func sendsDelta(_ index: Int, size: UInt64?) -> Bool {
         guard settings.delta, replaces(index), peerCapabilities.contains(Wire.Capability.delta),
             let have = haves[index], have.differences & Wire.HaveDifference.kind == 0, let size,
-            size >= Delta.minimumSize, !compressed
+            size >= Delta.minimumSize
         else { return false }
         let entry = entries[index]
         return entry.seekable && entry.hardLinkTo == nil && !entry.sparse

@@ -39,7 +39,8 @@ extension ReceiverSession {
         }
         var input = piece
         while !input.isEmpty, file.lifecycle.takesData {
-            guard hasher.hasRoom(for: Self.scratchSize) else {
+            // Room for what a COPY may find the decompressor holds (`settleInflate`) too.
+            guard hasher.hasRoom(for: Self.scratchSize + Self.inflateHeldMost) else {
                 _ = advance(file, .hasherFull)
                 return piece.count - input.count
             }
@@ -76,7 +77,7 @@ extension ReceiverSession {
         file.written += length
     }
 
-    private static func rejection(inflating error: SluiceError) -> EntryRejection {
+    static func rejection(inflating error: SluiceError) -> EntryRejection {
         error.code == .limitExceeded
             ? .failed(.data, "more data than announced") : .failed(.data, "compressed data: \(error.reason)")
     }
@@ -264,13 +265,9 @@ extension ReceiverSession {
     }
 
     private func didOpen(_ opened: OpenedFile, _ request: EntryRequest) {
-        var inflate: StageDriver?
         let header = request.header
+        let inflate = makeInflate(header, after: opened.offset)
         if header.compressed {
-            var maxOutput: UInt64? = header.sizeKnown ? header.size - min(opened.offset, header.size) : nil
-            if let maxSize = options.maxSize { maxOutput = min(maxOutput ?? maxSize, maxSize) }
-            let limit = InflateLimit(maxOutputBytes: maxOutput.map { Int(clamping: $0) })
-            inflate = (try? Inflate(format: .deflate, limit: limit)).map { StageDriver($0) }
             guard inflate != nil else {
                 store.pool.submit { [store] in store.abandon(opened, keep: true) }
                 perform(machine.handle(.fileOpened(.failure(.failed(.io, "inflate: cannot initialise zlib")))))

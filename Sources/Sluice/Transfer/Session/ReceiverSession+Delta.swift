@@ -83,8 +83,16 @@ extension ReceiverSession {
                     store.pool.submit { store.abandon(file, keep: false) }
                     return
                 }
+                let inflate = makeInflate(request.header, after: 0)
+                guard inflate != nil || !request.header.compressed else {
+                    store.pool.submit { store.abandon(file, keep: false) }
+                    perform(machine.handle(.deltaOpened(.failure(.failed(.io, "inflate: cannot initialise zlib")))))
+                    pump()
+                    return
+                }
                 let active = ActiveFile(
-                    opened: file, request: request, digest: machine.digest, inflate: nil, writebackWindow: writeback)
+                    opened: file, request: request, digest: machine.digest, inflate: inflate,
+                    writebackWindow: writeback)
                 active.basis = basis
                 self.file = active
                 connection.inbound.resize(to: inboundShare)
@@ -168,12 +176,53 @@ extension ReceiverSession {
         computeSignatures(work)
     }
 
+    /// The decompressor of a file whose FILE says compressed (nil otherwise, or when zlib cannot
+    /// start): raw deflate, bounded by the bytes still to come after `offset` and the size limit.
+    func makeInflate(_ header: EntryHeader, after offset: UInt64) -> StageDriver? {
+        guard header.compressed else { return nil }
+        var maxOutput: UInt64? = header.sizeKnown ? header.size - min(offset, header.size) : nil
+        if let maxSize = options.maxSize { maxOutput = min(maxOutput ?? maxSize, maxSize) }
+        let limit = InflateLimit(maxOutputBytes: maxOutput.map { Int(clamping: $0) })
+        return (try? Inflate(format: .deflate, limit: limit)).map { StageDriver($0) }
+    }
+
+    /// The most output zlib holds back once its input is used up (a match of 258 bytes), with
+    /// margin: `deliver` leaves the hasher room for it.
+    static let inflateHeldMost = 512
+
     /// COPY the machine allowed: the basis's bytes `offset ..< offset + length` become the
     /// file's next ones, copied and hashed by the hasher's worker in order with its writes.
+    /// In a compressed delta the literal bytes before it are all written first.
     func deliverCopy(offset: UInt64, length: UInt64) {
         guard let file, let basis = file.basis else { return }
+        if let inflate = file.inflate?.stage as? Inflate, !settleInflate(file, inflate) { return }
         hasher.copy(file.digest, from: basis, at: offset, length: length, to: file.target, position: file.position)
         file.written += length
         bytesStored += length
+    }
+}
+
+extension ReceiverSession {
+    /// Before a COPY in a compressed delta: writes what the decompressor still holds of the
+    /// literal bytes before it (zlib keeps output back when its output and input ran out
+    /// together), and checks that they ended where the sender's sync flush leaves the stream.
+    /// False when the file failed instead (the COPY is then dropped with it).
+    private func settleInflate(_ file: ActiveFile, _ inflate: Inflate) -> Bool {
+        let output = UnsafeMutableRawBufferPointer(rebasing: scratch[0..<Self.inflateHeldMost])
+        let flushed = Result { () throws(SluiceError) in try inflate.flushPending(into: output) }
+        switch flushed {
+        case .failure(let error):
+            perform(machine.handle(.dataFailed(Self.rejection(inflating: error))))
+            return false
+        case .success(let (produced, settled)):
+            // Bytes held back follow a DATA, which left the hasher room for them (`deliver`).
+            guard settled, hasher.hasRoom(for: produced) else {
+                let reason = "compressed data: a COPY where the literal bytes before it were not flushed"
+                perform(machine.handle(.dataFailed(.failed(.data, reason))))
+                return false
+            }
+            if produced > 0 { store(UnsafeRawBufferPointer(rebasing: output[0..<produced]), to: file) }
+            return self.file === file
+        }
     }
 }

@@ -84,15 +84,7 @@ extension TransferSender {
                         return
                     }
                 }
-                let input: UnsafeRawBufferPointer? = raw.isEmpty ? nil : raw.readable
-                let step = Result { () throws(SluiceError) in try deflate.step(input: input, output: payload) }
-                guard case .success(let progress) = step else {
-                    rawBuffer = raw
-                    if case .failure(let error) = step { readFailed(error.description) }
-                    return
-                }
-                raw.consume(progress.consumed)
-                rawBuffer = raw
+                guard let progress = compress(deflate, &raw, ending: raw.isEmpty, into: payload) else { return }
                 produced = progress.produced
                 if progress.finished { file.compressionFinished = true }
                 // The blocks are on the workers: the driver's wake handler calls again.
@@ -134,6 +126,24 @@ extension TransferSender {
                 return
             }
         }
+    }
+
+    /// One step of the file's deflate stream: `raw`'s bytes in (none when `ending`: the stream
+    /// is finished), its output into `payload`; `rawBuffer` keeps what is left. Nil when it
+    /// failed (the file has failed then).
+    func compress(
+        _ deflate: StageDriver, _ raw: inout ByteBuffer, ending: Bool, into payload: UnsafeMutableRawBufferPointer
+    ) -> StageProgress? {
+        let input: UnsafeRawBufferPointer? = ending ? nil : raw.readable
+        let step = Result { () throws(SluiceError) in try deflate.step(input: input, output: payload) }
+        guard case .success(let progress) = step else {
+            rawBuffer = raw
+            if case .failure(let error) = step { readFailed(error.description) }
+            return nil
+        }
+        raw.consume(progress.consumed)
+        rawBuffer = raw
+        return progress
     }
 
     private func noteRead(_ file: OutgoingFile, _ bytes: UnsafeRawBufferPointer) {

@@ -12,6 +12,8 @@ final class OutgoingDelta {
     var digest: [UInt8] = []
     /// The match is done: `ops` is complete and `digest` set.
     var matched = false
+    /// Compressed: literal bytes went into the deflate stream since its last sync flush.
+    var unflushed = false
     /// The literal bytes to read next (on the worker, ahead of their frames): which operation,
     /// and how far into it.
     private var readOp = 0
@@ -59,12 +61,19 @@ extension TransferSender {
     /// ACCEPT for a delta: the match runs on a worker over the whole file (reading it once,
     /// and hashing it); the operations go out as it settles them, END once it is done. Without
     /// every signature (no basis at the receiver), the file goes whole.
-    func startDelta(_ file: OutgoingFile) -> Bool {
+    func startDelta(_ file: OutgoingFile, compressed: Bool) -> Bool {
         guard let delta = file.delta, let basis = delta.basis, basis.received == basis.blockCount,
             let fd = file.fd, let size = file.size, let loop
         else { return false }
         let copy = dup(fd)
         guard copy >= 0 else { return false }
+        if compressed {
+            guard startCompression(file) else {
+                closeDescriptor(copy)
+                return true
+            }
+            file.compressed = true
+        }
         let algorithm = machine.digest
         let sender = UncheckedBox((self, file, delta))
         WorkerPool.shared.submit(
@@ -120,53 +129,136 @@ extension TransferSender {
         let chunk = options.chunkSize.bytes
         guard let reader = file.reader ?? makeDeltaReader(file, delta, fd) else { return }
         reader.fill()  // the literals of operations just found
+        if file.compressed, let deflate {
+            produceCompressedDelta(file, delta, basis, reader, deflate, connection)
+            return
+        }
         while current === file, !file.finalizing, delta.next < delta.ops.count,
             connection.outbound.readableBytes < chunk, connection.outbound.reserve(chunk + Wire.frameHeaderSize + 64)
         {
             // State moves on before anything is written: a write may call back into `produce`.
             switch delta.ops[delta.next] {
             case .copy(let index, let count):
-                let start = index * UInt64(basis.blockSize)
-                let bytes = min(UInt64(count) * UInt64(basis.blockSize), basis.size - min(start, basis.size))
-                bytesDone += bytes
-                counted[file.index] += bytes
-                matchedBytes += bytes
-                file.position += bytes
-                delta.next += 1
-                connection.send(Frame.copy(index: index, count: count).encoded)
+                sendCopy(index, count, file, delta, basis, connection)
             case .literal(_, let length):
                 let want = Int(min(UInt64(chunk), length - delta.doneInOp))
                 let frameStart = connection.outbound.writeIndex
                 let payload = UnsafeMutableRawBufferPointer(
                     rebasing: connection.outbound.tail[Wire.frameHeaderSize..<Wire.frameHeaderSize + want])
-                switch reader.take(into: payload) {
-                case .bytes(let n) where n == want:
-                    break
-                case .wait:
-                    return  // `onPiece` calls again
-                case .failed(let reason):
-                    readFailed(reason)
-                    return
-                case .bytes, .hole, .end:
-                    readFailed("read \(quoted(localPath(file))): the file shrank while being sent")
-                    return
-                }
+                guard readLiteral(reader, into: payload, file) == true else { return }  // `onPiece` calls again
                 connection.outbound.setUInt8(Wire.MessageType.data.rawValue, at: frameStart)
                 connection.outbound.setUInt32(UInt32(want), at: frameStart + 1)
                 connection.outbound.produced(Wire.frameHeaderSize + want)
-                bytesDone += UInt64(want)
-                counted[file.index] += UInt64(want)
-                bytesSentOfFiles += UInt64(want)
-                file.position += UInt64(want)
-                delta.doneInOp += UInt64(want)
-                if delta.doneInOp == length {
-                    delta.next += 1
-                    delta.doneInOp = 0
-                }
+                tookLiteral(want, of: length, file, delta)
                 connection.flush()
             }
         }
         guard current === file, !file.finalizing, delta.matched, delta.next == delta.ops.count else { return }
+        endDelta(file, delta)
+    }
+
+    /// `produceDelta` for a compressed file: the literal bytes go through the file's one raw
+    /// deflate stream (in blocks on the workers, as any compressed file's), cut with a sync flush
+    /// before a COPY that follows literal bytes, and COPY goes once all of the stream before it
+    /// is out, so the receiver has decoded them when it comes; the stream ends before END.
+    private func produceCompressedDelta(
+        _ file: OutgoingFile, _ delta: OutgoingDelta, _ basis: DeltaBasis, _ reader: SourceReader,
+        _ deflate: StageDriver, _ connection: WireConnection
+    ) {
+        let chunk = options.chunkSize.bytes
+        while current === file, !file.finalizing, connection.outbound.readableBytes < chunk,
+            connection.outbound.reserve(chunk + Wire.frameHeaderSize + 64), var raw = rawBuffer
+        {
+            let op = delta.next < delta.ops.count ? delta.ops[delta.next] : nil
+            if raw.isEmpty, case .literal(_, let length) = op {
+                let want = Int(min(UInt64(raw.tailSpace), length - delta.doneInOp))
+                // Not read yet: what the stream has done goes out meanwhile, and `onPiece` calls again.
+                switch readLiteral(reader, into: UnsafeMutableRawBufferPointer(rebasing: raw.tail[0..<want]), file) {
+                case true?:
+                    raw.produced(want)
+                    tookLiteral(want, of: length, file, delta)
+                    delta.unflushed = true
+                case false?: break
+                case nil: return
+                }
+            }
+            var atCopy = false
+            if raw.isEmpty, case .copy = op {
+                atCopy = true
+                if delta.unflushed { (deflate.stage as? ParallelDeflate)?.flush() }
+                delta.unflushed = false
+            }
+            let ending = op == nil && delta.matched && raw.isEmpty
+            let frameStart = connection.outbound.writeIndex
+            let payload = UnsafeMutableRawBufferPointer(
+                rebasing: connection.outbound.tail[Wire.frameHeaderSize..<Wire.frameHeaderSize + chunk])
+            guard let progress = compress(deflate, &raw, ending: ending, into: payload) else { return }
+            if progress.produced > 0 {
+                connection.outbound.setUInt8(Wire.MessageType.data.rawValue, at: frameStart)
+                connection.outbound.setUInt32(UInt32(progress.produced), at: frameStart + 1)
+                connection.outbound.produced(Wire.frameHeaderSize + progress.produced)
+                // The write may call back into `produce`: look again from the top.
+                connection.flush()
+                continue
+            }
+            if ending && progress.finished {
+                endDelta(file, delta)
+                return
+            }
+            if atCopy, deflate.heldBytes == 0, case .copy(let index, let count) = op {
+                sendCopy(index, count, file, delta, basis, connection)
+                continue
+            }
+            // Nothing moved: the workers, the reads or the match call again.
+            if progress.consumed == 0 && progress.produced == 0 { return }
+        }
+    }
+
+    /// Takes the literal bytes that fill `target` from the reads: true; false while they are not
+    /// read yet; nil when the read failed or came short (the file has failed then).
+    private func readLiteral(_ reader: SourceReader, into target: UnsafeMutableRawBufferPointer, _ file: OutgoingFile)
+        -> Bool?
+    {
+        switch reader.take(into: target) {
+        case .bytes(let n) where n == target.count: return true
+        case .wait: return false
+        case .failed(let reason): readFailed(reason)
+        case .bytes, .hole, .end: readFailed("read \(quoted(localPath(file))): the file shrank while being sent")
+        }
+        return nil
+    }
+
+    /// COPY of `count` blocks from block `index` of the basis: their bytes count as matched.
+    private func sendCopy(
+        _ index: UInt64, _ count: UInt32, _ file: OutgoingFile, _ delta: OutgoingDelta, _ basis: DeltaBasis,
+        _ connection: WireConnection
+    ) {
+        // State moves on before anything is written: a write may call back into `produce`.
+        let start = index * UInt64(basis.blockSize)
+        let bytes = min(UInt64(count) * UInt64(basis.blockSize), basis.size - min(start, basis.size))
+        bytesDone += bytes
+        counted[file.index] += bytes
+        matchedBytes += bytes
+        file.position += bytes
+        delta.next += 1
+        connection.send(Frame.copy(index: index, count: count).encoded)
+    }
+
+    /// `count` more literal bytes of the operation at hand (of `length`) were taken.
+    private func tookLiteral(_ count: Int, of length: UInt64, _ file: OutgoingFile, _ delta: OutgoingDelta) {
+        bytesDone += UInt64(count)
+        counted[file.index] += UInt64(count)
+        bytesSentOfFiles += UInt64(count)
+        file.position += UInt64(count)
+        delta.doneInOp += UInt64(count)
+        if delta.doneInOp == length {
+            delta.next += 1
+            delta.doneInOp = 0
+        }
+    }
+
+    /// The delta is all out: END with the size and the match's digest of the whole file.
+    private func endDelta(_ file: OutgoingFile, _ delta: OutgoingDelta) {
         file.finalizing = true
         perform(machine.handle(.dataEnded(size: file.position, digest: delta.digest)))
         advance()

@@ -45,7 +45,7 @@ extension TransferSender {
     /// ACCEPT arrived: hash the prefix the receiver holds (on a worker), then send the rest.
     func startData(_ index: Int, offset: UInt64, compressed: Bool, range: ByteRange?) {
         guard let file = current, file.index == index, let hasher else { return }
-        if machine.sendingDelta, startDelta(file) { return }
+        if machine.sendingDelta, startDelta(file, compressed: compressed) { return }
         file.delta = nil
         file.compressed = compressed
         file.sparse = machine.sendingSparse && range == nil && file.fd != nil
@@ -66,27 +66,7 @@ extension TransferSender {
             }
             return
         }
-        if compressed {
-            let made = Result { () throws(SluiceError) in
-                try ParallelDeflate(format: .deflate, level: options.compressionLevel, threads: options.threads)
-            }
-            switch made {
-            case .success(let stage):
-                let driver = StageDriver(stage)
-                if let loop {
-                    driver.attach(to: loop) { [weak self, weak file] in
-                        guard let self, let file, self.current === file else { return }
-                        self.produce()
-                    }
-                }
-                deflate = driver
-            case .failure(let error):
-                perform(machine.handle(.readFailed(error.description)))
-                advance()
-                return
-            }
-            if rawBuffer == nil { rawBuffer = ByteBuffer(capacity: options.chunkSize.bytes) }
-        }
+        if compressed, !startCompression(file) { return }
         guard offset > 0, let fd = file.fd else {
             file.ready = true
             produce()
@@ -100,6 +80,31 @@ extension TransferSender {
         hasher.hashPrefix(file.digest, of: fd, length: offset) { [weak self] ok in
             self?.prefixHashed(file, ok)
         }
+    }
+
+    /// A compressed file's one raw deflate stream, compressed in blocks on the workers: false
+    /// when it cannot be made (the file has failed then).
+    func startCompression(_ file: OutgoingFile) -> Bool {
+        let made = Result { () throws(SluiceError) in
+            try ParallelDeflate(format: .deflate, level: options.compressionLevel, threads: options.threads)
+        }
+        switch made {
+        case .success(let stage):
+            let driver = StageDriver(stage)
+            if let loop {
+                driver.attach(to: loop) { [weak self, weak file] in
+                    guard let self, let file, self.current === file else { return }
+                    self.produce()
+                }
+            }
+            deflate = driver
+        case .failure(let error):
+            perform(machine.handle(.readFailed(error.description)))
+            advance()
+            return false
+        }
+        if rawBuffer == nil { rawBuffer = ByteBuffer(capacity: options.chunkSize.bytes) }
+        return true
     }
 
     /// With `held-sha256`: hashes the bytes the receiver holds with SHA-256 beside the rest,
