@@ -230,10 +230,14 @@ final class Session {
                 check(request)
                 openFile(request)
             case .deliverCopy(let offset, let length):
-                guard let file, let basis = file.basis else {
+                guard let active = file, active.basis != nil else {
                     expect(false, "deliverCopy without a basis")
                     break
                 }
+                // A compressed delta's literal bytes before the COPY come out first, as the
+                // session writes them (`settleInflate`); a stream not flushed fails the file.
+                if let inflate = active.inflate, !settleInflate(active, inflate) { break }
+                guard let file, file === active, let basis = file.basis else { break }
                 expect(offset + length <= UInt64(basis.count), "a COPY past the basis")
                 file.content += basis[Int(offset)..<Int(offset + length)]
                 expect(file.size <= file.request.header.size, "a COPY past the announced size")
@@ -349,8 +353,8 @@ final class Session {
         store.makeParents(request.components)
         if header.delta {
             // The basis is what the store has at the name, when it is a file with bytes.
-            expect(header.replaces && !header.compressed && !header.sparse, "a delta file flagged \(header.flags)")
-            file = ActiveFile(request: request, content: [], inflate: nil)
+            expect(header.replaces && !header.sparse, "a delta file flagged \(header.flags)")
+            file = ActiveFile(request: request, content: [], inflate: makeInflate(header, after: 0))
             let basis = store.files[name].flatMap { $0.isEmpty ? nil : $0 }
             file?.basis = basis
             handle(.deltaOpened(.success(basis.map { UInt64($0.count) })))
@@ -362,21 +366,44 @@ final class Session {
         if header.resumable && machine.settings.resume && header.sizeKnown && choices.below(2) == 0 {
             offset = UInt64(choices.below(Int(clamping: min(header.size, 1 << 16)) + 1))
         }
-        var inflate: Inflate?
-        if header.compressed {
-            var maxOutput: UInt64? = header.sizeKnown ? header.size - min(offset, header.size) : nil
-            if let maxSize = machine.settings.maxSize { maxOutput = min(maxOutput ?? maxSize, maxSize) }
-            do {
-                inflate = try Inflate(
-                    format: .deflate, limit: InflateLimit(maxOutputBytes: maxOutput.map { Int(clamping: $0) }))
-            } catch {
-                expect(false, "Inflate.init: \(error)")
-            }
-        }
-        file = ActiveFile(request: request, content: [UInt8](repeating: 0, count: Int(offset)), inflate: inflate)
+        file = ActiveFile(
+            request: request, content: [UInt8](repeating: 0, count: Int(offset)),
+            inflate: makeInflate(header, after: offset))
         // Held bytes written under the TOKEN sent, as the store may find (vouched): no HELD.
         let vouched = offset > 0 && request.attributes.resumeToken != nil && choices.below(2) == 0
         handle(.fileOpened(.success(offset), vouched: vouched))
+    }
+
+    /// A compressed file's decompressor, bounded as the session bounds it.
+    func makeInflate(_ header: EntryHeader, after offset: UInt64) -> Inflate? {
+        guard header.compressed else { return nil }
+        var maxOutput: UInt64? = header.sizeKnown ? header.size - min(offset, header.size) : nil
+        if let maxSize = machine.settings.maxSize { maxOutput = min(maxOutput ?? maxSize, maxSize) }
+        do {
+            return try Inflate(
+                format: .deflate, limit: InflateLimit(maxOutputBytes: maxOutput.map { Int(clamping: $0) }))
+        } catch {
+            expect(false, "Inflate.init: \(error)")
+            return nil
+        }
+    }
+
+    /// Before a COPY in a compressed delta: what zlib held back goes to the file, and the
+    /// stream must stand at a flushed block boundary; false when the file failed instead.
+    func settleInflate(_ file: ActiveFile, _ inflate: Inflate) -> Bool {
+        let out = UnsafeMutableRawBufferPointer(rebasing: scratch[0..<ReceiverSession.inflateHeldMost])
+        switch Result(catching: { () throws(SluiceError) in try inflate.flushPending(into: out) }) {
+        case .failure(let error):
+            handle(.dataFailed(.failed(.data, "compressed data: \(error.reason)")))
+            return false
+        case .success(let (produced, settled)):
+            guard settled else {
+                handle(.dataFailed(.failed(.data, "compressed data: a COPY where the literal bytes were not flushed")))
+                return false
+            }
+            if produced > 0 { store(UnsafeRawBufferPointer(rebasing: out[0..<produced]), to: file) }
+            return self.file === file
+        }
     }
 
     // MARK: Data

@@ -92,6 +92,33 @@ func deflate(_ content: [UInt8]) -> [UInt8] {
     }
 }
 
+/// One raw deflate stream of `pieces`, cut where each piece ends (a sync flush; the last piece
+/// finishes the stream): each piece's compressed bytes, as a compressed delta sends them.
+func deflateFlushed(_ pieces: [[UInt8]]) -> [[UInt8]] {
+    guard let stage = try? ParallelDeflate(format: .deflate, level: 6, threads: 1) else {
+        fatalError("MakeSeeds: deflate failed")
+    }
+    var buffer = [UInt8](repeating: 0, count: 1 << 16)
+    return pieces.indices.map { index in
+        var out: [UInt8] = []
+        var input = pieces[index][...]
+        while true {
+            let last = index == pieces.count - 1 && input.isEmpty
+            let p = buffer.withUnsafeMutableBytes { o in
+                last ? try? stage.finish(into: o) : input.withUnsafeBytes { i in try? stage.process(i, into: o) }
+            }
+            guard let p else { fatalError("MakeSeeds: deflate failed") }
+            out += buffer[0..<p.produced]
+            input = input.dropFirst(p.consumed)
+            if p.finished { return out }
+            if !last && input.isEmpty && p.produced == 0 {
+                stage.flush()
+                if stage.heldBytes == 0 { return out }
+            }
+        }
+    }
+}
+
 let text = Array(String(repeating: "The quick brown fox jumps over the lazy dog.\n", count: 40).utf8)
 let binary = (0..<3000).map { UInt8(truncatingIfNeeded: $0 &* 7919 >> 3) }
 
@@ -326,6 +353,22 @@ func sessions() -> [(String, [UInt8])] {
         $0.frame(.end(size: UInt64(changed.count), digest: SHA256Digest.hash(changed)))
         $0.frame(.file($0.entry("db", flags: replace | Wire.FileFlags.delta, size: 5000, mode: 0o644)))
         $0.frame(.copy(index: 1 << 40, count: 1))
+        $0.frame(.bye)
+    }
+    add("metadata-delta-compressed") {
+        // The same, compressed: the literal bytes in one deflate stream, flushed before the COPY.
+        $0.hello(["sha256", "resume", "sync", "deflate"])
+        let replace = Wire.FileFlags.sizeKnown | Wire.FileFlags.replace
+        $0.file("db", binary, flags: replace)
+        let tail = Array("new bytes".utf8) + Array(binary[1400...])
+        let changed = Array(binary[0..<700]) + Array(binary[700..<1400]) + tail
+        let flags = replace | Wire.FileFlags.delta | Wire.FileFlags.compressed
+        $0.frame(.file($0.entry("db", flags: flags, size: UInt64(changed.count), mode: 0o644)))
+        let pieces = deflateFlushed([Array(binary[0..<700]), tail])
+        $0.data(pieces[0], piece: 100)
+        $0.frame(.copy(index: 1, count: 1))
+        $0.data(pieces[1], piece: 100)
+        $0.frame(.end(size: UInt64(changed.count), digest: SHA256Digest.hash(changed)))
         $0.frame(.bye)
     }
     add("sender-error") {
