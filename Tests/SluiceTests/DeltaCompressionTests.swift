@@ -137,6 +137,40 @@ struct DeltaCompressionTests {
         }
     }
 
+    @Test("An interrupted compressed delta leaves the old file as it was; the next run rebuilds it")
+    func interruptedDeltaLeavesTheOldFile() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            for dir in [src, dst] {
+                try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+            }
+            let content = compressibleBytes(4 << 20, seed: 31)
+            let harness = try TransferHarness(directory: dst)
+            try writeFile(src + "/db", content, mtime: (1_600_000_000, 0))
+            #expect(try harness.send(paths: [src], options: try Self.syncing(compress: true)).succeeded)
+            // The second half changed: 2 MiB of literal bytes, sent slowly, cut in the middle.
+            let changed = Array(content[0..<(2 << 20)]) + randomBytes(2 << 20, seed: 32)
+            try writeFile(src + "/db", changed, mtime: (1_600_000_100, 0))
+            var options = try Self.syncing(compress: true, chunk: 65536)
+            options.rateLimit = 2 << 20
+            let partial = dst + "/tree/.db.sluice-part"
+            let sessions = harness.reports.count
+            let (sender, box) = try harness.startSender([.path(src)], options: options)
+            let watch = harness.loop.schedule(after: .milliseconds(5), repeating: .milliseconds(5)) {
+                if (FileInfo(partial)?.size ?? 0) >= 2 << 20 + 256 << 10 { sender.cancel() }
+            }
+            runLoop(harness.loop, for: .seconds(20)) { box.summary != nil && harness.reports.count > sessions }
+            watch.cancel()
+            #expect(box.summary?.error?.code == .cancelled)
+            #expect(readFile(dst + "/tree/db") == content, "the old file is intact")
+            let summary = try harness.send(paths: [src], options: try Self.syncing(compress: true))
+            #expect(summary.succeeded, "\(summary.results)")
+            #expect(readFile(dst + "/tree/db") == changed)
+            #expect(summary.results.first { $0.path == "tree/db" }?.sentAsDelta == true)
+        }
+    }
+
     @Test("Compressed delta lies: a COPY inside an unflushed block, literals past the size: the file fails, no more")
     func compressedDeltaLies() throws {
         try withTemporaryDirectory { root in
