@@ -222,7 +222,7 @@ extension ReceiverSession {
                 return false
             }
             if produced > 0 { store(UnsafeRawBufferPointer(rebasing: output[0..<produced]), to: file) }
-            return self.file === file
+            return file.lifecycle.takesData
         }
     }
 }
