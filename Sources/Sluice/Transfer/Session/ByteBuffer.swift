@@ -1,6 +1,10 @@
 /// A fixed-capacity byte buffer with a read and a write index: what has been received and not
 /// yet parsed, or what is to be sent and not yet written.
-struct ByteBuffer {
+///
+/// A class with one owner (a connection's two buffers, a sender's uncompressed input): its
+/// memory is freed when the owner lets it go, never by hand, and what changes it is seen by
+/// everyone holding it, so no copy is ever written back.
+final class ByteBuffer {
     private(set) var storage: UnsafeMutableRawBufferPointer
     private(set) var readIndex = 0
     private(set) var writeIndex = 0
@@ -13,12 +17,12 @@ struct ByteBuffer {
         storage = .allocate(byteCount: capacity, alignment: 16)
     }
 
-    func deallocate() { storage.deallocate() }
+    deinit { storage.deallocate() }
 
     /// Moves the unconsumed bytes into a new storage of `capacity` bytes, larger or smaller.
     /// Nothing happens while bytes are lent, or when the unconsumed bytes would not fit.
     /// No pointer into the old storage may be held across it.
-    mutating func resize(to capacity: Int) {
+    func resize(to capacity: Int) {
         guard capacity != self.capacity, capacity > 0, lent == 0, readableBytes <= capacity else { return }
         let count = readableBytes
         let replacement = UnsafeMutableRawBufferPointer.allocate(byteCount: capacity, alignment: 16)
@@ -50,7 +54,7 @@ struct ByteBuffer {
     }
 
     /// Moves the unconsumed bytes to the start.
-    mutating func compact() {
+    func compact() {
         if readIndex == 0 || lent > 0 { return }
         let count = readableBytes
         if count > 0 {
@@ -61,7 +65,7 @@ struct ByteBuffer {
     }
 
     /// Makes at least `count` bytes of tail space, compacting if needed; false if it cannot.
-    mutating func reserve(_ count: Int) -> Bool {
+    func reserve(_ count: Int) -> Bool {
         if tailSpace >= count { return true }
         compact()
         return tailSpace >= count
@@ -73,14 +77,14 @@ struct ByteBuffer {
     /// small message consumed (which cost a MiB of copying per small file received). False when
     /// there is no tail space and compacting would not pay: the owner has whole messages to
     /// parse first, and calls again once it has.
-    mutating func reserveForRead(partial: Int) -> Bool {
+    func reserveForRead(partial: Int) -> Bool {
         if tailSpace > 0 { return true }
         guard readableBytes <= readIndex || readableBytes < partial else { return false }
         compact()
         return tailSpace > 0
     }
 
-    mutating func consume(_ count: Int) {
+    func consume(_ count: Int) {
         precondition(count <= readableBytes, "ByteBuffer: consumed more than readable")
         readIndex += count
         if readIndex == writeIndex && lent == 0 {
@@ -89,11 +93,15 @@ struct ByteBuffer {
         }
     }
 
-    /// Marks bytes about to be consumed as lent: they stay where they are until `returned()`.
-    mutating func lend() { lent += 1 }
+    /// Lends `piece`, bytes of this buffer about to be consumed: they stay where they are, and
+    /// the buffer's memory stays alive, until the loan is given back (`LentBytes.giveBack()`).
+    func lend(_ piece: UnsafeRawBufferPointer) -> LentBytes {
+        lent += 1
+        return LentBytes(piece, of: self)
+    }
 
     /// One lent piece came back; once all are back, the buffer may compact again.
-    mutating func returned() {
+    fileprivate func returned() {
         precondition(lent > 0, "ByteBuffer: returned more than lent")
         lent -= 1
         if lent == 0 && readIndex == writeIndex {
@@ -102,14 +110,14 @@ struct ByteBuffer {
         }
     }
 
-    mutating func produced(_ count: Int) {
+    func produced(_ count: Int) {
         precondition(count <= tailSpace, "ByteBuffer: produced more than the tail holds")
         writeIndex += count
     }
 
     /// Appends `bytes` if they fit (compacting if needed); false, with nothing appended, if not.
     @discardableResult
-    mutating func append(_ bytes: [UInt8]) -> Bool {
+    func append(_ bytes: [UInt8]) -> Bool {
         guard !bytes.isEmpty else { return true }
         guard reserve(bytes.count) else { return false }
         bytes.withUnsafeBytes { tail.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: bytes.count) }
@@ -119,13 +127,33 @@ struct ByteBuffer {
 
     /// Writes a big-endian `UInt32` at an absolute position in the storage (a frame header
     /// filled in after its payload).
-    mutating func setUInt32(_ value: UInt32, at position: Int) {
+    func setUInt32(_ value: UInt32, at position: Int) {
         withUnsafeBytes(of: value.bigEndian) {
             (storage.baseAddress! + position).copyMemory(from: $0.baseAddress!, byteCount: 4)
         }
     }
 
-    mutating func setUInt8(_ value: UInt8, at position: Int) {
+    func setUInt8(_ value: UInt8, at position: Int) {
         storage[position] = value
+    }
+}
+
+/// Bytes of a `ByteBuffer` lent to a worker (which writes and hashes them): the loan holds the
+/// buffer, so its memory outlives whoever owned it until the loan is given back, and while any
+/// loan is out the buffer moves nothing (no compaction, no resize). The worker only reads
+/// `bytes`; `giveBack()` runs once, on the owner's thread.
+final class LentBytes: @unchecked Sendable {
+    let bytes: UnsafeRawBufferPointer
+    private var buffer: ByteBuffer?
+
+    fileprivate init(_ bytes: UnsafeRawBufferPointer, of buffer: ByteBuffer) {
+        self.bytes = bytes
+        self.buffer = buffer
+    }
+
+    /// Ends the loan: the buffer may move these bytes again once every loan is back.
+    func giveBack() {
+        buffer?.returned()
+        buffer = nil
     }
 }

@@ -126,10 +126,10 @@ extension ReceiverSession {
         bytesStored += UInt64(piece.count)
         piecesLent += 1
         receiver?.piecesLent += 1
-        connection.inbound.lend()
-        hasher.writeLent(file.digest, piece, to: target, at: position, owner: connection) { [self] written in
+        let loan = connection.inbound.lend(piece)
+        hasher.writeLent(file.digest, loan, to: target, at: position) { [self] written in
             piecesLent -= 1
-            connection.inbound.returned()
+            loan.giveBack()
             if piecesLent == 0 { connection.fitInbound() }
             if !written { writeFailed(target) }
             pump()

@@ -67,7 +67,7 @@ extension TransferSender {
             let payload = UnsafeMutableRawBufferPointer(
                 rebasing: connection.outbound.tail[Wire.frameHeaderSize..<Wire.frameHeaderSize + chunk])
             var produced = 0
-            if file.compressed, let deflate, var raw = rawBuffer {
+            if file.compressed, let deflate, let raw = rawBuffer {
                 if raw.isEmpty && !file.sourceEnded {
                     let target = raw.tail
                     switch readSource(file, into: target) {
@@ -76,15 +76,13 @@ extension TransferSender {
                         noteRead(file, UnsafeRawBufferPointer(rebasing: target[0..<n]))
                     case .end, .hole: file.sourceEnded = true  // no holes in compressed data
                     case .wait:
-                        rawBuffer = raw
                         return
                     case .failed(let reason):
-                        rawBuffer = raw
                         readFailed(reason)
                         return
                     }
                 }
-                guard let progress = compress(deflate, &raw, ending: raw.isEmpty, into: payload) else { return }
+                guard let progress = compress(deflate, raw, ending: raw.isEmpty, into: payload) else { return }
                 produced = progress.produced
                 if progress.finished { file.compressionFinished = true }
                 // The blocks are on the workers: the driver's wake handler calls again.
@@ -129,20 +127,18 @@ extension TransferSender {
     }
 
     /// One step of the file's deflate stream: `raw`'s bytes in (none when `ending`: the stream
-    /// is finished), its output into `payload`; `rawBuffer` keeps what is left. Nil when it
-    /// failed (the file has failed then).
+    /// is finished), its output into `payload`; `raw` keeps what is left. Nil when it failed
+    /// (the file has failed then).
     func compress(
-        _ deflate: StageDriver, _ raw: inout ByteBuffer, ending: Bool, into payload: UnsafeMutableRawBufferPointer
+        _ deflate: StageDriver, _ raw: ByteBuffer, ending: Bool, into payload: UnsafeMutableRawBufferPointer
     ) -> StageProgress? {
         let input: UnsafeRawBufferPointer? = ending ? nil : raw.readable
         let step = Result { () throws(SluiceError) in try deflate.step(input: input, output: payload) }
         guard case .success(let progress) = step else {
-            rawBuffer = raw
             if case .failure(let error) = step { readFailed(error.description) }
             return nil
         }
         raw.consume(progress.consumed)
-        rawBuffer = raw
         return progress
     }
 
@@ -267,10 +263,7 @@ extension TransferSender {
             stream.close()
             if let loop { stream.remove(from: loop) }
         }
-        if var raw = rawBuffer {
-            raw.consume(raw.readableBytes)
-            rawBuffer = raw
-        }
+        if let raw = rawBuffer { raw.consume(raw.readableBytes) }
         deflate?.cancel()
         deflate = nil
         if !file.finalizing { hasher?.discardFilling() }

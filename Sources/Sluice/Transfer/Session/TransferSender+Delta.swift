@@ -167,7 +167,7 @@ extension TransferSender {
     ) {
         let chunk = options.chunkSize.bytes
         while current === file, !file.finalizing, connection.outbound.readableBytes < chunk,
-            connection.outbound.reserve(chunk + Wire.frameHeaderSize + 64), var raw = rawBuffer
+            connection.outbound.reserve(chunk + Wire.frameHeaderSize + 64), let raw = rawBuffer
         {
             let op = delta.next < delta.ops.count ? delta.ops[delta.next] : nil
             if raw.isEmpty, case .literal(_, let length) = op {
@@ -192,7 +192,7 @@ extension TransferSender {
             let frameStart = connection.outbound.writeIndex
             let payload = UnsafeMutableRawBufferPointer(
                 rebasing: connection.outbound.tail[Wire.frameHeaderSize..<Wire.frameHeaderSize + chunk])
-            guard let progress = compress(deflate, &raw, ending: ending, into: payload) else { return }
+            guard let progress = compress(deflate, raw, ending: ending, into: payload) else { return }
             if progress.produced > 0 {
                 connection.outbound.setUInt8(Wire.MessageType.data.rawValue, at: frameStart)
                 connection.outbound.setUInt32(UInt32(progress.produced), at: frameStart + 1)

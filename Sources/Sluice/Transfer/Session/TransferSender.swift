@@ -197,7 +197,6 @@ public final class TransferSender: WireConnectionOwner {
     func resumedBytes(of index: Int) -> UInt64 { resumed[index] }
 
     deinit {
-        rawBuffer?.deallocate()
         discardOpensAhead()
     }
 

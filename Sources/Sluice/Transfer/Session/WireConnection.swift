@@ -35,8 +35,8 @@ extension WireConnectionOwner {
 final class WireConnection: ByteStreamDelegate {
     let input: ReadStream
     let output: WriteStream
-    var inbound: ByteBuffer
-    var outbound: ByteBuffer
+    let inbound: ByteBuffer
+    let outbound: ByteBuffer
     weak var owner: WireConnectionOwner?
     /// Stop reading while more than this many bytes wait to be written.
     var pauseReadingAbove: Int
@@ -83,11 +83,6 @@ final class WireConnection: ByteStreamDelegate {
         outbound = ByteBuffer(capacity: outboundCapacity)
         pauseReadingAbove = outboundCapacity
         self.rateLimit = rateLimit
-    }
-
-    deinit {
-        inbound.deallocate()
-        outbound.deallocate()
     }
 
     /// Schedules and opens both streams (those not open yet) on `loop`.

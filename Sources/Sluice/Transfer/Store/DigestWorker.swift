@@ -188,23 +188,23 @@ final class DigestWorker: @unchecked Sendable {
         }
     }
 
-    /// Writes `bytes` to `target` at `offset`, then hashes them for `digest`, on the worker in
-    /// order with the other jobs, without copying them: they are lent, and the caller leaves
-    /// them untouched (and `owner`, which holds their memory, is kept alive) until
-    /// `completion` runs on the loop, saying whether they were written.
+    /// Writes `lent`'s bytes to `target` at `offset`, then hashes them for `digest`, on the
+    /// worker in order with the other jobs, without copying them: the loan keeps them where they
+    /// are (and their memory alive) until `completion` runs on the loop, saying whether they
+    /// were written; the caller gives the loan back there.
     func writeLent(
-        _ digest: FileDigest, _ bytes: UnsafeRawBufferPointer, to target: WriteTarget, at offset: UInt64,
-        owner: AnyObject, _ completion: @escaping (Bool) -> Void
+        _ digest: FileDigest, _ lent: LentBytes, to target: WriteTarget, at offset: UInt64,
+        _ completion: @escaping (Bool) -> Void
     ) {
         submitFilling()
-        let lent = UncheckedBox((bytes, owner, completion))
+        let done = UncheckedBox(completion)
         loop.retainSource()
         enqueue { [loop] in
-            let written = target.write(lent.value.0, at: offset) == .written
-            if written { digest.update(lent.value.0) }
+            let written = target.write(lent.bytes, at: offset) == .written
+            if written { digest.update(lent.bytes) }
             loop.execute {
                 loop.releaseSource()
-                lent.value.2(written)
+                done.value(written)
             }
         }
     }
