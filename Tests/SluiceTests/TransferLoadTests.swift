@@ -142,6 +142,44 @@ struct TransferLoadTests {
         }
     }
 
+    @Test("A disk call stalled in one session (its file's open, or a small file's) holds up only that session")
+    func stalledOpenHoldsUpOnlyItsSession() throws {
+        for size in [3000, 300_000] {
+            try withTemporaryDirectory { root in
+                let dst = root + "/dst"
+                let src = root + "/src"
+                for path in [dst, src] {
+                    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+                }
+                let harness = try TransferHarness(
+                    directory: dst, options: TransferReceiveOptions(fsync: false, idleTimeout: .seconds(30)))
+                let release = DispatchSemaphore(value: 0)
+                let stalled = Atomic<Bool>(false)
+                // The stalled disk: this session's open takes until the test has seen the other
+                // session finish (20 s at most), so nothing depends on how fast the machine is.
+                harness.receiver.store.afterOpen = { relative, _ in
+                    guard relative == "stuck" else { return }
+                    stalled.store(true, ordering: .sequentiallyConsistent)
+                    _ = release.wait(timeout: .now() + .seconds(20))
+                }
+                try writeFile(src + "/stuck", randomBytes(size, seed: 5))
+                for i in 0..<20 { try writeFile(src + "/other\(i)", randomBytes(i == 0 ? 400_000 : 2000 + i, seed: 9)) }
+                let (stuckSender, stuck) = try harness.startSender([.path(src + "/stuck")])
+                #expect(runLoop(harness.loop, for: .seconds(20)) { stalled.load(ordering: .sequentiallyConsistent) })
+                let others = (0..<20).map { TransferSource.path(src + "/other\($0)") }
+                let (otherSender, other) = try harness.startSender(others)
+                #expect(runLoop(harness.loop, for: .seconds(20)) { other.summary != nil })
+                #expect(other.summary?.succeeded == true, "\(other.summary?.results ?? [])")
+                #expect(stuck.summary == nil, "the stalled session is still waiting for its disk")
+                release.signal()
+                #expect(runLoop(harness.loop, for: .seconds(20)) { stuck.summary != nil })
+                #expect(stuck.summary?.succeeded == true)
+                #expect(readFile(dst + "/stuck") == readFile(src + "/stuck"))
+                _ = (stuckSender, otherSender)
+            }
+        }
+    }
+
     @Test("With other files being received, writes go to workers: files stored; a failing disk fails only its file")
     func writesOnWorkers() throws {
         try withTemporaryDirectory { root in
