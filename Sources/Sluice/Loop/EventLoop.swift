@@ -27,6 +27,8 @@ public final class LoopTimer {
     fileprivate var body: (() -> Void)?
     fileprivate var cancelled = false
     fileprivate weak var loop: EventLoop?
+    /// When it is due (the loop's monotonic clock, in nanoseconds): for tests of the order.
+    var dueAt: UInt64 { deadline }
 
     fileprivate init(deadline: UInt64, interval: UInt64?, body: @escaping () -> Void) {
         self.deadline = deadline

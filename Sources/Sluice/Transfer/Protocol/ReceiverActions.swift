@@ -47,6 +47,49 @@ enum SessionEnd: Equatable, Sendable {
     case turnedAway(String)
 }
 
+extension SessionEnd {
+    /// What a session's end means to its user, at either end: nil after a goodbye, else the
+    /// error of `operation` (`send` or `receive`) on `subject` (the connection), the peer's
+    /// own reasons shown as its (`peer`: `sender` or `receiver`).
+    func error(operation: String, subject: String?, peer: String) -> SluiceError? {
+        switch self {
+        case .goodbye:
+            return nil
+        case .violation(let reason):
+            return SluiceError(.protocolViolation, operation: operation, subject: subject, detail: reason)
+        case .turnedAway(let reason):
+            return SluiceError(.unavailable, operation: operation, subject: subject, detail: reason)
+        case .peerError(let reason) where reason.hasPrefix(Wire.expiredPrefix):
+            // The key authenticated, but the code it came from has served its transfers.
+            return SluiceError(
+                .authenticationFailed, operation: operation, subject: subject, detail: "\(peer): \(reason)")
+        case .peerError(let reason) where reason.hasPrefix(Wire.busyPrefix):
+            // Serving all the sessions it allows: nothing was refused, try again later.
+            return SluiceError(.unavailable, operation: operation, subject: subject, detail: "\(peer): \(reason)")
+        case .peerError(let reason):
+            return SluiceError(.refused, operation: operation, subject: subject, detail: "\(peer): \(reason)")
+        case .closedEarly(let detail):
+            return SluiceError(.truncatedData, operation: operation, subject: subject, detail: detail)
+        case .timedOut:
+            return SluiceError(.timedOut, operation: operation, subject: subject, detail: "idle")
+        case .connectionFailed(let failure):
+            return failure
+        case .cancelled:
+            return SluiceError(.cancelled, operation: operation, subject: subject)
+        }
+    }
+
+    /// Whether the connection is closed once what is queued has been written (the peer then
+    /// reads the last message: a goodbye, the ERROR of a violation or a turning away), rather
+    /// than at once.
+    var closesAfterFlush: Bool {
+        switch self {
+        case .goodbye, .violation, .turnedAway: return true
+        case .peerError, .closedEarly, .timedOut, .connectionFailed, .cancelled: return false
+        }
+    }
+}
+
 /// What the receiving side does next: the receiver machine's output, performed by its session.
 enum ReceiverAction: Equatable, Sendable {
     /// Queue this message for the sender.

@@ -481,31 +481,8 @@ final class ReceiverSession: WireConnectionOwner {
         idleTimer = nil
         admissionTimer?.cancel()
         admissionTimer = nil
-        let error: SluiceError?
-        var graceful = true
-        switch how {
-        case .goodbye:
-            error = nil
-        case .violation(let reason):
-            error = SluiceError(.protocolViolation, operation: "receive", subject: peer, detail: reason)
-        case .peerError(let reason):
-            error = SluiceError(.refused, operation: "receive", subject: peer, detail: "sender: \(reason)")
-        case .closedEarly(let detail):
-            error = SluiceError(.truncatedData, operation: "receive", subject: peer, detail: detail)
-            graceful = false
-        case .timedOut:
-            error = SluiceError(.timedOut, operation: "receive", subject: peer, detail: "idle")
-            graceful = false
-        case .connectionFailed(let failure):
-            error = failure
-            graceful = false
-        case .cancelled:
-            error = SluiceError(.cancelled, operation: "receive", subject: peer)
-            graceful = false
-        case .turnedAway(let reason):
-            error = SluiceError(.unavailable, operation: "receive", subject: peer, detail: reason)
-        }
-        if graceful && !connection.isClosed {
+        let error = how.error(operation: "receive", subject: peer, peer: "sender")
+        if how.closesAfterFlush && !connection.isClosed {
             // A peer turned away or told of its violation may have sent on (it pipelines its
             // requests): read and drop that rather than reset the connection under the ERROR.
             var drains = false

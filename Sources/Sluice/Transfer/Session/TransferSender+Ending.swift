@@ -4,40 +4,9 @@ extension TransferSender {
         ended = true
         closeCurrent()
         discardOpensAhead()
-        let name = connection?.output.name
-        let error: SluiceError?
-        switch how {
-        case .goodbye:
-            error = nil
-        case .violation(let reason):
-            error = SluiceError(.protocolViolation, operation: "send", subject: name, detail: reason)
-        case .turnedAway(let reason):
-            // The receiver's end alone (its machine turns a sender away): not met here.
-            error = SluiceError(.unavailable, operation: "send", subject: name, detail: reason)
-        case .peerError(let reason) where reason.hasPrefix(Wire.expiredPrefix):
-            // The key authenticated, but the code it came from has served its transfers.
-            error = SluiceError(.authenticationFailed, operation: "send", subject: name, detail: "receiver: \(reason)")
-        case .peerError(let reason) where reason.hasPrefix(Wire.busyPrefix):
-            // Serving all the sessions it allows: nothing was refused, try again later.
-            error = SluiceError(.unavailable, operation: "send", subject: name, detail: "receiver: \(reason)")
-        case .peerError(let reason):
-            error = SluiceError(.refused, operation: "send", subject: name, detail: "receiver: \(reason)")
-        case .closedEarly(let detail):
-            error = SluiceError(.truncatedData, operation: "send", subject: name, detail: detail)
-        case .timedOut:
-            error = SluiceError(.timedOut, operation: "send", subject: name)
-        case .connectionFailed(let failure):
-            error = failure
-        case .cancelled:
-            error = SluiceError(.cancelled, operation: "send", subject: name)
-        }
+        let error = how.error(operation: "send", subject: connection?.output.name, peer: "receiver")
         if let connection {
-            let graceful: Bool
-            switch how {
-            case .goodbye, .violation: graceful = true
-            case .peerError, .closedEarly, .timedOut, .connectionFailed, .cancelled, .turnedAway: graceful = false
-            }
-            if graceful && !connection.outbound.isEmpty {
+            if how.closesAfterFlush && !connection.outbound.isEmpty {
                 connection.closeAfterFlush()
             } else {
                 connection.close()
