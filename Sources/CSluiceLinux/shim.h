@@ -149,4 +149,13 @@ extern int pipe2(int pipefd[2], int flags);
 #define F_GETPIPE_SZ 1032
 #endif
 
+/* A device's numbers (major, minor) and back: macros of <sys/sysmacros.h>, which Swift cannot
+   call. */
+#include <sys/sysmacros.h>
+static inline unsigned int sluice_major(unsigned long long dev) { return major(dev); }
+static inline unsigned int sluice_minor(unsigned long long dev) { return minor(dev); }
+static inline unsigned long long sluice_makedev(unsigned int major, unsigned int minor) {
+    return makedev(major, minor);
+}
+
 #endif

@@ -228,7 +228,8 @@ struct MachineDriver {
                 switch frame {
                 case .stored, .refused, .failed: answersSent += 1
                 case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined,
-                    .held, .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token:
+                    .held, .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token,
+                    .special:
                     break
                 }
             case .makeDirectory(let request):
@@ -242,6 +243,9 @@ struct MachineDriver {
                     #expect(machine.linkTargets.contains(target))
                 }
                 queue += machine.handle(.linkMade(chaotic && coin() ? .refused(.exists, "exists") : nil))
+            case .makeSpecial(let request, _):
+                check(request)
+                queue += machine.handle(.specialMade(chaotic && coin() ? .refused(.exists, "exists") : nil))
             case .deliverHole, .deliverCopy:
                 break
             case .prune(let components, _):
@@ -594,6 +598,7 @@ struct SenderMachineTests {
                         version: 1,
                         capabilities: [
                             "sha256", "deflate", "resume", "held-sha256", "links", "holes", "xattrs", "owners",
+                            "specials",
                         ]))
             ])
         #expect(machine.received(.magic).isEmpty)

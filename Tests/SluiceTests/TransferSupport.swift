@@ -108,6 +108,8 @@ struct FileInfo: Equatable, CustomStringConvertible {
     var size: Int
     var mtimeSeconds: Int
     var mtimeNanoseconds: Int
+    /// A device's number (0 for anything else).
+    var device: UInt64
 
     init?(_ path: String) {
         var st = stat()
@@ -117,10 +119,12 @@ struct FileInfo: Equatable, CustomStringConvertible {
         size = type == S_IFREG ? Int(st.st_size) : 0
         mtimeSeconds = st.st_mtim.tv_sec
         mtimeNanoseconds = st.st_mtim.tv_nsec
+        device = type == S_IFCHR || type == S_IFBLK ? UInt64(st.st_rdev) : 0
     }
 
     var description: String {
         "type \(String(type, radix: 8)) mode \(String(mode, radix: 8)) size \(size) mtime \(mtimeSeconds).\(mtimeNanoseconds)"
+            + (device == 0 ? "" : " device \(device)")
     }
 }
 

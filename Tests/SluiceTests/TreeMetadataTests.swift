@@ -70,12 +70,12 @@ struct TreeMetadataTests {
         return (xattrs, allocated(src + "/disk.img") < 1 << 20)
     }
 
-    /// Sends `path` to the harness's receiver, keeping the sender's warnings.
+    /// Sends `path` to the harness's receiver, keeping the sender's warnings (the walk's too).
     static func send(_ path: String, _ options: TransferSendOptions, to harness: TransferHarness) throws -> (
         TransferSummary, [String]
     ) {
         var warnings: [String] = []
-        let sender = try TransferSender(sources: [.path(path)], options: options)
+        let sender = try TransferSender(sources: [.path(path)], options: options) { warnings.append($0) }
         sender.onWarning = { warnings.append($0) }
         let (input, output) = Socket.connect(host: "127.0.0.1", port: harness.port)
         let box = SummaryBox()
@@ -206,7 +206,8 @@ struct TreeMetadataTests {
 
     // MARK: A peer that lies
 
-    private func exchange(_ harness: TransferHarness, _ payload: [UInt8]) throws -> [(UInt8, [UInt8])] {
+    /// Sends `payload` from a raw client and returns the receiver's messages.
+    static func exchange(_ harness: TransferHarness, _ payload: [UInt8]) throws -> [(UInt8, [UInt8])] {
         let sessionsBefore = harness.reports.count
         let client = SocketExchange(Socket.connect(host: "127.0.0.1", port: harness.port), payload: payload)
         client.start(on: harness.loop)
@@ -255,7 +256,7 @@ struct TreeMetadataTests {
                 + RawWire.data(large) + RawWire.end(large)
             payload += Self.link("mine2", "mine", kind: .hard)
             payload += RawWire.bye
-            let replies = try exchange(harness, payload)
+            let replies = try Self.exchange(harness, payload)
             let answers = replies.map(\.0).filter { $0 != Wire.MessageType.hello.rawValue }
             let (stored, refused) = (Wire.MessageType.stored.rawValue, Wire.MessageType.refused.rawValue)
             // The link itself is a name like any other; what goes through it is refused.
@@ -286,7 +287,7 @@ struct TreeMetadataTests {
             // A hole past the announced size: the file fails, the session goes on.
             var payload = Self.hello + RawWire.file("past", size: 10, flags: sparse) + hole(11)
             payload += RawWire.end([UInt8](repeating: 0, count: 11)) + RawWire.bye
-            var replies = try exchange(harness, payload)
+            var replies = try Self.exchange(harness, payload)
             #expect(replies.contains { $0.0 == Wire.MessageType.failed.rawValue })
             #expect(replies.last?.0 == Wire.MessageType.bye.rawValue)
             #expect(!fileExists(dst + "/past"))
@@ -301,7 +302,7 @@ struct TreeMetadataTests {
             let hashed = [1] + Wire.holeDigestInput(199_999) + [2] + Wire.holeDigestInput(99_999)
             payload += MessageWriter.end(size: UInt64(content.count), digest: SHA256Digest.hash(hashed))
             payload += RawWire.bye
-            replies = try exchange(harness, payload)
+            replies = try Self.exchange(harness, payload)
             #expect(replies.map(\.0).contains(Wire.MessageType.stored.rawValue), "\(replies.map(\.0))")
             #expect(readFile(dst + "/ok.img") == content)
 
@@ -319,7 +320,7 @@ struct TreeMetadataTests {
                 ),
             ]
             for (what, messages) in violations {
-                let replies = try exchange(harness, Self.hello + messages + RawWire.bye)
+                let replies = try Self.exchange(harness, Self.hello + messages + RawWire.bye)
                 #expect(replies.last?.0 == Wire.MessageType.error.rawValue, "\(what): \(replies.map(\.0))")
                 #expect(harness.reports.last?.error?.code == .protocolViolation, "\(what)")
             }

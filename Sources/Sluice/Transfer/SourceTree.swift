@@ -10,6 +10,8 @@ struct OutgoingEntry {
         case stream(ReadStream)
         /// A symbolic link inside a directory sent: its target as written.
         case symlink(String, target: [UInt8])
+        /// A device (its numbers), FIFO or socket (`devices`, `specials`): never opened.
+        case special(Wire.SpecialType, major: UInt32, minor: UInt32)
     }
 
     var kind: Kind
@@ -31,11 +33,18 @@ struct OutgoingEntry {
         if case .directory = kind { return true }
         return false
     }
+
+    /// A device, FIFO or socket.
+    var isSpecial: Bool {
+        if case .special = kind { return true }
+        return false
+    }
 }
 
 /// Turns the sender's sources into the list of entries to send, walking directories: regular
 /// files, directories (empty ones too) and symbolic links are sent, each directory before what
-/// it holds; devices, sockets and FIFOs are skipped with a warning. A path given directly is
+/// it holds; devices with `options.devices`, FIFOs and sockets with `options.specials` (each
+/// only `lstat`ed, never opened), else skipped with a warning. A path given directly is
 /// followed if it is a link, as `scp -r` does. `selection` chooses among them
 /// (`FileSelection`). With `options.hardLinks`, a file's second name is an entry of its own,
 /// after every file, naming the first (`hardLinkTo`).
@@ -46,17 +55,34 @@ enum SourceTree {
         var xattrs = false
         var owners = false
         var numericIDs = false
+        var devices = false
+        var specials = false
 
-        init(hardLinks: Bool = false, xattrs: Bool = false, owners: Bool = false, numericIDs: Bool = false) {
+        init(
+            hardLinks: Bool = false, xattrs: Bool = false, owners: Bool = false, numericIDs: Bool = false,
+            devices: Bool = false, specials: Bool = false
+        ) {
             self.hardLinks = hardLinks
             self.xattrs = xattrs
             self.owners = owners
             self.numericIDs = numericIDs
+            self.devices = devices
+            self.specials = specials
         }
 
         init(_ send: TransferSendOptions) {
             self.init(
-                hardLinks: send.hardLinks, xattrs: send.xattrs, owners: send.owners, numericIDs: send.numericIDs)
+                hardLinks: send.hardLinks, xattrs: send.xattrs, owners: send.owners, numericIDs: send.numericIDs,
+                devices: send.devices, specials: send.specials)
+        }
+
+        /// The entry kind of a device, FIFO or socket `st` when it is to be sent.
+        func special(_ st: stat) -> OutgoingEntry.Kind? {
+            guard let type = Wire.SpecialType(mode: UInt32(st.st_mode)), type.isDevice ? devices : specials else {
+                return nil
+            }
+            let (major, minor) = type.isDevice ? SpecialFiles.split(UInt64(st.st_rdev)) : (0, 0)
+            return .special(type, major: major, minor: minor)
         }
     }
 
@@ -111,7 +137,11 @@ enum SourceTree {
                         throw SluiceError(.system(.noSuchFile), operation: "stat", subject: listed)
                     }
                 default:
-                    warn("skipping \(quoted(path)): not a regular file or directory")
+                    if let special = options.special(st), walker.takesFile([name], relative: name) {
+                        add(entry(special, name, st), st, path: path, options: options, to: &collected, warn: warn)
+                    } else if options.special(st) == nil {
+                        warn("skipping \(quoted(path)): not a regular file or directory")
+                    }
                 }
             }
         }
@@ -126,9 +156,12 @@ enum SourceTree {
     ) {
         var entry = found
         if options.owners { entry.attributes.owner = OwnerNames.shared.owner(of: st, numeric: options.numericIDs) }
-        if case .symlink = entry.kind {
+        switch entry.kind {
+        case .symlink, .special:
             collected.entries.append(entry)
             return
+        case .directory, .file, .stream:
+            break
         }
         if options.xattrs {
             entry.attributes.xattrs = SourceMetadata.xattrs(path, warn: warn)
@@ -278,7 +311,12 @@ enum SourceTree {
                     entry(.symlink(path, target: target), childRelative, st), st, path: path, options: options,
                     to: &out, warn: warn)
             default:
-                warn("skipping \(quoted(path)): not a regular file or directory")
+                if let special = options.special(st) {
+                    guard walker.selection.shard?.contains(childRelative) ?? true else { continue }
+                    add(entry(special, childRelative, st), st, path: path, options: options, to: &out, warn: warn)
+                } else {
+                    warn("skipping \(quoted(path)): not a regular file or directory")
+                }
             }
         }
     }

@@ -60,6 +60,10 @@ public struct TransferFileResult: Hashable, Sendable {
     /// name (`isHardLink`).
     public var linkTarget: String?
     public var isHardLink = false
+    /// A character or block device (`TransferSendOptions.devices`).
+    public var isDevice = false
+    /// A FIFO or socket (`TransferSendOptions.specials`).
+    public var isSpecial = false
 
     public init(
         path: String, isDirectory: Bool = false, size: UInt64?, resumedBytes: UInt64 = 0, outcome: TransferOutcome
@@ -145,6 +149,13 @@ public struct TransferSendOptions: Sendable {
     public var owners = false
     /// With `owners`: by number only (`--numeric-ids`).
     public var numericIDs = false
+    /// Send character and block devices found in the directories sent, with their numbers
+    /// (`--devices`, `-D`, `-a`), where the receiver takes them (and, for devices, runs as
+    /// root). Off, they are skipped with a warning.
+    public var devices = false
+    /// Send FIFOs and sockets found in the directories sent (`--specials`, `-D`, `-a`) as
+    /// entries of their own, never opened. Off, they are skipped with a warning.
+    public var specials = false
     /// Ask the receiver what it has first (`--sync`): a file of the same size and mtime is not
     /// sent, one that differs replaces it (atomically), a link or directory the same is left.
     /// Without a receiver offering it, files it has are refused as before.
@@ -249,6 +260,9 @@ public struct TransferSummary: Sendable {
 
     /// Symbolic and hard links stored (counted in `files` too).
     public var links: Int { results.filter { $0.isLink && $0.outcome.isStored }.count }
+    /// Devices, and FIFOs and sockets, stored (counted in `files` too).
+    public var devices: Int { results.filter { $0.isDevice && $0.outcome.isStored }.count }
+    public var specials: Int { results.filter { $0.isSpecial && $0.outcome.isStored }.count }
 
     /// True when the connection completed and every entry was stored.
     public var succeeded: Bool {
@@ -309,9 +323,12 @@ public struct TransferReceiveOptions: Sendable {
     /// Give files the owner and group the sender sends (`send --owner`), by name where this
     /// machine knows it, else by number: offered only when the receiver runs as root.
     public var keepsOwners = true
-    /// Offer `links`, `holes` and `xattrs`. Off, the receiver speaks as one published before
-    /// them; for tests of that.
+    /// Offer `links`, `holes`, `xattrs` and `specials`. Off, the receiver speaks as one
+    /// published before them; for tests of that.
     var offersMetadata = true
+    /// Make devices when running as root; off, the receiver refuses them as one not running
+    /// as root does, for tests of that.
+    var makesDevices = true
     /// Offer `delta` (with `sync`); off for tests of a receiver without it.
     var offersDelta = true
     /// Offer `sync-attributes` (with `sync`); off for tests of a receiver without it.

@@ -33,6 +33,8 @@ enum Frame: Equatable, Sendable {
     case copy(index: UInt64, count: UInt32)
     /// The resume token of the resumable FILE or RANGE announced next (`resume-token`).
     case token([UInt8])
+    /// A device, FIFO or socket (`specials`).
+    case special(SpecialHeader)
     case joined
     /// The go-ahead for a file's data from `offset`; `vouched` (`resume-token`): the bytes held
     /// were written under the file's TOKEN, so no HELD follows.
@@ -67,6 +69,7 @@ enum Frame: Equatable, Sendable {
         case .signatures: return .signatures
         case .copy: return .copy
         case .token: return .token
+        case .special: return .special
         case .joined: return .joined
         case .accept: return .accept
         case .stored: return .stored
@@ -119,6 +122,7 @@ enum Frame: Equatable, Sendable {
             }
         case .token(let token):
             return MessageWriter.message(.token) { $0.raw(token) }
+        case .special(let special): return MessageWriter.special(special)
         case .have(let have):
             return MessageWriter.message(.have) { w in
                 w.u8(have.status.rawValue)
@@ -143,7 +147,7 @@ enum Frame: Equatable, Sendable {
 /// send.
 enum FrameDirection: Sendable {
     /// Sender → receiver: HELLO, FILE, DIR, DATA, END, ABORT, BYE, JOIN, RANGE, RANGE-END,
-    /// HELD, LINK, HOLE, XATTR, OWNER, CHECK, PRUNE, COPY, TOKEN, ERROR.
+    /// HELD, LINK, HOLE, XATTR, OWNER, CHECK, PRUNE, COPY, TOKEN, SPECIAL, ERROR.
     case toReceiver
     /// Receiver → sender: HELLO, ACCEPT, STORED, REFUSED, FAILED, JOINED, HAVE, GONE, SIGS, BYE,
     /// ERROR.
@@ -156,7 +160,7 @@ enum FrameDirection: Sendable {
             (.toReceiver, .abort), (.toReceiver, .join), (.toReceiver, .range), (.toReceiver, .rangeEnd),
             (.toReceiver, .held), (.toReceiver, .link), (.toReceiver, .hole), (.toReceiver, .xattr),
             (.toReceiver, .owner), (.toReceiver, .check), (.toReceiver, .prune), (.toReceiver, .copy),
-            (.toReceiver, .token):
+            (.toReceiver, .token), (.toReceiver, .special):
             return true
         case (.toReceiver, .accept), (.toReceiver, .stored), (.toReceiver, .refused), (.toReceiver, .failed),
             (.toReceiver, .joined), (.toReceiver, .have), (.toReceiver, .gone), (.toReceiver, .signatures):
@@ -167,7 +171,8 @@ enum FrameDirection: Sendable {
         case (.toSender, .file), (.toSender, .directory), (.toSender, .data), (.toSender, .end),
             (.toSender, .abort), (.toSender, .join), (.toSender, .range), (.toSender, .rangeEnd),
             (.toSender, .held), (.toSender, .link), (.toSender, .hole), (.toSender, .xattr), (.toSender, .owner),
-            (.toSender, .check), (.toSender, .prune), (.toSender, .copy), (.toSender, .token):
+            (.toSender, .check), (.toSender, .prune), (.toSender, .copy), (.toSender, .token),
+            (.toSender, .special):
             return false
         }
     }
@@ -353,6 +358,8 @@ struct FrameDecoder: Sendable {
         case .token:
             guard payload.count == Wire.resumeTokenBytes else { return nil }
             return .token(reader.rest())
+        case .special:
+            return MessageReader.special(payload).map(Frame.special)
         case .have:
             // A third byte (`sync-attributes`) only when it has a bit set; which bits the
             // sender takes is its machine's to say.

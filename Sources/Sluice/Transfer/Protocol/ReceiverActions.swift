@@ -99,6 +99,9 @@ enum ReceiverAction: Equatable, Sendable {
     /// Create the symbolic link, or the hard link to a file this session stored (its checked
     /// relative path in `target`), at the request's path; answer with `.linkMade`.
     case makeLink(EntryRequest, LinkHeader)
+    /// Create the device, FIFO or socket at the request's path (with the request's mode,
+    /// mtime and owner); answer with `.specialMade`.
+    case makeSpecial(EntryRequest, SpecialHeader)
     /// The next `length` bytes of the file are a hole: advance past them unwritten, hashing
     /// it as a hole (no answer).
     case deliverHole(UInt64)
@@ -156,6 +159,8 @@ enum ReceiverOutcome: Equatable, Sendable {
     case directoryMade(EntryRejection?)
     /// The link was made (nil), or why not.
     case linkMade(EntryRejection?)
+    /// The device, FIFO or socket was made (nil), or why not.
+    case specialMade(EntryRejection?)
     /// A FILE flagged delta was opened (after its basis's signatures went out): the basis's
     /// size, nil when there is no usable basis (the file then comes whole), or why not.
     case deltaOpened(Result<UInt64?, EntryRejection>)

@@ -133,6 +133,35 @@ extension ReceiverMachine {
         return [.makeLink(request, link)]
     }
 
+    /// A SPECIAL: its path checked as any entry's; a device refused (that entry alone) by a
+    /// receiver that may not make devices.
+    mutating func startSpecial(_ header: SpecialHeader) -> [ReceiverAction] {
+        let attributes = takePendingAttributes()
+        let type = header.type
+        let components: [String]
+        switch PathCheck.receivable(header.path) {
+        case .failure(let refusal):
+            return answer(
+                .refused(.invalidPath, "invalid path: \(refusal.reason)"), path: PeerText.sanitized(header.path),
+                isDirectory: false, size: nil, special: type)
+        case .success(let checked): components = checked
+        }
+        let relative = components.joined(separator: "/")
+        guard !type.isDevice || settings.devices else {
+            return answer(
+                .refused(.other, "a \(type.name): this receiver is not running as root, which devices need"),
+                path: relative, isDirectory: false, size: nil, special: type)
+        }
+        let request = EntryRequest(
+            components: components, relative: relative,
+            header: EntryHeader(
+                mode: header.mode & 0o7777, mtimeSeconds: header.mtimeSeconds,
+                mtimeNanoseconds: header.mtimeNanoseconds, path: header.path),
+            attributes: attributes)
+        state = .storing(.special(request, header))
+        return [.makeSpecial(request, header)]
+    }
+
     /// COPY: blocks of the basis, checked against it and against the size announced.
     mutating func copied(_ file: IncomingFile, index: UInt64, count: UInt32) -> [ReceiverAction] {
         guard let basisSize = file.basisSize else { return violation("COPY in a file with no basis") }

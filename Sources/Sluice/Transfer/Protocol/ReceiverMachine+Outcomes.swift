@@ -67,6 +67,9 @@ extension ReceiverMachine {
         case (.storing(.link(let request, _)), .linkMade(let rejection)):
             state = .idle
             return answer(rejection, path: request.relative, isDirectory: false, size: nil, isLink: true)
+        case (.storing(.special(let request, let header)), .specialMade(let rejection)):
+            state = .idle
+            return answer(rejection, path: request.relative, isDirectory: false, size: nil, special: header.type)
         case (.storing(.file(let request)), .deltaOpened(let result)) where request.header.delta:
             switch result {
             case .failure(let rejection):
@@ -191,7 +194,7 @@ extension ReceiverMachine {
     /// its turn, so that answers go out in the order entries were announced.
     mutating func answer(
         _ rejection: EntryRejection?, path: String, isDirectory: Bool, size: UInt64?, resumed: UInt64 = 0,
-        rangeOnly: Bool = false, queued: Bool = true, isLink: Bool = false
+        rangeOnly: Bool = false, queued: Bool = true, isLink: Bool = false, special: Wire.SpecialType? = nil
     ) -> [ReceiverAction] {
         entriesAnswered += 1
         var result = TransferFileResult(
@@ -199,6 +202,8 @@ extension ReceiverMachine {
             outcome: rejection?.outcome ?? .stored)
         result.rangeOnly = rangeOnly
         result.isLink = isLink
+        result.isDevice = special?.isDevice ?? false
+        result.isSpecial = special.map { !$0.isDevice } ?? false
         let actions: [ReceiverAction] = [.send(rejection?.frame ?? .stored), .report(result)]
         guard queued, !queuedAnswers.isEmpty else { return actions }
         queuedAnswers.append(.ready(actions))
@@ -247,7 +252,8 @@ extension ReceiverMachine {
             // An interrupted file keeps its partial data for a resume (the store decides
             // whether it may be kept).
             actions.append(.dropFile(keep: true))
-        case .awaitingMagic, .awaitingHello, .idle, .joining, .storing(.directory), .storing(.link), .storing(.prune),
+        case .awaitingMagic, .awaitingHello, .idle, .joining, .storing(.directory), .storing(.link), .storing(.special),
+            .storing(.prune),
             .discarding, .settling, .ended:
             break
         }

@@ -33,6 +33,11 @@ struct ReceiverMachine: Sendable {
         var xattrs = true
         /// Offer `owners`: only a receiver that may give files away (root).
         var owners = false
+        /// Offer `specials` (SPECIAL: devices, FIFOs, sockets).
+        var specials = true
+        /// Make devices: only a receiver running as root may (`mknod`); else a device is
+        /// refused, that entry alone.
+        var devices = false
         /// Offer `sync` (CHECK and HAVE; FILE and LINK flagged replace).
         var sync = true
         /// Offer `delta` (with `sync`): FILE flagged delta, answered with SIGS.
@@ -87,6 +92,7 @@ struct ReceiverMachine: Sendable {
     enum Pending: Equatable, Sendable {
         case directory(EntryRequest)
         case link(EntryRequest, LinkHeader)
+        case special(EntryRequest, SpecialHeader)
         case prune(EntryRequest)
         case file(EntryRequest)
         case range(EntryRequest, ByteRange)
@@ -163,6 +169,7 @@ struct ReceiverMachine: Sendable {
         if settings.holes { set.insert(Wire.Capability.holes) }
         if settings.xattrs { set.insert(Wire.Capability.xattrs) }
         if settings.owners { set.insert(Wire.Capability.owners) }
+        if settings.specials { set.insert(Wire.Capability.specials) }
         if settings.sync { set.insert(Wire.Capability.sync) }
         if settings.sync && settings.delta { set.insert(Wire.Capability.delta) }
         if settings.sync && settings.syncAttributes { set.insert(Wire.Capability.syncAttributes) }
@@ -270,7 +277,7 @@ struct ReceiverMachine: Sendable {
             (.awaitingHello, .abort), (.awaitingHello, .bye), (.awaitingHello, .join), (.awaitingHello, .range),
             (.awaitingHello, .rangeEnd), (.awaitingHello, .held), (.awaitingHello, .link), (.awaitingHello, .hole),
             (.awaitingHello, .xattr), (.awaitingHello, .owner), (.awaitingHello, .check), (.awaitingHello, .prune),
-            (.awaitingHello, .token):
+            (.awaitingHello, .token), (.awaitingHello, .special):
             return violation("\(frame.type.name) before HELLO")
 
         case (.idle, .check(let header)):
@@ -347,6 +354,15 @@ struct ReceiverMachine: Sendable {
             guard pendingAttributes.resumeToken == nil else { return violation("TOKEN before a LINK") }
             entriesAnnounced += 1
             return startLink(header)
+        case (.idle, .special(let header)):
+            guard settings.specials else { return violation("SPECIAL: this receiver does not offer specials") }
+            guard !header.replace || settings.sync else {
+                return violation("SPECIAL flagged replace: this receiver does not offer sync")
+            }
+            guard pendingAttributes.xattrs.isEmpty else { return violation("XATTR before a SPECIAL") }
+            guard pendingAttributes.resumeToken == nil else { return violation("TOKEN before a SPECIAL") }
+            entriesAnnounced += 1
+            return startSpecial(header)
 
         case (.idle, .join) where !pendingAttributes.isEmpty, (.idle, .bye) where !pendingAttributes.isEmpty:
             return violation("XATTR, OWNER or TOKEN not followed by an entry")
@@ -481,7 +497,8 @@ struct ReceiverMachine: Sendable {
             return [.finishData]
         case (.receiving, .hello), (.receiving, .file), (.receiving, .directory), (.receiving, .bye),
             (.receiving, .join), (.receiving, .range), (.receiving, .link), (.receiving, .xattr),
-            (.receiving, .owner), (.receiving, .check), (.receiving, .prune), (.receiving, .token):
+            (.receiving, .owner), (.receiving, .check), (.receiving, .prune), (.receiving, .token),
+            (.receiving, .special):
             return violation("\(frame.type.name) in the middle of a file")
 
         case (.discarding, .end), (.discarding, .abort), (.discarding, .rangeEnd):
@@ -491,7 +508,8 @@ struct ReceiverMachine: Sendable {
             return []
         case (.discarding, .hello), (.discarding, .file), (.discarding, .directory), (.discarding, .bye),
             (.discarding, .join), (.discarding, .range), (.discarding, .link), (.discarding, .xattr),
-            (.discarding, .owner), (.discarding, .check), (.discarding, .prune), (.discarding, .token):
+            (.discarding, .owner), (.discarding, .check), (.discarding, .prune), (.discarding, .token),
+            (.discarding, .special):
             return violation("\(frame.type.name) in the middle of a file")
 
         case (_, .error(let reason)):

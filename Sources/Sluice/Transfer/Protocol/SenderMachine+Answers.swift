@@ -116,7 +116,7 @@ extension SenderMachine {
 
         case (_, .file), (_, .directory), (_, .end), (_, .abort), (_, .join), (_, .range), (_, .rangeEnd),
             (_, .held), (_, .link), (_, .hole), (_, .xattr), (_, .owner), (_, .check), (_, .prune), (_, .copy),
-            (_, .token):
+            (_, .token), (_, .special):
             return violation("\(frame.type.name) is not a message a receiver sends")
         }
     }
@@ -168,7 +168,7 @@ extension SenderMachine {
                 outcome = .failed(reason: reason, kind: code == .data ? .data : .io)
             }
         case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined,
-            .held, .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token:
+            .held, .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token, .special:
             return violation("\(frame.type.name) is not an answer")
         }
         if outcome != .stored { anyNotStored = true }

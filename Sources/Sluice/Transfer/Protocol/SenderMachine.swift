@@ -70,6 +70,15 @@ struct SenderMachine: Sendable {
         var attributes = EntryAttributes()
         /// Its size when listed (a file by path), for CHECK.
         var listedSize: UInt64? = nil
+        /// A device, FIFO or socket (`-D`): sent with SPECIAL.
+        var special: Special? = nil
+    }
+
+    /// A device's, FIFO's or socket's type and numbers (0 for a FIFO or socket).
+    struct Special: Equatable, Sendable {
+        var type: Wire.SpecialType
+        var major: UInt32 = 0
+        var minor: UInt32 = 0
     }
 
     struct CurrentFile: Equatable, Sendable {
@@ -175,7 +184,7 @@ struct SenderMachine: Sendable {
     var capabilities: Set<String> {
         var set: Set<String> = [
             Wire.Capability.deflate, Wire.Capability.links, Wire.Capability.holes, Wire.Capability.xattrs,
-            Wire.Capability.owners,
+            Wire.Capability.owners, Wire.Capability.specials,
         ]
         set.formUnion(settings.digests.map(\.capability))
         if settings.resume { set.formUnion([Wire.Capability.resume, Wire.Capability.heldSHA256]) }
@@ -267,7 +276,9 @@ struct SenderMachine: Sendable {
         var seen: Set<Int> = []
         return work.map(\.index).filter { index in
             let entry = entries[index]
-            guard entry.isDirectory || entry.symlinkTarget != nil || entry.seekable else { return false }
+            guard entry.isDirectory || entry.symlinkTarget != nil || entry.seekable || entry.special != nil else {
+                return false
+            }
             return seen.insert(index).inserted
         }
     }
@@ -276,11 +287,16 @@ struct SenderMachine: Sendable {
     func check(_ index: Int) -> CheckHeader {
         let entry = entries[index]
         let kind: Wire.CheckKind =
-            entry.isDirectory ? .directory : entry.symlinkTarget != nil ? .symbolicLink : .file
+            entry.isDirectory
+            ? .directory : entry.symlinkTarget != nil ? .symbolicLink : entry.special != nil ? .special : .file
         var check = CheckHeader(
             kind: kind, flags: settings.dryRun ? 0 : Wire.CheckFlags.apply, size: entry.listedSize ?? 0,
             mode: entry.mode, mtimeSeconds: entry.mtimeSeconds, mtimeNanoseconds: entry.mtimeNanoseconds,
             path: Array(entry.relative.utf8), target: entry.symlinkTarget ?? [])
+        if let special = entry.special {
+            check.mode = special.type.rawValue | entry.mode & 0o7777
+            check.size = UInt64(special.major) << 32 | UInt64(special.minor)
+        }
         if let digest = checksums[index] {
             check.flags |= Wire.CheckFlags.digest
             check.digest = digest
@@ -295,7 +311,7 @@ struct SenderMachine: Sendable {
     /// more): read here (`-X`), taken by the receiver, and not a link's.
     func comparesXattrs(_ index: Int) -> Bool {
         let entry = entries[index]
-        return syncsAttributes && entry.attributes.xattrsRead && entry.symlinkTarget == nil
+        return syncsAttributes && entry.attributes.xattrsRead && entry.symlinkTarget == nil && entry.special == nil
             && peerCapabilities.contains(Wire.Capability.xattrs)
     }
 
@@ -445,6 +461,19 @@ struct SenderMachine: Sendable {
                 kind: .symbolic, mtimeSeconds: entry.mtimeSeconds, mtimeNanoseconds: entry.mtimeNanoseconds,
                 path: Array(entry.relative.utf8), target: target, replace: replaces(index))
             return attributeMessages(index, link: true) + [.send(.link(link))]
+        }
+        if let special = entry.special {
+            guard peerCapabilities.contains(Wire.Capability.specials) else {
+                settled[index] = true
+                let reason = "a \(special.type.name): the receiver does not take devices, FIFOs or sockets"
+                return [.settle(index, .refused(reason: reason))]
+            }
+            unanswered.append(index)
+            let header = SpecialHeader(
+                mode: special.type.rawValue | entry.mode & 0o7777, mtimeSeconds: entry.mtimeSeconds,
+                mtimeNanoseconds: entry.mtimeNanoseconds, major: special.major, minor: special.minor,
+                path: Array(entry.relative.utf8), replace: replaces(index))
+            return attributeMessages(index, link: true) + [.send(.special(header))]
         }
         if let target = linkTarget(of: index) {
             guard stored.contains(target) else {

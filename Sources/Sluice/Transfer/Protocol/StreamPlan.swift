@@ -7,7 +7,8 @@
 ///   equal length (rounded up to 64 KiB), range `k` on connection `k`; these files come next
 ///   on every connection, in the same order, so that all the ranges of a file travel at once.
 /// - Other files go, whole, to the connection with the fewest bytes planned so far; but files
-///   with holes or with another name (`-H`) go whole on connection 0, and links last on it, so
+///   with holes or with another name (`-H`) go whole on connection 0, and links (and devices,
+///   FIFOs and sockets) last on it, so
 ///   that a hard link follows its file on the same connection.
 enum StreamPlan {
     /// The smallest range a file is split into.
@@ -30,7 +31,7 @@ enum StreamPlan {
         for (index, entry) in entries.enumerated() {
             if entry.isDirectory {
                 work[0].append(.entry(index))
-            } else if entry.symlinkTarget != nil || entry.hardLinkTo != nil {
+            } else if entry.symlinkTarget != nil || entry.hardLinkTo != nil || entry.special != nil {
                 links.append(index)
             } else if entry.linked || entry.sparse {
                 pinned.append(index)

@@ -86,9 +86,13 @@ enum Wire {
         /// otherwise the same, and HAVE says so with the bits `xattrs`, `owner` and `group`
         /// (a third byte of HAVE carries `group`).
         static let syncAttributes = "sync-attributes"
+        /// SPECIAL: devices (character and block, with their numbers), FIFOs and sockets, as
+        /// entries of their own (rsync's `-D`). A receiver not running as root refuses a
+        /// device, that entry only; FIFOs and sockets it makes all the same.
+        static let specials = "specials"
     }
 
-    /// Message types. Sender → receiver: 0x01, 0x10–0x1F, 0x30, 0x31, 0x7F. Receiver → sender: 0x01,
+    /// Message types. Sender → receiver: 0x01, 0x10–0x1F, 0x30–0x32, 0x7F. Receiver → sender: 0x01,
     /// 0x15, 0x20–0x27, 0x7F.
     enum MessageType: UInt8, Sendable {
         case hello = 0x01
@@ -118,6 +122,7 @@ enum Wire {
         case signatures = 0x27
         case copy = 0x30
         case token = 0x31
+        case special = 0x32
         case error = 0x7F
 
         /// The message's name in `sluice-protocol(7)`: `HELLO`, `FILE`, …
@@ -149,6 +154,7 @@ enum Wire {
             case .signatures: return "SIGS"
             case .copy: return "COPY"
             case .token: return "TOKEN"
+            case .special: return "SPECIAL"
             case .joined: return "JOINED"
             case .error: return "ERROR"
             }
@@ -178,6 +184,7 @@ enum Wire {
             case .signatures: return 20 + Delta.signatureBytes * Delta.signaturesPerMessage
             case .copy: return 12
             case .token: return Wire.resumeTokenBytes
+            case .special: return 1 + 4 + 12 + 8 + 2 + Wire.maxPathBytes
             case .stored, .bye, .joined: return 0
             case .refused, .failed: return 1 + Wire.maxReasonBytes
             case .abort, .error: return Wire.maxReasonBytes
@@ -213,6 +220,9 @@ enum Wire {
         case file = 0
         case directory = 1
         case symbolicLink = 2
+        /// A device, FIFO or socket (`specials`): the mode carries its type (`S_IFMT` bits),
+        /// the size its device numbers (major << 32 | minor; 0 for a FIFO or socket).
+        case special = 3
     }
 
     /// CHECK flags.
@@ -275,6 +285,35 @@ enum Wire {
         case symbolic = 1
         /// A hard link to a file stored earlier in the same session (flagged `linked`).
         case hard = 2
+    }
+
+    /// SPECIAL's flags byte: the entry replaces what is at the name (`sync`).
+    static let specialReplaceBit: UInt8 = 0x80
+
+    /// The file types SPECIAL carries (the `S_IFMT` bits of its mode, as Linux and every Unix
+    /// number them).
+    enum SpecialType: UInt32, Sendable, CaseIterable {
+        case fifo = 0o010000
+        case characterDevice = 0o020000
+        case blockDevice = 0o060000
+        case socket = 0o140000
+
+        static let mask: UInt32 = 0o170000
+
+        /// The type of `mode`, nil for anything else (a file, a directory, a link).
+        init?(mode: UInt32) { self.init(rawValue: mode & Self.mask) }
+
+        var isDevice: Bool { self == .characterDevice || self == .blockDevice }
+
+        /// What a message calls it.
+        var name: String {
+            switch self {
+            case .fifo: return "FIFO"
+            case .characterDevice: return "character device"
+            case .blockDevice: return "block device"
+            case .socket: return "socket"
+            }
+        }
     }
 
     /// The longest extended attribute name and value (Linux's `XATTR_NAME_MAX` and
@@ -355,6 +394,24 @@ struct LinkHeader: Equatable, Sendable {
     var target: [UInt8]
     /// Replace what is at the name (`sync`, after HAVE said it differs).
     var replace = false
+}
+
+/// A SPECIAL message: a device, FIFO or socket (`specials`). `mode` holds its type
+/// (`Wire.SpecialType`) and permission bits; a device carries its major and minor numbers.
+struct SpecialHeader: Equatable, Sendable {
+    var mode: UInt32
+    var mtimeSeconds: Int64
+    var mtimeNanoseconds: UInt32
+    var major: UInt32 = 0
+    var minor: UInt32 = 0
+    var path: [UInt8]
+    /// Replace what is at the name (`sync`, after HAVE said it differs).
+    var replace = false
+
+    /// Its type: the decoder lets no other through.
+    var type: Wire.SpecialType { Wire.SpecialType(mode: mode) ?? .fifo }
+    /// The device numbers as CHECK's size carries them.
+    var numbers: UInt64 { UInt64(major) << 32 | UInt64(minor) }
 }
 
 /// A CHECK message: what the sender has at a path, for the receiver to compare (`sync`).

@@ -97,6 +97,19 @@ struct MessageWriter {
         }
     }
 
+    static func special(_ special: SpecialHeader) -> [UInt8] {
+        message(.special) { w in
+            w.u8(special.replace ? Wire.specialReplaceBit : 0)
+            w.u32(special.mode)
+            w.u64(UInt64(bitPattern: special.mtimeSeconds))
+            w.u32(special.mtimeNanoseconds)
+            w.u32(special.major)
+            w.u32(special.minor)
+            w.u16(UInt16(special.path.count))
+            w.raw(special.path)
+        }
+    }
+
     static func check(_ check: CheckHeader) -> [UInt8] {
         message(.check) { w in
             w.u8(check.kind.rawValue)
@@ -251,8 +264,26 @@ struct MessageReader {
             target: target, replace: kindByte & Wire.linkReplaceBit != 0)
     }
 
+    /// A SPECIAL payload, or nil if malformed: an unknown flag, a type that is not a device,
+    /// FIFO or socket (a file or directory goes as FILE or DIR), mode bits past `0o7777`,
+    /// nanoseconds out of range, device numbers for a FIFO or socket, an over-long path. The
+    /// path itself is checked by the receiver machine (a refusal, not a malformed message).
+    static func special(_ payload: UnsafeRawBufferPointer) -> SpecialHeader? {
+        var r = MessageReader(payload)
+        guard let flags = r.u8(), flags & ~Wire.specialReplaceBit == 0, let mode = r.u32(),
+            let type = Wire.SpecialType(mode: mode), mode & ~(Wire.SpecialType.mask | 0o7777) == 0,
+            let seconds = r.u64(), let nanoseconds = r.u32(), nanoseconds < 1_000_000_000, let major = r.u32(),
+            let minor = r.u32(), type.isDevice || (major == 0 && minor == 0), let pathLength = r.u16(),
+            Int(pathLength) <= Wire.maxPathBytes, let path = r.raw(Int(pathLength)), r.atEnd
+        else { return nil }
+        return SpecialHeader(
+            mode: mode, mtimeSeconds: Int64(bitPattern: seconds), mtimeNanoseconds: nanoseconds, major: major,
+            minor: minor, path: path, replace: flags & Wire.specialReplaceBit != 0)
+    }
+
     /// A CHECK payload, or nil if malformed: an unknown kind or flag, nanoseconds out of range,
-    /// an over-long path or target, a target for anything but a link, or none for a link.
+    /// an over-long path or target, a target for anything but a link, or none for a link, a
+    /// special whose mode is not a device's, FIFO's or socket's.
     static func check(_ payload: UnsafeRawBufferPointer) -> CheckHeader? {
         var r = MessageReader(payload)
         guard let kindByte = r.u8(), let kind = Wire.CheckKind(rawValue: kindByte), let flags = r.u8(),
@@ -260,7 +291,8 @@ struct MessageReader {
             let seconds = r.u64(), let nanoseconds = r.u32(), nanoseconds < 1_000_000_000, let pathLength = r.u16(),
             Int(pathLength) <= Wire.maxPathBytes, let path = r.raw(Int(pathLength)), let targetLength = r.u16(),
             Int(targetLength) <= Wire.maxPathBytes, let target = r.raw(Int(targetLength)),
-            (kind == .symbolicLink) == !target.isEmpty, !target.contains(0)
+            (kind == .symbolicLink) == !target.isEmpty, !target.contains(0),
+            kind != .special || Wire.SpecialType(mode: mode) != nil
         else { return nil }
         var digest: [UInt8] = []
         if flags & Wire.CheckFlags.digest != 0 {

@@ -140,7 +140,8 @@ final class ReceiverSession: WireConnectionOwner {
                 overwrite: options.overwrite, maxSize: options.maxSize, resume: options.resume,
                 streams: options.streams, eager: options.eager, links: options.offersMetadata,
                 holes: options.offersMetadata, xattrs: options.offersMetadata,
-                owners: options.keepsOwners && geteuid() == 0, sync: options.sync, delta: options.offersDelta,
+                owners: options.keepsOwners && geteuid() == 0, specials: options.offersMetadata,
+                devices: options.makesDevices && geteuid() == 0, sync: options.sync, delta: options.offersDelta,
                 syncAttributes: options.offersSyncAttributes))
         hasher = DigestWorker(loop: loop)
         lane = SerialLane(pool: store.pool)
@@ -345,6 +346,8 @@ final class ReceiverSession: WireConnectionOwner {
                 makeDirectory(request)
             case .makeLink(let request, let link):
                 makeLink(request, link)
+            case .makeSpecial(let request, let special):
+                makeSpecial(request, special)
             case .deliverHole(let length):
                 deliverHole(length)
             case .deliverCopy(let offset, let length):
@@ -408,6 +411,17 @@ final class ReceiverSession: WireConnectionOwner {
         lane.submit({ store.makeLink(request, link, overwrite: overwrite) }, completingOn: loop) { [self] rejection in
             guard !ended else { return }
             perform(machine.handle(.linkMade(rejection)))
+            pump()
+        }
+    }
+
+    /// Makes a device, FIFO or socket on the lane, after the files written whole before it.
+    private func makeSpecial(_ request: EntryRequest, _ special: SpecialHeader) {
+        let (store, overwrite) = (self.store, options.overwrite || special.replace)
+        lane.submit({ store.makeSpecial(request, special, overwrite: overwrite) }, completingOn: loop) {
+            [self] rejection in
+            guard !ended else { return }
+            perform(machine.handle(.specialMade(rejection)))
             pump()
         }
     }

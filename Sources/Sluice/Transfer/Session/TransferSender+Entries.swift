@@ -7,7 +7,7 @@ extension TransferSender {
             counted[index] = 0
         }
         switch entry.kind {
-        case .directory, .symlink:
+        case .directory, .symlink, .special:
             perform(machine.handle(.entryOpened(index, .failure(LocalFailure("a directory or link has no data")))))
         case .file:
             openFileEntry(index)

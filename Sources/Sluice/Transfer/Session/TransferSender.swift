@@ -161,16 +161,19 @@ public final class TransferSender: WireConnectionOwner {
         entries.map { entry in
             var seekable = false
             var target: [UInt8]?
+            var special: SenderMachine.Special?
             switch entry.kind {
             case .file: seekable = true
             case .symlink(_, let linkTarget): target = linkTarget
+            case .special(let type, let major, let minor):
+                special = SenderMachine.Special(type: type, major: major, minor: minor)
             case .directory, .stream: break
             }
             return SenderMachine.Entry(
                 relative: entry.relative, isDirectory: entry.isDirectory, seekable: seekable, mode: entry.mode,
                 mtimeSeconds: entry.mtimeSeconds, mtimeNanoseconds: entry.mtimeNanoseconds, symlinkTarget: target,
                 hardLinkTo: entry.hardLinkTo, linked: entry.linked, sparse: entry.sparse,
-                attributes: entry.attributes, listedSize: seekable ? entry.size : nil)
+                attributes: entry.attributes, listedSize: seekable ? entry.size : nil, special: special)
         }
     }
 
@@ -330,6 +333,9 @@ public final class TransferSender: WireConnectionOwner {
                 warn("the receiver does not take hard links: each name is sent as a file of its own")
             }
         }
+        if lacks(Wire.Capability.specials), entries.contains(where: \.isSpecial) {
+            warn("the receiver does not take devices, FIFOs or sockets: they are not sent")
+        }
     }
 
     // MARK: Actions
@@ -403,6 +409,11 @@ public final class TransferSender: WireConnectionOwner {
         if case .symlink(_, let target) = entry.kind {
             result.isLink = true
             result.linkTarget = String(decoding: target, as: UTF8.self)
+        }
+        if case .special(let type, _, _) = entry.kind {
+            result.isDevice = type.isDevice
+            result.isSpecial = !type.isDevice
+            result.size = nil
         }
         if let first = entry.hardLinkTo, sentLinks {
             result.isLink = true

@@ -318,6 +318,8 @@ extension ReceiverStore {
             }
             let same = n >= 0 && Array(buffer[0..<n]) == check.target
             return same ? HaveAnswer(status: .same) : HaveAnswer(status: .differs, differences: D.target)
+        case .special:
+            return checkSpecial(in: parent, name, st, check)
         case .file where check.comparesContents:
             guard type == S_IFREG else { return HaveAnswer(status: .differs, differences: D.kind) }
             return compareContents(in: parent, name, st, check, algorithm)
