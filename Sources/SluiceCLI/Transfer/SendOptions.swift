@@ -39,6 +39,9 @@ struct SendOptions: Sendable {
     var xattrs = false
     var owners = false
     var numericIDs = false
+    /// `--devices`, `--specials` (both: `-D`, or `-a`).
+    var devices = false
+    var specials = false
     /// `--sync`, `--dry-run` (which implies it), `--itemize`.
     var sync = false
     var dryRun = false
@@ -123,8 +126,13 @@ struct SendOptions: Sendable {
             help: "send owners and groups, kept by a receiver\nrunning as root (by name, else by number)"),
         OptionSpec("numeric-ids", help: "with --owner: by number, not by name"),
         OptionSpec(
+            "devices",
+            help: "send character and block devices, made by a\nreceiver running as root (else refused)"),
+        OptionSpec("specials", help: "send FIFOs and sockets (never opened)"),
+        OptionSpec(nil, short: "D", help: "--devices --specials"),
+        OptionSpec(
             "archive", short: "a",
-            help: "what rsync -a keeps: with links, modes and\ntimes (always sent), --owner"),
+            help: "what rsync -a keeps: with links, modes and\ntimes (always sent), --owner, -D"),
         // Never a secret on the command line: other users can read it. Parsed only to say so.
         OptionSpec("code", value: .optional("[=CODE]"), help: ""),
         CommonOptions.quiet, CommonOptions.help, CommonOptions.version,
@@ -201,6 +209,8 @@ struct SendOptions: Sendable {
         hardLinks = parsed.has("hard-links")
         xattrs = parsed.has("xattrs")
         owners = parsed.has("owner") || parsed.has("archive")
+        devices = parsed.has("devices") || parsed.has("D") || parsed.has("archive")
+        specials = parsed.has("specials") || parsed.has("D") || parsed.has("archive")
         numericIDs = parsed.has("numeric-ids")
         dryRun = parsed.has("dry-run")
         delete = parsed.has("delete")
@@ -300,6 +310,8 @@ struct SendOptions: Sendable {
         options.xattrs = xattrs
         options.owners = owners
         options.numericIDs = numericIDs
+        options.devices = devices
+        options.specials = specials
         options.sync = sync
         options.dryRun = dryRun
         options.delete = delete

@@ -6,6 +6,8 @@ enum TransferText {
     /// `1.20MiB`, or `1.20MiB, 512KiB resumed`.
     static func size(_ result: TransferFileResult) -> String {
         if result.isLink { return "link" }
+        if result.isDevice { return "device" }
+        if result.isSpecial { return "special" }
         var text = result.size.map { Format.bytes($0) } ?? "?"
         if result.resumedBytes > 0 { text += ", \(Format.bytes(result.resumedBytes)) resumed" }
         return text
@@ -17,12 +19,17 @@ extension TransferText {
     /// `>f.st...... path` for one that replaced another (size and time differed), `.f...p.....`
     /// for one only given its mode, `.f......x` for one only given its extended attributes
     /// (`.d....og...` a directory its owner and group), `cd+++++++++ dir/`,
-    /// `cL+++++++++ link -> target`, `hf+++++++++ name => other`. Nil for what was left as it
-    /// was.
+    /// `cL+++++++++ link -> target`, `hf+++++++++ name => other`, `cD+++++++++ device`,
+    /// `cS+++++++++ fifo` (a FIFO or socket). Nil for what was left as it was.
     static func itemized(_ result: TransferFileResult) -> String? {
         let path = PeerText.sanitized(result.path)
         let created = "+++++++++"
-        let kind = result.isDirectory ? "d" : result.isLink && !result.isHardLink ? "L" : "f"
+        let kind =
+            result.isDirectory
+            ? "d"
+            : result.isLink && !result.isHardLink ? "L" : result.isDevice ? "D" : result.isSpecial ? "S" : "f"
+        // Made, not written: rsync's `c` for a directory, a link, a device or a special.
+        let made = result.isLink || result.isDevice || result.isSpecial
         let name = result.isDirectory ? path + "/" : path
         let target = result.linkTarget.map { PeerText.sanitized($0) }
         let suffix =
@@ -33,11 +40,11 @@ extension TransferText {
         }
         switch result.change {
         case nil, .created?:
-            let type = result.isDirectory || result.isLink ? "c" : ">"
+            let type = result.isDirectory || made ? "c" : ">"
             return "\(type)\(kind)\(created) \(name)\(suffix)"
         case .replaced(let differences)?:
-            if differences.contains(.kind) || result.isLink {
-                return "\(result.isLink ? "c" : ">")\(kind)\(created) \(name)\(suffix)"
+            if differences.contains(.kind) || made {
+                return "\(made ? "c" : ">")\(kind)\(created) \(name)\(suffix)"
             }
             return ">\(kind)\(letters(differences)) \(name)"
         case .unchanged(let differences)?:
@@ -217,6 +224,8 @@ struct SendStatsReport {
             ("destination", Format.jsonString(destination)),
             ("files", "\(summary.files)"),
             ("links", "\(summary.links)"),
+            ("devices", "\(summary.devices)"),
+            ("specials", "\(summary.specials)"),
             ("directories", "\(summary.directories)"),
             ("refused", "\(refused)"),
             ("failed", "\(failed)"),
@@ -254,6 +263,7 @@ struct SendStatsReport {
             ("destination", destination),
             ("files", "\(summary.files) stored, \(refused) refused, \(failed) failed"),
             ("links", "\(summary.links) (among the files)"),
+            ("specials", "\(summary.devices) devices, \(summary.specials) FIFOs and sockets (among the files)"),
             ("directories", "\(summary.directories)"),
             ("bytes", "\(summary.bytes) (\(Format.bytes(summary.bytes)))"),
             ("bytes sent", "\(summary.bytesSent) (\(Format.bytes(summary.bytesSent)), on the wire)"),
@@ -294,6 +304,8 @@ struct ReceiveStatsReport {
     var sessions = 0
     var files = 0
     var links = 0
+    var devices = 0
+    var specials = 0
     var directories = 0
     var refused = 0
     var failed = 0
@@ -309,6 +321,8 @@ struct ReceiveStatsReport {
             case .stored:
                 if result.isDirectory { directories += 1 } else if !result.rangeOnly { files += 1 }
                 if result.isLink { links += 1 }
+                if result.isDevice { devices += 1 }
+                if result.isSpecial { specials += 1 }
                 resumedBytes += result.resumedBytes
             case .refused: refused += 1
             case .failed: failed += 1
@@ -325,6 +339,8 @@ struct ReceiveStatsReport {
             ("sessions", "\(sessions)"),
             ("files", "\(files)"),
             ("links", "\(links)"),
+            ("devices", "\(devices)"),
+            ("specials", "\(specials)"),
             ("directories", "\(directories)"),
             ("refused", "\(refused)"),
             ("failed", "\(failed)"),
@@ -343,6 +359,7 @@ struct ReceiveStatsReport {
             ("sessions", "\(sessions)"),
             ("files", "\(files) stored, \(refused) refused, \(failed) failed"),
             ("links", "\(links) (among the files)"),
+            ("specials", "\(devices) devices, \(specials) FIFOs and sockets (among the files)"),
             ("directories", "\(directories)"),
             ("bytes", "\(bytes) (\(Format.bytes(bytes)))"),
             ("resumed bytes", "\(resumedBytes) (\(Format.bytes(resumedBytes)))"),
