@@ -112,7 +112,8 @@ func roundTrip(_ frame: Frame, _ direction: FrameDirection) {
     case .hello:
         return  // nobody re-encodes a peer's HELLO; capability names are not validated text
     case .file, .directory, .end, .bye, .accept, .stored, .abort, .refused, .failed, .error, .join, .range, .rangeEnd,
-        .joined, .held, .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token:
+        .joined, .held, .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token,
+        .special:
         break
     }
     var decoder = FrameDecoder(direction: direction)
@@ -137,7 +138,7 @@ func roundTrip(_ frame: Frame, _ direction: FrameDirection) {
     }
     switch frame {
     case .file, .directory, .end, .bye, .accept, .stored, .join, .range, .rangeEnd, .joined, .held, .link, .hole,
-        .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token:
+        .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token, .special:
         expect(again == frame, "\(frame) re-encodes as \(again)")
     case .hello, .abort, .refused, .failed, .error:
         expect(again.type == frame.type, "\(frame) re-encodes as \(again)")

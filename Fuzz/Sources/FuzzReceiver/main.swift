@@ -169,6 +169,9 @@ final class Session {
             case .makeLink(let request, let link):
                 check(request)
                 makeLink(request, link)
+            case .makeSpecial(let request, let special):
+                check(request)
+                makeSpecial(request, special)
             case .prune(let components, _):
                 // Only what no CHECK named, only below the directory pruned.
                 check(
@@ -303,7 +306,7 @@ final class Session {
         switch frame {
         case .stored, .refused, .failed: answersSent += 1
         case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined, .held,
-            .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token:
+            .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token, .special:
             break
         }
         expectDecodes(frame, by: &answers, side: "receiver")
@@ -328,6 +331,28 @@ final class Session {
             store.makeParents(request.components)
             store.files[name] = link.kind == .hard ? store.files[String(decoding: link.target, as: UTF8.self)] : []
             handle(.linkMade(nil))
+        }
+    }
+
+    /// SPECIAL: only with the capability, only a device, FIFO or socket, a device only where
+    /// the receiver may make one; stored as a name (never opened).
+    func makeSpecial(_ request: EntryRequest, _ special: SpecialHeader) {
+        expect(machine.settings.specials, "SPECIAL taken without the capability")
+        expect(Wire.SpecialType(mode: special.mode) != nil, "SPECIAL of mode \(special.mode) taken")
+        expect(!special.type.isDevice || machine.settings.devices, "a device made by a receiver that may not")
+        expect(!special.replace || machine.settings.sync, "SPECIAL flagged replace taken without sync")
+        expect(request.attributes.xattrs.isEmpty, "XATTR taken for a SPECIAL")
+        let name = request.relative
+        if store.parentsBlocked(request.components) || store.directories.contains(name) {
+            handle(.specialMade(.refused(.exists, "exists (a directory)")))
+        } else if store.files[name] != nil && !machine.settings.overwrite && !special.replace {
+            handle(.specialMade(.refused(.exists, "exists")))
+        } else if diskFails() {
+            handle(.specialMade(.failed(.io, "mknod: Operation not permitted")))
+        } else {
+            store.makeParents(request.components)
+            store.files[name] = []
+            handle(.specialMade(nil))
         }
     }
 
@@ -613,6 +638,8 @@ func fuzzReceiver(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
     settings.sync = seed.below(4) != 0
     settings.delta = seed.below(4) != 0
     settings.syncAttributes = seed.below(4) != 0
+    settings.specials = seed.below(4) != 0
+    settings.devices = seed.below(2) == 0
     run(bytes, seed, settings)
     return 0
 }

@@ -37,6 +37,13 @@ let allEntries: [SenderMachine.Entry] = [
     .init(
         relative: "d/h", isDirectory: false, seekable: true, mode: 0o600, mtimeSeconds: 10, mtimeNanoseconds: 11,
         hardLinkTo: 6),
+    .init(
+        relative: "d/p", isDirectory: false, seekable: false, mode: 0o640, mtimeSeconds: 12, mtimeNanoseconds: 13,
+        attributes: EntryAttributes(owner: EntryOwner(uid: 1, gid: 2, user: "", group: "")),
+        special: .init(type: .fifo)),
+    .init(
+        relative: "null", isDirectory: false, seekable: false, mode: 0o666, mtimeSeconds: 14, mtimeNanoseconds: 15,
+        special: .init(type: .characterDevice, major: 1, minor: 3)),
 ]
 
 /// `SLUICE_FUZZ_TRACE=1 FuzzSender INPUT` prints every action (to read a finding).
@@ -136,7 +143,7 @@ final class Session {
                     attributesBefore = true
                 } else if attributesBefore {
                     attributesBefore = false
-                    var next: Set<Wire.MessageType> = [.file, .directory, .link, .range]
+                    var next: Set<Wire.MessageType> = [.file, .directory, .link, .range, .special]
                     if machine.syncsAttributes { next.insert(.check) }
                     expect(
                         next.contains(frame.type) || frame.type == .error, "XATTR or OWNER before \(frame.type.name)")

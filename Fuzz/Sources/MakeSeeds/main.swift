@@ -371,6 +371,33 @@ func sessions() -> [(String, [UInt8])] {
         $0.frame(.end(size: UInt64(changed.count), digest: SHA256Digest.hash(changed)))
         $0.frame(.bye)
     }
+    add("specials") {
+        // Devices, FIFOs and sockets (a receiver offering specials, making devices): an OWNER
+        // before a FIFO, a socket, a character device, one out of the directory, a CHECK of a
+        // special, and a special replacing what is there.
+        $0.hello(["sha256", "resume", "links", "owners", "sync", "specials"])
+        let special = { (type: Wire.SpecialType, path: String, replace: Bool) in
+            Frame.special(
+                SpecialHeader(
+                    mode: type.rawValue | 0o640, mtimeSeconds: 1_764_547_200, mtimeNanoseconds: 0,
+                    major: type.isDevice ? 1 : 0, minor: type.isDevice ? 3 : 0, path: Array(path.utf8),
+                    replace: replace))
+        }
+        $0.directory("dev")
+        $0.frame(.owner(EntryOwner(uid: 1000, gid: 1000, user: "alice", group: "staff")))
+        $0.frame(special(.fifo, "dev/pipe", false))
+        $0.frame(special(.socket, "dev/sock", false))
+        $0.frame(special(.characterDevice, "dev/null", false))
+        $0.frame(special(.blockDevice, "../sda", false))
+        $0.frame(
+            .check(
+                CheckHeader(
+                    kind: .special, flags: Wire.CheckFlags.apply, size: 1 << 32 | 3,
+                    mode: Wire.SpecialType.characterDevice.rawValue | 0o644, mtimeSeconds: 1_764_547_200,
+                    mtimeNanoseconds: 0, path: Array("dev/null".utf8))))
+        $0.frame(special(.characterDevice, "dev/null", true))
+        $0.frame(.bye)
+    }
     add("sender-error") {
         $0.hello()
         $0.file("first", text)
@@ -561,6 +588,12 @@ case "sessions":
             // The eager sessions need a receiver offering eager.
             guard !mustJoin && (offered || !streams) && (c.below(4) != 0 || !name.hasPrefix("eager")) else {
                 return false
+            }
+            // The specials sessions: one offering links, owners, sync, specials and devices
+            // besides (the draws in the order the receiver target makes them).
+            if name.hasPrefix("specials") {
+                return c.below(4) != 0 && c.below(4) != 0 && c.below(4) != 0 && c.below(2) == 0 && c.below(4) != 0
+                    && c.below(4) != 0 && c.below(4) != 0 && c.below(4) != 0 && c.below(2) == 0
             }
             // The metadata sessions, one offering links, holes, xattrs, owners, sync and delta.
             // The attributes session, a receiver offering sync-attributes besides.
