@@ -94,6 +94,23 @@ struct SpecialFilesTests {
         }
     }
 
+    @Test("Over several connections: specials travel on the first, made as they were")
+    func overSeveralConnections() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            _ = try Self.makeTree(src)
+            try writeFile(src + "/big.bin", randomBytes(3 << 20, seed: 5))
+            let harness = try TransferHarness(
+                directory: dst, options: TransferReceiveOptions(idleTimeout: .seconds(20), keepsModes: true))
+            let summary = try harness.send(src, streams: 3, options: Self.withSpecials)
+            #expect(summary.succeeded, "\(summary.results.filter { !$0.outcome.isStored })")
+            #expect(summary.specials == 2)
+            #expect(treeDifferences(src, dst + "/tree") == [])
+        }
+    }
+
     @Test("Without -D they are skipped with a warning; without the capability, refused and the rest sent")
     func notAskedAndOlderReceiver() throws {
         try withTemporaryDirectory { root in

@@ -402,7 +402,7 @@ public final class TransferSender: WireConnectionOwner {
     }
 
     /// Marks `result` as a link, with its target, when `entry` is one (a second name only when
-    /// the receiver takes links: else it went as a file).
+    /// the receiver takes links: else it went as a file), or as a device, FIFO or socket.
     static func describeLink(
         _ result: inout TransferFileResult, _ entry: OutgoingEntry, _ entries: [OutgoingEntry], sentLinks: Bool
     ) {
