@@ -326,9 +326,11 @@ public struct TransferReceiveOptions: Sendable {
     /// Offer `links`, `holes`, `xattrs` and `specials`. Off, the receiver speaks as one
     /// published before them; for tests of that.
     var offersMetadata = true
-    /// Make devices when running as root; off, the receiver refuses them as one not running
-    /// as root does, for tests of that.
-    var makesDevices = true
+    /// Make the device files a sender sends (`send -D`), when running as root (`mknod` needs
+    /// it). Off by default: a device node is a door to the hardware (a disk, the memory) for
+    /// whoever may open it, so a receiver makes one only when told to (`receive --devices`),
+    /// as rsync's daemon does only when configured. FIFOs and sockets are made either way.
+    public var makesDevices = false
     /// Offer `delta` (with `sync`); off for tests of a receiver without it.
     var offersDelta = true
     /// Offer `sync-attributes` (with `sync`); off for tests of a receiver without it.

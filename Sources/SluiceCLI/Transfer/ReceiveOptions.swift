@@ -26,6 +26,8 @@ struct ReceiveOptions: Sendable {
     var keepOwners = true
     /// Offer sync (not `--no-sync`).
     var sync = true
+    /// Make the device files a sender sends, running as root (`--devices`).
+    var devices = false
     /// Give files the sender's permission bits unmasked (`--keep-modes`).
     var keepModes = false
     /// Transfers a pairing code serves before a new one is printed (`--code-uses`).
@@ -54,6 +56,11 @@ struct ReceiveOptions: Sendable {
         OptionSpec(
             "no-owners",
             help: "running as root: leave files owned by root\nwhatever owner a sender sends (send --owner)"),
+        OptionSpec(
+            "devices",
+            help:
+                "running as root: make the device files a sender\nsends (send -D); by default they are refused\n(FIFOs and sockets are made either way)"
+        ),
         OptionSpec("max-size", value: .required("SIZE"), help: "refuse files larger than SIZE, like 100M, 4G"),
         OptionSpec(
             "max-sessions", value: .required("N"),
@@ -106,6 +113,7 @@ struct ReceiveOptions: Sendable {
         overwrite = parsed.has("overwrite")
         keepModes = parsed.has("keep-modes")
         keepOwners = !parsed.has("no-owners")
+        devices = parsed.has("devices")
         sync = !parsed.has("no-sync")
         if let option = parsed.last("max-size") {
             let text = option.value ?? ""
@@ -146,6 +154,7 @@ struct ReceiveOptions: Sendable {
             idleTimeout: .nanoseconds(Int64(idleSeconds * 1e9)), maxSessions: maxSessions, streams: streams,
             directIO: directIO, keepsModes: keepModes)
         options.keepsOwners = keepOwners
+        options.makesDevices = devices
         options.sync = sync
         return options
     }

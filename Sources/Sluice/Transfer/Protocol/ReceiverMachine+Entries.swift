@@ -149,7 +149,7 @@ extension ReceiverMachine {
         let relative = components.joined(separator: "/")
         guard !type.isDevice || settings.devices else {
             return answer(
-                .refused(.other, "a \(type.name): this receiver is not running as root, which devices need"),
+                .refused(.other, "a \(type.name): this receiver makes no devices (receive --devices, as root)"),
                 path: relative, isDirectory: false, size: nil, special: type)
         }
         let request = EntryRequest(
