@@ -26,7 +26,12 @@ struct DeltaTests {
         return out
     }
 
-    static func match(new: [UInt8], basis: [UInt8], in root: String) throws -> ([DeltaOp], [UInt8], Int) {
+    /// The match of `new` against `basis` (from `start`, its digest of the whole file or of the
+    /// bytes from `start` as `wholeDigest` says, which it checks): the operations, what they
+    /// rebuild, and the block size.
+    static func match(
+        new: [UInt8], basis: [UInt8], in root: String, from start: Int = 0, wholeDigest: Bool = true
+    ) throws -> ([DeltaOp], [UInt8], Int) {
         try writeFile(root + "/basis", basis)
         try writeFile(root + "/new", new)
         let basisFD = open(root + "/basis", O_RDONLY)
@@ -42,8 +47,10 @@ struct DeltaTests {
         var table = DeltaBasis(blockSize: blockSize, size: UInt64(basis.count))
         table.add(signatures)
         let (ops, digest) = try #require(
-            DeltaMatcher.match(fd: newFD, size: UInt64(new.count), basis: table, digest: .sha256))
-        #expect(digest == SHA256Digest.hash(new))
+            DeltaMatcher.match(
+                fd: newFD, size: UInt64(new.count), from: UInt64(start), wholeDigest: wholeDigest, basis: table,
+                digest: .sha256))
+        #expect(digest == SHA256Digest.hash(wholeDigest ? new : Array(new[start...])), "from \(start)")
         return (ops, try #require(rebuild(ops, new: new, basis: basis, blockSize: blockSize) as [UInt8]?), blockSize)
     }
 
@@ -86,6 +93,29 @@ struct DeltaTests {
                 #expect(
                     literal <= UInt64(new.count - basis.count > 0 ? new.count - basis.count : 0) + 8
                         * UInt64(blockSize), "\(name): \(literal) literal bytes")
+            }
+        }
+    }
+
+    @Test(
+        "The match from an offset: operations for the bytes after it alone, the digest of the whole file or of the rest"
+    )
+    func matchFromAnOffset() throws {
+        try withTemporaryDirectory { root in
+            let basis = randomBytes(1 << 20, seed: 90)
+            let new = Array(basis[0..<(300 << 10)]) + randomBytes(100_000, seed: 91_007) + Array(basis[(300 << 10)...])
+            // At 0, inside a block, inside the new bytes, at the last byte, at the end.
+            for start in [0, 12_345, (300 << 10) + 50_000, new.count - 1, new.count] {
+                for whole in [true, false] {
+                    let (ops, rebuilt, blockSize) = try Self.match(
+                        new: new, basis: basis, in: root, from: start, wholeDigest: whole)
+                    #expect(rebuilt == Array(new[start...]), "from \(start)")
+                    let literal = ops.reduce(UInt64(0)) {
+                        if case .literal(_, let length) = $1 { return $0 + length }
+                        return $0
+                    }
+                    #expect(literal <= 100_000 + 2 * UInt64(blockSize), "from \(start): \(literal) literal bytes")
+                }
             }
         }
     }

@@ -224,25 +224,40 @@ enum DeltaMatcher {
     /// nil when the file cannot be read. Reads the file once, sequentially. `emit` hears the
     /// operations settled so far as the scan goes on (each once; the rest are returned), so
     /// that they can go out while the scan runs.
+    ///
+    /// A delta resumed where an interrupted one stopped covers the bytes from `start` on (the
+    /// receiver holds those before it): the scan starts there, against the same signatures.
+    /// The digest is of the whole file when `wholeDigest` (the bytes before `start` are read
+    /// and hashed first), else of the bytes from `start` on (`held-sha256`).
     static func match(
-        fd: Int32, size: UInt64, basis: DeltaBasis, digest algorithm: TransferDigest,
-        emit: ([DeltaOp]) -> Void = { _ in }
+        fd: Int32, size: UInt64, from start: UInt64 = 0, wholeDigest: Bool = true, basis: DeltaBasis,
+        digest algorithm: TransferDigest, emit: ([DeltaOp]) -> Void = { _ in }
     ) -> ([DeltaOp], [UInt8])? {
         let digest = FileDigest(algorithm)
         let blockSize = basis.blockSize
         let chunk = max(4 << 20, 4 * blockSize)
+        let start = min(start, size)
         var buffer: [UInt8] = []
         buffer.reserveCapacity(chunk + blockSize)
-        var bufferStart: UInt64 = 0  // the file offset of buffer[0]
-        var readTo: UInt64 = 0  // bytes read (and hashed) so far
+        var bufferStart = start  // the file offset of buffer[0]
+        var readTo = start  // bytes read (and hashed) so far
         var ops: [DeltaOp] = []
-        var literalStart: UInt64 = 0
-        var position: UInt64 = 0  // the window's start
+        var literalStart = start
+        var position = start  // the window's start
         var sum: UInt32 = 0
         var sumValid = false
         var preferred: UInt64?
         let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: chunk, alignment: 16)
         defer { scratch.deallocate() }
+        if wholeDigest {
+            var at: UInt64 = 0
+            while at < start {
+                let target = UnsafeMutableRawBufferPointer(rebasing: scratch[0..<Int(min(UInt64(chunk), start - at))])
+                guard Delta.readFully(fd, into: target, at: at) else { return nil }
+                digest.update(UnsafeRawBufferPointer(target))
+                at += UInt64(target.count)
+            }
+        }
 
         /// Reads more so the buffer holds `through` (a file offset) if the file has it.
         func fill(through end: UInt64) -> Bool {
