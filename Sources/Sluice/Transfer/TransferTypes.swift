@@ -137,6 +137,11 @@ public struct TransferSendOptions: Sendable {
     /// Send small files eagerly to a receiver that offers `eager`. Off, the sender speaks as
     /// one published before it; for tests of that.
     var eager = true
+    /// With `resume`, offer `held-sha256` (held bytes checked apart with SHA-256). Off, the
+    /// sender speaks as one published before it; for tests of that.
+    var offersHeldSHA256 = true
+    /// The digests offered, the preferred first (SHA-256 among them); for tests.
+    var digests = TransferDigest.offered
     /// Which files of the sources are sent (all, by default).
     public var selection = FileSelection()
     /// Files with several names within the sources are sent once and linked (`-H`), where the

@@ -46,6 +46,9 @@ struct SenderMachine: Sendable {
         /// that the receiver brings an entry otherwise the same up to date without data. Off,
         /// the sender speaks as one published before it; for tests of that.
         var syncAttributes = true
+        /// With `resume`, offer `held-sha256`. Off, the sender speaks as one published before
+        /// it (held bytes checked within the agreed digest of the whole file); for tests of that.
+        var heldSHA256 = true
     }
 
     /// One entry as the machine knows it before it is opened.
@@ -187,7 +190,8 @@ struct SenderMachine: Sendable {
             Wire.Capability.owners, Wire.Capability.specials,
         ]
         set.formUnion(settings.digests.map(\.capability))
-        if settings.resume { set.formUnion([Wire.Capability.resume, Wire.Capability.heldSHA256]) }
+        if settings.resume { set.insert(Wire.Capability.resume) }
+        if settings.resume && settings.heldSHA256 { set.insert(Wire.Capability.heldSHA256) }
         if settings.resume && settings.resumeKey != nil { set.insert(Wire.Capability.resumeToken) }
         if !settings.pruneRoots.isEmpty { set.insert(Wire.Capability.delete) }
         if settings.sync && settings.syncAttributes { set.insert(Wire.Capability.syncAttributes) }
@@ -202,7 +206,9 @@ struct SenderMachine: Sendable {
 
     /// Whether a resumed file's held bytes are checked with SHA-256 (HELD) rather than as part
     /// of the agreed digest: both sides list `held-sha256`.
-    var checksHeld: Bool { settings.resume && peerCapabilities.contains(Wire.Capability.heldSHA256) }
+    var checksHeld: Bool {
+        settings.resume && settings.heldSHA256 && peerCapabilities.contains(Wire.Capability.heldSHA256)
+    }
 
     /// The TOKEN to send before a resumable file: with a resume key, to a receiver that checks
     /// held bytes and offers `resume-token`.

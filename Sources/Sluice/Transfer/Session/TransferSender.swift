@@ -143,11 +143,12 @@ public final class TransferSender: WireConnectionOwner {
         machine = SenderMachine(
             entries: Self.machineEntries(entries),
             settings: .init(
-                compress: options.compress, resume: options.resume, eager: options.eager, sync: options.sync,
+                compress: options.compress, resume: options.resume, eager: options.eager, digests: options.digests,
+                sync: options.sync,
                 dryRun: options.sync && options.dryRun,
                 pruneRoots: options.sync && options.delete ? Self.pruneRoots(entries) : [],
                 checksum: options.sync && options.checksum, delta: !options.wholeFile,
-                resumeKey: options.resume ? options.resumeKey : nil),
+                resumeKey: options.resume ? options.resumeKey : nil, heldSHA256: options.offersHeldSHA256),
             work: work, join: join, fallback: fallback)
     }
 
