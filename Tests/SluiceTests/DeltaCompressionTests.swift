@@ -137,7 +137,7 @@ struct DeltaCompressionTests {
         }
     }
 
-    @Test("An interrupted compressed delta leaves the old file as it was; the next run rebuilds it")
+    @Test("An interrupted compressed delta leaves the old file as it was; the next run goes on where it stopped")
     func interruptedDeltaLeavesTheOldFile() throws {
         try withTemporaryDirectory { root in
             let src = root + "/tree"
@@ -168,6 +168,8 @@ struct DeltaCompressionTests {
             #expect(summary.succeeded, "\(summary.results)")
             #expect(readFile(dst + "/tree/db") == changed)
             #expect(summary.results.first { $0.path == "tree/db" }?.sentAsDelta == true)
+            // What the first run rebuilt (past the 2 MiB it copied) is not sent again.
+            #expect(summary.resumedBytes > 2 << 20 && summary.bytes < 2 << 20, "\(summary.resumedBytes) resumed")
         }
     }
 
@@ -216,7 +218,7 @@ struct DeltaCompressionTests {
         }
     }
 
-    @Test("Machines: delta and compressed together are legal; delta with sparse, eager or resumable is not")
+    @Test("Machines: delta and compressed together are legal, resumable too; delta with sparse or eager is not")
     func machinesTakeCompressedDeltas() {
         let entries: [SenderMachine.Entry] = [
             .init(
@@ -243,7 +245,7 @@ struct DeltaCompressionTests {
             (base | Wire.FileFlags.compressed, true), (base, true),
             (base | Wire.FileFlags.compressed | Wire.FileFlags.sparse, false),
             (base | Wire.FileFlags.compressed | Wire.FileFlags.eager, false),
-            (base | Wire.FileFlags.compressed | Wire.FileFlags.resumable, false),
+            (base | Wire.FileFlags.compressed | Wire.FileFlags.resumable, true),
         ] {
             var receiver = ReceiverMachine(settings: .init())
             _ = receiver.received(.magic)

@@ -162,8 +162,10 @@ enum ReceiverOutcome: Equatable, Sendable {
     /// The device, FIFO or socket was made (nil), or why not.
     case specialMade(EntryRejection?)
     /// A FILE flagged delta was opened (after its basis's signatures went out): the basis's
-    /// size, nil when there is no usable basis (the file then comes whole), or why not.
-    case deltaOpened(Result<UInt64?, EntryRejection>)
+    /// size, nil when there is no usable basis (the file then comes whole), or why not. `held`:
+    /// the bytes of the new file an interrupted delta rebuilt (flagged resumable; checked as a
+    /// resumed file's), the offset the delta goes on from; `vouched` as for `fileOpened`.
+    case deltaOpened(Result<UInt64?, EntryRejection>, held: UInt64 = 0, vouched: Bool = false)
     /// What PRUNE removed (relative paths), and why it stopped if it did.
     case pruned(gone: [String], EntryRejection?)
     /// The offset to resume from (0 for a new file), or why the file cannot be received.

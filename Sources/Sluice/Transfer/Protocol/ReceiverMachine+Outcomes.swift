@@ -70,16 +70,26 @@ extension ReceiverMachine {
         case (.storing(.special(let request, let header)), .specialMade(let rejection)):
             state = .idle
             return answer(rejection, path: request.relative, isDirectory: false, size: nil, special: header.type)
-        case (.storing(.file(let request)), .deltaOpened(let result)) where request.header.delta:
+        case (.storing(.file(let request)), .deltaOpened(let result, let held, let vouched)) where request.header.delta:
             switch result {
             case .failure(let rejection):
                 state = .idle
                 return refuseAtHeader(request.header, rejection, path: request.relative)
             case .success(let basisSize):
-                var file = IncomingFile(request: request, offset: 0)
+                // Held: the file rebuilt so far by an interrupted delta, a prefix of the new file
+                // whatever basis it was rebuilt from (its digest is checked as a resumed file's).
+                guard held == 0 || (request.header.resumable && held <= request.header.size) else {
+                    state = .idle
+                    return [.dropFile(keep: false)]
+                        + refuseAtHeader(
+                            request.header, .failed(.io, "held partial data is larger than the file"),
+                            path: request.relative)
+                }
+                var file = IncomingFile(request: request, offset: held)
                 file.basisSize = basisSize
+                file.vouched = vouched && held > 0 && checksHeld
                 state = .receiving(file)
-                return goAhead(0)
+                return goAhead(held, vouched: file.vouched)
             }
         case (.storing(.file(let request)), .fileOpened(let result, let vouched)):
             switch result {

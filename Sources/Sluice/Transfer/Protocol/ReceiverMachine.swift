@@ -40,7 +40,8 @@ struct ReceiverMachine: Sendable {
         var devices = false
         /// Offer `sync` (CHECK and HAVE; FILE and LINK flagged replace).
         var sync = true
-        /// Offer `delta` (with `sync`): FILE flagged delta, answered with SIGS.
+        /// Offer `delta` (with `sync`): FILE flagged delta, answered with SIGS; with `resume`,
+        /// `delta-resume` too (a delta continued where an interrupted one stopped).
         var delta = true
         /// Offer `sync-attributes` (with `sync`): XATTR and OWNER before a CHECK, compared and
         /// applied to an entry otherwise the same. Off, the receiver speaks as one published
@@ -172,6 +173,7 @@ struct ReceiverMachine: Sendable {
         if settings.specials { set.insert(Wire.Capability.specials) }
         if settings.sync { set.insert(Wire.Capability.sync) }
         if settings.sync && settings.delta { set.insert(Wire.Capability.delta) }
+        if settings.sync && settings.delta && settings.resume { set.insert(Wire.Capability.deltaResume) }
         if settings.sync && settings.syncAttributes { set.insert(Wire.Capability.syncAttributes) }
         return set
     }
@@ -402,8 +404,12 @@ struct ReceiverMachine: Sendable {
                 guard settings.sync && settings.delta else {
                     return violation("FILE flagged delta: this receiver does not offer delta")
                 }
-                guard header.replaces, header.sizeKnown, !header.sparse, !header.eager, !header.resumable else {
-                    return violation("FILE flagged delta: only with replace and a size (and compressed or not)")
+                guard header.replaces, header.sizeKnown, !header.sparse, !header.eager else {
+                    return violation(
+                        "FILE flagged delta: only with replace and a size (and compressed, resumable or not)")
+                }
+                guard !header.resumable || settings.resume else {
+                    return violation("FILE flagged delta and resumable: this receiver does not offer delta-resume")
                 }
             }
             guard pendingAttributes.resumeToken == nil || header.resumable else {

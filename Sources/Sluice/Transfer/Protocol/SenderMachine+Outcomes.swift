@@ -56,9 +56,11 @@ extension SenderMachine {
                     !delta && settings.eager && peerCapabilities.contains(Wire.Capability.eager)
                     && (small || peerCapabilities.contains(Wire.Capability.eagerResume))
                     && !announcedAgain.contains(index)
+                // A delta is resumable where the receiver continues one (`delta-resume`).
                 let resumable =
-                    !(eager && small) && !delta && settings.resume && entry.seekable && info.size != nil
+                    !(eager && small) && settings.resume && entry.seekable && info.size != nil
                     && peerCapabilities.contains(Wire.Capability.resume)
+                    && (!delta || peerCapabilities.contains(Wire.Capability.deltaResume))
                 let compressed = settings.compress && peerCapabilities.contains(Wire.Capability.deflate)
                 var flags: UInt8 = 0
                 if info.size != nil { flags |= Wire.FileFlags.sizeKnown }

@@ -81,6 +81,11 @@ enum Wire {
         /// FILE flagged delta: the receiver answers with its copy's block signatures (SIGS)
         /// before ACCEPT, and takes COPY among the DATA (`Delta`).
         static let delta = "delta"
+        /// With `delta` and `resume`: a FILE flagged delta may be flagged resumable too. ACCEPT's
+        /// offset is then the length of the file rebuilt so far (a prefix of the new file, kept
+        /// at its temporary name when a delta was interrupted), and the delta covers the bytes
+        /// after it.
+        static let deltaResume = "delta-resume"
         /// With `sync`: XATTR (flagged by CHECK's `xattrs`) and OWNER may go before a CHECK too;
         /// the receiver compares them with what it has, applies the difference to an entry
         /// otherwise the same, and HAVE says so with the bits `xattrs`, `owner` and `group`

@@ -292,14 +292,29 @@ extension ReceiverSession {
             perform(machine.handle(.fileOpened(.success(opened.offset))))
             return
         }
+        checkHeldPrefix(file) { [self] failure in
+            if let failure {
+                perform(machine.handle(.fileOpened(.failure(failure))))
+            } else {
+                perform(
+                    machine.handle(.fileOpened(.success(opened.offset), vouched: machine.checksHeld && opened.vouched)))
+            }
+        }
+    }
+
+    /// Checks the bytes `file` holds from an interrupted transfer (its `opened.offset`, more
+    /// than none), as a resumed file's are: with `held-sha256`, apart with SHA-256 (HELD) while
+    /// the rest arrives, or not at all when vouched for by the sender's token (the agreed digest
+    /// covering only the rest); else hashed into the file's digest first, on the hasher's
+    /// worker. `then` hears nil once the rest may come (at once, or when the hash is done), or
+    /// why the file fails (the file is let go then).
+    func checkHeldPrefix(_ file: ActiveFile, then: @escaping (EntryRejection?) -> Void) {
+        let opened = file.opened
         if machine.checksHeld {
-            // Vouched for by the sender's token, the held bytes are not read; else they are
-            // checked apart with SHA-256 (HELD) while the rest arrives. The agreed digest covers
-            // only the rest.
             if !opened.vouched {
                 file.heldCheck = HeldCheck(worker: heldHasher, fd: opened.fd, from: 0, length: opened.offset)
             }
-            perform(machine.handle(.fileOpened(.success(opened.offset), vouched: opened.vouched)))
+            then(nil)
             return
         }
         file.lifecycle = FileLifecycle(checkingPrefix: true)
@@ -310,12 +325,9 @@ extension ReceiverSession {
                 store.pool.submit { [store] in store.abandon(opened, keep: keep) }
                 guard !ok, !ended, self.file === file else { return }
                 self.file = nil
-                perform(
-                    machine.handle(
-                        .fileOpened(
-                            .failure(.failed(.io, "read \(quoted(opened.display)): cannot read the held partial")))))
+                then(.failed(.io, "read \(quoted(opened.display)): cannot read the held partial"))
             case .proceed:
-                perform(machine.handle(.fileOpened(.success(opened.offset))))
+                then(nil)
             case .nothing, .ignore, .continueFinishing, .failWrite, nil:
                 return
             }

@@ -64,10 +64,13 @@ extension ReceiverStore {
 extension ReceiverSession {
     /// FILE flagged delta: opens the temporary file and the basis, sends the basis's signatures
     /// (SIGS, a batch at a time as the connection takes them), then tells the machine, which
-    /// answers ACCEPT.
+    /// answers ACCEPT. Flagged resumable, the file goes on from what an interrupted delta
+    /// rebuilt at its temporary name (where its resume mark is the new file's): those bytes
+    /// are a prefix of the new file whatever basis they came from, and are checked as a
+    /// resumed file's held bytes are; the partial is kept when the delta is interrupted again.
     func openDelta(_ request: EntryRequest) {
         let store = self.store
-        let (resume, continueHeld) = (false, machine.continuesHeld)
+        let (resume, continueHeld) = (options.resume, machine.continuesHeld)
         store.pool.submit(
             { () -> (Result<OpenedFile, EntryRejection>, BasisFile?) in
                 let opened = store.openFile(request, overwrite: true, resume: resume, continueHeld: continueHeld)
@@ -79,13 +82,14 @@ extension ReceiverSession {
             case .failure(let rejection):
                 perform(machine.handle(.deltaOpened(.failure(rejection))))
             case .success(let file):
+                logStartedOver(file)
                 guard !ended else {
-                    store.pool.submit { store.abandon(file, keep: false) }
+                    store.pool.submit { store.abandon(file, keep: true) }
                     return
                 }
-                let inflate = makeInflate(request.header, after: 0)
+                let inflate = makeInflate(request.header, after: file.offset)
                 guard inflate != nil || !request.header.compressed else {
-                    store.pool.submit { store.abandon(file, keep: false) }
+                    store.pool.submit { store.abandon(file, keep: true) }
                     perform(machine.handle(.deltaOpened(.failure(.failed(.io, "inflate: cannot initialise zlib")))))
                     pump()
                     return
@@ -96,10 +100,29 @@ extension ReceiverSession {
                 active.basis = basis
                 self.file = active
                 connection.inbound.resize(to: inboundShare)
-                sendSignatures(of: active)
+                guard file.offset > 0 else {
+                    sendSignatures(of: active)
+                    break
+                }
+                checkHeldPrefix(active) { [self] failure in
+                    if let failure {
+                        perform(machine.handle(.deltaOpened(.failure(failure))))
+                    } else {
+                        sendSignatures(of: active)
+                    }
+                }
             }
             pump()
         }
+    }
+
+    /// The machine hears the delta's file is open: the basis's size (nil: none), and the bytes
+    /// held from an interrupted delta.
+    private func deltaOpened(_ file: ActiveFile, basisSize: UInt64?) {
+        let opened = file.opened
+        perform(
+            machine.handle(
+                .deltaOpened(.success(basisSize), held: opened.offset, vouched: machine.checksHeld && opened.vouched)))
     }
 
     /// Sends the signatures of `file`'s basis: computed on the pool, `SignatureWork.jobs` jobs
@@ -107,7 +130,7 @@ extension ReceiverSession {
     /// takes them; then the machine hears the file is open (and answers ACCEPT).
     func sendSignatures(of file: ActiveFile) {
         guard let basis = file.basis else {
-            perform(machine.handle(.deltaOpened(.success(nil))))
+            deltaOpened(file, basisSize: nil)
             return
         }
         let work = SignatureWork(file: file, basis: basis)
@@ -142,7 +165,7 @@ extension ReceiverSession {
                     // The old file cannot be read as it was: the new one comes whole.
                     signing = nil
                     work.file.basis = nil
-                    perform(machine.handle(.deltaOpened(.success(nil))))
+                    deltaOpened(work.file, basisSize: nil)
                     pump()
                     return
                 }
@@ -170,7 +193,7 @@ extension ReceiverSession {
         }
         if work.nextToSend == basis.blockCount {
             signing = nil
-            perform(machine.handle(.deltaOpened(.success(basis.size))))
+            deltaOpened(work.file, basisSize: basis.size)
             return
         }
         computeSignatures(work)

@@ -200,7 +200,7 @@ extension TransferSender {
 
     /// The file's digest, and its held bytes' SHA-256 when they are checked apart, are ready:
     /// END (or RANGE-END, after the whole file's digest) goes out.
-    private func digestsReady(_ file: OutgoingFile, _ digest: [UInt8], _ outcome: HeldCheck.Outcome) {
+    func digestsReady(_ file: OutgoingFile, _ digest: [UInt8], _ outcome: HeldCheck.Outcome) {
         guard current === file, !ended else { return }
         let held: [UInt8]?
         switch outcome {

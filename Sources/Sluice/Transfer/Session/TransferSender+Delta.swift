@@ -58,10 +58,13 @@ extension TransferSender {
         delta.basis = basis
     }
 
-    /// ACCEPT for a delta: the match runs on a worker over the whole file (reading it once,
-    /// and hashing it); the operations go out as it settles them, END once it is done. Without
-    /// every signature (no basis at the receiver), the file goes whole.
-    func startDelta(_ file: OutgoingFile, compressed: Bool) -> Bool {
+    /// ACCEPT for a delta: the match runs on a worker over the file from ACCEPT's `offset`
+    /// (reading it once, and hashing it); the operations go out as it settles them, END once it
+    /// is done. The bytes before `offset`, which the receiver rebuilt in an interrupted delta,
+    /// are checked as a resumed file's held bytes: with `held-sha256` apart (HELD, unless
+    /// vouched for), else within the match's digest of the whole file. Without every signature
+    /// (no basis at the receiver), the file goes whole.
+    func startDelta(_ file: OutgoingFile, compressed: Bool, offset: UInt64) -> Bool {
         guard let delta = file.delta, let basis = delta.basis, basis.received == basis.blockCount,
             let fd = file.fd, let size = file.size, let loop
         else { return false }
@@ -74,12 +77,21 @@ extension TransferSender {
             }
             file.compressed = true
         }
+        if offset > 0 {
+            file.position = offset
+            resumed[file.index] = offset
+            resumedBytes += offset
+            bytesDone += offset
+        }
+        let wholeDigest = offset == 0 || !checkHeldApart(file, fd: fd, from: 0, length: offset)
         let algorithm = machine.digest
         let sender = UncheckedBox((self, file, delta))
         WorkerPool.shared.submit(
             { () -> ([DeltaOp], [UInt8])? in
                 defer { closeDescriptor(copy) }
-                return DeltaMatcher.match(fd: copy, size: size, basis: basis, digest: algorithm) { ops in
+                return DeltaMatcher.match(
+                    fd: copy, size: size, from: offset, wholeDigest: wholeDigest, basis: basis, digest: algorithm
+                ) { ops in
                     loop.execute { sender.value.0.found(ops, sender.value.1, sender.value.2) }
                 }
             }, completingOn: loop
@@ -257,10 +269,12 @@ extension TransferSender {
         }
     }
 
-    /// The delta is all out: END with the size and the match's digest of the whole file.
+    /// The delta is all out: END with the size and the match's digest (with HELD before it
+    /// when the bytes the receiver held are checked apart, once they are hashed).
     private func endDelta(_ file: OutgoingFile, _ delta: OutgoingDelta) {
         file.finalizing = true
-        perform(machine.handle(.dataEnded(size: file.position, digest: delta.digest)))
-        advance()
+        HeldCheck.outcome(of: file.heldCheck) { [weak self] outcome in
+            self?.digestsReady(file, delta.digest, outcome)
+        }
     }
 }

@@ -45,7 +45,7 @@ extension TransferSender {
     /// ACCEPT arrived: hash the prefix the receiver holds (on a worker), then send the rest.
     func startData(_ index: Int, offset: UInt64, compressed: Bool, range: ByteRange?) {
         guard let file = current, file.index == index, let hasher else { return }
-        if machine.sendingDelta, startDelta(file, compressed: compressed) { return }
+        if machine.sendingDelta, startDelta(file, compressed: compressed, offset: offset) { return }
         file.delta = nil
         file.compressed = compressed
         file.sparse = machine.sendingSparse && range == nil && file.fd != nil
@@ -111,14 +111,21 @@ extension TransferSender {
     /// which may go out at once (the agreed digest covers only the rest); not at all when the
     /// receiver said they were written under this file's TOKEN. False without `held-sha256`.
     private func startHeldCheck(_ file: OutgoingFile, fd: Int32, from start: UInt64, length: UInt64) -> Bool {
+        guard checkHeldApart(file, fd: fd, from: start, length: length) else { return false }
+        file.ready = true
+        produce()
+        return true
+    }
+
+    /// With `held-sha256`: has the held bytes hashed with SHA-256 apart (`file.heldCheck`), or
+    /// counts them vouched for; false (nothing done) without `held-sha256`.
+    func checkHeldApart(_ file: OutgoingFile, fd: Int32, from start: UInt64, length: UInt64) -> Bool {
         guard machine.checksHeld, let heldHasher else { return false }
         if machine.heldVouched {
             vouchedBytes += length
         } else {
             file.heldCheck = HeldCheck(worker: heldHasher, fd: fd, from: start, length: length)
         }
-        file.ready = true
-        produce()
         return true
     }
 
