@@ -123,7 +123,7 @@ struct DeltaResumeTests {
     }
 
     @Test(
-        "The old file changed between the runs: the held part (a prefix of the new file) goes on against the new basis; the old file gone: a plain resume"
+        "The old file changed between the runs: the held part (a prefix of the new file) goes on against the new basis; the old file gone or emptied: the rest whole"
     )
     func basisChangedBetweenRuns() throws {
         try withTemporaryDirectory { root in
@@ -140,13 +140,23 @@ struct DeltaResumeTests {
             #expect(Self.delta(summary)?.sentAsDelta == true && summary.resumedBytes >= 2 << 20)
             #expect(summary.matchedBytes >= (3 << 20) - (64 << 10))
 
-            let gone = try Self.scene(root, "gone", seed: 60, options: options)
-            try Self.interrupt(gone, at: 2 << 20, options: options)
-            #expect(unlink(gone.stored) == 0)
-            let plain = try gone.harness.send(paths: [gone.src], options: options)
-            #expect(plain.succeeded, "\(plain.results)")
-            #expect(readFile(gone.stored) == gone.new)
-            #expect(Self.delta(plain)?.sentAsDelta == false && plain.resumedBytes >= 2 << 20)
+            // Gone, or emptied (a delta with no basis: the rest comes whole): resumed all the same.
+            for emptied in [false, true] {
+                let gone = try Self.scene(root, emptied ? "emptied" : "gone", seed: 60, options: options)
+                try Self.interrupt(gone, at: 2 << 20, options: options)
+                if emptied {
+                    try writeFile(gone.stored, [], mtime: (1_600_000_050, 0))
+                } else {
+                    #expect(unlink(gone.stored) == 0)
+                }
+                let plain = try gone.harness.send(paths: [gone.src], options: options)
+                #expect(plain.succeeded, "\(emptied): \(plain.results)")
+                #expect(readFile(gone.stored) == gone.new, "\(emptied)")
+                #expect(Self.delta(plain)?.sentAsDelta == false && plain.resumedBytes >= 2 << 20, "\(emptied)")
+                // (A file the receiver lacks goes eager, and what is sent before its ACCEPT says
+                // how much is held is skipped: only the delta's bytes are counted here.)
+                #expect(!emptied || plain.bytes <= 4 << 20, "\(plain.bytes) bytes")
+            }
         }
     }
 
