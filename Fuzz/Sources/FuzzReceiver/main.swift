@@ -376,17 +376,9 @@ final class Session {
             return
         }
         store.makeParents(request.components)
-        if header.delta {
-            // The basis is what the store has at the name, when it is a file with bytes.
-            expect(header.replaces && !header.sparse, "a delta file flagged \(header.flags)")
-            file = ActiveFile(request: request, content: [], inflate: makeInflate(header, after: 0))
-            let basis = store.files[name].flatMap { $0.isEmpty ? nil : $0 }
-            file?.basis = basis
-            handle(.deltaOpened(.success(basis.map { UInt64($0.count) })))
-            return
-        }
         // A resumable file may find a partial held from an earlier session: some prefix of
-        // the announced size (its bytes are not known here, so they are zeros).
+        // the announced size (its bytes are not known here, so they are zeros); a delta's is
+        // what an interrupted delta rebuilt.
         var offset: UInt64 = 0
         if header.resumable && machine.settings.resume && header.sizeKnown && choices.below(2) == 0 {
             offset = UInt64(choices.below(Int(clamping: min(header.size, 1 << 16)) + 1))
@@ -396,6 +388,15 @@ final class Session {
             inflate: makeInflate(header, after: offset))
         // Held bytes written under the TOKEN sent, as the store may find (vouched): no HELD.
         let vouched = offset > 0 && request.attributes.resumeToken != nil && choices.below(2) == 0
+        if header.delta {
+            // The basis is what the store has at the name, when it is a file with bytes.
+            expect(header.replaces && !header.sparse && !header.eager, "a delta file flagged \(header.flags)")
+            expect(!header.resumable || machine.settings.resume, "a resumable delta without delta-resume")
+            let basis = store.files[name].flatMap { $0.isEmpty ? nil : $0 }
+            file?.basis = basis
+            handle(.deltaOpened(.success(basis.map { UInt64($0.count) }), held: offset, vouched: vouched))
+            return
+        }
         handle(.fileOpened(.success(offset), vouched: vouched))
     }
 

@@ -5,7 +5,8 @@
 // data, ends it now or a little later, or fails to read). The invariants: no crash; every entry
 // is settled at most once (exactly once when the session ends in goodbye); data starts only for
 // the file just announced, at an offset within it; nothing happens after the end; everything the
-// sender sends decodes as the receiver's side. Some sessions are one connection of a transfer
+// sender sends decodes as the receiver's side; a delta is flagged as the receiver allows
+// (resumable only to one offering `delta-resume`). Some sessions are one connection of a transfer
 // over several (`streams`): they JOIN first and send files in ranges, as `StreamPlan` shares
 // them out; a range's data never leaves the range.
 import FuzzDriver
@@ -105,18 +106,19 @@ final class Session {
                     "data of \(index) going out, the machine sends \(String(describing: machine.sendingIndex))")
                 if choices.below(16) == 0 {
                     handle(.readFailed("read \"\(index)\": Input/output error"))
-                } else if let range {
-                    let length = choices.below(16) == 0 ? range.length + 1 : range.length
-                    let digest = FileDigest.hash(machine.digest, [UInt8(truncatingIfNeeded: index)])
-                    handle(.rangeEnded(length: length, digest: digest, fileDigest: digest))
                 } else {
-                    let size = (sizes[index] ?? nil) ?? UInt64(choices.below(4096))
-                    // Now and then the file changed size while it was read.
-                    let sentSize = choices.below(16) == 0 ? size + 1 : max(size, offset)
-                    handle(
-                        .dataEnded(
-                            size: sentSize, digest: FileDigest.hash(machine.digest, [UInt8(truncatingIfNeeded: index)]))
-                    )
+                    // The held bytes' SHA-256, which the session computes for a resumed file.
+                    let held = offset > 0 ? SHA256Digest.hash([UInt8(truncatingIfNeeded: offset)]) : nil
+                    let digest = FileDigest.hash(machine.digest, [UInt8(truncatingIfNeeded: index)])
+                    if let range {
+                        let length = choices.below(16) == 0 ? range.length + 1 : range.length
+                        handle(.rangeEnded(length: length, digest: digest, fileDigest: digest, held: held))
+                    } else {
+                        let size = (sizes[index] ?? nil) ?? UInt64(choices.below(4096))
+                        // Now and then the file changed size while it was read.
+                        let sentSize = choices.below(16) == 0 ? size + 1 : max(size, offset)
+                        handle(.dataEnded(size: sentSize, digest: digest, held: held))
+                    }
                 }
             } else if machine.canProceed {
                 perform(machine.proceed())
@@ -133,6 +135,14 @@ final class Session {
             switch action {
             case .send(let frame):
                 expectDecodes(frame, by: &sent, side: "sender")
+                if case .file(let header) = frame, header.delta {
+                    expect(
+                        header.replaces && header.sizeKnown && !header.eager && !header.sparse,
+                        "a delta flagged \(header.flags)")
+                    expect(
+                        !header.resumable || machine.peerCapabilities.contains(Wire.Capability.deltaResume),
+                        "a resumable delta to a receiver without delta-resume")
+                }
                 // A dry run changes nothing: it asks (with the attributes to compare, where the
                 // receiver agreed `sync-attributes`), and says goodbye.
                 var asks: Set<Wire.MessageType> = [.hello, .check, .bye, .error, .join]
@@ -158,7 +168,9 @@ final class Session {
                     handle(.entryOpened(index, .failure(LocalFailure("open: Permission denied"))))
                 } else {
                     let entry = machine.entries[index]
-                    var size: UInt64? = entry.seekable ? UInt64(choices.below(1 << 20)) : nil
+                    // Now and then large enough to go as a delta (with sync).
+                    var size: UInt64? =
+                        entry.seekable ? UInt64(choices.below(1 << 20)) * (choices.below(8) == 0 ? 4 : 1) : nil
                     // A file sent in ranges is (nearly always) the size it was planned at.
                     if let planned = planned[index], choices.below(16) != 0 { size = planned }
                     sizes[index] = size

@@ -398,6 +398,22 @@ func sessions() -> [(String, [UInt8])] {
         $0.frame(special(.characterDevice, "dev/null", true))
         $0.frame(.bye)
     }
+    add("metadata-delta-resumed") {
+        // A delta resumed where an interrupted one stopped: TOKEN, FILE flagged delta and
+        // resumable, COPY and DATA for the bytes after the held ones, HELD, END.
+        $0.hello(["sha256", "resume", "held-sha256", "resume-token", "sync"])
+        let replace = Wire.FileFlags.sizeKnown | Wire.FileFlags.replace
+        $0.file("db", binary, flags: replace)
+        let changed = Array(binary[0..<700]) + Array("new bytes".utf8) + Array(binary[700...])
+        $0.frame(.token([UInt8](repeating: 3, count: Wire.resumeTokenBytes)))
+        let flags = replace | Wire.FileFlags.delta | Wire.FileFlags.resumable
+        $0.frame(.file($0.entry("db", flags: flags, size: UInt64(changed.count), mode: 0o644)))
+        $0.data(Array(changed[700..<709]))
+        $0.frame(.copy(index: 1, count: UInt32(Delta.blockCount(UInt64(binary.count), 700) - 1)))
+        $0.frame(.held(digest: SHA256Digest.hash(Array(changed[0..<700]))))
+        $0.frame(.end(size: UInt64(changed.count), digest: SHA256Digest.hash(Array(changed[700...]))))
+        $0.frame(.bye)
+    }
     add("sender-error") {
         $0.hello()
         $0.file("first", text)
@@ -581,8 +597,9 @@ case "sessions":
         let streams = name.hasPrefix("streams")
         let receiver = FuzzInput.seedByte(count: count) { c in
             _ = c.below(4)
-            _ = c.below(4)
-            guard c.below(4) >= 2 else { return false }
+            // The resumed sessions need a receiver that resumes.
+            let resumes = c.below(4) != 0
+            guard c.below(4) >= 2, resumes || !name.hasSuffix("resumed") else { return false }
             let offered = c.below(2) == 0
             let mustJoin = offered && c.below(8) == 0
             // The eager sessions need a receiver offering eager.
