@@ -499,10 +499,7 @@ final class ReceiverSession: WireConnectionOwner {
         if how.closesAfterFlush && !connection.isClosed {
             // A peer turned away or told of its violation may have sent on (it pipelines its
             // requests): read and drop that rather than reset the connection under the ERROR.
-            var drains = false
-            if case .turnedAway = how { drains = true }
-            if case .violation = how { drains = true }
-            connection.closeAfterFlush(drainingInput: drains)
+            connection.closeAfterFlush(drainingInput: how != .goodbye)
             if !connection.isClosed {
                 // A peer that does not read gets 5 seconds, then the connection is cut.
                 let timer = loop.schedule(after: .seconds(5)) { [connection] in connection.close() }

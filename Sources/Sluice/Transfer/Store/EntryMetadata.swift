@@ -14,6 +14,18 @@ extension ReceiverStore {
     /// under a temporary name, given its owner and mtime, then moved to its name as a file is
     /// (never over an existing one without `overwrite`, never over a directory).
     func makeLink(_ request: EntryRequest, _ link: LinkHeader, overwrite: Bool) -> EntryRejection? {
+        placeEntry(request, overwrite: overwrite) { parent, temporary, display in
+            makeLink(link, request.attributes.owner, in: parent, temporary, display: display)
+        }
+    }
+
+    /// Makes an entry under a temporary name in the directory that will hold `request`'s
+    /// (`make`, given that directory's descriptor, the temporary name and the path to show),
+    /// then moves it to its name as a file is: never over an existing one without `overwrite`,
+    /// never over a directory. What `make` made is removed when it fails.
+    func placeEntry(
+        _ request: EntryRequest, overwrite: Bool, _ make: (Int32, String, String) -> EntryRejection?
+    ) -> EntryRejection? {
         let parent: Int32
         let name: String
         switch openParent(for: request, overwrite: overwrite) {
@@ -23,6 +35,20 @@ extension ReceiverStore {
         defer { closeDescriptor(parent) }
         let display = destination.display(request.relative)
         let temporary = Destination.linkTemporaryName()
+        if let rejection = make(parent, temporary, display) {
+            unlinkat(parent, temporary, 0)
+            return rejection
+        }
+        switch Destination.commit(parent, temporary, name, overwrite: overwrite, display: display) {
+        case .success: return nil
+        case .failure(let rejection): return rejection
+        }
+    }
+
+    /// `makeLink`'s link, at `temporary` in `parent`.
+    private func makeLink(
+        _ link: LinkHeader, _ owner: EntryOwner?, in parent: Int32, _ temporary: String, display: String
+    ) -> EntryRejection? {
         switch link.kind {
         case .symbolic:
             let made = Result { () throws(SluiceError) in
@@ -33,11 +59,10 @@ extension ReceiverStore {
                 }
             }
             if case .failure(let error) = made { return .failed(.io, error.description) }
-            if let owner = request.attributes.owner {
+            if let owner {
                 let (uid, gid) = OwnerNames.shared.local(owner)
                 if fchownat(parent, temporary, uid, gid, AT_SYMLINK_NOFOLLOW) != 0 {
                     let error = SluiceError(.system(.current), operation: "lchown", subject: display)
-                    unlinkat(parent, temporary, 0)
                     return .failed(.io, error.description)
                 }
             }
@@ -68,10 +93,7 @@ extension ReceiverStore {
             }
             if case .failure(let error) = made { return .failed(.io, error.description) }
         }
-        switch Destination.commit(parent, temporary, name, overwrite: overwrite, display: display) {
-        case .success: return nil
-        case .failure(let rejection): return rejection
-        }
+        return nil
     }
 
     /// Sets what XATTR and OWNER said on an open file or directory: the owner first (a change of

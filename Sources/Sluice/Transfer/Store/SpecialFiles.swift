@@ -13,42 +13,30 @@ extension ReceiverStore {
     /// never over an existing name without `overwrite`, never over a directory). The machine
     /// refused a device already where the receiver may not make one; the kernel refuses it too.
     func makeSpecial(_ request: EntryRequest, _ special: SpecialHeader, overwrite: Bool) -> EntryRejection? {
-        let parent: Int32
-        let name: String
-        switch openParent(for: request, overwrite: overwrite) {
-        case .failure(let rejection): return rejection
-        case .success(let (fd, last)): (parent, name) = (fd, last)
-        }
-        defer { closeDescriptor(parent) }
-        let display = destination.display(request.relative)
-        let temporary = Destination.linkTemporaryName()
-        let type = special.type
-        let device = dev_t(type.isDevice ? sluice_makedev(special.major, special.minor) : 0)
-        let made = Result { () throws(SluiceError) in
-            try syscallValue("mknod", display) { mknodat(parent, temporary, mode_t(type.rawValue) | 0o600, device) }
-        }
-        if case .failure(let error) = made { return .failed(.io, error.description) }
-        let mtime = timespec(tv_sec: Int(special.mtimeSeconds), tv_nsec: Int(special.mtimeNanoseconds))
-        let settled = Result { () throws(SluiceError) in
-            if let owner = request.attributes.owner {
-                let (uid, gid) = OwnerNames.shared.local(owner)
-                try syscallValue("lchown", display) { fchownat(parent, temporary, uid, gid, AT_SYMLINK_NOFOLLOW) }
+        placeEntry(request, overwrite: overwrite) { parent, temporary, display in
+            let type = special.type
+            let device = dev_t(type.isDevice ? sluice_makedev(special.major, special.minor) : 0)
+            let mtime = timespec(tv_sec: Int(special.mtimeSeconds), tv_nsec: Int(special.mtimeNanoseconds))
+            let made = Result { () throws(SluiceError) in
+                try syscallValue("mknod", display) {
+                    mknodat(parent, temporary, mode_t(type.rawValue) | 0o600, device)
+                }
+                if let owner = request.attributes.owner {
+                    let (uid, gid) = OwnerNames.shared.local(owner)
+                    try syscallValue("lchown", display) {
+                        fchownat(parent, temporary, uid, gid, AT_SYMLINK_NOFOLLOW)
+                    }
+                }
+                // After the owner: a change of owner clears setuid and setgid (never kept here).
+                try syscallValue("chmod", display) {
+                    Self.changeMode(parent, temporary, destination.permissions(request.header.mode))
+                }
+                try syscallValue("utimensat", display) {
+                    utimensat(parent, temporary, [timespec(tv_sec: 0, tv_nsec: utimeNow), mtime], AT_SYMLINK_NOFOLLOW)
+                }
             }
-            // After the owner: a change of owner clears setuid and setgid (never kept here).
-            try syscallValue("chmod", display) {
-                Self.changeMode(parent, temporary, destination.permissions(request.header.mode))
-            }
-            try syscallValue("utimensat", display) {
-                utimensat(parent, temporary, [timespec(tv_sec: 0, tv_nsec: utimeNow), mtime], AT_SYMLINK_NOFOLLOW)
-            }
-        }
-        if case .failure(let error) = settled {
-            unlinkat(parent, temporary, 0)
-            return .failed(.io, error.description)
-        }
-        switch Destination.commit(parent, temporary, name, overwrite: overwrite, display: display) {
-        case .success: return nil
-        case .failure(let rejection): return rejection
+            if case .failure(let error) = made { return .failed(.io, error.description) }
+            return nil
         }
     }
 
