@@ -127,7 +127,8 @@ struct SendOptions: Sendable {
         OptionSpec("numeric-ids", help: "with --owner: by number, not by name"),
         OptionSpec(
             "devices",
-            help: "send character and block devices, made by a\nreceiver running as root (else refused)"),
+            help: "send character and block devices, made by a\nreceiver running as root with --devices (else\nrefused)"
+        ),
         OptionSpec("specials", help: "send FIFOs and sockets (never opened)"),
         OptionSpec(nil, short: "D", help: "--devices --specials"),
         OptionSpec(
