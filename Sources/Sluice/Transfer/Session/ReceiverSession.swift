@@ -2,9 +2,10 @@
     import Glibc
 #endif
 
-/// One connection to a `TransferReceiver`: runs a `ReceiverMachine` on the loop, feeding it
-/// what the `FrameDecoder` makes of the socket's bytes and performing its actions.
-final class ReceiverSession: WireConnectionOwner {
+/// One connection to a `TransferReceiver`: the receiving role of a `ProtocolSession`, which
+/// feeds its `ReceiverMachine` what the decoder makes of the socket's bytes; this type performs
+/// the machine's actions (files stored, answers sent) and says when it can take more.
+final class ReceiverSession: ProtocolRole {
     /// With fsync on, writeback of a file is started each time this much more has arrived.
     static let writebackWindow: UInt64 = 8 << 20
     /// With fsync on, verified files are flushed (one `syncfs`) and renamed in batches of at
@@ -57,7 +58,10 @@ final class ReceiverSession: WireConnectionOwner {
     let store: ReceiverStore
     let options: TransferReceiveOptions
     var machine: ReceiverMachine
-    private var decoder = FrameDecoder(direction: .toReceiver)
+    /// The connection's protocol loop, idle timeout and ending, with this session as its role.
+    private(set) lazy var session = ProtocolSession(
+        role: self, connection: connection, loop: loop, decoding: .toReceiver, operation: "receive",
+        peerName: "sender", idleTimeout: options.idleTimeout)
     let hasher: DigestWorker
     /// Hashes held bytes with SHA-256 (`HeldCheck`) apart from `hasher`'s jobs.
     let heldHasher: DigestWorker
@@ -71,11 +75,9 @@ final class ReceiverSession: WireConnectionOwner {
     var bytesStored: UInt64 = 0
     /// When the connection was accepted.
     let started = monotonicNanoseconds()
-    private var idleTimer: LoopTimer?
-    private var peerClosed = false
     /// Pieces of the inbound buffer lent to the hasher's worker, which writes and hashes them.
     var piecesLent = 0
-    var ended = false
+    var ended: Bool { session.ended }
     private var scratchStorage: UnsafeMutableRawBufferPointer?
     /// The transfer of several connections this session joined.
     var group: TransferGroup?
@@ -117,7 +119,6 @@ final class ReceiverSession: WireConnectionOwner {
     var isEnded: Bool { ended }
     /// The file's data path waits for the hasher to free a slot.
     var waitsForRoom: Bool { file?.lifecycle.waitsForRoom ?? false }
-    var inboundCapacity: Int { connection.inbound.capacity }
     /// Past its TLS handshake and HELLO: holding one of the receiver's session slots.
     private(set) var isAdmitted = false
     /// How long the connection may take to be admitted.
@@ -150,7 +151,6 @@ final class ReceiverSession: WireConnectionOwner {
             input: input, output: output, inboundCapacity: Self.initialInbound,
             outboundCapacity: Self.initialOutbound)
         connection.pauseReadingAbove = Self.initialOutbound - 2 * Frame.largestAnswer
-        connection.owner = self
         connection.coalescesSends = true
         connection.onClose = { [weak receiver] in receiver?.sessionClosed(id) }
         hasher.onRoom = { [weak self] in self?.roomForHashing() }
@@ -171,11 +171,7 @@ final class ReceiverSession: WireConnectionOwner {
     }
 
     func start() {
-        connection.start(on: loop)
-        guard !ended, !connection.isClosed else { return }
-        connection.send(Wire.magic)
-        perform(machine.start())
-        scheduleIdleCheck()
+        guard session.start() else { return }
         admissionTimer = loop.schedule(after: admissionDeadline) { [weak self] in
             guard let self, !self.isAdmitted else { return }
             self.dropWhileWaiting(
@@ -186,58 +182,33 @@ final class ReceiverSession: WireConnectionOwner {
     }
 
     func cancel() {
-        perform(machine.handle(.cancelled))
+        session.cancel()
     }
 
     /// Ends the connection before it was admitted (pushed out by newer ones, or too slow).
     func dropWhileWaiting(_ error: SluiceError) {
         guard !isAdmitted else { return }
-        perform(machine.handle(.connectionFailed(error)))
+        session.tell(.failed(error))
     }
 
-    /// HELLO taken: the connection takes a session slot, or is told the receiver is busy.
-    /// Returns false when it was turned away.
-    private func admit() -> Bool {
+    /// HELLO taken: the connection takes a session slot (nil), or is told the receiver is busy
+    /// (the actions that turn it away).
+    private func admit() -> [ReceiverAction]? {
         isAdmitted = true
         admissionTimer?.cancel()
         admissionTimer = nil
-        guard let refusal = receiver?.admit(id) else { return true }
-        perform(machine.turnAway(refusal))
-        return false
+        return receiver?.admit(id).map { machine.turnAway($0) }
     }
 
-    /// The last time the idle check found the session waiting for its own work.
-    private var lastWaitedHere: UInt64 = 0
-
-    /// Ends the session once the peer has been silent for the idle timeout. Waiting for its own
-    /// disk or hasher is not the peer's silence: the peer's time starts again when that ends,
-    /// and a session that waits long is looked at once per timeout, not at every turn.
-    private func scheduleIdleCheck() {
-        guard let timeout = options.idleTimeout, !ended else { return }
-        let limit = timeout.nanoseconds
-        let idle = monotonicNanoseconds() - max(connection.lastActivity, lastWaitedHere)
-        let wait = idle >= limit ? 0 : limit - idle
-        idleTimer = loop.schedule(after: .nanoseconds(Int64(clamping: wait))) { [weak self] in
-            guard let self, !self.ended else { return }
-            let waitingHere =
-                !self.machine.acceptsMessages || self.waitsForRoom || self.piecesLent > 0
-                || self.committingStaged || self.laneJobs > 0
-            let now = monotonicNanoseconds()
-            if waitingHere {
-                self.lastWaitedHere = now
-            } else if now - max(self.connection.lastActivity, self.lastWaitedHere) >= limit {
-                self.perform(self.machine.handle(.timedOut))
-                return
-            }
-            self.scheduleIdleCheck()
-        }
+    /// Waiting for its own disk or hasher is not the peer's silence (`ProtocolSession`'s idle
+    /// check).
+    var waitsOnItself: Bool {
+        !machine.acceptsMessages || waitsForRoom || piecesLent > 0 || committingStaged || laneJobs > 0
     }
 
-    // MARK: WireConnectionOwner
+    // MARK: ProtocolRole
 
-    func wireReceived(_ connection: WireConnection) { parse() }
-
-    func wireCanSend(_ connection: WireConnection) {
+    func connectionHasRoom() {
         drainOutbox()
         if outbox.isEmpty, let work = afterSent {
             afterSent = nil
@@ -266,72 +237,45 @@ final class ReceiverSession: WireConnectionOwner {
     }
 
     /// While a file arrives, its share of `inboundBudget`; between files, as it is.
-    func wireInboundCapacity(_ connection: WireConnection) -> Int? {
-        file == nil ? nil : inboundShare
-    }
+    var inboundCapacity: Int? { file == nil ? nil : inboundShare }
 
     /// This session's inbound buffer while it receives a file, by how many files arrive now.
     var inboundShare: Int { Self.fileInbound(receiving: receiver?.filesReceiving ?? 1) }
 
-    func wirePeerClosed(_ connection: WireConnection) {
-        peerClosed = true
-        pump()
-    }
-
-    func wireFailed(_ connection: WireConnection, _ error: SluiceError) {
-        perform(machine.handle(.connectionFailed(error)))
+    /// Parses what is buffered and reads more, as far as both can go.
+    func pump() {
+        session.pump()
     }
 
     // MARK: Parsing
 
-    /// Hands the machine what the decoder finds, while it accepts messages, the outbound
-    /// buffer has room for its answers, and the hasher has room for data; then lets the
-    /// connection read again.
-    /// Parses what is buffered and reads more, as far as both can go.
-    func pump() {
-        connection.deliver()
+    /// Messages are taken while the machine accepts them, the outbound buffer has room for
+    /// their answers (and nothing waits in `outbox`), and the disk work they start has room.
+    var takesMessages: Bool {
+        machine.acceptsMessages && !waitsForRoom && !stagedFull && laneJobs < Self.laneDepth && outbox.isEmpty
+            && connection.outbound.freeSpace >= 2 * Frame.largestAnswer
     }
 
-    private func parse() {
-        defer { flushChecks() }
-        while !ended, machine.acceptsMessages, !waitsForRoom, !stagedFull, laneJobs < Self.laneDepth, outbox.isEmpty {
-            guard connection.outbound.freeSpace >= 2 * Frame.largestAnswer else { return }
-            switch decoder.next(connection.inbound.readable) {
-            case .needMore:
-                if peerClosed { perform(machine.handle(.peerClosed)) }
-                commitWhenQuiet()
-                return
-            case .violation(let reason):
-                perform(machine.violated(reason))
-                return
-            case .item(let item, let consumed):
-                if machine.awaitsFirstRequest, let receiver, case .frame(let frame) = item {
-                    var join: TransferJoin?
-                    if case .join(let asked) = frame { join = asked }
-                    if frame.type != .error, let refusal = receiver.claimKey(session: id, join: join) {
-                        connection.inbound.consume(consumed)
-                        perform(machine.turnAway(refusal))
-                        return
-                    }
-                    machine.settings.mustJoin = receiver.mustJoin(id)
-                }
-                let actions = machine.received(item)
-                if !isAdmitted && machine.saidHello && !admit() {
-                    connection.inbound.consume(consumed)
-                    return
-                }
-                guard case .data(let piece, _) = item, actions == [.deliverData] else {
-                    connection.inbound.consume(consumed)
-                    perform(actions)
-                    continue
-                }
-                let used = deliver(piece)
-                let unused = piece.count - used
-                decoder.unread(unused)
-                connection.inbound.consume(consumed - unused)
+    /// The first request claims the key it authenticated with (or is turned away); HELLO
+    /// takes a session slot (or is turned away); DATA the machine allows goes to `deliver`.
+    func take(_ item: FrameDecoder.Item) -> Taken<ReceiverAction> {
+        if machine.awaitsFirstRequest, let receiver, case .frame(let frame) = item {
+            var join: TransferJoin?
+            if case .join(let asked) = frame { join = asked }
+            if frame.type != .error, let refusal = receiver.claimKey(session: id, join: join) {
+                return .stop(machine.turnAway(refusal))
             }
+            machine.settings.mustJoin = receiver.mustJoin(id)
         }
+        let actions = machine.received(item)
+        if !isAdmitted && machine.saidHello, let turnAway = admit() { return .stop(turnAway) }
+        if case .data(let piece, _) = item, actions == [.deliverData] { return .deliver(piece) }
+        return .perform(actions)
     }
+
+    func caughtUp() { commitWhenQuiet() }
+
+    func parsed() { flushChecks() }
 
     // MARK: Actions
 
@@ -485,36 +429,19 @@ final class ReceiverSession: WireConnectionOwner {
     // MARK: Ending
 
     private func end(_ how: SessionEnd) {
-        guard !ended else { return }
-        ended = true
-        afterStaged.removeAll()
-        commitStagedAfterEnd()
-        quietTimer?.cancel()
-        quietTimer = nil
-        idleTimer?.cancel()
-        idleTimer = nil
-        admissionTimer?.cancel()
-        admissionTimer = nil
-        let error = how.error(operation: "receive", subject: peer, peer: "sender")
-        if how.closesAfterFlush && !connection.isClosed {
-            // A peer turned away or told of its violation may have sent on (it pipelines its
-            // requests): read and drop that rather than reset the connection under the ERROR.
-            connection.closeAfterFlush(drainingInput: how != .goodbye)
-            if !connection.isClosed {
-                // A peer that does not read gets 5 seconds, then the connection is cut.
-                let timer = loop.schedule(after: .seconds(5)) { [connection] in connection.close() }
-                let previous = connection.onClose
-                connection.onClose = {
-                    timer.cancel()
-                    previous?()
-                }
-            }
-        } else {
-            connection.close()
+        let ended = session.end(how) {
+            afterStaged.removeAll()
+            commitStagedAfterEnd()
+            quietTimer?.cancel()
+            quietTimer = nil
+            admissionTimer?.cancel()
+            admissionTimer = nil
         }
+        guard ended else { return }
         let report = TransferSessionReport(
             id: id, peer: peer, results: results, bytes: bytesStored,
-            seconds: Double(monotonicNanoseconds() - started) / 1e9, error: error, streamIndex: machine.joined?.index)
+            seconds: Double(monotonicNanoseconds() - started) / 1e9, error: session.error(how, subject: peer),
+            streamIndex: machine.joined?.index)
         receiver?.sessionEnded(self, report: report)
     }
 }

@@ -89,7 +89,7 @@ public final class TransferReceiver {
     /// The size of each open session's inbound buffer, in the order the sessions began (for
     /// tests and statistics).
     var inboundCapacities: [Int] {
-        sessions.sorted { $0.key < $1.key }.filter { !$0.value.isEnded }.map(\.value.inboundCapacity)
+        sessions.sorted { $0.key < $1.key }.filter { !$0.value.isEnded }.map(\.value.connection.inbound.capacity)
     }
 
     /// Serves every connection `listener` accepts on `loop`, in plaintext.

@@ -1,17 +1,17 @@
 extension TransferSender {
     func end(_ how: SessionEnd) {
         guard !ended else { return }
-        ended = true
-        closeCurrent()
-        discardOpensAhead()
-        let error = how.error(operation: "send", subject: connection?.output.name, peer: "receiver")
-        if let connection {
-            if how.closesAfterFlush && !connection.outbound.isEmpty {
-                connection.closeAfterFlush()
-            } else {
-                connection.close()
-            }
+        let cleanUp = {
+            self.closeCurrent()
+            self.discardOpensAhead()
         }
+        if let session {
+            session.end(how, cleanUp: cleanUp)
+        } else {
+            endedUnstarted = true
+            cleanUp()
+        }
+        let error = how.error(operation: "send", subject: connection?.output.name, peer: "receiver")
         for index in entries.indices where outcomes[index] == nil {
             let reason = "not transferred: " + (error?.description ?? "no answer")
             outcomes[index] = .failed(reason: reason, kind: .io)

@@ -34,7 +34,7 @@
 /// another, in order; the loop hands out those jobs and takes back the results. A file whose
 /// open or reads block (a FIFO put in a file's place, a stalled network file system) holds up
 /// this connection at that file, never the other connections or timers of its loop.
-public final class TransferSender: WireConnectionOwner {
+public final class TransferSender: ProtocolRole {
     public let options: TransferSendOptions
     /// Warnings found while listing the sources (skipped links and special files).
     public private(set) var warnings: [String] = []
@@ -50,12 +50,13 @@ public final class TransferSender: WireConnectionOwner {
 
     let entries: [OutgoingEntry]
     var machine: SenderMachine
-    private var decoder = FrameDecoder(direction: .toSender)
     var outcomes: [TransferOutcome?]
     var sizes: [UInt64?]
     var resumed: [UInt64]
     var current: OutgoingFile?
-    var connection: WireConnection?
+    /// The connection's protocol loop and ending, with this sender as its role (from `start`).
+    private(set) var session: ProtocolSession<TransferSender>?
+    var connection: WireConnection? { session?.connection }
     var loop: EventLoop?
     private(set) var hasher: DigestWorker?
     /// Hashes held bytes with SHA-256 (`HeldCheck`) apart from `hasher`'s jobs.
@@ -64,8 +65,9 @@ public final class TransferSender: WireConnectionOwner {
     private var advancing = false
     var completion: ((TransferSummary) -> Void)?
     private(set) var started: UInt64 = 0
-    private var peerClosed = false
-    var ended = false
+    /// Ended before it started (cancelled).
+    var endedUnstarted = false
+    var ended: Bool { session?.ended ?? endedUnstarted }
     private var warnedNoDeflate = false
     /// Compresses the current file (raw deflate in pigz-style blocks on the worker pool), when
     /// it is sent compressed.
@@ -238,62 +240,32 @@ public final class TransferSender: WireConnectionOwner {
             input: input, output: output, inboundCapacity: 1 << 16,
             outboundCapacity: 4 * (chunk + Wire.frameHeaderSize) + 2 * Wire.maxControlPayload + 64,
             rateLimit: options.rateLimit)
-        connection.owner = self
-        self.connection = connection
-        connection.outbound.append(Wire.magic)
-        perform(machine.start())
-        connection.start(on: loop)
+        let session = ProtocolSession(
+            role: self, connection: connection, loop: loop, decoding: .toSender, operation: "send",
+            peerName: "receiver")
+        self.session = session
+        session.start()
     }
 
     /// Stops the transfer: the connection closes, and the summary's error is `.cancelled`. A
     /// file cut off this way is kept by the receiver for a later resume.
     public func cancel() {
-        perform(machine.handle(.cancelled))
+        perform(machine.connectionEnded(.cancelled))
     }
 
-    // MARK: WireConnectionOwner
+    // MARK: ProtocolRole
 
-    func wireReceived(_ connection: WireConnection) { parse() }
-
-    func wireCanSend(_ connection: WireConnection) {
+    func connectionHasRoom() {
         if current != nil { produce() }
         advance()
     }
 
-    func wirePeerClosed(_ connection: WireConnection) {
-        peerClosed = true
-        pump()
-    }
-
-    func wireFailed(_ connection: WireConnection, _ error: SluiceError) {
-        perform(machine.handle(.connectionFailed(error)))
-    }
-
-    // MARK: Answers
-
-    /// Parses what is buffered and reads more, as far as both can go.
-    private func pump() {
-        connection?.deliver()
-    }
-
-    private func parse() {
-        guard let connection else { return }
-        while !ended {
-            switch decoder.next(connection.inbound.readable) {
-            case .needMore:
-                if peerClosed { perform(machine.handle(.peerClosed)) }
-                return
-            case .violation(let reason):
-                perform(machine.violated(reason))
-                return
-            case .item(let item, let consumed):
-                connection.inbound.consume(consumed)
-                perform(machine.received(item))
-                if !warnedNoDeflate && machine.canProceed { warnAboutPeer() }
-                if !checksumsStarted && machine.syncing { startChecksums() }
-                advance()
-            }
-        }
+    /// After each answer: what the receiver said it will not keep, the checksums a sync
+    /// needs, and the entries the machine may now announce.
+    func tookMessage() {
+        if !warnedNoDeflate && machine.canProceed { warnAboutPeer() }
+        if !checksumsStarted && machine.syncing { startChecksums() }
+        advance()
     }
 
     /// Announces entries while the machine may and the outbound buffer has room for them.
