@@ -64,6 +64,29 @@ private final class NotingRole: ProtocolRole {
     }
 
     func connectionHasRoom() {}
+
+    /// With `lends`: DATA is lent out of the inbound buffer (as a receiver lends it to the
+    /// worker that writes it), and kept until `giveBack()`.
+    var lends = false
+    var loans: [LentBytes] = []
+    var dataBytes = 0
+
+    func take(_ item: FrameDecoder.Item) -> Taken<NotingMachine.Action> {
+        if lends, case .data(let piece, _) = item { return .deliver(piece) }
+        return .perform(machine.received(item))
+    }
+
+    func deliver(_ piece: UnsafeRawBufferPointer) -> Int {
+        if let session { loans.append(session.connection.inbound.lend(piece)) }
+        dataBytes += piece.count
+        return piece.count
+    }
+
+    func giveBack() {
+        for loan in loans { loan.giveBack() }
+        loans.removeAll()
+        session?.pump()
+    }
 }
 
 /// `ProtocolSession`, the loop both ends of a transfer run, driven over real loopback sockets
@@ -127,9 +150,10 @@ struct ProtocolSessionTests {
         let loop = try EventLoop()
         let (role, session, peer) = try Self.connected(on: loop, idleTimeout: .milliseconds(100))
         defer { close(peer) }
+        // Waiting from the start (the idle check runs only while the loop runs).
+        role.waitsOnItself = true
         Self.write(peer, Wire.magic)
         #expect(runLoop(loop) { role.machine.items == ["magic"] })
-        role.waitsOnItself = true
         let waited = ContinuousClock.now
         _ = runLoop(loop, for: .milliseconds(300)) { !role.machine.events.isEmpty }
         #expect(role.machine.events.isEmpty, "timed out while the role waited on itself")
@@ -139,6 +163,42 @@ struct ProtocolSessionTests {
         #expect(role.machine.events == [.timedOut])
         #expect(role.errors.first??.description.contains("idle") == true, "\(role.errors)")
         #expect(session.connection.isClosed)
+    }
+
+    /// Bytes lent out of the inbound buffer stay in place until they come back; reading goes
+    /// on meanwhile into a second buffer, and stops only when both hold loans: memory stays two
+    /// buffers, and nothing is lost.
+    @Test func lentBytesDoNotStopReadingUntilBothBuffersAreLent() throws {
+        let loop = try EventLoop()
+        let (role, session, peer) = try Self.connected(on: loop)
+        defer { close(peer) }
+        role.lends = true
+        let capacity = session.connection.inbound.capacity
+        let frames = 16
+        let payload = 16 << 10
+        var stream = Wire.magic
+        for index in 0..<frames {
+            stream += [Wire.MessageType.data.rawValue, 0, 0, UInt8(payload >> 8), 0]
+            stream += [UInt8](repeating: UInt8(index), count: payload)
+        }
+        let total = frames * payload
+        #expect(total >= 4 * capacity)
+        let bytes = stream
+        Thread.detachNewThread {
+            _ = bytes.withUnsafeBytes { Glibc.write(peer, $0.baseAddress, $0.count) }
+        }
+        // More than one buffer's worth arrives while every loan is still out.
+        #expect(runLoop(loop) { role.dataBytes > capacity + payload })
+        // Both buffers hold loans: reading stops there.
+        _ = runLoop(loop, for: .milliseconds(200)) { role.dataBytes == total }
+        #expect(role.dataBytes <= 2 * capacity, "\(role.dataBytes) bytes held in buffers of \(capacity)")
+        // Loans back: the rest arrives.
+        #expect(
+            runLoop(loop) {
+                role.giveBack()
+                return role.dataBytes == total
+            })
+        #expect(role.machine.violations.isEmpty && role.ends.isEmpty)
     }
 
     /// Bytes that break the protocol end the session as a violation; what the peer pipelined

@@ -10,11 +10,20 @@ final class ActiveFile {
     let digest: FileDigest
     /// Decompresses the file's data, when it comes compressed (the stage driver `copy` uses).
     let inflate: StageDriver?
-    /// Bytes written to the temporary file (after the held prefix).
+    /// Bytes written to the temporary file (after the held prefix), or handed to the worker
+    /// that writes them.
     var written: UInt64 = 0
-    /// Its writes, with their writeback: made here on the loop, or by the session's
-    /// `DigestWorker` (a file received whole, while others are received too, or compressed).
+    /// Of those, the bytes known to be in the file: a prefix, as the worker writes in order.
+    /// What a range let go holds for a resume.
+    var confirmed: UInt64 = 0
+    /// Its writes, with their writeback: by the session's `DigestWorker`, from the inbound
+    /// buffer's lent bytes or its own slots; on the loop only for a range whose descriptor
+    /// could not be duplicated (`lends` false).
     let target: WriteTarget
+    /// Whether its bytes may be lent to the worker to write. A range's are only through a
+    /// descriptor of its own: the transfer closes the shared one when its last session leaves,
+    /// which may be before this session's worker is done.
+    let lends: Bool
     /// Where it is in its life: what its session may do with it (`FileLifecycle`).
     var lifecycle = FileLifecycle(checkingPrefix: false)
     /// For a range: the file shared with the other connections of the transfer, the range,
@@ -43,7 +52,11 @@ final class ActiveFile {
         self.range = range
         self.held = held
         base = range.map { $0.start + held } ?? opened.offset
-        target = WriteTarget(fd: opened.fd, display: opened.display, writebackWindow: writebackWindow, start: base)
+        let own = shared == nil ? -1 : fcntl(opened.fd, F_DUPFD_CLOEXEC, 0)
+        lends = shared == nil || own >= 0
+        target = WriteTarget(
+            fd: own >= 0 ? own : opened.fd, display: opened.display, writebackWindow: writebackWindow, start: base,
+            owned: own >= 0)
     }
 
     var position: UInt64 { base + written }

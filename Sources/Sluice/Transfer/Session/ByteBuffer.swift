@@ -118,9 +118,15 @@ final class ByteBuffer {
     /// Appends `bytes` if they fit (compacting if needed); false, with nothing appended, if not.
     @discardableResult
     func append(_ bytes: [UInt8]) -> Bool {
-        guard !bytes.isEmpty else { return true }
-        guard reserve(bytes.count) else { return false }
-        bytes.withUnsafeBytes { tail.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: bytes.count) }
+        bytes.withUnsafeBytes { append($0) }
+    }
+
+    /// Appends `bytes` if they fit (compacting if needed); false, with nothing appended, if not.
+    @discardableResult
+    func append(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard let base = bytes.baseAddress, !bytes.isEmpty else { return true }
+        guard reserve(bytes.count), let tail = tail.baseAddress else { return false }
+        tail.copyMemory(from: base, byteCount: bytes.count)
         writeIndex += bytes.count
         return true
     }

@@ -21,12 +21,9 @@ extension ReceiverSession {
         }
         guard let file else { return piece.count }
         guard let inflate = file.inflate else {
-            // A range's descriptor belongs to its transfer, which may close it: never lent.
-            // Nor are bytes written directly: the disk is written from the hasher's aligned
-            // slots, by its worker.
-            if file.shared == nil, !file.target.wantsAlignedWrites,
-                piecesLent > 0 || (receiver?.filesReceiving ?? 0) > 1
-            {
+            // Not when bytes are written directly: the disk is written from the hasher's
+            // aligned slots, by its worker.
+            if file.lends, !file.target.wantsAlignedWrites {
                 return lend(piece, to: file, file.target)
             }
             guard hasher.hasRoom(for: 1) else {
@@ -104,6 +101,7 @@ extension ReceiverSession {
                 return
             }
             hasher.update(file.digest, bytes)
+            file.confirmed += UInt64(bytes.count)
         }
         file.written += UInt64(bytes.count)
         bytesStored += UInt64(bytes.count)
@@ -128,6 +126,7 @@ extension ReceiverSession {
         receiver?.piecesLent += 1
         let loan = connection.inbound.lend(piece)
         hasher.writeLent(file.digest, loan, to: target, at: position) { [self] written in
+            if written && file.confirmed == position - file.base { file.confirmed += UInt64(loan.bytes.count) }
             piecesLent -= 1
             loan.giveBack()
             if piecesLent == 0 { connection.fitInbound() }

@@ -182,6 +182,6 @@ extension ReceiverSession {
     /// keeps what the range holds, for a resume; the transfer closes it when it ends.
     func releaseRange(_ file: ActiveFile, holding bytes: UInt64? = nil) {
         guard let shared = file.shared, let range = file.range, !shared.finished else { return }
-        shared.note(range, holds: bytes ?? (file.held + file.written))
+        shared.note(range, holds: bytes ?? (file.held + file.confirmed))
     }
 }

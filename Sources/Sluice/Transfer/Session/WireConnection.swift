@@ -35,7 +35,9 @@ extension WireConnectionOwner {
 final class WireConnection: ByteStreamDelegate {
     let input: ReadStream
     let output: WriteStream
-    let inbound: ByteBuffer
+    /// What was read and not yet parsed. Replaced by `spareInbound` when bytes lent from it
+    /// keep it from taking more (see `swapInbound`): read it anew each time, never keep it.
+    private(set) var inbound: ByteBuffer
     let outbound: ByteBuffer
     weak var owner: WireConnectionOwner?
     /// Stop reading while more than this many bytes wait to be written.
@@ -70,6 +72,10 @@ final class WireConnection: ByteStreamDelegate {
     /// answers them in one write (and wakes its peer once) instead of one each.
     var coalescesSends = false
     private var flushTimer: LoopTimer?
+
+    /// The other of the two inbound buffers a connection that lends bytes reads into in turn:
+    /// allocated the first time lent bytes fill `inbound`, of its size.
+    private var spareInbound: ByteBuffer?
 
     private let rateLimit: Int?
     private var limiter: RateLimiter?
@@ -167,8 +173,8 @@ final class WireConnection: ByteStreamDelegate {
         // No pointer into the buffer is held here: the owner has returned from parsing.
         resizeInbound()
         // The decoder streams DATA: any other message it may wait for the rest of is smaller.
-        guard inbound.reserveForRead(partial: Wire.frameHeaderSize + Wire.maxControlPayload) else {
-            return false  // the owner has not consumed: it will call again
+        guard inbound.reserveForRead(partial: Wire.frameHeaderSize + Wire.maxControlPayload) || swapInbound() else {
+            return false  // the owner has not consumed, or lent bytes are out: it will call again
         }
         readOffered = false
         switch input.tryReadFilling(into: inbound.tail) {
@@ -195,8 +201,29 @@ final class WireConnection: ByteStreamDelegate {
         resizeInbound()
     }
 
+    /// When bytes lent to a worker keep `inbound` from taking more (they stay in place until
+    /// they come back, so it can neither compact nor rewind), reading goes on into the spare
+    /// buffer, which takes what was not yet parsed, while the worker writes the lent bytes
+    /// out of the first: the read of the next megabyte overlaps the write of the last, in two
+    /// buffers of the owner's size at most. False when there is nothing to gain (no loan out,
+    /// or most of the buffer not yet parsed) or the spare still has loans of its own.
+    private func swapInbound() -> Bool {
+        guard inbound.lent > 0, inbound.readableBytes <= inbound.capacity / 2 else { return false }
+        var next = spareInbound ?? ByteBuffer(capacity: inbound.capacity)
+        if next.capacity != inbound.capacity { next = ByteBuffer(capacity: inbound.capacity) }
+        guard next.lent == 0 else { return false }
+        next.consume(next.readableBytes)
+        next.append(inbound.readable)
+        inbound.consume(inbound.readableBytes)
+        spareInbound = inbound
+        inbound = next
+        return inbound.tailSpace > 0
+    }
+
     private func resizeInbound() {
-        if let wanted = owner?.wireInboundCapacity(self), wanted != inbound.capacity { inbound.resize(to: wanted) }
+        guard let wanted = owner?.wireInboundCapacity(self), wanted != inbound.capacity else { return }
+        inbound.resize(to: wanted)
+        if spareInbound?.capacity != inbound.capacity { spareInbound = nil }
     }
 
     private func notePeerClosed() {

@@ -422,9 +422,14 @@ final class WriteTarget: @unchecked Sendable {
     /// Bytes that went through the direct descriptor so far (on the thread that writes).
     private(set) var directBytes: UInt64 = 0
 
-    /// `fd` stays open until every job that writes to it has run (`DigestWorker.afterQueued`).
-    init(fd: Int32, display: String, writebackWindow: UInt64?, start: UInt64) {
+    /// Whether `fd` is this target's own (a range's duplicate), closed with it.
+    private let ownsDescriptor: Bool
+
+    /// `fd` stays open until every job that writes to it has run (`DigestWorker.afterQueued`),
+    /// or, when `owned`, is closed by the target once the last job holding it let it go.
+    init(fd: Int32, display: String, writebackWindow: UInt64?, start: UInt64, owned: Bool = false) {
         self.fd = fd
+        ownsDescriptor = owned
         self.display = display
         self.writebackWindow = writebackWindow
         writebackStarted = start
@@ -432,6 +437,7 @@ final class WriteTarget: @unchecked Sendable {
 
     deinit {
         if directFD >= 0 { closeDescriptor(directFD) }
+        if ownsDescriptor { closeDescriptor(fd) }
     }
 
     /// Opens the file a second time with `O_DIRECT` (through `/proc/self/fd`, so that it is
