@@ -8,8 +8,11 @@ final class ActiveFile {
     let request: EntryRequest
     /// The digest agreed with the sender, of what the file holds.
     let digest: FileDigest
-    /// Decompresses the file's data, when it comes compressed (the stage driver `copy` uses).
+    /// Decompresses the file's data on the loop, when it comes compressed as a delta (whose
+    /// COPYs are placed after the literal bytes the loop has counted).
     let inflate: StageDriver?
+    /// Decompresses any other compressed file's data, on the hasher's worker.
+    let workerInflate: WorkerInflate?
     /// Bytes written to the temporary file (after the held prefix), or handed to the worker
     /// that writes them.
     var written: UInt64 = 0
@@ -42,21 +45,27 @@ final class ActiveFile {
     /// more has arrived (receive with fsync).
     init(
         opened: OpenedFile, request: EntryRequest, digest: TransferDigest, inflate: StageDriver?,
-        writebackWindow: UInt64?, shared: SharedFile? = nil, range: ByteRange? = nil, held: UInt64 = 0
+        writebackWindow: UInt64?, shared: SharedFile? = nil, range: ByteRange? = nil, held: UInt64 = 0,
+        inflatesOnWorker: Bool = false
     ) {
-        self.digest = FileDigest(digest)
+        let fileDigest = FileDigest(digest)
+        self.digest = fileDigest
         self.opened = opened
         self.request = request
-        self.inflate = inflate
+        self.inflate = inflatesOnWorker ? nil : inflate
         self.shared = shared
         self.range = range
         self.held = held
-        base = range.map { $0.start + held } ?? opened.offset
+        let base = range.map { $0.start + held } ?? opened.offset
+        self.base = base
         let own = shared == nil ? -1 : fcntl(opened.fd, F_DUPFD_CLOEXEC, 0)
         lends = shared == nil || own >= 0
         target = WriteTarget(
             fd: own >= 0 ? own : opened.fd, display: opened.display, writebackWindow: writebackWindow, start: base,
             owned: own >= 0)
+        let target = self.target
+        workerInflate =
+            inflatesOnWorker ? inflate.map { WorkerInflate($0, writingTo: target, at: base, hashing: fileDigest) } : nil
     }
 
     var position: UInt64 { base + written }

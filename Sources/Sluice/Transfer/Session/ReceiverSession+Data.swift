@@ -6,8 +6,10 @@ extension ReceiverSession {
     // MARK: Data
 
     /// Passes DATA bytes through the file's data path: decompress, check with the machine,
-    /// write, hash. Returns how many it took: fewer when the hasher is full (the rest waits in
-    /// the inbound buffer, and reading stops, until `onRoom`).
+    /// write, hash — by lending them to the hasher's worker (a whole file, a range, a
+    /// compressed file decompressed there), or in memory (a small file received whole).
+    /// Returns how many it took: fewer when the hasher is full (the rest waits in the inbound
+    /// buffer, and reading stops, until `onRoom`).
     func deliver(_ piece: UnsafeRawBufferPointer) -> Int {
         if let wholeFile {
             let (allowed, actions) = machine.decoded(piece.count)
@@ -20,6 +22,7 @@ extension ReceiverSession {
             return piece.count
         }
         guard let file else { return piece.count }
+        if let inflater = file.workerInflate { return inflate(piece, of: file, with: inflater) }
         guard let inflate = file.inflate else {
             // Not when bytes are written directly: the disk is written from the hasher's
             // aligned slots, by its worker.
@@ -79,8 +82,10 @@ extension ReceiverSession {
             ? .failed(.data, "more data than announced") : .failed(.data, "compressed data: \(error.reason)")
     }
 
-    /// Decoded bytes: if the machine allows them, written at the file's end and hashed — here,
-    /// or by the hasher's worker for a compressed file.
+    /// Decoded bytes (a compressed delta's literals, decompressed on the loop so that its COPYs
+    /// know where they go; or a range's bytes, when its descriptor could not be duplicated): if
+    /// the machine allows them, written at the file's end and hashed — by the hasher's worker
+    /// from its slots, or here.
     func store(_ bytes: UnsafeRawBufferPointer, to file: ActiveFile) {
         let (allowed, actions) = machine.decoded(bytes.count)
         guard allowed else {
@@ -127,13 +132,52 @@ extension ReceiverSession {
         let loan = connection.inbound.lend(piece)
         hasher.writeLent(file.digest, loan, to: target, at: position) { [self] written in
             if written && file.confirmed == position - file.base { file.confirmed += UInt64(loan.bytes.count) }
-            piecesLent -= 1
-            loan.giveBack()
-            if piecesLent == 0 { connection.fitInbound() }
+            returned(loan)
             if !written { writeFailed(target) }
             pump()
         }
         return piece.count
+    }
+
+    /// A loan came back from the worker: the inbound buffer may move its bytes once all are.
+    private func returned(_ loan: LentBytes) {
+        piecesLent -= 1
+        loan.giveBack()
+        if piecesLent == 0 { connection.fitInbound() }
+    }
+
+    /// Compressed DATA of a file decompressed on the worker: the piece is lent to a job that
+    /// decompresses, writes and hashes it (`WorkerInflate`); what came out is counted with the
+    /// machine when the job is done. Returns the bytes taken: all of them.
+    private func inflate(_ piece: UnsafeRawBufferPointer, of file: ActiveFile, with inflater: WorkerInflate) -> Int {
+        piecesLent += 1
+        receiver?.piecesLent += 1
+        let loan = connection.inbound.lend(piece)
+        hasher.run({ inflater.take(loan.bytes) }) { [self] outcome in
+            returned(loan)
+            inflated(file, outcome)
+            pump()
+        }
+        return piece.count
+    }
+
+    /// A worker's decompression of `file` came back: its bytes are counted with the machine
+    /// (which may find them more than announced), and a failure fails the file — unless the
+    /// file was let go meanwhile. With `then`, END's flush: the data is complete.
+    private func inflated(_ file: ActiveFile, _ outcome: WorkerInflate.Outcome, ending: Bool = false) {
+        guard self.file === file, file.lifecycle.isOpenForData else { return }
+        if outcome.produced > 0 {
+            let (allowed, actions) = machine.decodedBytes(outcome.produced)
+            guard allowed else { return perform(actions) }
+            file.written += outcome.produced
+            file.confirmed += outcome.produced
+            bytesStored += outcome.produced
+        }
+        if let failure = outcome.failure {
+            guard advance(file, .writeFailed) == .failWrite else { return }
+            return perform(machine.handle(.dataFailed(failure)))
+        }
+        if ending && outcome.finished { perform(machine.handle(.dataFinished)) }
     }
 
     /// The hasher's worker could not write to the file: the file fails (unless its commit,
@@ -152,6 +196,14 @@ extension ReceiverSession {
             return
         }
         guard let file else { return }
+        if let inflater = file.workerInflate {
+            guard advance(file, .endArrived) != nil else { return }
+            hasher.run({ inflater.finish() }) { [self] outcome in
+                inflated(file, outcome, ending: true)
+                pump()
+            }
+            return
+        }
         guard file.inflate != nil else {
             perform(machine.handle(.dataFinished))
             return
@@ -281,7 +333,8 @@ extension ReceiverSession {
         let block = UInt64(WriteTarget.directAlignment)
         let opened = direct ? opened.continued(at: opened.offset - opened.offset % block) : opened
         let file = ActiveFile(
-            opened: opened, request: request, digest: machine.digest, inflate: inflate, writebackWindow: writeback)
+            opened: opened, request: request, digest: machine.digest, inflate: inflate, writebackWindow: writeback,
+            inflatesOnWorker: true)
         if direct { file.target.writeDirectly() }
         self.file = file
         connection.inbound.resize(to: inboundShare)

@@ -209,6 +209,21 @@ final class DigestWorker: @unchecked Sendable {
         }
     }
 
+    /// Runs `work` on the worker, in order with the other jobs; `completion` gets its result
+    /// on the loop.
+    func run<Result: Sendable>(_ work: @escaping @Sendable () -> Result, then completion: @escaping (Result) -> Void) {
+        submitFilling()
+        let done = UncheckedBox(completion)
+        loop.retainSource()
+        enqueue { [loop] in
+            let result = work()
+            loop.execute {
+                loop.releaseSource()
+                done.value(result)
+            }
+        }
+    }
+
     /// Calls `completion` once every job queued so far has run: at once, on the caller's
     /// thread, when none is queued; else on the worker, after them — so it must only hand work
     /// on (to a pool), never touch the loop's state. What a file's writes need before its
