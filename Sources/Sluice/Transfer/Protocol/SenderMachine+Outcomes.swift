@@ -70,7 +70,7 @@ extension SenderMachine {
                 let links = peerCapabilities.contains(Wire.Capability.links)
                 if entry.linked && links { flags |= Wire.FileFlags.linked }
                 let sparse =
-                    entry.sparse && entry.seekable && !compressed && info.size != nil
+                    !delta && entry.sparse && entry.seekable && !compressed && info.size != nil
                     && peerCapabilities.contains(Wire.Capability.holes)
                 if sparse { flags |= Wire.FileFlags.sparse }
                 if replaces(index) { flags |= Wire.FileFlags.replace }

@@ -365,7 +365,7 @@ struct SenderMachine: Sendable {
     }
 
     /// Whether entry `index` (of `size` bytes now) goes as a delta: it replaces a regular file
-    /// of the receiver's, is large enough, is read whole and not sparse, and both sides want it.
+    /// of the receiver's, is large enough, is read whole, and both sides want it (sparse or not).
     /// Compressed or not: with `compress`, its literal bytes go as one deflate stream.
     func sendsDelta(_ index: Int, size: UInt64?) -> Bool {
         guard settings.delta, replaces(index), peerCapabilities.contains(Wire.Capability.delta),
@@ -373,7 +373,7 @@ struct SenderMachine: Sendable {
             size >= Delta.minimumSize
         else { return false }
         let entry = entries[index]
-        return entry.seekable && entry.hardLinkTo == nil && !entry.sparse
+        return entry.seekable && entry.hardLinkTo == nil
     }
 
     /// Whether entry `index` replaces what the receiver has (HAVE said it differs).

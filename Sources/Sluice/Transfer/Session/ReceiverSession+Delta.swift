@@ -98,6 +98,9 @@ extension ReceiverSession {
                     opened: file, request: request, digest: machine.digest, inflate: inflate,
                     writebackWindow: writeback)
                 active.basis = basis
+                // Rebuilt in order into a new file, or one resumed at its size: the basis's
+                // holes, and zeros sent, stay holes.
+                active.target.keepsHoles = true
                 self.file = active
                 connection.inbound.resize(to: inboundShare)
                 guard file.offset > 0 else {

@@ -159,8 +159,11 @@ final class DigestWorker: @unchecked Sendable {
     }
 
     /// Copies `length` bytes of `basis` from `offset` to `target` at `position`, hashing them
-    /// for `digest`, on the worker in order with the other jobs (a delta's COPY). A basis that
-    /// has become shorter leaves the copy short, which the file's digest then shows.
+    /// for `digest`, on the worker in order with the other jobs (a delta's COPY). The basis's
+    /// holes (`Delta.nextData`) are not read: they are hashed as the zeros they read as, and
+    /// left holes in a target that `keepsHoles`. What is hashed is what the file holds: a basis
+    /// changed meanwhile (a read failing short of `length` stops the copy short) makes it differ
+    /// from the sender's, which the file's digest then shows.
     func copy(
         _ digest: FileDigest, from basis: BasisFile, at offset: UInt64, length: UInt64, to target: WriteTarget,
         position: UInt64
@@ -170,20 +173,44 @@ final class DigestWorker: @unchecked Sendable {
             let size = Int(min(length, 1 << 20))
             let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: WriteTarget.directAlignment)
             defer { buffer.deallocate() }
+            var zeros: UnsafeMutableRawBufferPointer?
+            defer { zeros?.deallocate() }
             var done: UInt64 = 0
+            // Where the basis's run at hand (a hole, or data) ends.
+            var (runEnd, inHole): (UInt64, Bool) = (offset, false)
             while done < length {
-                let want = Int(min(UInt64(size), length - done))
-                let piece = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want])
-                guard Delta.readFully(basis.fd, into: piece, at: offset + done) else { return }
-                let bytes = UnsafeRawBufferPointer(piece)
-                switch target.write(bytes, at: position + done) {
+                let at = offset + done
+                if at >= runEnd {
+                    let data = Delta.nextData(basis.fd, from: at, size: basis.size)
+                    inHole = data > at
+                    // Past the basis's end (it shrank), a byte: its read fails, the copy stops.
+                    runEnd = inHole ? data : max(Delta.nextHole(basis.fd, from: at, size: basis.size), at + 1)
+                }
+                let want = Int(min(UInt64(size), length - done, runEnd - at))
+                let outcome: WriteTarget.Outcome
+                let bytes: UnsafeRawBufferPointer
+                if inHole {
+                    if zeros == nil {
+                        zeros = .allocate(byteCount: size, alignment: WriteTarget.directAlignment)
+                        zeros?.initializeMemory(as: UInt8.self, repeating: 0)
+                    }
+                    guard let zeros else { return }
+                    bytes = UnsafeRawBufferPointer(rebasing: zeros[0..<want])
+                    outcome = target.writeZeros(bytes, at: position + done)
+                } else {
+                    let piece = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want])
+                    guard Delta.readFully(basis.fd, into: piece, at: at) else { return }
+                    bytes = UnsafeRawBufferPointer(piece)
+                    outcome = target.write(bytes, at: position + done)
+                }
+                switch outcome {
                 case .written: digest.update(bytes)
                 case .failedNow:
                     loop.execute { [self] in onWriteFailed?(target) }
                     return
                 case .failedBefore: return
                 }
-                done += UInt64(want)
+                done += UInt64(bytes.count)
             }
         }
     }
@@ -521,8 +548,72 @@ final class WriteTarget: @unchecked Sendable {
         return .failed
     }
 
-    /// On the worker: writes all of `bytes` at `offset`.
+    /// Set on the loop before the first write, for a file written in order from its end (a
+    /// delta rebuilt into a new or truncated file, or resumed at its size), where every byte
+    /// past the last write reads as zero already: runs of zeros are then not written
+    /// (`write`, `writeZeros`) and stay holes; the file is given its size when it is settled.
+    var keepsHoles = false
+
+    /// On the worker: writes all of `bytes` at `offset`; in a file that `keepsHoles`, every
+    /// block-aligned piece of `directAlignment` bytes that is all zeros is left a hole instead.
     func write(_ bytes: UnsafeRawBufferPointer, at offset: UInt64) -> Outcome {
+        guard keepsHoles, let base = bytes.baseAddress else { return writeAll(bytes, at: offset) }
+        let align = UInt64(Self.directAlignment)
+        var (start, at) = (0, 0)  // the data not written yet: start ..< at
+        while at < bytes.count {
+            let next = min(bytes.count, at + Int(align - (offset + UInt64(at)) % align))
+            if Self.isZero(base + at, count: next - at) {
+                if start < at {
+                    let outcome = writeAll(
+                        UnsafeRawBufferPointer(rebasing: bytes[start..<at]), at: offset + UInt64(start))
+                    guard outcome == .written else { return outcome }
+                }
+                start = next
+            }
+            at = next
+        }
+        // Zeros at the end are left to whatever comes next, or to the file's size being set
+        // when it is settled: this may run on the loop, which does no disk work but writes.
+        guard start < bytes.count else { return .written }
+        return writeAll(UnsafeRawBufferPointer(rebasing: bytes[start...]), at: offset + UInt64(start))
+    }
+
+    /// On the worker: `zeros` (all zero bytes) at `offset`, not written in a file that
+    /// `keepsHoles` (its size grows to cover them, so that a resume finds them rebuilt),
+    /// written otherwise.
+    func writeZeros(_ zeros: UnsafeRawBufferPointer, at offset: UInt64) -> Outcome {
+        keepsHoles ? extend(to: offset + UInt64(zeros.count)) : writeAll(zeros, at: offset)
+    }
+
+    /// Whether the `count` bytes at `address` are all zero: the first is, and each equals the
+    /// one after it (`memcmp`, as fast as memory).
+    private static func isZero(_ address: UnsafeRawPointer, count: Int) -> Bool {
+        guard count > 0 else { return true }
+        guard address.load(as: UInt8.self) == 0 else { return false }
+        return count == 1 || memcmp(address, address + 1, count - 1) == 0
+    }
+
+    /// Makes the file at least `end` bytes long (a hole where it grows).
+    private func extend(to end: UInt64) -> Outcome {
+        guard failure == nil else { return .failedBefore }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else {
+            failure = SluiceError(.system(Errno.current), operation: "fstat", subject: display)
+            return .failedNow
+        }
+        guard st.st_size < off_t(clamping: end) else { return .written }
+        let fd = fd
+        do {
+            try syscallValue("ftruncate", display) { ftruncate(fd, off_t(clamping: end)) }
+        } catch {
+            failure = error
+            return .failedNow
+        }
+        return .written
+    }
+
+    /// On the worker: writes all of `bytes` at `offset`.
+    private func writeAll(_ bytes: UnsafeRawBufferPointer, at offset: UInt64) -> Outcome {
         guard failure == nil else { return .failedBefore }
         guard let base = bytes.baseAddress else { return .written }
         var done = 0

@@ -96,8 +96,10 @@ final class ReceiverStore: @unchecked Sendable {
                 parent: parent, name: name, temporary: temporary, fd: fd, offset: offset, resumable: resumable,
                 display: destination.display(request.relative), startedOver: startedOver, fresh: fresh,
                 vouched: vouched)
-            // A sparse file is not reserved: its holes are to stay unallocated.
+            // A sparse file is not reserved: its holes are to stay unallocated. Nor is a delta
+            // against a sparse file: it keeps the old file's holes (`WriteTarget.keepsHoles`).
             if request.header.sizeKnown, !request.header.sparse,
+                !(request.header.delta && Self.isSparse(name, in: parent)),
                 request.header.size - min(offset, request.header.size) >= Self.reserveMinimum,
                 let rejection = Self.reserve(fd, from: offset, to: request.header.size, display: file.display)
             {
@@ -107,6 +109,13 @@ final class ReceiverStore: @unchecked Sendable {
             afterOpen?(request.relative, fd)
             return .success(file)
         }
+    }
+
+    /// Whether `name` in `parent` is a regular file with fewer blocks than its size needs.
+    static func isSparse(_ name: String, in parent: Int32) -> Bool {
+        var st = stat()
+        guard fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) == 0, st.st_mode & S_IFMT == S_IFREG else { return false }
+        return Int64(st.st_blocks) * 512 < Int64(st.st_size)
     }
 
     /// Files with fewer bytes than this to come are not reserved: the two calls cost more than
@@ -205,7 +214,8 @@ final class ReceiverStore: @unchecked Sendable {
             fremovexattr(fd, Destination.tokenAttribute)
         }
         let settled = Result { () throws(SluiceError) in
-            if header.sparse {
+            // A delta's rebuilt file may end in zeros left a hole (`WriteTarget.keepsHoles`).
+            if header.sparse || header.delta {
                 try syscallValue("ftruncate", file.display) { ftruncate(fd, off_t(clamping: header.size)) }
             }
             if !attributes.isEmpty { try Self.applyAttributes(attributes, to: fd, display: file.display) }
