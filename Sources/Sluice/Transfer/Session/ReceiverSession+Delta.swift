@@ -98,8 +98,8 @@ extension ReceiverSession {
                     opened: file, request: request, digest: machine.digest, inflate: inflate,
                     writebackWindow: writeback)
                 active.basis = basis
-                // Rebuilt in order into a new file, or one resumed at its size: the basis's
-                // holes, and zeros sent, stay holes.
+                // Rebuilt into a new file, or one resumed at its size, each byte written once:
+                // the basis's holes, and zeros sent, stay holes.
                 active.target.keepsHoles = true
                 self.file = active
                 connection.inbound.resize(to: inboundShare)

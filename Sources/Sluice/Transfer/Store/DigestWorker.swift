@@ -548,10 +548,11 @@ final class WriteTarget: @unchecked Sendable {
         return .failed
     }
 
-    /// Set on the loop before the first write, for a file written in order from its end (a
-    /// delta rebuilt into a new or truncated file, or resumed at its size), where every byte
-    /// past the last write reads as zero already: runs of zeros are then not written
-    /// (`write`, `writeZeros`) and stay holes; the file is given its size when it is settled.
+    /// Set on the loop before the first write, for a file whose bytes are each written once
+    /// at most, all past its size when it was opened (a delta rebuilt into a new or truncated
+    /// file, or resumed at its size): a byte not written reads as zero. Runs of zeros are then
+    /// not written (`write`, `writeZeros`) and stay holes; the file is given its size when it
+    /// is settled.
     var keepsHoles = false
 
     /// On the worker: writes all of `bytes` at `offset`; in a file that `keepsHoles`, every
@@ -579,10 +580,11 @@ final class WriteTarget: @unchecked Sendable {
     }
 
     /// On the worker: `zeros` (all zero bytes) at `offset`, not written in a file that
-    /// `keepsHoles` (its size grows to cover them, so that a resume finds them rebuilt),
-    /// written otherwise.
+    /// `keepsHoles`, written otherwise. Its size is not grown over them here: the loop may
+    /// write later bytes meanwhile (DATA after a COPY), and a size read then set could cut
+    /// them off; a resume finds the file rebuilt up to its last data, and goes on from there.
     func writeZeros(_ zeros: UnsafeRawBufferPointer, at offset: UInt64) -> Outcome {
-        keepsHoles ? extend(to: offset + UInt64(zeros.count)) : writeAll(zeros, at: offset)
+        keepsHoles ? (failure == nil ? .written : .failedBefore) : writeAll(zeros, at: offset)
     }
 
     /// Whether the `count` bytes at `address` are all zero: the first is, and each equals the
@@ -591,25 +593,6 @@ final class WriteTarget: @unchecked Sendable {
         guard count > 0 else { return true }
         guard address.load(as: UInt8.self) == 0 else { return false }
         return count == 1 || memcmp(address, address + 1, count - 1) == 0
-    }
-
-    /// Makes the file at least `end` bytes long (a hole where it grows).
-    private func extend(to end: UInt64) -> Outcome {
-        guard failure == nil else { return .failedBefore }
-        var st = stat()
-        guard fstat(fd, &st) == 0 else {
-            failure = SluiceError(.system(Errno.current), operation: "fstat", subject: display)
-            return .failedNow
-        }
-        guard st.st_size < off_t(clamping: end) else { return .written }
-        let fd = fd
-        do {
-            try syscallValue("ftruncate", display) { ftruncate(fd, off_t(clamping: end)) }
-        } catch {
-            failure = error
-            return .failedNow
-        }
-        return .written
     }
 
     /// On the worker: writes all of `bytes` at `offset`.
