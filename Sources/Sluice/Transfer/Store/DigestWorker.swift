@@ -171,10 +171,9 @@ final class DigestWorker: @unchecked Sendable {
         submitFilling()
         enqueue { [loop] in
             let size = Int(min(length, 1 << 20))
-            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: WriteTarget.directAlignment)
-            defer { buffer.deallocate() }
-            var zeros: UnsafeMutableRawBufferPointer?
-            defer { zeros?.deallocate() }
+            let pages = Delta.PageBuffer(byteCount: size)
+            defer { pages.release() }
+            let buffer = pages.bytes
             var done: UInt64 = 0
             // Where the basis's run at hand (a hole, or data) ends.
             var (runEnd, inHole): (UInt64, Bool) = (offset, false)
@@ -190,12 +189,7 @@ final class DigestWorker: @unchecked Sendable {
                 let outcome: WriteTarget.Outcome
                 let bytes: UnsafeRawBufferPointer
                 if inHole {
-                    if zeros == nil {
-                        zeros = .allocate(byteCount: size, alignment: WriteTarget.directAlignment)
-                        zeros?.initializeMemory(as: UInt8.self, repeating: 0)
-                    }
-                    guard let zeros else { return }
-                    bytes = UnsafeRawBufferPointer(rebasing: zeros[0..<want])
+                    bytes = UnsafeRawBufferPointer(rebasing: Delta.zeros.value[0..<want])
                     outcome = target.writeZeros(bytes, at: position + done)
                 } else {
                     let piece = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want])
