@@ -12,6 +12,10 @@
 /// `proceed()` announces one entry at a time, so that its session can stop while its outbound
 /// buffer is full whatever the number of entries.
 ///
+/// The entries may arrive while the session runs (`entriesArrived`, as its walk lists them):
+/// made with `listed` false, the machine announces those it has and waits for more; goodbye
+/// (and PRUNE) wait for the last.
+///
 /// The machine lives in three files: this one (its types, its state, and what goes out next),
 /// `+Answers` (the receiver's messages) and `+Outcomes` (its actions' outcomes and the end). Its
 /// state is set by those files alone; the sessions and the tests only read it.
@@ -33,6 +37,9 @@ struct SenderMachine: Sendable {
         /// With `sync` (`--delete`): directory entries under which the receiver is to remove what
         /// was not sent (PRUNE), once every entry is stored.
         var pruneRoots: [Int] = []
+        /// With `sync` (`--delete`), entries still to arrive: some of them are directories to
+        /// prune (`entriesArrived` names them). Offers `delete` in HELLO, as `pruneRoots` does.
+        var prunesArriving = false
         /// With `sync` (`--checksum`): CHECK carries each file's digest, computed by the session
         /// (`checksumComputed`): the same contents, not the same mtime, leave a file unsent.
         var checksum = false
@@ -133,7 +140,15 @@ struct SenderMachine: Sendable {
     }
 
     let settings: Settings
-    let entries: [Entry]
+    private(set) var entries: [Entry]
+    /// Every entry has arrived (`entriesArrived`).
+    private(set) var listed: Bool
+    /// The work is every entry, whole, in order: entries arriving join it.
+    let workIsEveryEntry: Bool
+    /// Directories to prune that arrived with their entries (`prunesArriving`).
+    var arrivedPruneRoots: [Int] = []
+    /// Something below the sources could not be listed: PRUNE removes nothing.
+    var listingIncomplete = false
     /// What this connection sends, in order; by default every entry, whole.
     var work: [Work]
     /// For a connection of a transfer over several: which one it is, and what it sends
@@ -171,18 +186,46 @@ struct SenderMachine: Sendable {
     var pruning: [Int] = []
     var anyNotStored = false
 
-    init(entries: [Entry], settings: Settings, work: [Work]? = nil, join: TransferJoin? = nil, fallback: [Work]? = nil)
-    {
+    init(
+        entries: [Entry], settings: Settings, work: [Work]? = nil, join: TransferJoin? = nil, fallback: [Work]? = nil,
+        listed: Bool = true
+    ) {
         self.entries = entries
         self.settings = settings
+        self.listed = listed
+        workIsEveryEntry = work == nil
         self.work = work ?? entries.indices.map(Work.entry)
         self.join = join
         self.fallback = fallback
         settled = Array(repeating: false, count: entries.count)
     }
 
-    /// True when the next `proceed()` would say goodbye.
-    var workDone: Bool { next >= work.count }
+    /// True when the next `proceed()` would say goodbye (or PRUNE).
+    var workDone: Bool { next >= work.count && listed }
+
+    /// Entries not yet announced: what the walk has listed ahead of the announcements.
+    var entriesWaiting: Int { work.count - next }
+
+    /// More entries, listed after those the machine has (their indices follow): they join the
+    /// work, and with `sync` (once HELLO is in) their CHECKs the checks; `pruneRoots` are
+    /// directories among them to prune (`prunesArriving`). `last`: no more will arrive;
+    /// `incomplete`: something could not be listed, and PRUNE will remove nothing.
+    mutating func entriesArrived(_ arrived: [Entry], pruneRoots: [Int] = [], last: Bool, incomplete: Bool = false) {
+        guard !listed else {
+            assertionFailure("sender machine: entries after the last")
+            return
+        }
+        let first = entries.count
+        entries += arrived
+        settled += Array(repeating: false, count: arrived.count)
+        if workIsEveryEntry {
+            work += (first..<entries.count).map(Work.entry)
+            if syncing { checks += (first..<entries.count).filter(isChecked) }
+        }
+        arrivedPruneRoots += pruneRoots
+        listed = last
+        listingIncomplete = listingIncomplete || incomplete
+    }
 
     var capabilities: Set<String> {
         var set: Set<String> = [
@@ -193,7 +236,7 @@ struct SenderMachine: Sendable {
         if settings.resume { set.insert(Wire.Capability.resume) }
         if settings.resume && settings.heldSHA256 { set.insert(Wire.Capability.heldSHA256) }
         if settings.resume && settings.resumeKey != nil { set.insert(Wire.Capability.resumeToken) }
-        if !settings.pruneRoots.isEmpty { set.insert(Wire.Capability.delete) }
+        if !settings.pruneRoots.isEmpty || settings.prunesArriving { set.insert(Wire.Capability.delete) }
         if settings.sync && settings.syncAttributes { set.insert(Wire.Capability.syncAttributes) }
         return set
     }
@@ -201,7 +244,7 @@ struct SenderMachine: Sendable {
     /// The PRUNEs of this connection: the roots it sends itself.
     var pruneRoots: [Int] {
         guard syncing else { return [] }
-        return settings.pruneRoots.filter { work.contains(.entry($0)) }
+        return (settings.pruneRoots + arrivedPruneRoots).filter { work.contains(.entry($0)) }
     }
 
     /// Whether a resumed file's held bytes are checked with SHA-256 (HELD) rather than as part
@@ -245,6 +288,8 @@ struct SenderMachine: Sendable {
             if next < work.count, haves[work[next].index] == nil, checks.contains(work[next].index) { return false }
         }
         guard next < work.count else {
+            // The next entries are still being listed.
+            guard listed else { return false }
             // PRUNE once every entry is answered; BYE after.
             if prunesSent < pruneRoots.count { return unanswered.isEmpty && eagerResumable.isEmpty }
             return eagerResumable.isEmpty
@@ -280,13 +325,13 @@ struct SenderMachine: Sendable {
     /// A second name is checked as the file it is: the same size and mtime leave it as it is.
     func entriesToCheck() -> [Int] {
         var seen: Set<Int> = []
-        return work.map(\.index).filter { index in
-            let entry = entries[index]
-            guard entry.isDirectory || entry.symlinkTarget != nil || entry.seekable || entry.special != nil else {
-                return false
-            }
-            return seen.insert(index).inserted
-        }
+        return work.map(\.index).filter { index in isChecked(index) && seen.insert(index).inserted }
+    }
+
+    /// Whether entry `index` is checked: anything but a stream.
+    func isChecked(_ index: Int) -> Bool {
+        let entry = entries[index]
+        return entry.isDirectory || entry.symlinkTarget != nil || entry.seekable || entry.special != nil
     }
 
     /// The CHECK for entry `index`.
@@ -435,6 +480,9 @@ struct SenderMachine: Sendable {
                 prunesSent += 1
                 guard !anyNotStored else {
                     return [.pruned(root, .refused(reason: "nothing removed: not every entry was stored"))]
+                }
+                guard !listingIncomplete else {
+                    return [.pruned(root, .refused(reason: "not every entry could be listed"))]
                 }
                 pruning.append(root)
                 return [.send(.prune(path: Array(entries[root].relative.utf8), dryRun: settings.dryRun))]

@@ -46,6 +46,9 @@ public final class ParallelTransferSender: TransferProgressSource {
     public var onStreamJoined: ((Int) -> Void)?
 
     private let entries: [OutgoingEntry]
+    private let streamSources: [ReadStream]
+    /// Something below the sources could not be listed: `delete` removes nothing.
+    private let listingIncomplete: Bool
     private let plans: [[SenderMachine.Work]]
     /// Ranges per entry split into ranges, and their answers so far.
     private var rangeCounts: [Int: Int] = [:]
@@ -97,12 +100,14 @@ public final class ParallelTransferSender: TransferProgressSource {
         self.options = options
         self.streams = streams
         var warnings: [String] = []
-        entries = try SourceTree.entries(
+        // Listed whole before it sends: the plan shares every file out at once.
+        (entries, listingIncomplete) = try SourceTree.list(
             sources, selection: options.selection, options: SourceTree.Options(options)
         ) { text in
             warnings.append(text)
             warning?(text)
         }
+        streamSources = SourceTree.streams(sources)
         self.warnings = warnings
         outcomes = Array(repeating: nil, count: entries.count)
         directoriesLeft = entries.filter(\.isDirectory).count
@@ -150,8 +155,10 @@ public final class ParallelTransferSender: TransferProgressSource {
         let id = (0..<Wire.transferIDBytes).map { _ in UInt8.random(in: 0...255, using: &random) }
         transferID = id
         let first = TransferSender(
-            entries: entries, options: options, work: plans[0], join: TransferJoin(id: id, index: 0, count: streams),
-            fallback: entries.indices.map(SenderMachine.Work.entry))
+            entries: entries, streams: streamSources, options: options, work: plans[0],
+            join: TransferJoin(id: id, index: 0, count: streams),
+            fallback: entries.indices.map(SenderMachine.Work.entry),
+            listingIncomplete: listingIncomplete)
         first.holdGoodbye = true
         first.onJoined = { [weak self] in
             guard let self else { return }
@@ -195,8 +202,9 @@ public final class ParallelTransferSender: TransferProgressSource {
         othersStarted = true
         for index in 1..<streams {
             let sender = TransferSender(
-                entries: entries, options: options, work: plans[index],
-                join: TransferJoin(id: id, index: index, count: streams), fallback: nil)
+                entries: entries, streams: streamSources, options: options, work: plans[index],
+                join: TransferJoin(id: id, index: index, count: streams), fallback: nil,
+                listingIncomplete: listingIncomplete)
             sender.onJoined = { [weak self] in self?.onStreamJoined?(index) }
             run(sender, index: index)
         }

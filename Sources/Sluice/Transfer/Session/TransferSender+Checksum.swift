@@ -15,6 +15,17 @@ extension TransferSender {
         computeChecksums()
     }
 
+    /// Entries arrived while the digests are computed (the walk goes on): those of the files
+    /// among their CHECKs (from `start` in the machine's `checks`) are computed too.
+    func checksumsArrived(from start: Int) {
+        guard checksumsStarted, machine.settings.checksum, machine.syncing, start < machine.checks.count else {
+            return
+        }
+        let files = machine.checks[start...].filter(machine.isFile)
+        checksumQueue.insert(contentsOf: files.reversed(), at: 0)
+        computeChecksums()
+    }
+
     /// Files a job hashes, one after another: fewer hand-overs between the loop and the pool.
     static let checksumsPerJob = 32
 

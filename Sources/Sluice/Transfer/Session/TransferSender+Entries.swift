@@ -11,7 +11,8 @@ extension TransferSender {
             perform(machine.handle(.entryOpened(index, .failure(LocalFailure("a directory or link has no data")))))
         case .file:
             openFileEntry(index)
-        case .stream(let stream):
+        case .stream(let slot):
+            let stream = streams[slot]
             current = OutgoingFile(index: index, fd: nil, stream: stream, size: nil, digest: machine.digest)
             stream.delegate = sourceWatcher
             if let loop { stream.schedule(on: loop) }

@@ -36,8 +36,9 @@
 /// this connection at that file, never the other connections or timers of its loop.
 public final class TransferSender: ProtocolRole {
     public let options: TransferSendOptions
-    /// Warnings found while listing the sources (skipped links and special files).
-    public private(set) var warnings: [String] = []
+    /// Warnings found while listing the sources (skipped links and special files, what could
+    /// not be listed), and those of the transfer (`onWarning`'s).
+    public internal(set) var warnings: [String] = []
     /// Called as each entry is answered by the receiver (or fails on this side).
     public var onFileResult: ((TransferFileResult) -> Void)?
     /// Called for problems that do not fail the transfer (compression not offered by the
@@ -48,7 +49,10 @@ public final class TransferSender: ProtocolRole {
     private(set) var removed: [String] = []
     private(set) var pruneFailures: [String] = []
 
-    let entries: [OutgoingEntry]
+    /// The entries listed so far (the walk adds to them while the transfer runs).
+    var entries: [OutgoingEntry]
+    /// The streams among the sources (`OutgoingEntry.Kind.stream`'s numbers).
+    let streams: [ReadStream]
     var machine: SenderMachine
     var outcomes: [TransferOutcome?]
     var sizes: [UInt64?]
@@ -57,7 +61,28 @@ public final class TransferSender: ProtocolRole {
     /// The connection's protocol loop and ending, with this sender as its role (from `start`).
     private(set) var session: ProtocolSession<TransferSender>?
     var connection: WireConnection? { session?.connection }
-    var loop: EventLoop?
+    var loop: EventLoop? {
+        // The walk starts with the session (`start` sets the loop).
+        didSet { if oldValue == nil { walkMore() } }
+    }
+    /// The walk of the sources below what `init` checked, on a worker (`TransferSender+Walk`):
+    /// nil once it has ended (or while a step runs, `walking`).
+    var walk: SourceWalk?
+    var walking = false
+    /// Hears the walk's warnings (the `warning` given to `init`).
+    var walkWarning: ((String) -> Void)?
+    /// Entries a step of the walk lists; for tests.
+    var walkStep = TransferSender.walkStepEntries
+    /// While set, no step of the walk starts; for tests (a walk held up).
+    var walkHeld = false {
+        didSet { if !walkHeld { walkMore() } }
+    }
+    /// Called on the loop after each step's entries were added (how many): for tests.
+    var onWalkStep: ((Int) -> Void)?
+    /// Warned once: links and specials a receiver does not take (`warnAboutEntries`).
+    var warnedSymlinks = false
+    var warnedHardLinks = false
+    var warnedSpecials = false
     private(set) var hasher: DigestWorker?
     /// Hashes held bytes with SHA-256 (`HeldCheck`) apart from `hasher`'s jobs.
     private(set) var heldHasher: DigestWorker?
@@ -68,7 +93,7 @@ public final class TransferSender: ProtocolRole {
     /// Ended before it started (cancelled).
     var endedUnstarted = false
     var ended: Bool { session?.ended ?? endedUnstarted }
-    private var warnedNoDeflate = false
+    var warnedNoDeflate = false
     /// Compresses the current file (raw deflate in pigz-style blocks on the worker pool), when
     /// it is sent compressed.
     var deflate: StageDriver?
@@ -104,40 +129,45 @@ public final class TransferSender: ProtocolRole {
     /// Of those, the bytes the receiver said were written under their file's TOKEN.
     var vouchedBytes: UInt64 = 0
 
-    /// A sender of `paths` (files and directories). Lists directories now: throws for a path
-    /// that does not exist (`stat "x": No such file or directory (errno 2)`) or cannot be
-    /// listed; `warning` hears about what is skipped.
+    /// A sender of `paths` (files and directories). Checks the paths now: throws for one that
+    /// does not exist (`stat "x": No such file or directory (errno 2)`), a directory that
+    /// cannot be opened, or a `--files-from` path that is not there. What lies below the
+    /// directories is listed once the transfer has started, on a worker, while it sends (the
+    /// first file goes before the walk ends; `progress.filesTotal` grows as the walk goes);
+    /// `warning` hears, on the loop's thread once started, about what is skipped and what
+    /// cannot be listed (a directory that cannot be read is not sent, nor what it holds, and
+    /// `delete` then removes nothing).
     public convenience init(
         paths: [String], options: TransferSendOptions = TransferSendOptions(), warning: ((String) -> Void)? = nil
     ) throws(SluiceError) {
         try self.init(sources: paths.map { .path($0) }, options: options, warning: warning)
     }
 
-    /// A sender of `sources`: paths and streams.
+    /// A sender of `sources`: paths and streams (checked and listed as `init(paths:)` says).
     public convenience init(
         sources: [TransferSource], options: TransferSendOptions = TransferSendOptions(),
         warning: ((String) -> Void)? = nil
     ) throws(SluiceError) {
-        var warnings: [String] = []
-        let entries = try SourceTree.entries(
-            sources, selection: options.selection, options: SourceTree.Options(options)
-        ) { text in
-            warnings.append(text)
-            warning?(text)
-        }
-        self.init(entries: entries, options: options, work: nil, join: nil, fallback: nil)
-        self.warnings = warnings
+        let walk = try SourceTree.Walk(sources, selection: options.selection, options: SourceTree.Options(options))
+        self.init(
+            entries: [], streams: SourceTree.streams(sources), options: options, work: nil, join: nil,
+            fallback: nil, listed: false, prunesArriving: options.sync && options.delete && walk.mayPrune)
+        self.walk = SourceWalk(walk)
+        walkWarning = warning
     }
 
     /// One connection of a transfer over several (`ParallelTransferSender`): sends `work` of
     /// `entries` after joining the transfer as `join`, or `fallback` alone when the receiver
-    /// does not offer `streams`.
+    /// does not offer `streams`. With `listed` false, the entries arrive later
+    /// (`entriesArrived`), and `work` must be nil.
     init(
-        entries: [OutgoingEntry], options: TransferSendOptions, work: [SenderMachine.Work]?, join: TransferJoin?,
-        fallback: [SenderMachine.Work]?
+        entries: [OutgoingEntry], streams: [ReadStream], options: TransferSendOptions, work: [SenderMachine.Work]?,
+        join: TransferJoin?, fallback: [SenderMachine.Work]?, listed: Bool = true, prunesArriving: Bool = false,
+        listingIncomplete: Bool = false
     ) {
         self.options = options
         self.entries = entries
+        self.streams = streams
         outcomes = Array(repeating: nil, count: entries.count)
         sizes = entries.map(\.size)
         resumed = Array(repeating: 0, count: entries.count)
@@ -149,14 +179,17 @@ public final class TransferSender: ProtocolRole {
                 sync: options.sync,
                 dryRun: options.sync && options.dryRun,
                 pruneRoots: options.sync && options.delete ? Self.pruneRoots(entries) : [],
-                checksum: options.sync && options.checksum, delta: !options.wholeFile,
-                resumeKey: options.resume ? options.resumeKey : nil, heldSHA256: options.offersHeldSHA256),
-            work: work, join: join, fallback: fallback)
+                prunesArriving: prunesArriving, checksum: options.sync && options.checksum,
+                delta: !options.wholeFile, resumeKey: options.resume ? options.resumeKey : nil,
+                heldSHA256: options.offersHeldSHA256),
+            work: work, join: join, fallback: fallback, listed: listed)
+        machine.listingIncomplete = listingIncomplete
     }
 
-    /// The directories given as sources: what `--delete` prunes.
-    static func pruneRoots(_ entries: [OutgoingEntry]) -> [Int] {
-        entries.indices.filter { entries[$0].isDirectory && !entries[$0].relative.contains("/") }
+    /// The directories given as sources: what `--delete` prunes (`first` being the index of
+    /// `entries`' first).
+    static func pruneRoots(_ entries: [OutgoingEntry], first: Int = 0) -> [Int] {
+        entries.indices.filter { entries[$0].isDirectory && !entries[$0].relative.contains("/") }.map { $0 + first }
     }
 
     /// The entries as the sender machine knows them.
@@ -206,10 +239,12 @@ public final class TransferSender: ProtocolRole {
         discardOpensAhead()
     }
 
-    /// The entries to send, as relative paths (directories included).
+    /// The entries to send, as relative paths (directories included): those listed so far (the
+    /// walk lists them while the transfer runs: every one once it has ended).
     public var paths: [String] { entries.map(\.relative) }
 
-    /// Where the transfer is now.
+    /// Where the transfer is now. `filesTotal` and `bytesTotal` count the files listed so far:
+    /// they grow while the walk runs.
     public var progress: TransferProgress {
         let files = entries.indices.filter { !entries[$0].isDirectory }
         return TransferProgress(
@@ -280,10 +315,11 @@ public final class TransferSender: ProtocolRole {
         {
             perform(machine.proceed())
         }
+        walkMore()
     }
 
     /// Once the receiver said HELLO: what it will not keep of what was asked.
-    private func warnAboutPeer() {
+    func warnAboutPeer() {
         warnedNoDeflate = true
         let lacks = { (capability: String) in !self.machine.peerOffers(capability) }
         if options.compress && lacks(Wire.Capability.deflate) {
@@ -298,17 +334,7 @@ public final class TransferSender: ProtocolRole {
         if options.owners && lacks(Wire.Capability.owners) {
             warn("the receiver does not keep owners (it is not running as root): files take its user and group")
         }
-        if lacks(Wire.Capability.links) {
-            if entries.contains(where: { if case .symlink = $0.kind { return true } else { return false } }) {
-                warn("the receiver does not take symbolic links: they are not sent")
-            }
-            if entries.contains(where: { $0.hardLinkTo != nil }) {
-                warn("the receiver does not take hard links: each name is sent as a file of its own")
-            }
-        }
-        if lacks(Wire.Capability.specials), entries.contains(where: \.isSpecial) {
-            warn("the receiver does not take devices, FIFOs or sockets: they are not sent")
-        }
+        warnAboutEntries(entries.indices)
     }
 
     // MARK: Actions
