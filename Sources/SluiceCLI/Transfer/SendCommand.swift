@@ -60,6 +60,8 @@ final class SendSession: Interruptible {
     /// The transfer running: its progress, and how to stop it.
     private var sender: (any TransferProgressSource)?
     private var cancelTransfer: (() -> Void)?
+    /// Whether something below the paths could not be listed (a warning said what).
+    private var listingIncomplete: () -> Bool = { false }
     /// With `--streams`: the sender of several connections.
     private(set) var parallel: ParallelTransferSender?
     private(set) var summary: TransferSummary?
@@ -144,6 +146,7 @@ final class SendSession: Interruptible {
                 made.onFileResult = onResult
                 made.onRemoved = onRemoved
                 (parallel, sender, cancelTransfer) = (made, made, { [weak made] in made?.cancel() })
+                listingIncomplete = { [weak made] in made?.listingIncomplete ?? false }
             case .failure(let error): return Self.listingFailure(error)
             }
         } else {
@@ -156,6 +159,7 @@ final class SendSession: Interruptible {
                 made.onFileResult = onResult
                 made.onRemoved = onRemoved
                 (single, sender, cancelTransfer) = (made, made, { [weak made] in made?.cancel() })
+                listingIncomplete = { [weak made] in made?.listingIncomplete ?? false }
             case .failure(let error): return Self.listingFailure(error)
             }
         }
@@ -291,6 +295,8 @@ final class SendSession: Interruptible {
         if let timeoutFailure { return timeoutFailure }
         guard let error = summary.error else {
             let status = TransferStatus.status(results: summary.results, connectionError: nil)
+            // Something not listed (and so not sent) is missing input when nothing else failed.
+            if status == .ok && listingIncomplete() { return CLIError(.noInput, "") }
             // A directory not pruned (--delete) is an input/output failure when nothing else is.
             if status == .ok && !summary.pruneFailures.isEmpty { return CLIError(.ioError, "") }
             return CLIError(status, "")

@@ -47,8 +47,9 @@ public final class ParallelTransferSender: TransferProgressSource {
 
     private let entries: [OutgoingEntry]
     private let streamSources: [ReadStream]
-    /// Something below the sources could not be listed: `delete` removes nothing.
-    private let listingIncomplete: Bool
+    /// Something below the sources could not be listed (a warning said what): it is not sent,
+    /// and `delete` removes nothing.
+    public let listingIncomplete: Bool
     private let plans: [[SenderMachine.Work]]
     /// Ranges per entry split into ranges, and their answers so far.
     private var rangeCounts: [Int: Int] = [:]

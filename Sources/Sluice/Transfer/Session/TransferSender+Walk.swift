@@ -42,6 +42,10 @@ extension TransferSender {
     /// Whether the walk has listed everything (the machine has every entry).
     var walkEnded: Bool { machine.listed }
 
+    /// Something below the sources could not be listed so far (a warning said what): it is not
+    /// sent, and `delete` removes nothing.
+    public var listingIncomplete: Bool { machine.listingIncomplete }
+
     /// A step of the walk is done: its entries join the transfer, its warnings are heard.
     private func walked(_ batch: SourceTree.Batch) {
         walking = false

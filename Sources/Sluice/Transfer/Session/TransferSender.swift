@@ -24,6 +24,15 @@
 /// `compress`), then the SHA-256 of the whole file. A file counts as stored only once the
 /// receiver has verified and stored it and said so.
 ///
+/// Directories are walked while the transfer runs: `init` only checks the sources given (it
+/// throws for one that does not exist, as a command line's missing operand is an error), and
+/// once started a worker lists what lies below them, a step of a few hundred entries at a time
+/// and never more than about a thousand entries ahead of what has been announced
+/// (`TransferSender+Walk`). The first file goes at once however large the tree, memory for the
+/// entries waiting stays bounded, and goodbye waits for the walk's end; `paths` and `progress`
+/// count what is listed so far. What cannot be listed below a source is a warning
+/// (`listingIncomplete`).
+///
 /// Memory stays within a few chunks whatever the file sizes: a file's chunks are read on
 /// workers a few ahead (`SourceReader`, `readAhead` of them), a chunk goes into a frame only
 /// when the connection has taken the one before (the seeds' backpressure rule, with a
