@@ -148,6 +148,58 @@ struct StreamingWalkTests {
         }
     }
 
+    @Test("With --sync --checksum, entries listed after HELLO are checked by digest as the first ones are")
+    func checksumsOfEntriesThatArriveLater() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            for dir in ["a", "b", "c"] {
+                try FileManager.default.createDirectory(atPath: src + "/" + dir, withIntermediateDirectories: true)
+                for index in 0..<4 {
+                    let seed = UInt64(index) * 2 + UInt64(dir.utf8.first ?? 0) * 16
+                    try writeFile(
+                        src + "/\(dir)/f\(index)", randomBytes(500, seed: seed), mtime: (1_600_000_000, 0))
+                }
+            }
+            let harness = try TransferHarness(directory: dst)
+            var options = TransferSendOptions()
+            options.sync = true
+            options.checksum = true
+            #expect(try harness.send(paths: [src], options: options).succeeded)
+            // The same size and mtime, other contents: only a digest tells.
+            try writeFile(src + "/c/f3", randomBytes(500, seed: 99), mtime: (1_600_000_000, 0))
+
+            let sender = try TransferSender(paths: [src], options: options)
+            sender.walkStep = 1
+            var steps = 0
+            var stepsBeforeAnswer = 0
+            sender.onWalkStep = { _ in
+                steps += 1
+                if steps == 1 { sender.walkHeld = true }
+            }
+            // Held after the top directory until its answer: the rest arrives after HELLO.
+            sender.onFileResult = { _ in
+                guard sender.walkHeld else { return }
+                stepsBeforeAnswer = steps
+                sender.walkHeld = false
+            }
+            let box = Self.start(sender, to: harness)
+            let sessions = harness.reports.count
+            runLoop(harness.loop, for: .seconds(20)) { box.summary != nil && harness.reports.count > sessions }
+            let summary = try #require(box.summary)
+            #expect(summary.succeeded, "\(summary.results)")
+            #expect(stepsBeforeAnswer == 1)
+            let replaced = summary.results.filter {
+                if case .replaced = $0.change { return true } else { return false }
+            }
+            #expect(replaced.map(\.path) == ["tree/c/f3"])
+            #expect(summary.bytes == 500)
+            #expect(summary.results.count == 16)
+            #expect(treeDifferences(src, dst + "/tree") == [])
+        }
+    }
+
     @Test("A missing source or --files-from path still throws at once; a stream keeps its place among paths")
     func sourcesAreCheckedAtOnce() throws {
         try withTemporaryDirectory { root in
