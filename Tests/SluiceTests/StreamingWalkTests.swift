@@ -200,6 +200,57 @@ struct StreamingWalkTests {
         }
     }
 
+    @Test("Over --streams 3, files go on every connection while the walk is held up; each waits for its directory")
+    func parallelConnectionsSendWhileTheWalkGoesOn() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            for dir in ["a", "b", "c", "d"] {
+                try FileManager.default.createDirectory(atPath: src + "/" + dir, withIntermediateDirectories: true)
+                for index in 0..<6 {
+                    try writeFile(src + "/\(dir)/f\(index)", randomBytes(3000 + index, seed: UInt64(index + 1)))
+                }
+            }
+            try writeFile(src + "/d/big", randomBytes(1 << 20, seed: 9))
+            let harness = try TransferHarness(directory: dst)
+            let sender = try ParallelTransferSender(paths: [src], streams: 3)
+            sender.walkStep = 8
+            var steps = 0
+            sender.onWalkStep = { _ in
+                steps += 1
+                if steps == 2 { sender.walkHeld = true }
+            }
+            // Held after two steps (the top directory, a and b with their twelve files, and c)
+            // until those twelve files are stored.
+            var storedWhileHeld: [String] = []
+            var joined: Set<Int> = []
+            sender.onStreamJoined = { joined.insert($0) }
+            sender.onFileResult = { result in
+                guard sender.walkHeld, !result.isDirectory, result.outcome.isStored else { return }
+                storedWhileHeld.append(result.path)
+                if storedWhileHeld.count == 12 { sender.walkHeld = false }
+            }
+            let box = SummaryBox()
+            sender.start(connect: { Socket.connect(host: "127.0.0.1", port: harness.port) }, on: harness.loop) {
+                box.summary = $0
+            }
+            runLoop(harness.loop, for: .seconds(20)) { box.summary != nil && harness.receiver.activeSessions == 0 }
+            let summary = try #require(box.summary)
+            #expect(summary.succeeded, "\(summary.results)")
+            #expect(sender.streamsUsed == 3 && joined == [0, 1, 2])
+            // Every file of the two steps was stored before the walk went on.
+            #expect(storedWhileHeld.count == 12, "\(storedWhileHeld)")
+            #expect(sender.walkEnded)
+            #expect(summary.files == 25 && summary.directories == 5)
+            #expect(harness.reports.count == 3)
+            #expect(harness.reports.allSatisfy { $0.error == nil }, "\(harness.reports.map(\.error))")
+            // The other connections carried files: the big one's ranges at least.
+            #expect(sender.bytesPerStream.allSatisfy { $0 > 300 << 10 }, "\(sender.bytesPerStream)")
+            #expect(treeDifferences(src, dst + "/tree") == [])
+        }
+    }
+
     @Test("A missing source or --files-from path still throws at once; a stream keeps its place among paths")
     func sourcesAreCheckedAtOnce() throws {
         try withTemporaryDirectory { root in

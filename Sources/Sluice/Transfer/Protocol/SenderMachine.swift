@@ -143,8 +143,9 @@ struct SenderMachine: Sendable {
     private(set) var entries: [Entry]
     /// Every entry has arrived (`entriesArrived`).
     private(set) var listed: Bool
-    /// The work is every entry, whole, in order: entries arriving join it.
-    let workIsEveryEntry: Bool
+    /// The work is every entry, whole, in order: entries arriving join it (else their work
+    /// comes with them, `entriesArrived`'s `work`).
+    private(set) var workIsEveryEntry: Bool
     /// Directories to prune that arrived with their entries (`prunesArriving`).
     var arrivedPruneRoots: [Int] = []
     /// Something below the sources could not be listed: PRUNE removes nothing.
@@ -206,21 +207,28 @@ struct SenderMachine: Sendable {
     /// Entries not yet announced: what the walk has listed ahead of the announcements.
     var entriesWaiting: Int { work.count - next }
 
-    /// More entries, listed after those the machine has (their indices follow): they join the
-    /// work, and with `sync` (once HELLO is in) their CHECKs the checks; `pruneRoots` are
-    /// directories among them to prune (`prunesArriving`). `last`: no more will arrive;
-    /// `incomplete`: something could not be listed, and PRUNE will remove nothing.
-    mutating func entriesArrived(_ arrived: [Entry], pruneRoots: [Int] = [], last: Bool, incomplete: Bool = false) {
-        guard !listed else {
-            assertionFailure("sender machine: entries after the last")
-            return
-        }
+    /// More entries, listed after those the machine has (their indices follow), and more work:
+    /// every arriving entry where the work is every entry, else `work` (of these entries or
+    /// earlier ones, each entry once); with `sync` (once HELLO is in) their CHECKs join the
+    /// checks. `pruneRoots` are directories among them to prune (`prunesArriving`). `last`: no
+    /// more entries nor work will arrive; `incomplete`: something could not be listed, and
+    /// PRUNE will remove nothing.
+    mutating func entriesArrived(
+        _ arrived: [Entry], work more: [Work] = [], pruneRoots: [Int] = [], last: Bool, incomplete: Bool = false
+    ) {
         let first = entries.count
         entries += arrived
         settled += Array(repeating: false, count: arrived.count)
-        if workIsEveryEntry {
-            work += (first..<entries.count).map(Work.entry)
-            if syncing { checks += (first..<entries.count).filter(isChecked) }
+        guard !listed else {
+            // Indexed as on the other connections, never sent.
+            assertionFailure("sender machine: entries after the last")
+            return
+        }
+        let added = workIsEveryEntry ? (first..<entries.count).map(Work.entry) : more
+        work += added
+        if syncing {
+            var seen: Set<Int> = []
+            checks += added.map(\.index).filter { isChecked($0) && seen.insert($0).inserted }
         }
         arrivedPruneRoots += pruneRoots
         listed = last
@@ -319,6 +327,14 @@ struct SenderMachine: Sendable {
     /// list `sync-attributes`.
     var syncsAttributes: Bool {
         syncing && settings.syncAttributes && peerCapabilities.contains(Wire.Capability.syncAttributes)
+    }
+
+    /// A connection of several whose receiver offers no `streams` (`streamsDeclined`), while
+    /// entries still arrive: it sends every entry, those it has and those to come.
+    mutating func takeEveryEntry() {
+        work = entries.indices.map(Work.entry)
+        workIsEveryEntry = true
+        if syncing { checks = entriesToCheck() }
     }
 
     /// The entries to CHECK: each entry of the work once, but streams (nothing to compare).

@@ -10,6 +10,10 @@
 ///   with holes or with another name (`-H`) go whole on connection 0, and links (and devices,
 ///   FIFOs and sockets) last on it, so
 ///   that a hard link follows its file on the same connection.
+///
+/// A `Planner` shares out entries as a walk lists them, a batch at a time, by the same rules
+/// within each batch (what goes "first" or "last" does so within its batch), the load planned
+/// so far carried from one batch to the next: `plan` is one batch of every entry.
 enum StreamPlan {
     /// The smallest range a file is split into.
     static let minimumRange: UInt64 = 256 << 10
@@ -21,47 +25,71 @@ enum StreamPlan {
     static func plan(
         entries: [SenderMachine.Entry], sizes: [UInt64?], streams: Int, minimumRange: UInt64 = minimumRange
     ) -> [[SenderMachine.Work]] {
-        precondition(streams >= 1 && entries.count == sizes.count, "StreamPlan: a caller's error")
-        var work = Array(repeating: [SenderMachine.Work](), count: streams)
-        var load = Array(repeating: UInt64(0), count: streams)
-        var whole: [Int] = []
-        var unknown: [Int] = []
-        var pinned: [Int] = []
-        var links: [Int] = []
-        for (index, entry) in entries.enumerated() {
-            if entry.isDirectory {
-                work[0].append(.entry(index))
-            } else if entry.symlinkTarget != nil || entry.hardLinkTo != nil || entry.special != nil {
-                links.append(index)
-            } else if entry.linked || entry.sparse {
-                pinned.append(index)
-                load[0] += sizes[index] ?? 0
-            } else if !entry.seekable || sizes[index] == nil {
-                unknown.append(index)
-            } else {
-                whole.append(index)
-            }
+        var planner = Planner(streams: streams, minimumRange: minimumRange)
+        return planner.place(entries, sizes: sizes, first: 0)
+    }
+
+    /// Shares out entries batch after batch, by `StreamPlan`'s rules.
+    struct Planner: Sendable {
+        let streams: Int
+        let minimumRange: UInt64
+        /// Bytes planned so far on each connection.
+        private(set) var load: [UInt64]
+
+        init(streams: Int, minimumRange: UInt64 = StreamPlan.minimumRange) {
+            precondition(streams >= 1, "StreamPlan: a caller's error")
+            self.streams = streams
+            self.minimumRange = minimumRange
+            load = Array(repeating: 0, count: streams)
         }
-        var small: [Int] = []
-        for index in whole {
-            let size = sizes[index] ?? 0
-            let ranges = ranges(of: size, streams: streams, minimumRange: minimumRange)
-            guard ranges.count > 1 else {
-                small.append(index)
-                continue
+
+        /// The work of each connection for `entries`, those from index `first` on, whose sizes
+        /// at listing were `sizes` (nil: unknown, a stream).
+        mutating func place(_ entries: [SenderMachine.Entry], sizes: [UInt64?], first: Int)
+            -> [[SenderMachine.Work]]
+        {
+            precondition(entries.count == sizes.count, "StreamPlan: a caller's error")
+            var work = Array(repeating: [SenderMachine.Work](), count: streams)
+            var whole: [Int] = []
+            var unknown: [Int] = []
+            var pinned: [Int] = []
+            var links: [Int] = []
+            for (offset, entry) in entries.enumerated() {
+                let index = first + offset
+                if entry.isDirectory {
+                    work[0].append(.entry(index))
+                } else if entry.symlinkTarget != nil || entry.hardLinkTo != nil || entry.special != nil {
+                    links.append(index)
+                } else if entry.linked || entry.sparse {
+                    pinned.append(index)
+                    load[0] += sizes[offset] ?? 0
+                } else if !entry.seekable || sizes[offset] == nil {
+                    unknown.append(index)
+                } else {
+                    whole.append(index)
+                }
             }
-            for (k, range) in ranges.enumerated() {
-                work[k].append(.range(index, range, fileSize: size))
-                load[k] += range.length
+            var small: [Int] = []
+            for index in whole {
+                let size = sizes[index - first] ?? 0
+                let ranges = StreamPlan.ranges(of: size, streams: streams, minimumRange: minimumRange)
+                guard ranges.count > 1 else {
+                    small.append(index)
+                    continue
+                }
+                for (k, range) in ranges.enumerated() {
+                    work[k].append(.range(index, range, fileSize: size))
+                    load[k] += range.length
+                }
             }
+            for index in small {
+                let target = load.indices.min { load[$0] < load[$1] } ?? 0
+                work[target].append(.entry(index))
+                load[target] += sizes[index - first] ?? 0
+            }
+            work[0] += (pinned + unknown + links).map(SenderMachine.Work.entry)
+            return work
         }
-        for index in small {
-            let target = load.indices.min { load[$0] < load[$1] } ?? 0
-            work[target].append(.entry(index))
-            load[target] += sizes[index] ?? 0
-        }
-        work[0] += (pinned + unknown + links).map(SenderMachine.Work.entry)
-        return work
     }
 
     /// The ranges a file of `size` bytes is split into: one (the whole file) when it is smaller

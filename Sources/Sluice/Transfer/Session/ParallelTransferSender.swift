@@ -24,7 +24,11 @@ extension TransferSender: TransferProgressSource {}
 ///
 /// The first connection joins the receiver under a random transfer id (JOIN, inside the same
 /// authenticated connection as everything else) and sends the directories; the others join the
-/// same id once it is admitted. Files are shared out: each large file is split into ranges, one
+/// same id once it is admitted. The sources are walked while the transfer runs, on a worker, as
+/// a `TransferSender` walks them (`init` checks the sources given and throws as it does), and
+/// each step's entries are shared out as they come (`StreamPlan.Planner`): a file for another
+/// connection than the first waits until the directories listed before it are answered on the
+/// first. Files are shared out: each large file is split into ranges, one
 /// per connection, each range sent at once with its own SHA-256 and the whole file's, written in
 /// place by the receiver and renamed into place when every range is in and the whole file
 /// verifies; smaller files go whole to the least loaded connection. A connection that fails
@@ -45,16 +49,40 @@ public final class ParallelTransferSender: TransferProgressSource {
     /// Called for each connection once it has joined the transfer (its index).
     public var onStreamJoined: ((Int) -> Void)?
 
-    private let entries: [OutgoingEntry]
+    /// The entries listed so far.
+    private var entries: [OutgoingEntry] = []
     private let streamSources: [ReadStream]
-    /// Something below the sources could not be listed (a warning said what): it is not sent,
-    /// and `delete` removes nothing.
-    public let listingIncomplete: Bool
-    private let plans: [[SenderMachine.Work]]
+    /// Something below the sources could not be listed so far (a warning said what): it is not
+    /// sent, and `delete` removes nothing.
+    public private(set) var listingIncomplete = false
+    /// The walk (`TransferSender+Walk`'s, stepped here): nil once it has ended.
+    private var walk: SourceWalk?
+    private var walking = false
+    /// The walk has listed everything.
+    private(set) var walkEnded = false
+    /// Entries a step of the walk lists; while `walkHeld`, no step starts; `onWalkStep` hears
+    /// each step's count once shared out. For tests.
+    var walkStep = TransferSender.walkStepEntries
+    var walkHeld = false {
+        didSet { if !walkHeld { walkMore() } }
+    }
+    var onWalkStep: ((Int) -> Void)?
+    /// The first connection ended before the walk: what it lists now is never sent.
+    private var walkStopped = false
+    private let walkWarning: ((String) -> Void)?
+    private let prunesArriving: Bool
+    private var planner: StreamPlan.Planner
+    /// Work planned for connection `k` (> 0) and not handed to it yet: each item waits for the
+    /// directories listed before its entry (`needs` of them) to be answered on connection 0,
+    /// and for its connection to start. Connection `k` has been told no more will come.
+    private var held: [[(work: SenderMachine.Work, needs: Int)]]
+    private var toldLast: [Bool]
+    private var directoriesListed = 0
+    private var directoriesAnswered = 0
     /// Ranges per entry split into ranges, and their answers so far.
     private var rangeCounts: [Int: Int] = [:]
     private var rangeOutcomes: [Int: [TransferOutcome]] = [:]
-    private var outcomes: [TransferOutcome?]
+    private var outcomes: [TransferOutcome?] = []
     private var senders: [TransferSender] = []
     private var summaries: [Int: TransferSummary] = [:]
     private var connect: (() -> (ReadStream, WriteStream))?
@@ -63,7 +91,6 @@ public final class ParallelTransferSender: TransferProgressSource {
     private var started: UInt64 = 0
     private var joined = false
     private var declined = false
-    private var directoriesLeft: Int
     private var othersStarted = false
     private var cancelled = false
     private var done = false
@@ -100,24 +127,17 @@ public final class ParallelTransferSender: TransferProgressSource {
         precondition((2...Wire.maxStreams).contains(streams), "streams must be 2...\(Wire.maxStreams)")
         self.options = options
         self.streams = streams
-        var warnings: [String] = []
-        // Listed whole before it sends: the plan shares every file out at once.
-        (entries, listingIncomplete) = try SourceTree.list(
-            sources, selection: options.selection, options: SourceTree.Options(options)
-        ) { text in
-            warnings.append(text)
-            warning?(text)
-        }
+        let walk = try SourceTree.Walk(sources, selection: options.selection, options: SourceTree.Options(options))
+        prunesArriving = options.sync && options.delete && walk.mayPrune
+        self.walk = SourceWalk(walk)
+        walkWarning = warning
         streamSources = SourceTree.streams(sources)
-        self.warnings = warnings
-        outcomes = Array(repeating: nil, count: entries.count)
-        directoriesLeft = entries.filter(\.isDirectory).count
-        plans = StreamPlan.plan(
-            entries: TransferSender.machineEntries(entries), sizes: entries.map(\.size), streams: streams)
-        for case .range(let index, _, _) in plans.joined() { rangeCounts[index, default: 0] += 1 }
+        planner = StreamPlan.Planner(streams: streams)
+        held = Array(repeating: [], count: streams)
+        toldLast = Array(repeating: false, count: streams)
     }
 
-    /// The entries to send, as relative paths.
+    /// The entries to send, as relative paths: those listed so far.
     public var paths: [String] { entries.map(\.relative) }
 
     /// Connections used: `streams`, or 1 when the receiver offers no streams.
@@ -155,11 +175,12 @@ public final class ParallelTransferSender: TransferProgressSource {
         var random = SystemRandomNumberGenerator()
         let id = (0..<Wire.transferIDBytes).map { _ in UInt8.random(in: 0...255, using: &random) }
         transferID = id
+        // What the walk has listed goes with the next step; a receiver without streams gets
+        // every entry over this connection (`takeEveryEntry`).
         let first = TransferSender(
-            entries: entries, streams: streamSources, options: options, work: plans[0],
-            join: TransferJoin(id: id, index: 0, count: streams),
-            fallback: entries.indices.map(SenderMachine.Work.entry),
-            listingIncomplete: listingIncomplete)
+            entries: [], streams: streamSources, options: options, work: [],
+            join: TransferJoin(id: id, index: 0, count: streams), fallback: [], listed: false,
+            prunesArriving: prunesArriving)
         first.holdGoodbye = true
         first.onJoined = { [weak self] in
             guard let self else { return }
@@ -171,9 +192,13 @@ public final class ParallelTransferSender: TransferProgressSource {
             guard let self else { return }
             self.declined = true
             self.warn("the receiver does not offer parallel streams: sending over one connection")
+            // Every entry first: letting goodbye go announces what the connection has.
+            first.takeEveryEntry()
+            self.held = Array(repeating: [], count: self.streams)
             first.holdGoodbye = false
         }
         run(first, index: 0)
+        walkMore()
     }
 
     /// Stops every connection; files cut off are kept by the receiver for a resume.
@@ -197,25 +222,121 @@ public final class ParallelTransferSender: TransferProgressSource {
         }
     }
 
-    /// The first connection joined and its directories are answered: the others may join.
+    /// The first connection joined: the others may join (their work follows as the
+    /// directories it needs are answered, `release`).
     private func startOthers() {
-        guard let id = transferID, joined, directoriesLeft == 0, !othersStarted, !cancelled, !done else { return }
+        guard let id = transferID, joined, !othersStarted, !cancelled, !done else { return }
         othersStarted = true
         for index in 1..<streams {
             let sender = TransferSender(
-                entries: entries, streams: streamSources, options: options, work: plans[index],
-                join: TransferJoin(id: id, index: index, count: streams), fallback: nil,
-                listingIncomplete: listingIncomplete)
+                entries: entries, streams: streamSources, options: options, work: [],
+                join: TransferJoin(id: id, index: index, count: streams), fallback: nil, listed: false,
+                prunesArriving: prunesArriving, listingIncomplete: listingIncomplete)
             sender.onJoined = { [weak self] in self?.onStreamJoined?(index) }
             run(sender, index: index)
+        }
+        release()
+    }
+
+    // MARK: Walking
+
+    /// Entries listed and not announced yet (on any connection, or held) beyond which the
+    /// walk's next step waits.
+    static let walkAhead = TransferSender.walkAhead
+
+    /// Starts the walk's next step on a worker, unless one runs, it has ended, or it is far
+    /// enough ahead of the connections.
+    private func walkMore() {
+        guard let walk, let loop, !walking, !walkHeld, !done, !cancelled else { return }
+        let waiting = senders.reduce(0) { $0 + $1.machine.entriesWaiting } + held.reduce(0) { $0 + $1.count }
+        guard waiting < Self.walkAhead else { return }
+        walking = true
+        let limit = walkStep
+        WorkerPool.shared.submit({ walk.next(limit: limit) }, completingOn: loop) { [weak self] batch in
+            self?.walked(batch)
+        }
+    }
+
+    /// A step of the walk: its entries are shared out, the first connection's share at once.
+    private func walked(_ batch: SourceTree.Batch) {
+        walking = false
+        if batch.done || done || cancelled || walkStopped { walk = nil }
+        guard !done, !cancelled, !walkStopped else { return }
+        for text in batch.warnings {
+            warn(text, listing: true)
+        }
+        listingIncomplete = listingIncomplete || batch.incomplete
+        walkEnded = batch.done
+        let first = entries.count
+        entries += batch.entries
+        outcomes += Array(repeating: nil, count: batch.entries.count)
+        guard let lead = senders.first else { return }
+        guard !declined else {
+            lead.take(batch.entries, last: batch.done, incomplete: batch.incomplete)
+            lead.advance()
+            walkMore()
+            return
+        }
+        // How many directories are listed before each entry: what a file on another
+        // connection than the first waits to see answered.
+        var needs: [Int] = []
+        for entry in batch.entries {
+            needs.append(directoriesListed)
+            if entry.isDirectory { directoriesListed += 1 }
+        }
+        let plan = planner.place(
+            TransferSender.machineEntries(batch.entries), sizes: batch.entries.map(\.size), first: first)
+        for case .range(let index, _, _) in plan.joined() { rangeCounts[index, default: 0] += 1 }
+        for k in 1..<streams {
+            held[k] += plan[k].map { ($0, needs[$0.index - first]) }
+        }
+        lead.take(batch.entries, work: plan[0], last: batch.done, incomplete: batch.incomplete)
+        toldLast[0] = batch.done
+        for sender in senders.dropFirst() {
+            sender.take(batch.entries, last: false, incomplete: batch.incomplete)
+        }
+        lead.advance()
+        release()
+        onWalkStep?(batch.entries.count)
+        walkMore()
+    }
+
+    /// Hands each started connection the work whose directories are answered (and, once the
+    /// walk has ended and nothing is held for it, says no more will come).
+    private func release() {
+        guard !declined else { return }
+        for (k, sender) in senders.enumerated().dropFirst() where !toldLast[k] {
+            let ready = held[k].prefix { $0.needs <= directoriesAnswered }.count
+            let last = walkEnded && ready == held[k].count
+            guard ready > 0 || last else { continue }
+            let work = held[k][..<ready].map(\.work)
+            held[k].removeFirst(ready)
+            toldLast[k] = last
+            sender.take([], work: work, last: last)
+            sender.advance()
+        }
+    }
+
+    /// The first connection ended: what is held for the others can never go (their
+    /// directories may not be there); they end with what they have, and the walk stops.
+    private func leadEnded() {
+        walk = nil
+        walkStopped = true
+        walkEnded = true
+        held = Array(repeating: [], count: streams)
+        for (k, sender) in senders.enumerated().dropFirst() where !toldLast[k] {
+            toldLast[k] = true
+            sender.take([], last: true)
+            sender.advance()
         }
     }
 
     private func settled(_ entry: Int, _ outcome: TransferOutcome, on stream: Int) {
         if entries[entry].isDirectory && stream == 0 {
-            directoriesLeft -= 1
-            if directoriesLeft == 0 { startOthers() }
+            directoriesAnswered += 1
+            release()
         }
+        walkMore()
         guard let count = rangeCounts[entry], !declined else {
             finish(entry, outcome)
             return
@@ -248,9 +369,14 @@ public final class ParallelTransferSender: TransferProgressSource {
         return result
     }
 
-    private func warn(_ text: String) {
+    /// A warning: of the walk (heard by `init`'s `warning`), or of the transfer (`onWarning`).
+    private func warn(_ text: String, listing: Bool = false) {
         warnings.append(text)
-        onWarning?(text)
+        if listing {
+            walkWarning?(text)
+        } else {
+            onWarning?(text)
+        }
     }
 
     /// The whole file's digest, computed once on a worker however many ranges ask.
@@ -318,9 +444,10 @@ public final class ParallelTransferSender: TransferProgressSource {
 
     private func ended(_ index: Int, _ summary: TransferSummary) {
         summaries[index] = summary
-        if index == 0 && !othersStarted {
+        if index == 0 {
             // The first connection ended before the others could join: they never will.
             othersStarted = true
+            leadEnded()
         }
         let running = senders.indices.filter { summaries[$0] == nil }
         if running == [0] { senders[0].holdGoodbye = false }

@@ -51,22 +51,36 @@ extension TransferSender {
         walking = false
         if batch.done || ended { walk = nil }
         guard !ended else { return }
-        let first = entries.count
-        let count = batch.entries.count
-        entries += batch.entries
-        outcomes += Array(repeating: nil, count: count)
-        sizes += batch.entries.map(\.size)
-        resumed += Array(repeating: 0, count: count)
-        counted += Array(repeating: 0, count: count)
-        let checksBefore = machine.checks.count
-        machine.entriesArrived(
-            Self.machineEntries(batch.entries),
-            pruneRoots: options.sync && options.delete ? Self.pruneRoots(batch.entries, first: first) : [],
-            last: batch.done, incomplete: batch.incomplete)
         for text in batch.warnings {
             warnings.append(text)
             walkWarning?(text)
         }
+        take(batch.entries, last: batch.done, incomplete: batch.incomplete)
+        onWalkStep?(batch.entries.count)
+        advance()
+    }
+
+    /// Entries listed after those this sender has (by its walk, or by the walk of the
+    /// `ParallelTransferSender` it is a connection of) join the transfer, with `work`, this
+    /// connection's share of them (or of earlier ones), where the work is not every entry.
+    /// `last`: no more entries nor work will come. Call `advance()` after. Taken after the end
+    /// too (nothing is sent then): the entries are indexed alike on every connection.
+    func take(
+        _ arrived: [OutgoingEntry], work: [SenderMachine.Work] = [], last: Bool, incomplete: Bool = false
+    ) {
+        let first = entries.count
+        let count = arrived.count
+        entries += arrived
+        outcomes += Array(repeating: nil, count: count)
+        sizes += arrived.map(\.size)
+        resumed += Array(repeating: 0, count: count)
+        counted += Array(repeating: 0, count: count)
+        let checksBefore = machine.checks.count
+        machine.entriesArrived(
+            Self.machineEntries(arrived), work: work,
+            pruneRoots: options.sync && options.delete ? Self.pruneRoots(arrived, first: first) : [],
+            last: last, incomplete: incomplete)
+        guard !ended else { return }
         if warnedNoDeflate {
             warnAboutEntries(first..<entries.count)
         } else if machine.canProceed {
@@ -74,8 +88,12 @@ extension TransferSender {
             warnAboutPeer()
         }
         checksumsArrived(from: checksBefore)
-        onWalkStep?(count)
-        advance()
+    }
+
+    /// The receiver offers no `streams` while entries still arrive (`ParallelTransferSender`):
+    /// this connection sends every entry.
+    func takeEveryEntry() {
+        machine.takeEveryEntry()
     }
 
     /// Once the receiver said HELLO: what among `range` of the entries it will not take, each
