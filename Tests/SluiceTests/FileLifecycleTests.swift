@@ -10,7 +10,7 @@ struct FileLifecycleTests {
     typealias Effect = FileLifecycle.Effect
 
     static let phases: [Phase] = [
-        .checkingPrefix, .receiving, .waitingForRoom, .finishing, .waitingForRoomToFinish, .verifying, .committing,
+        .checkingPrefix, .receiving, .waitingForRoom, .finishing, .verifying, .committing,
         .releasing(keep: true), .releasing(keep: false), .finished,
     ]
     static let events: [Event] = [
@@ -32,9 +32,6 @@ struct FileLifecycleTests {
         case .finishing:
             life = FileLifecycle(checkingPrefix: false)
             _ = try life.handle(.endArrived)
-        case .waitingForRoomToFinish:
-            life = try lifecycle(in: .finishing)
-            _ = try life.handle(.hasherFull)
         case .verifying:
             life = FileLifecycle(checkingPrefix: false)
             _ = try life.handle(.verify)
@@ -85,17 +82,16 @@ struct FileLifecycleTests {
         #expect(life.phase == .finished)
     }
 
-    @Test("A compressed file's flush waits for room, then continues")
+    @Test("A compressed file's END: no more data while its worker flushes; a hasher that fills meanwhile is an error")
     func compressedFlush() throws {
         var life = FileLifecycle(checkingPrefix: false)
         #expect(try life.handle(.endArrived) == .nothing)
-        #expect(!life.takesData)
-        #expect(try life.handle(.hasherFull) == .nothing)
-        #expect(life.waitsForRoom)
-        #expect(try life.handle(.room) == .continueFinishing)
-        #expect(life.phase == .finishing)
-        #expect(try life.handle(.room) == .ignore, "room not waited for is ignored")
-        #expect(try life.handle(.verify) == .nothing)
+        #expect(!life.takesData && life.isOpenForData)
+        #expect(throws: FileLifecycle.IllegalTransition.self) { try life.handle(.hasherFull) }
+        var flushing = FileLifecycle(checkingPrefix: false)
+        _ = try flushing.handle(.endArrived)
+        #expect(try flushing.handle(.room) == .ignore, "room not waited for is ignored")
+        #expect(try flushing.handle(.verify) == .nothing)
     }
 
     @Test("Let go while its prefix is hashed: abandoned when the hash is done, with the machine's keep")
@@ -119,7 +115,7 @@ struct FileLifecycleTests {
 
     @Test("A failed write fails the file while it is written, and is ignored once it is verified or let go")
     func writeFailures() throws {
-        for phase in [Phase.receiving, .waitingForRoom, .finishing, .waitingForRoomToFinish] {
+        for phase in [Phase.receiving, .waitingForRoom, .finishing] {
             var life = try Self.lifecycle(in: phase)
             #expect(try life.handle(.writeFailed) == .failWrite)
             #expect(try life.handle(.drop(keep: false)) == .abandon(keep: false))

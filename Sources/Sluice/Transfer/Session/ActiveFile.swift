@@ -8,10 +8,7 @@ final class ActiveFile {
     let request: EntryRequest
     /// The digest agreed with the sender, of what the file holds.
     let digest: FileDigest
-    /// Decompresses the file's data on the loop, when it comes compressed as a delta (whose
-    /// COPYs are placed after the literal bytes the loop has counted).
-    let inflate: StageDriver?
-    /// Decompresses any other compressed file's data, on the hasher's worker.
+    /// Decompresses the file's data on the hasher's worker, when it comes compressed.
     let workerInflate: WorkerInflate?
     /// Bytes written to the temporary file (after the held prefix), or handed to the worker
     /// that writes them.
@@ -45,14 +42,12 @@ final class ActiveFile {
     /// more has arrived (receive with fsync).
     init(
         opened: OpenedFile, request: EntryRequest, digest: TransferDigest, inflate: StageDriver?,
-        writebackWindow: UInt64?, shared: SharedFile? = nil, range: ByteRange? = nil, held: UInt64 = 0,
-        inflatesOnWorker: Bool = false
+        writebackWindow: UInt64?, shared: SharedFile? = nil, range: ByteRange? = nil, held: UInt64 = 0
     ) {
         let fileDigest = FileDigest(digest)
         self.digest = fileDigest
         self.opened = opened
         self.request = request
-        self.inflate = inflatesOnWorker ? nil : inflate
         self.shared = shared
         self.range = range
         self.held = held
@@ -64,8 +59,7 @@ final class ActiveFile {
             fd: own >= 0 ? own : opened.fd, display: opened.display, writebackWindow: writebackWindow, start: base,
             owned: own >= 0)
         let target = self.target
-        workerInflate =
-            inflatesOnWorker ? inflate.map { WorkerInflate($0, writingTo: target, at: base, hashing: fileDigest) } : nil
+        workerInflate = inflate.map { WorkerInflate($0, writingTo: target, at: base, hashing: fileDigest) }
     }
 
     var position: UInt64 { base + written }

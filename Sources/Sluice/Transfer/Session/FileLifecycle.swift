@@ -19,10 +19,8 @@ struct FileLifecycle: Equatable, Sendable {
         case receiving
         /// The hasher's slots are full: the data path takes nothing until it has room.
         case waitingForRoom
-        /// END arrived: the decompressor is flushed into the file.
+        /// END arrived for a compressed file: the worker flushes its decompressor into it.
         case finishing
-        /// The flush waits for room in the hasher.
-        case waitingForRoomToFinish
         /// The digest of what was written (and the SHA-256 of the held bytes) is computed.
         case verifying
         /// Verified: a worker stores it (commits, stages, or reads a ranged file back whole)
@@ -42,7 +40,7 @@ struct FileLifecycle: Equatable, Sendable {
         case hasherFull
         /// The hasher has room again.
         case room
-        /// END arrived for a compressed file: flush its decompressor.
+        /// END arrived for a compressed file: its worker flushes the decompressor.
         case endArrived
         /// The machine asked for the file's digest (COMMIT or RANGE-END).
         case verify
@@ -68,8 +66,6 @@ struct FileLifecycle: Equatable, Sendable {
         case ignore
         /// The prefix is checked: tell the machine the file is open.
         case proceed
-        /// The flush waited for room: continue it.
-        case continueFinishing
         /// Fail the file with the write's error (the machine lets it go).
         case failWrite
         /// Abandon the file now (after the writes queued for it), keeping the partial when `keep`.
@@ -93,13 +89,13 @@ struct FileLifecycle: Equatable, Sendable {
     /// Data may be taken now.
     var takesData: Bool { phase == .receiving }
 
-    /// The data path (data or the END flush) waits for the hasher.
-    var waitsForRoom: Bool { phase == .waitingForRoom || phase == .waitingForRoomToFinish }
+    /// The data path waits for the hasher.
+    var waitsForRoom: Bool { phase == .waitingForRoom }
 
     /// The file is still its session's to write: received, flushed or waiting for room.
     var isOpenForData: Bool {
         switch phase {
-        case .receiving, .waitingForRoom, .finishing, .waitingForRoomToFinish: return true
+        case .receiving, .waitingForRoom, .finishing: return true
         case .checkingPrefix, .verifying, .committing, .releasing, .finished: return false
         }
     }
@@ -122,15 +118,9 @@ struct FileLifecycle: Equatable, Sendable {
         case (.receiving, .hasherFull):
             phase = .waitingForRoom
             return .nothing
-        case (.finishing, .hasherFull):
-            phase = .waitingForRoomToFinish
-            return .nothing
         case (.waitingForRoom, .room):
             phase = .receiving
             return .nothing
-        case (.waitingForRoomToFinish, .room):
-            phase = .finishing
-            return .continueFinishing
         case (_, .room):
             return .ignore  // room comes whenever a slot frees, waited for or not
         case (.receiving, .endArrived):
@@ -146,8 +136,7 @@ struct FileLifecycle: Equatable, Sendable {
         case (.verifying, .stored):
             phase = .finished  // a range verified that was not the file's last
             return .nothing
-        case (.receiving, .failed), (.waitingForRoom, .failed), (.finishing, .failed),
-            (.waitingForRoomToFinish, .failed), (.verifying, .failed):
+        case (.receiving, .failed), (.waitingForRoom, .failed), (.finishing, .failed), (.verifying, .failed):
             phase = .finished
             return .abandon(keep: false)
         case (.committing, .stored):
@@ -157,8 +146,7 @@ struct FileLifecycle: Equatable, Sendable {
             phase = .finished  // a ranged file read back whole and found wrong: the worker is done with it
             return .abandon(keep: false)
 
-        case (.receiving, .writeFailed), (.waitingForRoom, .writeFailed), (.finishing, .writeFailed),
-            (.waitingForRoomToFinish, .writeFailed):
+        case (.receiving, .writeFailed), (.waitingForRoom, .writeFailed), (.finishing, .writeFailed):
             return .failWrite
         case (.verifying, .writeFailed), (.committing, .writeFailed):
             return .ignore  // the commit reports it
@@ -166,7 +154,7 @@ struct FileLifecycle: Equatable, Sendable {
             return .ignore  // a worker's late report about a file already let go
 
         case (.receiving, .drop(let keep)), (.waitingForRoom, .drop(let keep)), (.finishing, .drop(let keep)),
-            (.waitingForRoomToFinish, .drop(let keep)), (.verifying, .drop(let keep)):
+            (.verifying, .drop(let keep)):
             phase = .finished
             return .abandon(keep: keep)
         case (.committing, .drop):
@@ -177,8 +165,8 @@ struct FileLifecycle: Equatable, Sendable {
         case (.releasing, .commit), (.releasing, .stored):
             return .ignore
 
-        case (.checkingPrefix, _), (.receiving, _), (.waitingForRoom, _), (.finishing, _),
-            (.waitingForRoomToFinish, _), (.verifying, _), (.committing, _), (.releasing, _), (.finished, _):
+        case (.checkingPrefix, _), (.receiving, _), (.waitingForRoom, _), (.finishing, _), (.verifying, _),
+            (.committing, _), (.releasing, _), (.finished, _):
             throw IllegalTransition(phase: phase, event: event)
         }
     }

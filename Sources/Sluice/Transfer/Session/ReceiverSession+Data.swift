@@ -23,45 +23,18 @@ extension ReceiverSession {
         }
         guard let file else { return piece.count }
         if let inflater = file.workerInflate { return inflate(piece, of: file, with: inflater) }
-        guard let inflate = file.inflate else {
-            // Not when bytes are written directly: the disk is written from the hasher's
-            // aligned slots, by its worker.
-            if file.lends, !file.target.wantsAlignedWrites {
-                return lend(piece, to: file, file.target)
-            }
-            guard hasher.hasRoom(for: 1) else {
-                _ = advance(file, .hasherFull)
-                return 0
-            }
-            let n = min(piece.count, hasher.room)
-            store(UnsafeRawBufferPointer(rebasing: piece[0..<n]), to: file)
-            return n
+        // Not when bytes are written directly: the disk is written from the hasher's aligned
+        // slots, by its worker.
+        if file.lends, !file.target.wantsAlignedWrites {
+            return lend(piece, to: file, file.target)
         }
-        var input = piece
-        while !input.isEmpty, file.lifecycle.takesData {
-            // Room for what a COPY may find the decompressor holds (`settleInflate`) too.
-            guard hasher.hasRoom(for: Self.scratchSize + Self.inflateHeldMost) else {
-                _ = advance(file, .hasherFull)
-                return piece.count - input.count
-            }
-            let step = Result { () throws(SluiceError) in try inflate.step(input: input, output: scratch) }
-            switch step {
-            case .failure(let error):
-                perform(machine.handle(.dataFailed(Self.rejection(inflating: error))))
-                return piece.count
-            case .success(let progress):
-                if progress.produced > 0 {
-                    store(UnsafeRawBufferPointer(rebasing: scratch[0..<progress.produced]), to: file)
-                }
-                input = UnsafeRawBufferPointer(rebasing: input[progress.consumed...])
-                if progress.consumed == 0 && progress.produced == 0 && file.lifecycle.takesData {
-                    let reason = progress.finished ? "bytes after the end" : "no progress"
-                    perform(machine.handle(.dataFailed(.failed(.data, "compressed data: \(reason)"))))
-                    return piece.count
-                }
-            }
+        guard hasher.hasRoom(for: 1) else {
+            _ = advance(file, .hasherFull)
+            return 0
         }
-        return piece.count
+        let n = min(piece.count, hasher.room)
+        store(UnsafeRawBufferPointer(rebasing: piece[0..<n]), to: file)
+        return n
     }
 
     /// A HOLE the machine allowed: the file's next `length` bytes are zeros, left unwritten
@@ -82,10 +55,9 @@ extension ReceiverSession {
             ? .failed(.data, "more data than announced") : .failed(.data, "compressed data: \(error.reason)")
     }
 
-    /// Decoded bytes (a compressed delta's literals, decompressed on the loop so that its COPYs
-    /// know where they go; or a range's bytes, when its descriptor could not be duplicated): if
-    /// the machine allows them, written at the file's end and hashed — by the hasher's worker
-    /// from its slots, or here.
+    /// Bytes not lent (to be written past the page cache, or a range's, when its descriptor
+    /// could not be duplicated): if the machine allows them, written at the file's end and
+    /// hashed — by the hasher's worker from its aligned slots, or here.
     func store(_ bytes: UnsafeRawBufferPointer, to file: ActiveFile) {
         let (allowed, actions) = machine.decoded(bytes.count)
         guard allowed else {
@@ -93,10 +65,9 @@ extension ReceiverSession {
             return
         }
         let target = file.target
-        if file.inflate != nil || target.wantsAlignedWrites {
-            // Decompressed into the scratch buffer, used again at once, or to be written
-            // past the page cache (from aligned memory, which can wait for the disk on the
-            // worker): copied for the worker.
+        if target.wantsAlignedWrites {
+            // To be written past the page cache (from aligned memory, which can wait for the
+            // disk on the worker): copied for the worker.
             hasher.update(file.digest, bytes, writingTo: target, at: file.position)
         } else {
             // Written here: no piece of it is lent then, so the worker does not hold it.
@@ -204,48 +175,12 @@ extension ReceiverSession {
             }
             return
         }
-        guard file.inflate != nil else {
-            perform(machine.handle(.dataFinished))
-            return
-        }
-        guard advance(file, .endArrived) != nil else { return }
-        flushInflate(file)
-    }
-
-    /// Flushes `file`'s decompressor into it while the hasher has room; then tells the machine
-    /// the data is complete.
-    private func flushInflate(_ file: ActiveFile) {
-        guard let inflate = file.inflate else { return }
-        while file.lifecycle.phase == .finishing {
-            guard hasher.hasRoom(for: Self.scratchSize) else {
-                _ = advance(file, .hasherFull)
-                return
-            }
-            let step = Result { () throws(SluiceError) in try inflate.step(input: nil, output: scratch) }
-            switch step {
-            case .failure(let error):
-                perform(machine.handle(.dataFailed(Self.rejection(inflating: error))))
-                return
-            case .success(let progress):
-                if progress.produced > 0 {
-                    store(UnsafeRawBufferPointer(rebasing: scratch[0..<progress.produced]), to: file)
-                }
-                guard file.lifecycle.phase == .finishing else { return }
-                if progress.finished {
-                    perform(machine.handle(.dataFinished))
-                    return
-                }
-                if progress.produced == 0 {
-                    perform(machine.handle(.dataFailed(.failed(.data, "compressed data: truncated"))))
-                    return
-                }
-            }
-        }
+        perform(machine.handle(.dataFinished))
     }
 
     func roomForHashing() {
         guard !ended else { return }
-        if let file, advance(file, .room) == .continueFinishing { flushInflate(file) }
+        if let file { _ = advance(file, .room) }
         pump()
     }
 
@@ -333,8 +268,7 @@ extension ReceiverSession {
         let block = UInt64(WriteTarget.directAlignment)
         let opened = direct ? opened.continued(at: opened.offset - opened.offset % block) : opened
         let file = ActiveFile(
-            opened: opened, request: request, digest: machine.digest, inflate: inflate, writebackWindow: writeback,
-            inflatesOnWorker: true)
+            opened: opened, request: request, digest: machine.digest, inflate: inflate, writebackWindow: writeback)
         if direct { file.target.writeDirectly() }
         self.file = file
         connection.inbound.resize(to: inboundShare)
@@ -380,7 +314,7 @@ extension ReceiverSession {
                 then(.failed(.io, "read \(quoted(opened.display)): cannot read the held partial"))
             case .proceed:
                 then(nil)
-            case .nothing, .ignore, .continueFinishing, .failWrite, nil:
+            case .nothing, .ignore, .failWrite, nil:
                 return
             }
             pump()

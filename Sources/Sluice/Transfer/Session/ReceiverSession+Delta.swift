@@ -212,43 +212,16 @@ extension ReceiverSession {
         return (try? Inflate(format: .deflate, limit: limit)).map { StageDriver($0) }
     }
 
-    /// The most output zlib holds back once its input is used up (a match of 258 bytes), with
-    /// margin: `deliver` leaves the hasher room for it.
-    static let inflateHeldMost = 512
-
     /// COPY the machine allowed: the basis's bytes `offset ..< offset + length` become the
     /// file's next ones, copied and hashed by the hasher's worker in order with its writes.
-    /// In a compressed delta the literal bytes before it are all written first.
+    /// In a compressed delta the literal bytes before it are all written first, by the same
+    /// worker (`WorkerInflate.settle`).
     func deliverCopy(offset: UInt64, length: UInt64) {
         guard let file, let basis = file.basis else { return }
-        if let inflate = file.inflate?.stage as? Inflate, !settleInflate(file, inflate) { return }
-        hasher.copy(file.digest, from: basis, at: offset, length: length, to: file.target, position: file.position)
+        hasher.copy(
+            file.digest, from: basis, at: offset, length: length, to: file.target, position: file.position,
+            after: file.workerInflate)
         file.written += length
         bytesStored += length
-    }
-}
-
-extension ReceiverSession {
-    /// Before a COPY in a compressed delta: writes what the decompressor still holds of the
-    /// literal bytes before it (zlib keeps output back when its output and input ran out
-    /// together), and checks that they ended where the sender's sync flush leaves the stream.
-    /// False when the file failed instead (the COPY is then dropped with it).
-    private func settleInflate(_ file: ActiveFile, _ inflate: Inflate) -> Bool {
-        let output = UnsafeMutableRawBufferPointer(rebasing: scratch[0..<Self.inflateHeldMost])
-        let flushed = Result { () throws(SluiceError) in try inflate.flushPending(into: output) }
-        switch flushed {
-        case .failure(let error):
-            perform(machine.handle(.dataFailed(Self.rejection(inflating: error))))
-            return false
-        case .success(let (produced, settled)):
-            // Bytes held back follow a DATA, which left the hasher room for them (`deliver`).
-            guard settled, hasher.hasRoom(for: produced) else {
-                let reason = "compressed data: a COPY where the literal bytes before it were not flushed"
-                perform(machine.handle(.dataFailed(.failed(.data, reason))))
-                return false
-            }
-            if produced > 0 { store(UnsafeRawBufferPointer(rebasing: output[0..<produced]), to: file) }
-            return file.lifecycle.takesData
-        }
     }
 }

@@ -95,7 +95,7 @@ extension ReceiverSession {
                     perform(machine.handle(.fileOpened(.failure(.failed(.io, reason)))))
                 case .proceed:
                     perform(machine.handle(.fileOpened(.success(held))))
-                case .nothing, .ignore, .continueFinishing, .failWrite, nil:
+                case .nothing, .ignore, .failWrite, nil:
                     return
                 }
                 pump()

@@ -45,8 +45,6 @@ final class ReceiverSession: ProtocolRole {
         while size > smallestFileInbound && size * files > inboundBudget { size /= 2 }
         return size
     }
-    /// Where decompressed bytes go before they are written.
-    static let scratchSize = 1 << 18
 
     let id: Int
     let peer: String
@@ -78,7 +76,6 @@ final class ReceiverSession: ProtocolRole {
     /// Pieces of the inbound buffer lent to the hasher's worker, which writes and hashes them.
     var piecesLent = 0
     var ended: Bool { session.ended }
-    private var scratchStorage: UnsafeMutableRawBufferPointer?
     /// The transfer of several connections this session joined.
     var group: TransferGroup?
     /// The paths CHECKed in this session, for PRUNE (`send --delete`), when it joined no group.
@@ -158,16 +155,8 @@ final class ReceiverSession: ProtocolRole {
     }
 
     deinit {
-        scratchStorage?.deallocate()
         if file != nil { receiver?.filesReceiving -= 1 }
         receiver?.filesStaged -= staged.count
-    }
-
-    var scratch: UnsafeMutableRawBufferPointer {
-        if let scratchStorage { return scratchStorage }
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.scratchSize, alignment: 16)
-        scratchStorage = buffer
-        return buffer
     }
 
     func start() {

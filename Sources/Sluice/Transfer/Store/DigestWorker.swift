@@ -164,12 +164,22 @@ final class DigestWorker: @unchecked Sendable {
     /// left holes in a target that `keepsHoles`. What is hashed is what the file holds: a basis
     /// changed meanwhile (a read failing short of `length` stops the copy short) makes it differ
     /// from the sender's, which the file's digest then shows.
+    ///
+    /// With `inflater` (a compressed delta, decompressed on this worker), the copy goes where
+    /// its literal bytes ended, once it has written what it held back of them (`settle`); it is
+    /// not made when that fails.
     func copy(
         _ digest: FileDigest, from basis: BasisFile, at offset: UInt64, length: UInt64, to target: WriteTarget,
-        position: UInt64
+        position: UInt64, after inflater: WorkerInflate? = nil
     ) {
         submitFilling()
         enqueue { [loop] in
+            var position = position
+            if let inflater {
+                guard inflater.settle() else { return }
+                position = inflater.position
+            }
+            defer { inflater?.skip(length) }
             let size = Int(min(length, 1 << 20))
             let pages = Delta.PageBuffer(byteCount: size)
             defer { pages.release() }
