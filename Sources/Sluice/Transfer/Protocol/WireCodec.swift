@@ -13,11 +13,9 @@ struct MessageWriter {
         var payload = MessageWriter()
         build(&payload)
         precondition(payload.bytes.count <= type.maxPayload, "\(type) payload exceeds its limit")
-        var out = MessageWriter()
-        out.u8(type.rawValue)
-        out.u32(UInt32(payload.bytes.count))
-        out.raw(payload.bytes)
-        return out.bytes
+        var out = [UInt8](repeating: 0, count: Wire.frameHeaderSize)
+        out.withUnsafeMutableBytes { Wire.putFrameHeader(type, length: payload.bytes.count, into: $0) }
+        return out + payload.bytes
     }
 
     static func hello(capabilities: [String]) -> [UInt8] {
@@ -353,5 +351,18 @@ struct MessageReader {
         return EntryHeader(
             flags: flags, size: size, mode: mode, mtimeSeconds: Int64(bitPattern: seconds),
             mtimeNanoseconds: nanoseconds, path: path)
+    }
+}
+
+extension Wire {
+    /// Lays out a frame's header — its type, then its payload's length as a big-endian
+    /// `UInt32` — in the first `frameHeaderSize` bytes of `buffer`: the one place it is, for
+    /// messages built whole (`MessageWriter.message`) and for frames written in place
+    /// (`ByteBuffer.commitFrame`).
+    static func putFrameHeader(_ type: MessageType, length: Int, into buffer: UnsafeMutableRawBufferPointer) {
+        buffer[0] = type.rawValue
+        withUnsafeBytes(of: UInt32(truncatingIfNeeded: length).bigEndian) { bytes in
+            for (offset, byte) in bytes.enumerated() { buffer[1 + offset] = byte }
+        }
     }
 }

@@ -130,18 +130,6 @@ final class ByteBuffer {
         writeIndex += bytes.count
         return true
     }
-
-    /// Writes a big-endian `UInt32` at an absolute position in the storage (a frame header
-    /// filled in after its payload).
-    func setUInt32(_ value: UInt32, at position: Int) {
-        withUnsafeBytes(of: value.bigEndian) {
-            (storage.baseAddress! + position).copyMemory(from: $0.baseAddress!, byteCount: 4)
-        }
-    }
-
-    func setUInt8(_ value: UInt8, at position: Int) {
-        storage[position] = value
-    }
 }
 
 /// Bytes of a `ByteBuffer` lent to a worker (which writes and hashes them): the loan holds the
@@ -161,5 +149,23 @@ final class LentBytes: @unchecked Sendable {
     func giveBack() {
         buffer?.returned()
         buffer = nil
+    }
+}
+
+/// Frames written in place into an outbound buffer (the bulk of a transfer: DATA, HOLE): the
+/// payload is produced straight into the buffer, after room for the header, which is laid out
+/// before it once the payload's length is known.
+extension ByteBuffer {
+    /// Where the next frame's payload goes, at most `count` bytes, after room for its header.
+    /// The caller reserved room for both (`reserve`).
+    func framePayload(_ count: Int) -> UnsafeMutableRawBufferPointer {
+        UnsafeMutableRawBufferPointer(rebasing: tail[Wire.frameHeaderSize..<Wire.frameHeaderSize + count])
+    }
+
+    /// Ends the frame whose first `length` payload bytes were written into `framePayload`: its
+    /// header goes before them (`Wire.putFrameHeader`), and the frame becomes readable.
+    func commitFrame(_ type: Wire.MessageType, length: Int) {
+        Wire.putFrameHeader(type, length: length, into: tail)
+        produced(Wire.frameHeaderSize + length)
     }
 }

@@ -63,9 +63,7 @@ extension TransferSender {
             connection.outbound.reserve(chunk + Wire.frameHeaderSize + 64)
         {
             guard hasher.hasRoom(for: chunk) else { return }  // `onRoom` calls again
-            let frameStart = connection.outbound.writeIndex
-            let payload = UnsafeMutableRawBufferPointer(
-                rebasing: connection.outbound.tail[Wire.frameHeaderSize..<Wire.frameHeaderSize + chunk])
+            let payload = connection.outbound.framePayload(chunk)
             var produced = 0
             if file.compressed, let deflate, let raw = rawBuffer {
                 if raw.isEmpty && !file.sourceEnded {
@@ -93,12 +91,9 @@ extension TransferSender {
                     produced = n
                     noteRead(file, UnsafeRawBufferPointer(rebasing: payload[0..<n]))
                 case .hole(let length):
-                    // HOLE: type, length 8, the hole's length.
-                    connection.outbound.setUInt8(Wire.MessageType.hole.rawValue, at: frameStart)
-                    connection.outbound.setUInt32(8, at: frameStart + 1)
-                    connection.outbound.setUInt32(UInt32(truncatingIfNeeded: length >> 32), at: frameStart + 5)
-                    connection.outbound.setUInt32(UInt32(truncatingIfNeeded: length), at: frameStart + 9)
-                    connection.outbound.produced(Wire.frameHeaderSize + 8)
+                    // HOLE: the hole's length, a big-endian UInt64.
+                    withUnsafeBytes(of: length.bigEndian) { payload.copyMemory(from: $0) }
+                    connection.outbound.commitFrame(.hole, length: 8)
                     hasher.updateHole(file.digest, length: length)
                     file.position += length
                     bytesDone += length
@@ -114,9 +109,7 @@ extension TransferSender {
                 }
             }
             if produced > 0 {
-                connection.outbound.setUInt8(Wire.MessageType.data.rawValue, at: frameStart)
-                connection.outbound.setUInt32(UInt32(produced), at: frameStart + 1)
-                connection.outbound.produced(Wire.frameHeaderSize + produced)
+                connection.outbound.commitFrame(.data, length: produced)
                 connection.flush()
             }
             if file.sourceEnded && (!file.compressed || file.compressionFinished) {

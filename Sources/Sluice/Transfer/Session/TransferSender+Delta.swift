@@ -154,13 +154,9 @@ extension TransferSender {
                 sendCopy(index, count, file, delta, basis, connection)
             case .literal(_, let length):
                 let want = Int(min(UInt64(chunk), length - delta.doneInOp))
-                let frameStart = connection.outbound.writeIndex
-                let payload = UnsafeMutableRawBufferPointer(
-                    rebasing: connection.outbound.tail[Wire.frameHeaderSize..<Wire.frameHeaderSize + want])
+                let payload = connection.outbound.framePayload(want)
                 guard readLiteral(reader, into: payload, file) == true else { return }  // `onPiece` calls again
-                connection.outbound.setUInt8(Wire.MessageType.data.rawValue, at: frameStart)
-                connection.outbound.setUInt32(UInt32(want), at: frameStart + 1)
-                connection.outbound.produced(Wire.frameHeaderSize + want)
+                connection.outbound.commitFrame(.data, length: want)
                 tookLiteral(want, of: length, file, delta)
                 connection.flush()
             }
@@ -201,14 +197,10 @@ extension TransferSender {
                 delta.unflushed = false
             }
             let ending = op == nil && delta.matched && raw.isEmpty
-            let frameStart = connection.outbound.writeIndex
-            let payload = UnsafeMutableRawBufferPointer(
-                rebasing: connection.outbound.tail[Wire.frameHeaderSize..<Wire.frameHeaderSize + chunk])
+            let payload = connection.outbound.framePayload(chunk)
             guard let progress = compress(deflate, raw, ending: ending, into: payload) else { return }
             if progress.produced > 0 {
-                connection.outbound.setUInt8(Wire.MessageType.data.rawValue, at: frameStart)
-                connection.outbound.setUInt32(UInt32(progress.produced), at: frameStart + 1)
-                connection.outbound.produced(Wire.frameHeaderSize + progress.produced)
+                connection.outbound.commitFrame(.data, length: progress.produced)
                 // The write may call back into `produce`: look again from the top.
                 connection.flush()
                 continue
