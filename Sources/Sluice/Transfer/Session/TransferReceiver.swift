@@ -22,8 +22,10 @@
 /// nothing is ever written outside it. A connection that breaks the protocol, sends garbage
 /// or goes silent ends alone; the others go on.
 ///
-/// The loop's thread never waits: hashing runs on `WorkerPool.shared`, and directory creation,
-/// opening, flushing and renaming on a pool of disk workers; while one of those is in progress
+/// The loop's thread never waits and never touches a file's data: it parses and lends the
+/// received bytes to the session's worker on `WorkerPool.shared`, which decompresses, writes
+/// and hashes them in order, and directory creation, opening, flushing and renaming run on a
+/// pool of disk workers; while one of those is in progress
 /// for a session, that session stops reading its socket (its sender is held by TCP), and the
 /// other sessions and their timers go on.
 ///
