@@ -67,24 +67,26 @@ struct StreamingWalkTests {
         try withTemporaryDirectory { root in
             let src = root + "/tree"
             try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
-            let total = TransferSender.walkAhead * 2
-            for index in 0..<total { try writeFile(src + "/f\(index)", []) }
+            let (ahead, step) = (1024, 256)
+            for index in 0..<2 * ahead { try writeFile(src + "/f\(index)", []) }
             let loop = try EventLoop()
             // A listener that never accepts: the connection opens, and no HELLO ever comes.
             let listener = try Socket.listen(host: "127.0.0.1", port: 0)
             defer { listener.close() }
             let sender = try TransferSender(paths: [src])
+            sender.walkAhead = ahead
+            sender.walkStep = step
             var steps = 0
             sender.onWalkStep = { _ in steps += 1 }
             let (input, output) = Socket.connect(host: "127.0.0.1", port: listener.port)
             let box = SummaryBox()
             sender.start(input: input, output: output, on: loop) { box.summary = $0 }
             runLoop(loop, for: .seconds(20)) {
-                steps > 0 && !sender.walking && sender.machine.entriesWaiting >= TransferSender.walkAhead
+                steps > 0 && !sender.walking && sender.machine.entriesWaiting >= ahead
             }
             #expect(!sender.walkEnded)
-            #expect(sender.paths.count >= TransferSender.walkAhead)
-            #expect(sender.paths.count <= TransferSender.walkAhead + TransferSender.walkStepEntries)
+            #expect(sender.paths.count >= ahead)
+            #expect(sender.paths.count <= ahead + step)
             #expect(!sender.walking)
             sender.cancel()
             runLoop(loop, for: .seconds(5)) { box.summary != nil }

@@ -242,7 +242,7 @@ public final class ParallelTransferSender: TransferProgressSource {
 
     /// Entries listed and not announced yet (on any connection, or held) beyond which the
     /// walk's next step waits.
-    static let walkAhead = TransferSender.walkAhead
+    static let walkAhead = TransferSender.walkAheadEntries
 
     /// Starts the walk's next step on a worker, unless one runs, it has ended, or it is far
     /// enough ahead of the connections.

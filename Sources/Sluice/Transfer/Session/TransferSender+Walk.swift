@@ -17,19 +17,24 @@ final class SourceWalk: Sendable {
 /// The sender's walk: what lies below the sources is listed on a worker, a step of
 /// `walkStepEntries` at a time, while the transfer runs; each step's entries join the machine's
 /// as they come (in the walk's order, announced as any others), and goodbye waits for the last.
-/// The walk stays at most `walkAhead` entries ahead of the announcements: a tree of millions of
-/// files starts at once, and the entries waiting to go stay few.
+/// The walk stays at most `walkAheadEntries` entries ahead of the announcements: a tree of
+/// millions of files starts at once, and the entries waiting to go stay bounded.
 extension TransferSender {
     /// Entries a step of the walk lists at most (but a directory's names are read whole, and
-    /// the files held back for `-H` all come at the end).
-    static let walkStepEntries = 256
-    /// Entries listed and not announced yet beyond which the next step waits.
-    static let walkAhead = 1024
+    /// the files held back for `-H` all come at the end). Steps of 256 cost a second
+    /// `send --sync` of 10,000 unchanged files 1.11–1.23 × rsync's time against 0.97–1.01
+    /// before the walk streamed: its CHECKs went out in small batches; 2,048 brought it back
+    /// (0.96, Benchmarks/RESULTS.md).
+    static let walkStepEntries = 2048
+    /// Entries listed and not announced yet beyond which the next step waits. With `sync`,
+    /// an entry is announced once its HAVE is in: the walk may run a round trip's worth of
+    /// CHECKs ahead, and some more.
+    static let walkAheadEntries = 16384
 
     /// Starts the walk's next step on a worker, unless one runs, the walk has ended, or it is
     /// far enough ahead of the announcements.
     func walkMore() {
-        guard let walk, let loop, !walking, !walkHeld, !ended, machine.entriesWaiting < Self.walkAhead else {
+        guard let walk, let loop, !walking, !walkHeld, !ended, machine.entriesWaiting < walkAhead else {
             return
         }
         walking = true

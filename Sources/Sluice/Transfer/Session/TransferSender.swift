@@ -82,6 +82,8 @@ public final class TransferSender: ProtocolRole {
     var walkWarning: ((String) -> Void)?
     /// Entries a step of the walk lists; for tests.
     var walkStep = TransferSender.walkStepEntries
+    /// Entries listed ahead of the announcements beyond which the walk waits; for tests.
+    var walkAhead = TransferSender.walkAheadEntries
     /// While set, no step of the walk starts; for tests (a walk held up).
     var walkHeld = false {
         didSet { if !walkHeld { walkMore() } }
