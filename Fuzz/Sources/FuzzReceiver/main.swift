@@ -417,7 +417,7 @@ final class Session {
     /// Before a COPY in a compressed delta: what zlib held back goes to the file, and the
     /// stream must stand at a flushed block boundary; false when the file failed instead.
     func settleInflate(_ file: ActiveFile, _ inflate: Inflate) -> Bool {
-        let out = UnsafeMutableRawBufferPointer(rebasing: scratch[0..<ReceiverSession.inflateHeldMost])
+        let out = UnsafeMutableRawBufferPointer(rebasing: scratch[0..<WorkerInflate.heldMost])
         switch Result(catching: { () throws(SluiceError) in try inflate.flushPending(into: out) }) {
         case .failure(let error):
             handle(.dataFailed(.failed(.data, "compressed data: \(error.reason)")))
