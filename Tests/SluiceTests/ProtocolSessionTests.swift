@@ -154,12 +154,10 @@ struct ProtocolSessionTests {
         role.waitsOnItself = true
         Self.write(peer, Wire.magic)
         #expect(runLoop(loop) { role.machine.items == ["magic"] })
-        let waited = ContinuousClock.now
         _ = runLoop(loop, for: .milliseconds(300)) { !role.machine.events.isEmpty }
         #expect(role.machine.events.isEmpty, "timed out while the role waited on itself")
         role.waitsOnItself = false
         #expect(runLoop(loop) { !role.machine.events.isEmpty })
-        #expect(ContinuousClock.now - waited >= .milliseconds(300))
         #expect(role.machine.events == [.timedOut])
         #expect(role.errors.first??.description.contains("idle") == true, "\(role.errors)")
         #expect(session.connection.isClosed)

@@ -98,9 +98,7 @@ extension ReceiverSession {
         let position = file.position
         file.written += UInt64(piece.count)
         bytesStored += UInt64(piece.count)
-        piecesLent += 1
-        receiver?.piecesLent += 1
-        let loan = connection.inbound.lend(piece)
+        let loan = lendOut(piece)
         hasher.writeLent(file.digest, loan, to: target, at: position) { [self] written in
             if written && file.confirmed == position - file.base { file.confirmed += UInt64(loan.bytes.count) }
             returned(loan)
@@ -108,6 +106,13 @@ extension ReceiverSession {
             pump()
         }
         return piece.count
+    }
+
+    /// Lends `piece` of the inbound buffer to a worker's job (`returned` when it is done).
+    private func lendOut(_ piece: UnsafeRawBufferPointer) -> LentBytes {
+        piecesLent += 1
+        receiver?.piecesLent += 1
+        return connection.inbound.lend(piece)
     }
 
     /// A loan came back from the worker: the inbound buffer may move its bytes once all are.
@@ -121,9 +126,7 @@ extension ReceiverSession {
     /// decompresses, writes and hashes it (`WorkerInflate`); what came out is counted with the
     /// machine when the job is done. Returns the bytes taken: all of them.
     private func inflate(_ piece: UnsafeRawBufferPointer, of file: ActiveFile, with inflater: WorkerInflate) -> Int {
-        piecesLent += 1
-        receiver?.piecesLent += 1
-        let loan = connection.inbound.lend(piece)
+        let loan = lendOut(piece)
         hasher.run({ inflater.take(loan.bytes) }) { [self] outcome in
             returned(loan)
             inflated(file, outcome)
@@ -134,7 +137,8 @@ extension ReceiverSession {
 
     /// A worker's decompression of `file` came back: its bytes are counted with the machine
     /// (which may find them more than announced), and a failure fails the file — unless the
-    /// file was let go meanwhile. With `then`, END's flush: the data is complete.
+    /// file was let go meanwhile. With `ending` (END's flush, the stream finished): the data is
+    /// complete.
     private func inflated(_ file: ActiveFile, _ outcome: WorkerInflate.Outcome, ending: Bool = false) {
         guard self.file === file, file.lifecycle.isOpenForData else { return }
         if outcome.produced > 0 {
