@@ -210,6 +210,80 @@ import Testing
         }
     }
 
+    /// How to run `send` as a user whom mode 000 keeps out of a directory: as it is, for a
+    /// user other than root; for root (whom no mode stops), through `setpriv` as nobody
+    /// (65534), which must reach the temporary directory and the built `sluice`. Nil when
+    /// neither can be.
+    static let unprivileged: [String]? = {
+        guard geteuid() == 0 else { return [] }
+        let searchPath = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+        guard
+            let setpriv = searchPath.split(separator: ":").map({ "\($0)/setpriv" })
+                .first(where: { FileManager.default.isExecutableFile(atPath: $0) })
+        else { return nil }
+        // Every directory down to `path` searchable by others.
+        func othersReach(_ path: String) -> Bool {
+            var url = URL(fileURLWithPath: path).resolvingSymlinksInPath()
+            while true {
+                var st = stat()
+                guard stat(url.path, &st) == 0, st.st_mode & S_IXOTH != 0 else { return false }
+                if url.path == "/" { return true }
+                url.deleteLastPathComponent()
+            }
+        }
+        guard othersReach(NSTemporaryDirectory()), othersReach(sluiceBinary.path) else { return nil }
+        return [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+    }()
+
+    /// A directory below a source that cannot be listed is skipped with a warning; the rest of
+    /// the tree is sent, and the exit status is 66 (man/sluice.1, "send").
+    @Test(
+        .enabled(
+            if: Self.unprivileged != nil,
+            "root lists any directory: this needs setpriv to send as nobody, and a TMPDIR nobody can reach"))
+    func aDirectoryThatCannotBeListedIsSkippedWithAWarningAndExits66() throws {
+        let prefix = try #require(Self.unprivileged)
+        try withTemporaryDirectory { dir in
+            chmod(dir, 0o755)
+            let (src, inbox) = ("\(dir)/src", "\(dir)/in")
+            for path in [inbox, src, "\(src)/locked", "\(src)/sub"] {
+                try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+                chmod(path, 0o755)
+            }
+            let (a, b) = (randomBytes(100_000, seed: 66), randomBytes(3_000, seed: 67))
+            try write(a, to: "\(src)/a.bin")
+            try write(b, to: "\(src)/sub/b.bin")
+            try write(Data("secret".utf8), to: "\(src)/locked/secret")
+            for path in ["\(src)/a.bin", "\(src)/sub/b.bin"] { chmod(path, 0o644) }
+            chmod("\(src)/locked", 0o000)
+            defer { chmod("\(src)/locked", 0o755) }
+            // The sender's copy of the tests' key, its own (a key file only its owner may read).
+            let key = "\(dir)/key"
+            try FileManager.default.copyItem(atPath: testKeyFile, toPath: key)
+            chmod(key, 0o600)
+            if !prefix.isEmpty { chown(key, 65534, 65534) }
+            let receiver = try ReceiverProcess(["--dir", inbox, "--once"])
+            // --no-resume: nobody cannot write a resume key into the tests' state directory (root's).
+            let arguments = ["send", "--key-file", key, "--no-resume", src, try receiver.address()]
+            let sender =
+                prefix.isEmpty
+                ? try Running(sluiceBinary, arguments)
+                : try Running(URL(fileURLWithPath: prefix[0]), prefix.dropFirst() + [sluiceBinary.path] + arguments)
+            let sent = sender.wait(within: .seconds(60))
+            #expect(sent.status == 66, "\(sent.stderrText)")
+            #expect(
+                sent.stderrText
+                    == "sluice: warning: skipping \"\(src)/locked\": opendir: Permission denied (errno 13)\n")
+            let received = receiver.wait()
+            #expect(received.status == 0, "\(received.stderr)")
+            #expect(contents("\(inbox)/src/a.bin") == a)
+            #expect(contents("\(inbox)/src/sub/b.bin") == b)
+            #expect(directoryEntries("\(inbox)/src") == ["a.bin", "sub"])
+            #expect(directoryEntries("\(inbox)/src/sub") == ["b.bin"])
+            #expect(directoryEntries(inbox) == ["src"])
+        }
+    }
+
     @Test func usageErrors() throws {
         for words in [
             ["send"], ["send", "a"], ["send", "a", "host:0"], ["send", "a", "host:port"], ["send", "-", "h:1"],
