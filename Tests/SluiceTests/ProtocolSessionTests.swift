@@ -25,6 +25,7 @@ private struct NotingMachine: ProtocolMachine {
     mutating func received(_ item: FrameDecoder.Item) -> [Action] {
         switch item {
         case .magic: items.append("magic")
+        case .batchEnd: items.append("batch end")
         case .frame(let frame): items.append("\(frame.type)")
         case .data(let piece, _): items.append("data \(piece.count)")
         }

@@ -302,3 +302,13 @@ func listenOnLoopback() throws -> (fd: Int32, port: UInt16) {
     }
     return (fd, UInt16(bigEndian: address.sin_port))
 }
+
+/// Reads what a blocking socket has (up to 64 KiB) onto the end of `pending`; false at its end
+/// or on an error.
+func readMore(_ fd: Int32, into pending: inout [UInt8]) -> Bool {
+    var buffer = [UInt8](repeating: 0, count: 1 << 16)
+    let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+    guard n > 0 else { return false }
+    pending += buffer[0..<n]
+    return true
+}

@@ -21,6 +21,8 @@ enum Decoded: Equatable {
     case magic
     case frame(Frame)
     case data([UInt8])
+    /// The end of a BATCH.
+    case batchEnd
     case violation(String)
 }
 
@@ -47,6 +49,7 @@ func decode(_ bytes: [UInt8], cuts: [Int], direction: FrameDirection = .toReceiv
             case .item(let item, let consumed):
                 switch item {
                 case .magic: out.append(.magic)
+                case .batchEnd: out.append(.batchEnd)
                 case .frame(let frame): out.append(.frame(frame))
                 case .data(let piece, let ends):
                     dataFrame += piece
@@ -102,7 +105,7 @@ let sampleSession: (bytes: [UInt8], items: [Decoded]) = {
         case .magic: bytes += Wire.magic
         case .frame(let frame): bytes += frame.encoded
         case .data(let payload): bytes += dataFrame(payload)
-        case .violation: break
+        case .batchEnd, .violation: break
         }
     }
     return (bytes, frames)
@@ -203,6 +206,7 @@ struct MachineDriver {
     mutating func feed(_ item: Decoded) {
         switch item {
         case .magic: run(machine.received(.magic))
+        case .batchEnd: run(machine.received(.batchEnd))
         case .frame(let frame): run(machine.received(.frame(frame)))
         case .data(let bytes):
             bytes.withUnsafeBytes { piece in
@@ -229,7 +233,7 @@ struct MachineDriver {
                 case .stored, .refused, .failed: answersSent += 1
                 case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined,
                     .held, .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token,
-                    .special:
+                    .special, .batch:
                     break
                 }
             case .makeDirectory(let request):
@@ -288,7 +292,7 @@ struct MachineDriver {
                 } else {
                     queue += machine.handle(.committed(chaotic && coin() ? .failed(.data, "SHA-256 mismatch") : nil))
                 }
-            case .commitStaged:
+            case .commitStaged, .storeBatch:
                 queue += commitStaged()
             case .joinTransfer:
                 queue += machine.handle(.transferJoined(chaotic && coin() ? "JOIN: unknown transfer id" : nil))

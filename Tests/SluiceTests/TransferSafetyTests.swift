@@ -10,14 +10,8 @@ import Testing
 
 @Suite("Transfer safety and resume", .ownThreads)
 struct TransferSafetyTests {
-    /// Sends `payload` on a raw connection to the harness, half-closes, and returns the reply.
     private func exchange(_ harness: TransferHarness, _ payload: [UInt8]) throws -> SocketExchange {
-        let sessionsBefore = harness.reports.count
-        let client = SocketExchange(Socket.connect(host: "127.0.0.1", port: harness.port), payload: payload)
-        client.start(on: harness.loop)
-        runLoop(harness.loop, for: .seconds(10)) { client.done && harness.reports.count > sessionsBefore }
-        #expect(client.done)
-        return client
+        try harness.exchange(payload)
     }
 
     @Test("The one-call parent open refuses a link on the way and a path that climbs out, as the walk does")

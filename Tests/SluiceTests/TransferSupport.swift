@@ -76,6 +76,17 @@ final class TransferHarness {
     func send(paths: [String], options: TransferSendOptions = TransferSendOptions()) throws -> TransferSummary {
         try send(paths.map { .path($0) }, options: options)
     }
+
+    /// Sends `payload` on a raw connection to the receiver, half-closes, and returns the reply
+    /// once the session has ended.
+    func exchange(_ payload: [UInt8]) throws -> SocketExchange {
+        let sessionsBefore = reports.count
+        let client = SocketExchange(Socket.connect(host: "127.0.0.1", port: port), payload: payload)
+        client.start(on: loop)
+        runLoop(loop, for: .seconds(10)) { client.done && reports.count > sessionsBefore }
+        #expect(client.done)
+        return client
+    }
 }
 
 final class SummaryBox {

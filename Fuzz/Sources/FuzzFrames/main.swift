@@ -14,6 +14,7 @@ enum Event: Equatable {
     case magic
     case frame(Frame)
     case data([UInt8])
+    case batchEnd
     case violation(String)
 }
 
@@ -55,8 +56,20 @@ func decode(_ bytes: UnsafeRawBufferPointer, _ direction: FrameDirection, _ choi
                 expect(again != .needMore && !isItem(again), "the decoder went on after a violation")
                 return events
             case .item(let item, let consumed):
-                expect(consumed > 0 && consumed <= buffer.count, "consumed \(consumed) of \(buffer.count)")
+                // Only the end of a BATCH takes no bytes (it says where the last message ended).
+                expect(
+                    (consumed > 0 || item == .batchEnd) && consumed <= buffer.count,
+                    "consumed \(consumed) of \(buffer.count)")
                 switch item {
+                case .batchEnd:
+                    expect(consumed == 0, "the end of a BATCH consumed \(consumed) bytes")
+                    events.append(.batchEnd)
+                case .frame(.batch(let length)):
+                    // Its header only: the messages it holds follow as items of their own.
+                    expect(consumed == Wire.frameHeaderSize, "BATCH consumed more than its header")
+                    expect(length == payloadLength(buffer), "BATCH's length is not its header's")
+                    events.append(.frame(.batch(length: length)))
+                    buffer.removeFirst(consumed)
                 case .magic:
                     events.append(.magic)
                     buffer.removeFirst(consumed)
@@ -109,8 +122,10 @@ func payloadLength(_ header: [UInt8]) -> Int {
 /// (Text is sanitized on the way in (`PeerText`), so only its encoding is checked.)
 func roundTrip(_ frame: Frame, _ direction: FrameDirection) {
     switch frame {
-    case .hello:
-        return  // nobody re-encodes a peer's HELLO; capability names are not validated text
+    case .hello, .batch:
+        // Nobody re-encodes a peer's HELLO (capability names are not validated text); a BATCH
+        // is a header alone, checked where it is decoded.
+        return
     case .file, .directory, .end, .bye, .accept, .stored, .abort, .refused, .failed, .error, .join, .range, .rangeEnd,
         .joined, .held, .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token,
         .special:
@@ -138,7 +153,7 @@ func roundTrip(_ frame: Frame, _ direction: FrameDirection) {
     }
     switch frame {
     case .file, .directory, .end, .bye, .accept, .stored, .join, .range, .rangeEnd, .joined, .held, .link, .hole,
-        .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token, .special:
+        .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token, .special, .batch:
         expect(again == frame, "\(frame) re-encodes as \(again)")
     case .hello, .abort, .refused, .failed, .error:
         expect(again.type == frame.type, "\(frame) re-encodes as \(again)")

@@ -231,6 +231,8 @@ final class Session {
                 expect(file.size <= file.request.header.size, "a hole past the announced size")
             case .openFile(let request):
                 check(request)
+                // A BATCH holds only small files sent whole.
+                expect(!machine.inBatch || TransferSender.batchable(request.header), "\(request.header) in a BATCH")
                 openFile(request)
             case .deliverCopy(let offset, let length):
                 guard let active = file, active.basis != nil else {
@@ -274,6 +276,9 @@ final class Session {
                 handle(.directoriesSettled)
             case .commitStaged:
                 expect(false, "commitStaged with nothing staged (this store commits at once)")
+            case .storeBatch:
+                // This store stores each file at once: nothing waits for the BATCH's end.
+                expect(!machine.inBatch, "storeBatch inside a BATCH")
             case .end(let how):
                 ended = true
                 expect(machine.hasEnded, "end action, machine not ended")
@@ -306,7 +311,7 @@ final class Session {
         switch frame {
         case .stored, .refused, .failed: answersSent += 1
         case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined, .held,
-            .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token, .special:
+            .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token, .special, .batch:
             break
         }
         expectDecodes(frame, by: &answers, side: "receiver")

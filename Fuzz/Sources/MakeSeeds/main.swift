@@ -175,6 +175,23 @@ func sessions() -> [(String, [UInt8])] {
         $0.file("src/large.bin", binary, flags: Wire.FileFlags.sizeKnown | Wire.FileFlags.resumable)
         $0.frame(.bye)
     }
+    add("eager-batch") {
+        // Small files in a BATCH (a receiver offering eager offers batch): stored together, each
+        // answered in its turn; one refused at its header inside; one file after it alone.
+        $0.hello()
+        let eager = Wire.FileFlags.sizeKnown | Wire.FileFlags.eager
+        var inner = SenderStream()
+        inner.bytes = []
+        inner.file("b/a.c", Array("int main(void) { return 0; }\n".utf8), flags: eager)
+        inner.file("b/empty", [], flags: eager)
+        inner.file("../escape", Array(binary[0..<300]), flags: eager)
+        inner.file("b/c.bin", Array(binary[0..<3000]), flags: eager, piece: 700)
+        $0.directory("b")
+        $0.frame(.batch(length: inner.bytes.count))
+        $0.bytes += inner.bytes
+        $0.file("b/after", Array(binary[0..<100]), flags: eager)
+        $0.frame(.bye)
+    }
     add("resumable") {
         $0.hello()
         $0.file("movie.mkv", binary, flags: Wire.FileFlags.sizeKnown | Wire.FileFlags.resumable)

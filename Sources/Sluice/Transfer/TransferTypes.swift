@@ -340,6 +340,8 @@ public struct TransferReceiveOptions: Sendable {
     var offersDelta = true
     /// Offer `sync-attributes` (with `sync`); off for tests of a receiver without it.
     var offersSyncAttributes = true
+    /// Offer `batch` (with `eager`): off only in tests, to play a receiver published before it.
+    var offersBatch = true
 
     public init(
         overwrite: Bool = false, maxSize: UInt64? = nil, resume: Bool = true, fsync: Bool = true,

@@ -35,6 +35,10 @@ enum Frame: Equatable, Sendable {
     case token([UInt8])
     /// A device, FIFO or socket (`specials`).
     case special(SpecialHeader)
+    /// The start of a BATCH (`batch`): the next `length` bytes are FILE, DATA, END and ABORT
+    /// messages of small files, stored together; the decoder says where it ends
+    /// (`FrameDecoder.Item.batchEnd`).
+    case batch(length: Int)
     case joined
     /// The go-ahead for a file's data from `offset`; `vouched` (`resume-token`): the bytes held
     /// were written under the file's TOKEN, so no HELD follows.
@@ -70,6 +74,7 @@ enum Frame: Equatable, Sendable {
         case .copy: return .copy
         case .token: return .token
         case .special: return .special
+        case .batch: return .batch
         case .joined: return .joined
         case .accept: return .accept
         case .stored: return .stored
@@ -123,6 +128,11 @@ enum Frame: Equatable, Sendable {
         case .token(let token):
             return MessageWriter.message(.token) { $0.raw(token) }
         case .special(let special): return MessageWriter.special(special)
+        case .batch(let length):
+            // The header alone: the messages it holds follow as they are.
+            var header = [UInt8](repeating: 0, count: Wire.frameHeaderSize)
+            header.withUnsafeMutableBytes { Wire.putFrameHeader(.batch, length: length, into: $0) }
+            return header
         case .have(let have):
             return MessageWriter.message(.have) { w in
                 w.u8(have.status.rawValue)
@@ -147,7 +157,7 @@ enum Frame: Equatable, Sendable {
 /// send.
 enum FrameDirection: Sendable {
     /// Sender → receiver: HELLO, FILE, DIR, DATA, END, ABORT, BYE, JOIN, RANGE, RANGE-END,
-    /// HELD, LINK, HOLE, XATTR, OWNER, CHECK, PRUNE, COPY, TOKEN, SPECIAL, ERROR.
+    /// HELD, LINK, HOLE, XATTR, OWNER, CHECK, PRUNE, COPY, TOKEN, SPECIAL, BATCH, ERROR.
     case toReceiver
     /// Receiver → sender: HELLO, ACCEPT, STORED, REFUSED, FAILED, JOINED, HAVE, GONE, SIGS, BYE,
     /// ERROR.
@@ -160,7 +170,7 @@ enum FrameDirection: Sendable {
             (.toReceiver, .abort), (.toReceiver, .join), (.toReceiver, .range), (.toReceiver, .rangeEnd),
             (.toReceiver, .held), (.toReceiver, .link), (.toReceiver, .hole), (.toReceiver, .xattr),
             (.toReceiver, .owner), (.toReceiver, .check), (.toReceiver, .prune), (.toReceiver, .copy),
-            (.toReceiver, .token), (.toReceiver, .special):
+            (.toReceiver, .token), (.toReceiver, .special), (.toReceiver, .batch):
             return true
         case (.toReceiver, .accept), (.toReceiver, .stored), (.toReceiver, .refused), (.toReceiver, .failed),
             (.toReceiver, .joined), (.toReceiver, .have), (.toReceiver, .gone), (.toReceiver, .signatures):
@@ -172,7 +182,7 @@ enum FrameDirection: Sendable {
             (.toSender, .abort), (.toSender, .join), (.toSender, .range), (.toSender, .rangeEnd),
             (.toSender, .held), (.toSender, .link), (.toSender, .hole), (.toSender, .xattr), (.toSender, .owner),
             (.toSender, .check), (.toSender, .prune), (.toSender, .copy), (.toSender, .token),
-            (.toSender, .special):
+            (.toSender, .special), (.toSender, .batch):
             return false
         }
     }
@@ -199,13 +209,16 @@ struct FrameDecoder: Sendable {
         case frame(Frame)
         /// A piece of a DATA payload (never empty); `endsFrame` on its last piece.
         case data(UnsafeRawBufferPointer, endsFrame: Bool)
+        /// The last message of the BATCH that `.frame(.batch)` began was taken (no bytes).
+        case batchEnd
 
         static func == (a: Item, b: Item) -> Bool {
             switch (a, b) {
             case (.magic, .magic): return true
             case (.frame(let x), .frame(let y)): return x == y
             case (.data(let x, let e1), .data(let y, let e2)): return e1 == e2 && x.elementsEqual(y)
-            case (.magic, _), (.frame, _), (.data, _): return false
+            case (.batchEnd, .batchEnd): return true
+            case (.magic, _), (.frame, _), (.data, _), (.batchEnd, _): return false
             }
         }
     }
@@ -223,6 +236,8 @@ struct FrameDecoder: Sendable {
     private var magicSeen = false
     /// Bytes of the current DATA payload still to come.
     private(set) var dataRemaining = 0
+    /// Bytes of the open BATCH's payload still to come; nil outside a BATCH.
+    private(set) var batchRemaining: Int?
     private var failed = false
 
     init(direction: FrameDirection) {
@@ -250,8 +265,13 @@ struct FrameDecoder: Sendable {
             guard !bytes.isEmpty else { return .needMore }
             let n = min(bytes.count, dataRemaining)
             dataRemaining -= n
+            batchRemaining? -= n
             return .item(
                 .data(UnsafeRawBufferPointer(rebasing: bytes[0..<n]), endsFrame: dataRemaining == 0), consumed: n)
+        }
+        if batchRemaining == 0 {
+            batchRemaining = nil
+            return .item(.batchEnd, consumed: 0)
         }
         guard bytes.count >= Wire.frameHeaderSize else { return .needMore }
         let typeByte = bytes[0]
@@ -263,6 +283,17 @@ struct FrameDecoder: Sendable {
         guard length <= type.maxPayload else {
             return fail("\(type.name) message of \(length) bytes exceeds its limit of \(type.maxPayload)")
         }
+        if let left = batchRemaining {
+            guard Wire.batchHolds(type) else { return fail("\(type.name) inside a BATCH") }
+            guard Wire.frameHeaderSize + length <= left else {
+                return fail("\(type.name) crosses the end of its BATCH")
+            }
+        }
+        if type == .batch {
+            guard length > 0 else { return fail("empty BATCH message") }
+            batchRemaining = length
+            return .item(.frame(.batch(length: length)), consumed: Wire.frameHeaderSize)
+        }
         if type == .data {
             guard length > 0 else { return fail("empty DATA message") }
             // The header is taken with the first byte of its payload, so every DATA item
@@ -270,12 +301,14 @@ struct FrameDecoder: Sendable {
             let n = min(bytes.count - Wire.frameHeaderSize, length)
             guard n > 0 else { return .needMore }
             dataRemaining = length - n
+            batchRemaining? -= Wire.frameHeaderSize + n
             let piece = UnsafeRawBufferPointer(rebasing: bytes[Wire.frameHeaderSize..<Wire.frameHeaderSize + n])
             return .item(.data(piece, endsFrame: dataRemaining == 0), consumed: Wire.frameHeaderSize + n)
         }
         guard bytes.count >= Wire.frameHeaderSize + length else { return .needMore }
         let payload = UnsafeRawBufferPointer(rebasing: bytes[Wire.frameHeaderSize..<Wire.frameHeaderSize + length])
         guard let frame = Self.decode(type, payload) else { return fail("malformed \(type.name) message") }
+        batchRemaining? -= Wire.frameHeaderSize + length
         return .item(.frame(frame), consumed: Wire.frameHeaderSize + length)
     }
 
@@ -284,6 +317,7 @@ struct FrameDecoder: Sendable {
     mutating func unread(_ count: Int) {
         guard count > 0 else { return }
         dataRemaining += count
+        batchRemaining? += count
     }
 
     private mutating func fail(_ reason: String) -> Step {
@@ -389,7 +423,7 @@ struct FrameDecoder: Sendable {
             return .failed(code: Wire.FailureCode(rawValue: byte) ?? .io, reason: PeerText.sanitized(reader.rest()))
         case .error:
             return .error(reason: PeerText.sanitized(reader.rest()))
-        case .data:
+        case .data, .batch:
             return nil
         }
     }

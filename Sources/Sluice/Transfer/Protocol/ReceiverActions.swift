@@ -142,6 +142,9 @@ enum ReceiverAction: Equatable, Sendable {
     case dropFile(keep: Bool)
     /// An entry was answered.
     case report(TransferFileResult)
+    /// A BATCH ended: store the small files it held, received whole, together (each answered
+    /// as `.stagedCommitted`, in order).
+    case storeBatch
     /// Move the staged files into place now (answering `.stagedCommitted` for each): an answer
     /// the sender waits for is queued behind theirs.
     case commitStaged

@@ -21,6 +21,8 @@ struct ReceiverMachine: Sendable {
         /// Offer the `eager` and `eager-resume` capabilities (a file's data follows its FILE
         /// without waiting for ACCEPT).
         var eager = true
+        /// Offer `batch` (with `eager`): BATCH, small files in one frame, stored together.
+        var batch = true
         /// Serve this connection only as part of a transfer it joins (`receive --once` once
         /// another connection's transfer is the one served): any other first message after HELLO
         /// is refused.
@@ -134,6 +136,8 @@ struct ReceiverMachine: Sendable {
     var peerChecksHeld = false
     /// Answers held back behind a staged file's, oldest first; empty when nothing is staged.
     var queuedAnswers: [QueuedAnswer] = []
+    /// Between BATCH and the end of its last message.
+    var inBatch = false
     /// XATTR and OWNER for the entry announced next.
     var pendingAttributes = EntryAttributes()
     /// Files of this session flagged `linked` and stored: what a hard link may name.
@@ -166,6 +170,7 @@ struct ReceiverMachine: Sendable {
         }
         if settings.streams { set.insert(Wire.Capability.streams) }
         if settings.eager { set.formUnion([Wire.Capability.eager, Wire.Capability.eagerResume]) }
+        if settings.eager && settings.batch { set.insert(Wire.Capability.batch) }
         if settings.links { set.insert(Wire.Capability.links) }
         if settings.holes { set.insert(Wire.Capability.holes) }
         if settings.xattrs { set.insert(Wire.Capability.xattrs) }
@@ -199,8 +204,8 @@ struct ReceiverMachine: Sendable {
     /// or BYE, the point where `settings.mustJoin` decides.
     var awaitsFirstRequest: Bool {
         guard case .idle = state else { return false }
-        // XATTR, OWNER and TOKEN go before an entry: the first of them is the request.
-        return joined == nil && entriesAnnounced == 0 && pendingAttributes.isEmpty
+        // XATTR, OWNER, TOKEN and BATCH go before an entry: the first of them is the request.
+        return joined == nil && entriesAnnounced == 0 && pendingAttributes.isEmpty && !inBatch
     }
 
     var hasEnded: Bool {
@@ -242,6 +247,9 @@ struct ReceiverMachine: Sendable {
             return receivedData()
         case .frame(let frame):
             return received(frame)
+        case .batchEnd:
+            inBatch = false
+            return [.storeBatch]
         }
     }
 
@@ -279,8 +287,16 @@ struct ReceiverMachine: Sendable {
             (.awaitingHello, .abort), (.awaitingHello, .bye), (.awaitingHello, .join), (.awaitingHello, .range),
             (.awaitingHello, .rangeEnd), (.awaitingHello, .held), (.awaitingHello, .link), (.awaitingHello, .hole),
             (.awaitingHello, .xattr), (.awaitingHello, .owner), (.awaitingHello, .check), (.awaitingHello, .prune),
-            (.awaitingHello, .token), (.awaitingHello, .special):
+            (.awaitingHello, .token), (.awaitingHello, .special), (.awaitingHello, .batch):
             return violation("\(frame.type.name) before HELLO")
+
+        case (.idle, .batch):
+            guard settings.eager && settings.batch else {
+                return violation("BATCH: this receiver does not offer batch")
+            }
+            guard pendingAttributes.isEmpty else { return violation("XATTR, OWNER or TOKEN before a BATCH") }
+            inBatch = true
+            return []
 
         case (.idle, .check(let header)):
             guard settings.sync else { return violation("CHECK: this receiver does not offer sync") }
@@ -391,6 +407,14 @@ struct ReceiverMachine: Sendable {
             return startRange(header)
 
         case (.idle, .file(let header)):
+            if inBatch {
+                let whole = header.flags & ~(Wire.FileFlags.replace) == Wire.FileFlags.sizeKnown | Wire.FileFlags.eager
+                guard whole && header.size <= Wire.eagerLimit else {
+                    return violation(
+                        "FILE in a BATCH: only eager files of a known size of at most \(Wire.eagerLimit) bytes, sent whole"
+                    )
+                }
+            }
             if header.eager {
                 guard settings.eager else { return violation("FILE flagged eager: this receiver does not offer eager") }
                 guard !header.resumable || header.sizeKnown else {
@@ -504,7 +528,7 @@ struct ReceiverMachine: Sendable {
         case (.receiving, .hello), (.receiving, .file), (.receiving, .directory), (.receiving, .bye),
             (.receiving, .join), (.receiving, .range), (.receiving, .link), (.receiving, .xattr),
             (.receiving, .owner), (.receiving, .check), (.receiving, .prune), (.receiving, .token),
-            (.receiving, .special):
+            (.receiving, .special), (.receiving, .batch):
             return violation("\(frame.type.name) in the middle of a file")
 
         case (.discarding, .end), (.discarding, .abort), (.discarding, .rangeEnd):
@@ -515,7 +539,7 @@ struct ReceiverMachine: Sendable {
         case (.discarding, .hello), (.discarding, .file), (.discarding, .directory), (.discarding, .bye),
             (.discarding, .join), (.discarding, .range), (.discarding, .link), (.discarding, .xattr),
             (.discarding, .owner), (.discarding, .check), (.discarding, .prune), (.discarding, .token),
-            (.discarding, .special):
+            (.discarding, .special), (.discarding, .batch):
             return violation("\(frame.type.name) in the middle of a file")
 
         case (_, .error(let reason)):

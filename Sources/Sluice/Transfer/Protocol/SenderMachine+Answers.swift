@@ -14,8 +14,8 @@ extension SenderMachine {
             guard case .awaitingMagic = state else { return violation("a second magic") }
             state = .awaitingHello
             return []
-        case .data:
-            // The decoder lets no DATA through from a receiver; kept explicit all the same.
+        case .data, .batchEnd:
+            // The decoder lets no DATA or BATCH through from a receiver; kept explicit all the same.
             return violation("DATA is not a message a receiver sends")
         case .frame(let frame):
             return received(frame)
@@ -116,7 +116,7 @@ extension SenderMachine {
 
         case (_, .file), (_, .directory), (_, .end), (_, .abort), (_, .join), (_, .range), (_, .rangeEnd),
             (_, .held), (_, .link), (_, .hole), (_, .xattr), (_, .owner), (_, .check), (_, .prune), (_, .copy),
-            (_, .token), (_, .special):
+            (_, .token), (_, .special), (_, .batch):
             return violation("\(frame.type.name) is not a message a receiver sends")
         }
     }
@@ -168,7 +168,8 @@ extension SenderMachine {
                 outcome = .failed(reason: reason, kind: code == .data ? .data : .io)
             }
         case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined,
-            .held, .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token, .special:
+            .held, .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token, .special,
+            .batch:
             return violation("\(frame.type.name) is not an answer")
         }
         if outcome != .stored { anyNotStored = true }

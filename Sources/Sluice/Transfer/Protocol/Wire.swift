@@ -95,9 +95,11 @@ enum Wire {
         /// entries of their own (rsync's `-D`). A receiver not running as root refuses a
         /// device, that entry only; FIFOs and sockets it makes all the same.
         static let specials = "specials"
+        /// BATCH: many small eager files in one frame, stored together (`Wire.batchTarget`).
+        static let batch = "batch"
     }
 
-    /// Message types. Sender → receiver: 0x01, 0x10–0x1F, 0x30–0x32, 0x7F. Receiver → sender: 0x01,
+    /// Message types. Sender → receiver: 0x01, 0x10–0x1F, 0x30–0x33, 0x7F. Receiver → sender: 0x01,
     /// 0x15, 0x20–0x27, 0x7F.
     enum MessageType: UInt8, Sendable {
         case hello = 0x01
@@ -128,6 +130,7 @@ enum Wire {
         case copy = 0x30
         case token = 0x31
         case special = 0x32
+        case batch = 0x33
         case error = 0x7F
 
         /// The message's name in `sluice-protocol(7)`: `HELLO`, `FILE`, …
@@ -160,6 +163,7 @@ enum Wire {
             case .copy: return "COPY"
             case .token: return "TOKEN"
             case .special: return "SPECIAL"
+            case .batch: return "BATCH"
             case .joined: return "JOINED"
             case .error: return "ERROR"
             }
@@ -168,7 +172,7 @@ enum Wire {
         /// The largest payload a message of this type may carry.
         var maxPayload: Int {
             switch self {
-            case .data: return Wire.maxDataPayload
+            case .data, .batch: return Wire.maxDataPayload
             case .hello: return 2 + 1 + Wire.maxCapabilities * (1 + Wire.maxCapabilityBytes)
             case .file, .directory: return Wire.maxControlPayload
             case .end: return 8 + TransferDigest.sha256.byteCount
@@ -344,6 +348,13 @@ enum Wire {
     /// largest it sends eagerly without flagging it resumable to one with it (resuming so small a
     /// file saves less than the resume costs).
     static let eagerLimit: UInt64 = 64 * 1024
+    /// The messages a BATCH may hold: the FILE, DATA, END and ABORT of files received whole.
+    static func batchHolds(_ type: MessageType) -> Bool {
+        type == .file || type == .data || type == .end || type == .abort
+    }
+    /// A sender closes a BATCH once its payload reaches this many bytes (or sooner: when the
+    /// next entry is not a small file, or its loop has nothing more ready).
+    static let batchTarget = 512 << 10
 
     /// REFUSED codes.
     enum RefusalCode: UInt8, Sendable {

@@ -48,6 +48,17 @@ final class ByteBuffer {
         UnsafeRawBufferPointer(rebasing: storage[readIndex..<writeIndex])
     }
 
+    /// The unconsumed bytes from `offset` on, to be rewritten in place (a frame header whose
+    /// length was not known when it was appended).
+    func readable(from offset: Int) -> UnsafeMutableRawBufferPointer {
+        UnsafeMutableRawBufferPointer(rebasing: storage[(readIndex + offset)..<writeIndex])
+    }
+
+    /// Takes back the last `count` bytes appended (not yet consumed).
+    func dropLast(_ count: Int) {
+        writeIndex -= min(count, readableBytes)
+    }
+
     /// The space after the write index.
     var tail: UnsafeMutableRawBufferPointer {
         UnsafeMutableRawBufferPointer(rebasing: storage[writeIndex..<capacity])

@@ -67,29 +67,46 @@ extension ReceiverSession {
     }
 
     /// A small file received whole: its digest checked here, then created, written and
-    /// settled by one job on the lane. The machine goes on at once (`.staged`); the file's
-    /// answer follows the job (without fsync) or its batch (with).
+    /// settled on the lane with the files received whole before it and not yet stored (those
+    /// of a BATCH are stored together at its end, `storeWholes`). The machine goes on at once
+    /// (`.staged`); the file's answer follows its job (without fsync) or its batch (with).
     func storeWhole(_ whole: WholeFile, expecting digest: [UInt8]) {
         guard whole.digest.finalize() == digest else {
             perform(machine.handle(.committed(.failed(.data, "\(machine.digest) mismatch (data altered in transit)"))))
             return
         }
-        let (request, bytes) = (whole.request, whole.bytes)
-        let (store, overwrite, fsync) = (self.store, options.overwrite || request.header.replaces, options.fsync)
+        wholesWaiting.append((whole.request, whole.bytes))
+        wholesWaitingBytes += whole.bytes.count
+        perform(machine.handle(.staged))
+        if !machine.inBatch || wholesWaitingBytes >= Wire.batchTarget { storeWholes() }
+    }
+
+    /// Stores the small files received whole and waiting, in order, with one job on the lane;
+    /// each is answered in its turn when the job is done.
+    func storeWholes() {
+        guard !wholesWaiting.isEmpty else { return }
+        let (files, bytes) = (wholesWaiting, wholesWaitingBytes)
+        wholesWaiting.removeAll()
+        wholesWaitingBytes = 0
+        let (store, overwrite, fsync) = (self.store, options.overwrite, options.fsync)
         laneJobs += 1
-        lane.submit({ store.storeWhole(request, bytes: bytes, overwrite: overwrite, fsync: fsync) }, completingOn: loop)
-        { [self] outcome in
+        laneBytes += bytes
+        lane.submit({ store.storeWholes(files, overwrite: overwrite, fsync: fsync) }, completingOn: loop) {
+            [self] outcomes in
             laneJobs -= 1
-            switch outcome {
-            case .stored:
-                perform(machine.handle(.stagedCommitted(nil)))
-            case .rejected(let rejection) where !fsync:
-                perform(machine.handle(.stagedCommitted(rejection)))
-            case .rejected(let rejection):
-                // Answered in its turn among the batch's files.
-                setAside(.failed(rejection), bytes: 0)
-            case .staged(let file):
-                setAside(.file(file), bytes: UInt64(bytes.count))
+            laneBytes -= bytes
+            for (outcome, file) in zip(outcomes, files) {
+                switch outcome {
+                case .stored:
+                    perform(machine.handle(.stagedCommitted(nil)))
+                case .rejected(let rejection) where !fsync:
+                    perform(machine.handle(.stagedCommitted(rejection)))
+                case .rejected(let rejection):
+                    // Answered in its turn among the batch's files.
+                    setAside(.failed(rejection), bytes: 0)
+                case .staged(let staged):
+                    setAside(.file(staged), bytes: UInt64(file.bytes.count))
+                }
             }
             if ended {
                 commitStagedAfterEnd()
@@ -100,7 +117,6 @@ extension ReceiverSession {
             }
             pump()
         }
-        perform(machine.handle(.staged))
     }
 
     /// Adds to the batch; after the session's end, what is verified takes its name all the

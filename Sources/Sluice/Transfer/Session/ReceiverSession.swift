@@ -99,6 +99,14 @@ final class ReceiverSession: ProtocolRole {
     /// set aside for a batch. Jobs submitted and not yet completed on the loop:
     let lane: SerialLane
     var laneJobs = 0
+    /// Bytes of small files held by jobs on `lane`: past `laneBytesLimit`, the session stops
+    /// reading until one is done.
+    var laneBytes = 0
+    static let laneBytesLimit = 8 << 20
+    /// Small files received whole and verified, waiting to be stored by one job on `lane`
+    /// (a BATCH's, until its end), and their bytes.
+    var wholesWaiting: [(request: EntryRequest, bytes: [UInt8])] = []
+    var wholesWaitingBytes = 0
     var stagedBytes: UInt64 = 0
     /// A batch of staged files is being committed on a worker (one at a time, so that their
     /// answers come back in order).
@@ -136,7 +144,8 @@ final class ReceiverSession: ProtocolRole {
         machine = ReceiverMachine(
             settings: .init(
                 overwrite: options.overwrite, maxSize: options.maxSize, resume: options.resume,
-                streams: options.streams, eager: options.eager, links: options.offersMetadata,
+                streams: options.streams, eager: options.eager, batch: options.offersBatch,
+                links: options.offersMetadata,
                 holes: options.offersMetadata, xattrs: options.offersMetadata,
                 owners: options.keepsOwners && geteuid() == 0, specials: options.offersMetadata,
                 devices: options.makesDevices && geteuid() == 0, sync: options.sync, delta: options.offersDelta,
@@ -225,8 +234,16 @@ final class ReceiverSession: ProtocolRole {
         }
     }
 
-    /// While a file arrives, its share of `inboundBudget`; between files, as it is.
-    var inboundCapacity: Int? { file == nil ? nil : inboundShare }
+    /// While a file arrives, its share of `inboundBudget`; while small files received whole
+    /// arrive (a BATCH), `wholeFilesInbound` at most; between files, as it is.
+    var inboundCapacity: Int? {
+        if file != nil { return inboundShare }
+        return wholeFile == nil && !machine.inBatch ? nil : min(inboundShare, Self.wholeFilesInbound)
+    }
+
+    /// The inbound buffer of a session receiving small files whole: reads of many files at a
+    /// time (the 16 KiB of a session that only said hello took one file a read).
+    static let wholeFilesInbound = 256 << 10
 
     /// This session's inbound buffer while it receives a file, by how many files arrive now.
     var inboundShare: Int { Self.fileInbound(receiving: receiver?.filesReceiving ?? 1) }
@@ -241,7 +258,8 @@ final class ReceiverSession: ProtocolRole {
     /// Messages are taken while the machine accepts them, the outbound buffer has room for
     /// their answers (and nothing waits in `outbox`), and the disk work they start has room.
     var takesMessages: Bool {
-        machine.acceptsMessages && !waitsForRoom && !stagedFull && laneJobs < Self.laneDepth && outbox.isEmpty
+        machine.acceptsMessages && !waitsForRoom && !stagedFull && laneJobs < Self.laneDepth
+            && laneBytes < Self.laneBytesLimit && outbox.isEmpty
             && connection.outbound.freeSpace >= 2 * Frame.largestAnswer
     }
 
@@ -312,6 +330,8 @@ final class ReceiverSession: ProtocolRole {
                 settleDirectories()
             case .commitStaged:
                 commitStaged()
+            case .storeBatch:
+                storeWholes()
             case .end(let how):
                 end(how)
             }
@@ -420,6 +440,8 @@ final class ReceiverSession: ProtocolRole {
     private func end(_ how: SessionEnd) {
         let ended = session.end(how) {
             afterStaged.removeAll()
+            // Verified before the end: stored all the same (nobody hears of them).
+            storeWholes()
             commitStagedAfterEnd()
             quietTimer?.cancel()
             quietTimer = nil

@@ -99,6 +99,13 @@ public final class TransferSender: ProtocolRole {
     private(set) var heldHasher: DigestWorker?
     /// True while `advance` announces entries.
     private var advancing = false
+    /// Small files go in BATCHes to a receiver that offers `batch` (off only in tests, to play
+    /// a sender published before it).
+    var batches = true
+    /// A BATCH is being written: its header waits in the outbound buffer (`WireConnection.hold`)
+    /// for its length, until `closeBatch`, at the end of the loop's turn at the latest.
+    var batchOpen = false
+    var batchTimer: LoopTimer?
     var completion: ((TransferSummary) -> Void)?
     private(set) var started: UInt64 = 0
     /// Ended before it started (cancelled).
@@ -356,11 +363,19 @@ public final class TransferSender: ProtocolRole {
         var messages: [UInt8] = []
         for (position, action) in actions.enumerated() {
             if case .send(let frame) = action {
+                if batchOpen, !batchHolds(frame) {
+                    if !messages.isEmpty { connection?.send(messages) }
+                    messages.removeAll()
+                    closeBatch()
+                }
+                // A FILE with nothing before it (no XATTR, OWNER or TOKEN) may open one.
+                if !batchOpen, messages.isEmpty, opensBatch(frame) { openBatch() }
                 messages += frame.encoded
                 let next = actions.index(after: position)
                 if next < actions.endIndex, case .send = actions[next] { continue }
                 connection?.send(messages)
                 messages.removeAll()
+                if batchOpen { closeBatchIfFull() }
                 continue
             }
             switch action {

@@ -71,6 +71,9 @@ final class WireConnection: ByteStreamDelegate {
     /// at once: a receiver answering many small files, each as a worker finishes it, then
     /// answers them in one write (and wakes its peer once) instead of one each.
     var coalescesSends = false
+    /// Bytes of `outbound` from this offset on are held back, not written yet (a BATCH whose
+    /// length is not known until it is closed): set by `hold`, cleared by `release`.
+    private(set) var heldFrom: Int?
     private var flushTimer: LoopTimer?
 
     /// The other of the two inbound buffers a connection that lends bytes reads into in turn:
@@ -255,6 +258,20 @@ final class WireConnection: ByteStreamDelegate {
         }
     }
 
+    /// Holds back what is appended to `outbound` from now on, until `release`: the bytes before
+    /// go out as usual. Returns where the held bytes begin in `outbound.readable`.
+    func hold() -> Int {
+        let offset = outbound.readableBytes
+        heldFrom = offset
+        return offset
+    }
+
+    /// Lets the held bytes go, and writes what the socket takes.
+    func release() {
+        heldFrom = nil
+        flush()
+    }
+
     /// Writes what is buffered while the socket takes it (asking the owner for more as the
     /// buffer empties), up to a bounded number of writes per call.
     func flush() {
@@ -265,7 +282,8 @@ final class WireConnection: ByteStreamDelegate {
         while writeOffered.isSet, !isClosed, writes < 8 {
             if outbound.readableBytes < outbound.capacity / 2 { owner?.wireCanSend(self) }
             guard !isClosed, !outbound.isEmpty else { break }
-            var allowed = outbound.readableBytes
+            var allowed = min(outbound.readableBytes, heldFrom ?? .max)
+            guard allowed > 0 else { break }
             if let limiter {
                 allowed = min(allowed, limiter.take(wanted: allowed))
                 if allowed == 0 { return }
@@ -275,6 +293,7 @@ final class WireConnection: ByteStreamDelegate {
             case .processed(let n) where n > 0:
                 writeOffered.take()
                 outbound.consume(n)
+                heldFrom? -= n
                 bytesWritten += UInt64(n)
                 lastActivity = monotonicNanoseconds()
                 limiter?.spend(n)
@@ -290,8 +309,9 @@ final class WireConnection: ByteStreamDelegate {
                 writeOffered.take()
             }
         }
-        if writeOffered.isSet && writes > 0 && !outbound.isEmpty {
-            // Bounded work per event: the stream was re-armed by the last write.
+        if writeOffered.isSet && writes > 0 && outbound.readableBytes > (heldFrom ?? 0) {
+            // Bounded work per event: the stream was re-armed by the last write. (Only held
+            // bytes left: the offer is kept, and `release` writes them at once.)
             writeOffered.take()
         }
         if outbound.readableBytes <= pauseReadingAbove { readIfAllowed() }
