@@ -18,6 +18,8 @@
 #   fsync    the same with the receiver's default durability (each file flushed before stored)
 #   tls      sluice send/receive --key-file KEY --no-fsync (TLS 1.3 with the key's PSK)
 #   old      as sluice, with the binary OLD (another build: ONLY=sluice,old OLD=… for an A/B)
+#   untar    the receiving end's floor: `tar xf` of the tree's tar file (made beforehand, in the
+#            page cache) into the directory, with no network and no sender (loopback only)
 # With RTT=1, trees c and a are also sent through Benchmarks/delayrelay.c (built here with
 # `cc -O2 -pthread`): every chunk held 10 ms each way, bandwidth unchanged; the relay is
 # started before the clock, in front of each run's receiver.
@@ -42,7 +44,13 @@
 #
 # Knobs: ROUNDS, FILES, BFILES, CFILES, BIG, RTT (1: loopback and relay; only: the relay
 # alone), TREES (e.g. "c" or "a c"; overrides BIG), ONLY (comma-separated rows), CHECK,
-# SETTLE, SLUICE_BENCH_DATA (default /tmp/sluice-bench-data), SELFTEST_MB (default 256).
+# SETTLE, SLUICE_BENCH_DATA (default /tmp/sluice-bench-data), SELFTEST_MB (default 256), RUNS_ROOT
+# (where the runs' copies go; default $SLUICE_BENCH_DATA/trees-runs). On a file system with a long
+# history (this VM's root), creating files slows 2–7× as a run's copies pile up (ext4's inode
+# allocation searching full groups: 0.36 s for a tar xf of tree a, 0.7–2.8 s by the 20th copy);
+# a freshly made ext4 stays flat (0.38–0.40 s for 24 copies), e.g.
+#   truncate -s 40G /tmp/fs.img && mkfs.ext4 -q /tmp/fs.img && mount -o loop /tmp/fs.img /mnt/fs
+#   RUNS_ROOT=/mnt/fs/runs Benchmarks/trees.sh
 #
 # Ports: `sluice receive` prints the port it bound (--listen 127.0.0.1:0) only without -q,
 # which also prints a line per file; rsync's daemon cannot bind port 0 and `nc -l` does not
@@ -212,7 +220,7 @@ EOF
     read -r TREE_FILES TREE_BYTES <"$TREE_DIR.complete"
 }
 
-RUNS=$DATA/trees-runs/$(date +%Y%m%d-%H%M%S)-$$
+RUNS=${RUNS_ROOT:-$DATA/trees-runs}/$(date +%Y%m%d-%H%M%S)-$$
 mkdir -p "$RUNS"
 SEQ=0
 # A destination directory never used before.
@@ -266,7 +274,10 @@ EOF
                 2>>"$TMP/rsyncd.log" &
             pid=$!
             ;;
-        sluice | tls | fsync | old)
+        untar)
+            break
+            ;;
+    sluice | tls | fsync | old)
             local opts=(--insecure) bin=$SLUICE
             [ "$row" = tls ] && opts=(--key-file "$KEY")
             [ "$row" = fsync ] || opts+=(--no-fsync)
@@ -282,7 +293,15 @@ EOF
         wait "$pid" 2>/dev/null || true
     done
     to=$port
-    if [ "$link" = rtt ]; then
+    if [ "$row" = untar ]; then
+        TARBALL=$TMP/$(basename "$TREE_DIR").tar
+        if [ ! -s "$TARBALL" ]; then
+            tar cf "$TARBALL" -C "$(dirname "$TREE_DIR")" "$(basename "$TREE_DIR")"
+            sync
+        fi
+        cat "$TARBALL" >/dev/null
+    fi
+    if [ "$link" = rtt ] && [ "$row" != untar ]; then
         start_relay "$port"
         to=$RELAY_PORT
     fi
@@ -295,6 +314,9 @@ EOF
         ;;
     rsync)
         rsync -a "$TREE_DIR" "rsync://127.0.0.1:$to/m/" || rc=$?
+        ;;
+    untar)
+        tar xf "$TARBALL" -C "$DEST" || rc=$?
         ;;
     sluice | fsync | old)
         local bin=$SLUICE
@@ -312,7 +334,7 @@ EOF
         kill "$pid" 2>/dev/null || true
         wait "$pid" 2>/dev/null || true
     fi
-    [ "$link" = rtt ] && stop_relay
+    [ "$link" = rtt ] && [ "$row" != untar ] && stop_relay
     if [ "$rc" != 0 ]; then
         echo "trees.sh: $row ($link) exited $rc; logs: $(tail -n 3 "$TMP"/*.log 2>/dev/null)" >&2
         exit 1
@@ -330,7 +352,7 @@ has() { [[ ",$ONLY," == *",$1,"* ]]; }
 IFS=, read -r -a ROWS <<<"$ONLY"
 for row in "${ROWS[@]}"; do
     case $row in
-    tar | tarsync | rsync | sluice | fsync | tls) ;;
+    tar | tarsync | rsync | sluice | fsync | tls | untar) ;;
     old) [ -x "${OLD:-}" ] || { echo "trees.sh: row old needs OLD=path of another sluice" >&2 && exit 64; } ;;
     *) echo "trees.sh: no row '$row'" >&2 && exit 64 ;;
     esac
@@ -404,7 +426,9 @@ for set in "${SETS[@]}"; do
     label="$tree: $TREE_FILES files, $((TREE_BYTES / 1000000)) MB"
     for pair in "sluice tar sluice --no-fsync / tar \| nc" "fsync tarsync sluice (fsync) / tar \| nc + sync" \
         "sluice rsync sluice --no-fsync / rsync daemon" "tls sluice sluice TLS (key file) / plaintext, both --no-fsync" \
-        "sluice old sluice --no-fsync / the OLD build, the same"; do
+        "sluice old sluice --no-fsync / the OLD build, the same" \
+        "untar rsync the floor: tar xf alone (no network, no sender) / rsync daemon" \
+        "sluice untar sluice --no-fsync / tar xf alone"; do
         read -r a b text <<<"$pair"
         has "$a" && has "$b" || continue
         list=$(ratios "$set" "$a" "$b")

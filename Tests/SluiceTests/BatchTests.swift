@@ -124,6 +124,29 @@ struct BatchTests {
         #expect(run([.frame(.batch(length: 100)), .batchEnd]) == [.storeBatch])
     }
 
+    @Test("The answers' queue keeps its order through compactions, and compares by what it holds")
+    func answerQueue() {
+        var queue = FIFO<Int>()
+        var model: [Int] = []
+        var next = 0
+        for round in 0..<50 {
+            for _ in 0..<(round % 7 + 3) {
+                queue.append(next)
+                model.append(next)
+                next += 1
+            }
+            for _ in 0..<(round % 5 + 1) {
+                #expect(queue.removeFirst() == (model.isEmpty ? nil : model.removeFirst()))
+            }
+            #expect(queue.count == model.count && queue.first == model.first)
+        }
+        var other = FIFO<Int>()
+        for value in model { other.append(value) }
+        #expect(queue == other)
+        while queue.removeFirst() != nil {}
+        #expect(queue.isEmpty && queue == FIFO<Int>())
+    }
+
     // MARK: A receiver
 
     @Test("Each file of a BATCH is answered in its turn: two stored, one there already, one altered")

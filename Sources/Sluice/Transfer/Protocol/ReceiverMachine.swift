@@ -135,7 +135,7 @@ struct ReceiverMachine: Sendable {
     /// The sender listed `held-sha256` in HELLO.
     var peerChecksHeld = false
     /// Answers held back behind a staged file's, oldest first; empty when nothing is staged.
-    var queuedAnswers: [QueuedAnswer] = []
+    var queuedAnswers = FIFO<QueuedAnswer>()
     /// Between BATCH and the end of its last message.
     var inBatch = false
     /// XATTR and OWNER for the entry announced next.
