@@ -3,15 +3,14 @@
 /// it frees it, and the reader can reuse its array), and the storage is compacted as it drains,
 /// so what the queue holds is bounded by what is in it.
 struct ChunkFIFO {
-    private var chunks: [[UInt8]] = []
-    private var head = 0
+    private var chunks = FIFO<[UInt8]>()
     /// Bytes in the queued chunks.
     private(set) var bytes = 0
 
-    var isEmpty: Bool { head == chunks.count }
+    var isEmpty: Bool { chunks.isEmpty }
 
     /// The oldest chunk, still queued.
-    var first: [UInt8]? { isEmpty ? nil : chunks[head] }
+    var first: [UInt8]? { chunks.first }
 
     mutating func append(_ chunk: [UInt8]) {
         chunks.append(chunk)
@@ -20,18 +19,8 @@ struct ChunkFIFO {
 
     /// Takes the oldest chunk out.
     mutating func popFirst() -> [UInt8]? {
-        guard !isEmpty else { return nil }
-        let chunk = chunks[head]
-        chunks[head] = []
-        head += 1
+        guard let chunk = chunks.removeFirst() else { return nil }
         bytes -= chunk.count
-        if head == chunks.count {
-            chunks.removeAll(keepingCapacity: true)
-            head = 0
-        } else if head >= 16 && head * 2 >= chunks.count {
-            chunks.removeFirst(head)
-            head = 0
-        }
         return chunk
     }
 
@@ -40,8 +29,7 @@ struct ChunkFIFO {
 
     /// Drops everything.
     mutating func removeAll() {
-        chunks = []
-        head = 0
+        chunks = FIFO()
         bytes = 0
     }
 }
