@@ -136,7 +136,8 @@ extension ReceiverProcess {
         try withTemporaryDirectory { dir in
             let inbox = "\(dir)/in"
             mkdir(inbox, 0o755)
-            try write(randomBytes(200_000, seed: 44), to: "\(dir)/slow.bin")
+            // Over 1 MiB: not sent whole, so it is opened under its temporary name at once.
+            try write(randomBytes(2_000_000, seed: 44), to: "\(dir)/slow.bin")
             let data = randomBytes(1000, seed: 45)
             try write(data, to: "\(dir)/next.bin")
             let receiver = try ReceiverProcess(["--dir", inbox, "--max-sessions", "1"])

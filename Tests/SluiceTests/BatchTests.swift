@@ -108,7 +108,7 @@ struct BatchTests {
         let eager = Wire.FileFlags.sizeKnown | Wire.FileFlags.eager
         for (flags, size) in [
             (eager | Wire.FileFlags.compressed, UInt64(10)), (eager | Wire.FileFlags.sparse, 10),
-            (eager | Wire.FileFlags.linked, 10), (Wire.FileFlags.sizeKnown, 10), (eager, Wire.eagerLimit + 1),
+            (eager | Wire.FileFlags.linked, 10), (Wire.FileFlags.sizeKnown, 10), (eager, Wire.wholeLimit + 1),
         ] {
             let header = EntryHeader(
                 flags: flags, size: size, mode: 0o644, mtimeSeconds: 0, mtimeNanoseconds: 0, path: Array("f".utf8))
@@ -313,8 +313,8 @@ struct BatchTests {
             let source = root + "/tree"
             try FileManager.default.createDirectory(atPath: source + "/d", withIntermediateDirectories: true)
             for i in 0..<40 { try writeFile(source + "/d/s\(i)", randomBytes(100 + i * 500, seed: UInt64(i))) }
-            try writeFile(source + "/big", randomBytes(200_000, seed: 99))
-            try writeFile(source + "/limit", randomBytes(Int(Wire.eagerLimit), seed: 98))
+            try writeFile(source + "/big", randomBytes(Int(Wire.wholeLimit) + 1, seed: 99))
+            try writeFile(source + "/limit", randomBytes(Int(Wire.wholeLimit), seed: 98))
             for offers in [true, false] {
                 let receiver = try NotingReceiver(offersBatch: offers)
                 let loop = try EventLoop()

@@ -131,7 +131,8 @@ struct PipelinedSendTests {
                 try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
             }
             try writeFile(src + "/small", randomBytes(3000, seed: 1))
-            try writeFile(src + "/large", randomBytes(300_000, seed: 2))
+            // Larger than a file sent whole: it is opened under its temporary name.
+            try writeFile(src + "/large", randomBytes(Int(Wire.wholeLimit) + 300_000, seed: 2))
             let harness = try TransferHarness(directory: dst)
             let release = DispatchSemaphore(value: 0)
             let flushing = Atomic<Int>(0)

@@ -409,9 +409,9 @@ struct ReceiverMachine: Sendable {
         case (.idle, .file(let header)):
             if inBatch {
                 let whole = header.flags & ~(Wire.FileFlags.replace) == Wire.FileFlags.sizeKnown | Wire.FileFlags.eager
-                guard whole && header.size <= Wire.eagerLimit else {
+                guard whole && header.size <= Wire.wholeLimit else {
                     return violation(
-                        "FILE in a BATCH: only eager files of a known size of at most \(Wire.eagerLimit) bytes, sent whole"
+                        "FILE in a BATCH: only eager files of a known size of at most \(Wire.wholeLimit) bytes, sent whole"
                     )
                 }
             }

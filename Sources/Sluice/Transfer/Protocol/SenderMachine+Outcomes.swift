@@ -50,7 +50,10 @@ extension SenderMachine {
                 }
                 // Resuming a small file would save less than the round trip for ACCEPT costs; a
                 // larger one goes eager and resumable where the receiver can say it holds part.
-                let small = info.size.map { $0 <= Wire.eagerLimit } ?? false
+                // To a receiver that takes BATCH, files of up to `Wire.wholeLimit` bytes go whole.
+                let wholeLimit =
+                    peerCapabilities.contains(Wire.Capability.batch) ? Wire.wholeLimit : Wire.eagerLimit
+                let small = info.size.map { $0 <= wholeLimit } ?? false
                 let delta = sendsDelta(index, size: info.size)
                 let eager =
                     !delta && settings.eager && peerCapabilities.contains(Wire.Capability.eager)

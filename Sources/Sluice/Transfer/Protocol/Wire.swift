@@ -95,7 +95,8 @@ enum Wire {
         /// entries of their own (rsync's `-D`). A receiver not running as root refuses a
         /// device, that entry only; FIFOs and sockets it makes all the same.
         static let specials = "specials"
-        /// BATCH: many small eager files in one frame, stored together (`Wire.batchTarget`).
+        /// BATCH: many small eager files in one frame, stored together (`Wire.batchTarget`); and
+        /// files of up to `Wire.wholeLimit` bytes eager, not resumable, received whole.
         static let batch = "batch"
     }
 
@@ -348,6 +349,11 @@ enum Wire {
     /// largest it sends eagerly without flagging it resumable to one with it (resuming so small a
     /// file saves less than the resume costs).
     static let eagerLimit: UInt64 = 64 * 1024
+    /// The largest file a sender sends whole (eager, not resumable, in a BATCH) to a receiver
+    /// that offers `batch`, and the largest FILE a BATCH may hold: the receiver stores such a
+    /// file with one job, without a round trip to a worker to open it and another to commit it
+    /// (500 files of 128 KiB: 0.09–0.10 s against 0.17–0.21 s sent eager and resumable).
+    static let wholeLimit: UInt64 = 1 << 20
     /// The messages a BATCH may hold: the FILE, DATA, END and ABORT of files received whole.
     static func batchHolds(_ type: MessageType) -> Bool {
         type == .file || type == .data || type == .end || type == .abort

@@ -9,9 +9,13 @@ final class WholeFile {
     private(set) var bytes: [UInt8] = []
 
     /// Files received this way: eager (their data follows at once), of a known size of at most
-    /// `Wire.eagerLimit` bytes, uncompressed.
-    static func takes(_ header: EntryHeader) -> Bool {
-        header.eager && header.sizeKnown && header.size <= Wire.eagerLimit && !header.compressed
+    /// `Wire.eagerLimit` bytes, uncompressed; with `batch` offered, up to `Wire.wholeLimit`
+    /// bytes when neither resumable (part of it may be here: it is opened) nor linked (a LINK
+    /// may name it right after: it is answered before the next entry).
+    static func takes(_ header: EntryHeader, batch: Bool) -> Bool {
+        guard header.eager && header.sizeKnown && !header.compressed else { return false }
+        return header.size <= Wire.eagerLimit
+            || (batch && !header.resumable && !header.linked && header.size <= Wire.wholeLimit)
     }
 
     init(_ request: EntryRequest, digest: TransferDigest) {

@@ -218,7 +218,7 @@ extension ReceiverSession {
     // MARK: Opening and committing files
 
     func openFile(_ request: EntryRequest) {
-        if WholeFile.takes(request.header) {
+        if WholeFile.takes(request.header, batch: machine.settings.eager && machine.settings.batch) {
             // Nothing touches the disk until the file is here and verified: then one job on
             // the lane creates, writes and settles it, while the next file arrives.
             wholeFile = WholeFile(request, digest: machine.digest)

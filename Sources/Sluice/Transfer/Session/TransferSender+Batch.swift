@@ -2,11 +2,11 @@
 /// together. The frame's header goes first, its length written in place once the frame is
 /// closed; meanwhile the connection holds its bytes back (`WireConnection.hold`).
 extension TransferSender {
-    /// A FILE that a BATCH may hold: eager, of a known size of at most `Wire.eagerLimit` bytes,
+    /// A FILE that a BATCH may hold: eager, of a known size of at most `Wire.wholeLimit` bytes,
     /// sent whole (nothing compressed, sparse, linked, resumable or a delta).
     static func batchable(_ header: EntryHeader) -> Bool {
         header.flags & ~Wire.FileFlags.replace == Wire.FileFlags.sizeKnown | Wire.FileFlags.eager
-            && header.size <= Wire.eagerLimit
+            && header.size <= Wire.wholeLimit
     }
 
     /// Whether `frame` starts a BATCH: a FILE it may hold, to a receiver that takes them.

@@ -8,7 +8,7 @@ struct OpenedSource: Sendable {
     let size: UInt64
     let mode: UInt32
     let mtime: timespec
-    /// A small file (at most `Wire.eagerLimit` bytes, not sparse, sent whole) read with its
+    /// A small file (at most `Wire.wholeLimit` bytes, not sparse, sent whole) read with its
     /// open, all of it; nil otherwise (or when it could not be read whole: then its reads
     /// say why, in their turn).
     var bytes: [UInt8]?
@@ -167,7 +167,8 @@ extension TransferSender {
     }
 
     /// Opens `path` (not following a link) on a worker; a regular file only. With `preload`,
-    /// a file of at most `Wire.eagerLimit` bytes is read whole too.
+    /// a file of at most `Wire.wholeLimit` bytes is read whole too (at most `opensAheadLimit` of
+    /// them are held).
     static func openSource(_ path: String, preload: Bool) -> Result<OpenedSource, LocalFailure> {
         let fd: Int32
         switch Sluice.openFile(path, flags: O_RDONLY | O_NOFOLLOW | O_CLOEXEC, permissions: 0) {
@@ -181,7 +182,7 @@ extension TransferSender {
         }
         let size = UInt64(st.st_size)
         var opened = OpenedSource(fd: fd, size: size, mode: UInt32(st.st_mode & 0o7777), mtime: st.st_mtim)
-        guard preload, size <= Wire.eagerLimit, let bytes = readWhole(fd, count: Int(size)) else {
+        guard preload, size <= Wire.wholeLimit, let bytes = readWhole(fd, count: Int(size)) else {
             return .success(opened)
         }
         opened.bytes = bytes
