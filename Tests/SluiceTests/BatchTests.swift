@@ -147,6 +147,25 @@ struct BatchTests {
         #expect(queue.isEmpty && queue == FIFO<Int>())
     }
 
+    @Test("A file received whole is checked as the sender hashed it: its holes as holes, not as zeros")
+    func wholeFileDigestWithHoles() {
+        let (head, tail) = (randomBytes(700, seed: 11), randomBytes(300, seed: 12))
+        for algorithm in TransferDigest.allCases where algorithm.isAvailable {
+            let sender = FileDigest(algorithm)
+            head.withUnsafeBytes { sender.update($0) }
+            Wire.holeDigestInput(4096).withUnsafeBytes { sender.update($0) }
+            tail.withUnsafeBytes { sender.update($0) }
+            let expected = sender.finalize()
+            let request = EntryRequest(
+                components: ["f"], relative: "f",
+                header: EntryHeader(mode: 0o644, mtimeSeconds: 0, mtimeNanoseconds: 0, path: Array("f".utf8)))
+            let bytes = head + [UInt8](repeating: 0, count: 4096) + tail
+            let hole = ReceivedWhole.Hole(at: head.count, length: 4096)
+            #expect(ReceivedWhole(request: request, bytes: bytes, holes: [hole], expected: expected).matches(algorithm))
+            #expect(!ReceivedWhole(request: request, bytes: bytes, holes: [], expected: expected).matches(algorithm))
+        }
+    }
+
     // MARK: A receiver
 
     @Test("Each file of a BATCH is answered in its turn: two stored, one there already, one altered")

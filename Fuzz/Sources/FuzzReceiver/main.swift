@@ -232,7 +232,7 @@ final class Session {
             case .openFile(let request):
                 check(request)
                 // A BATCH holds only small files sent whole.
-                expect(!machine.inBatch || TransferSender.batchable(request.header), "\(request.header) in a BATCH")
+                expect(!machine.inBatch || request.header.sentWhole, "\(request.header) in a BATCH")
                 openFile(request)
             case .deliverCopy(let offset, let length):
                 guard let active = file, active.basis != nil else {

@@ -408,8 +408,7 @@ struct ReceiverMachine: Sendable {
 
         case (.idle, .file(let header)):
             if inBatch {
-                let whole = header.flags & ~(Wire.FileFlags.replace) == Wire.FileFlags.sizeKnown | Wire.FileFlags.eager
-                guard whole && header.size <= Wire.wholeLimit else {
+                guard header.sentWhole else {
                     return violation(
                         "FILE in a BATCH: only eager files of a known size of at most \(Wire.wholeLimit) bytes, sent whole"
                     )

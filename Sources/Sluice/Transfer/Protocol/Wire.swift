@@ -395,6 +395,13 @@ struct EntryHeader: Equatable, Sendable {
     var compressed: Bool { flags & Wire.FileFlags.compressed != 0 }
     var resumable: Bool { flags & Wire.FileFlags.resumable != 0 }
     var eager: Bool { flags & Wire.FileFlags.eager != 0 }
+    /// Sent whole, as a BATCH may hold it: eager, of a known size of at most `Wire.wholeLimit`
+    /// bytes, and nothing else (not compressed, sparse, linked, resumable or a delta) but
+    /// `replace`.
+    var sentWhole: Bool {
+        flags & ~Wire.FileFlags.replace == Wire.FileFlags.sizeKnown | Wire.FileFlags.eager
+            && size <= Wire.wholeLimit
+    }
 }
 
 extension EntryHeader {

@@ -2,11 +2,13 @@
     import Glibc
 #endif
 
-/// A small file received whole into memory before anything of it touches the disk.
+/// A small file received whole into memory before anything of it touches the disk; its digest
+/// is checked by the job that stores it, off the loop (up to 1 MiB of hashing a file).
 final class WholeFile {
     let request: EntryRequest
-    let digest: FileDigest
     private(set) var bytes: [UInt8] = []
+    /// Where its HOLEs lie in `bytes` (zeros there): hashed as the protocol hashes a hole.
+    private(set) var holes: [ReceivedWhole.Hole] = []
 
     /// Files received this way: eager (their data follows at once), of a known size of at most
     /// `Wire.eagerLimit` bytes, uncompressed; with `batch` offered, up to `Wire.wholeLimit`
@@ -18,22 +20,49 @@ final class WholeFile {
             || (batch && !header.resumable && !header.linked && header.size <= Wire.wholeLimit)
     }
 
-    init(_ request: EntryRequest, digest: TransferDigest) {
+    init(_ request: EntryRequest) {
         self.request = request
-        self.digest = FileDigest(digest)
         bytes.reserveCapacity(Int(request.header.size))
     }
 
     func append(_ piece: UnsafeRawBufferPointer) {
-        digest.update(piece)
         bytes.append(contentsOf: piece)
     }
 
-    /// A HOLE in a small file: written as zeros (the machine checked it fits the size), hashed
-    /// as the protocol hashes a hole.
+    /// A HOLE in a small file: written as zeros (the machine checked it fits the size).
     func appendHole(_ length: Int) {
-        Wire.holeDigestInput(UInt64(length)).withUnsafeBytes { digest.update($0) }
+        holes.append(ReceivedWhole.Hole(at: bytes.count, length: length))
         bytes.append(contentsOf: repeatElement(0, count: length))
+    }
+}
+
+/// A small file received whole, with the digest its END announced, for the job that checks and
+/// stores it.
+struct ReceivedWhole: Sendable {
+    struct Hole: Sendable {
+        var at: Int
+        var length: Int
+    }
+
+    let request: EntryRequest
+    let bytes: [UInt8]
+    let holes: [Hole]
+    let expected: [UInt8]
+
+    /// Whether its bytes (holes hashed as holes) have the announced digest.
+    func matches(_ algorithm: TransferDigest) -> Bool {
+        let digest = FileDigest(algorithm)
+        var done = 0
+        bytes.withUnsafeBytes { all in
+            for hole in holes + [Hole(at: bytes.count, length: 0)] {
+                if hole.at > done { digest.update(UnsafeRawBufferPointer(rebasing: all[done..<hole.at])) }
+                if hole.length > 0 {
+                    Wire.holeDigestInput(UInt64(hole.length)).withUnsafeBytes { digest.update($0) }
+                }
+                done = hole.at + hole.length
+            }
+        }
+        return digest.finalize() == expected
     }
 }
 
@@ -70,32 +99,31 @@ extension ReceiverSession {
         }
     }
 
-    /// A small file received whole: its digest checked here, then created, written and
-    /// settled on the lane with the files received whole before it and not yet stored (those
-    /// of a BATCH are stored together at its end, `storeWholes`). The machine goes on at once
-    /// (`.staged`); the file's answer follows its job (without fsync) or its batch (with).
+    /// A small file received whole: its digest checked, then created, written and settled on
+    /// the lane with the files received whole before it and not yet stored (those of a BATCH
+    /// are stored together at its end, `storeWholes`). The machine goes on at once (`.staged`);
+    /// the file's answer follows its job (without fsync) or its batch (with).
     func storeWhole(_ whole: WholeFile, expecting digest: [UInt8]) {
-        guard whole.digest.finalize() == digest else {
-            perform(machine.handle(.committed(.failed(.data, "\(machine.digest) mismatch (data altered in transit)"))))
-            return
-        }
-        wholesWaiting.append((whole.request, whole.bytes))
+        wholesWaiting.append(
+            ReceivedWhole(request: whole.request, bytes: whole.bytes, holes: whole.holes, expected: digest))
         wholesWaitingBytes += whole.bytes.count
         perform(machine.handle(.staged))
         if !machine.inBatch || wholesWaitingBytes >= Wire.batchTarget { storeWholes() }
     }
 
-    /// Stores the small files received whole and waiting, in order, with one job on the lane;
-    /// each is answered in its turn when the job is done.
+    /// Checks and stores the small files received whole and waiting, in order, with one job on
+    /// the lane; each is answered in its turn when the job is done.
     func storeWholes() {
         guard !wholesWaiting.isEmpty else { return }
         let (files, bytes) = (wholesWaiting, wholesWaitingBytes)
         wholesWaiting.removeAll()
         wholesWaitingBytes = 0
-        let (store, overwrite, fsync) = (self.store, options.overwrite, options.fsync)
+        let (store, overwrite, fsync, algorithm) = (self.store, options.overwrite, options.fsync, machine.digest)
         laneJobs += 1
         laneBytes += bytes
-        lane.submit({ store.storeWholes(files, overwrite: overwrite, fsync: fsync) }, completingOn: loop) {
+        lane.submit(
+            { Self.checkAndStore(files, in: store, algorithm, overwrite: overwrite, fsync: fsync) }, completingOn: loop
+        ) {
             [self] outcomes in
             laneJobs -= 1
             laneBytes -= bytes
@@ -120,6 +148,20 @@ extension ReceiverSession {
                 commitWhenQuiet()
             }
             pump()
+        }
+    }
+
+    /// `files`' outcomes in order: a file whose digest does not match fails; the others are
+    /// stored (`ReceiverStore.storeWholes`).
+    private static func checkAndStore(
+        _ files: [ReceivedWhole], in store: ReceiverStore, _ algorithm: TransferDigest, overwrite: Bool, fsync: Bool
+    ) -> [ReceiverStore.WholeOutcome] {
+        let matching = files.map { $0.matches(algorithm) }
+        let verified = zip(files, matching).filter(\.1).map { (request: $0.0.request, bytes: $0.0.bytes) }
+        var stored = store.storeWholes(verified, overwrite: overwrite, fsync: fsync)[...]
+        return matching.map { matches in
+            guard matches else { return .rejected(.failed(.data, "\(algorithm) mismatch (data altered in transit)")) }
+            return stored.popFirst() ?? .rejected(.failed(.io, "internal: a file without an outcome"))
         }
     }
 

@@ -221,7 +221,7 @@ extension ReceiverSession {
         if WholeFile.takes(request.header, batch: machine.settings.eager && machine.settings.batch) {
             // Nothing touches the disk until the file is here and verified: then one job on
             // the lane creates, writes and settles it, while the next file arrives.
-            wholeFile = WholeFile(request, digest: machine.digest)
+            wholeFile = WholeFile(request)
             perform(machine.handle(.fileOpened(.success(0))))
             return
         }

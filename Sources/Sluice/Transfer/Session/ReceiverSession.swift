@@ -105,7 +105,7 @@ final class ReceiverSession: ProtocolRole {
     static let laneBytesLimit = 8 << 20
     /// Small files received whole and verified, waiting to be stored by one job on `lane`
     /// (a BATCH's, until its end), and their bytes.
-    var wholesWaiting: [(request: EntryRequest, bytes: [UInt8])] = []
+    var wholesWaiting: [ReceivedWhole] = []
     var wholesWaitingBytes = 0
     var stagedBytes: UInt64 = 0
     /// A batch of staged files is being committed on a worker (one at a time, so that their

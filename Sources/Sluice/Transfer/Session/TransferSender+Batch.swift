@@ -2,16 +2,9 @@
 /// together. The frame's header goes first, its length written in place once the frame is
 /// closed; meanwhile the connection holds its bytes back (`WireConnection.hold`).
 extension TransferSender {
-    /// A FILE that a BATCH may hold: eager, of a known size of at most `Wire.wholeLimit` bytes,
-    /// sent whole (nothing compressed, sparse, linked, resumable or a delta).
-    static func batchable(_ header: EntryHeader) -> Bool {
-        header.flags & ~Wire.FileFlags.replace == Wire.FileFlags.sizeKnown | Wire.FileFlags.eager
-            && header.size <= Wire.wholeLimit
-    }
-
     /// Whether `frame` starts a BATCH: a FILE it may hold, to a receiver that takes them.
     func opensBatch(_ frame: Frame) -> Bool {
-        guard batches, case .file(let header) = frame, Self.batchable(header) else { return false }
+        guard batches, case .file(let header) = frame, header.sentWhole else { return false }
         return machine.peerOffers(Wire.Capability.batch)
     }
 
@@ -19,7 +12,7 @@ extension TransferSender {
     /// the file in it (its DATA is written in place by `produce`).
     func batchHolds(_ frame: Frame) -> Bool {
         switch frame {
-        case .file(let header): return Self.batchable(header)
+        case .file(let header): return header.sentWhole
         case .end, .abort: return true
         default: return false
         }
@@ -29,12 +22,11 @@ extension TransferSender {
     /// on; the frame closes at the end of this turn of the loop at the latest.
     func openBatch() {
         guard let connection, let loop else { return }
-        _ = connection.hold()
+        connection.hold()
         guard connection.outbound.append(Frame.batch(length: 0).encoded) else {
             connection.release()
             return
         }
-        batchOpen = true
         batchTimer = loop.schedule(after: .zero) { [weak self] in
             guard let self else { return }
             batchTimer = nil
@@ -45,15 +37,13 @@ extension TransferSender {
     /// Closes the BATCH once it holds `Wire.batchTarget` bytes (or a chunk, when chunks are
     /// smaller): the receiver stores each BATCH's files as they come.
     func closeBatchIfFull() {
-        guard batchOpen, let connection, let start = connection.heldFrom else { return }
+        guard let connection, let start = connection.heldFrom else { return }
         let payload = connection.outbound.readableBytes - start - Wire.frameHeaderSize
         if payload >= min(Wire.batchTarget, options.chunkSize.bytes) { closeBatch() }
     }
 
     /// Writes the open BATCH's length into its header and lets its bytes go.
     func closeBatch() {
-        guard batchOpen else { return }
-        batchOpen = false
         batchTimer?.cancel()
         batchTimer = nil
         guard let connection, let start = connection.heldFrom else { return }

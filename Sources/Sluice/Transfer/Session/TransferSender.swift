@@ -103,8 +103,9 @@ public final class TransferSender: ProtocolRole {
     /// a sender published before it).
     var batches = true
     /// A BATCH is being written: its header waits in the outbound buffer (`WireConnection.hold`)
-    /// for its length, until `closeBatch`, at the end of the loop's turn at the latest.
-    var batchOpen = false
+    /// for its length, until `closeBatch`, at the end of the loop's turn at the latest
+    /// (`batchTimer`).
+    var batchOpen: Bool { connection?.heldFrom != nil }
     var batchTimer: LoopTimer?
     var completion: ((TransferSummary) -> Void)?
     private(set) var started: UInt64 = 0

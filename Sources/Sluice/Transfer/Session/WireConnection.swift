@@ -259,11 +259,9 @@ final class WireConnection: ByteStreamDelegate {
     }
 
     /// Holds back what is appended to `outbound` from now on, until `release`: the bytes before
-    /// go out as usual. Returns where the held bytes begin in `outbound.readable`.
-    func hold() -> Int {
-        let offset = outbound.readableBytes
-        heldFrom = offset
-        return offset
+    /// go out as usual.
+    func hold() {
+        heldFrom = outbound.readableBytes
     }
 
     /// Lets the held bytes go, and writes what the socket takes.
