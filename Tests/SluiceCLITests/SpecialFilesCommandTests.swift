@@ -28,7 +28,7 @@ import Testing
             #expect(mknod("\(tree)/sock", S_IFSOCK | 0o600, 0) == 0)
             // The numbers of /dev/null; only root may make it (the tests run as root here).
             let device = mknod("\(tree)/null", S_IFCHR | 0o644, dev_t(SpecialFiles.device(major: 1, minor: 3))) == 0
-            let receiver = try ReceiverProcess(["--dir", inbox, "--keep-modes", "--devices"])
+            let receiver = try ReceiverProcess(["--dir", inbox, "--keep-modes", "--devices", "--sync"])
             let address = try receiver.address()
             let send = { (extra: [String]) in
                 try sluice(withTestKey(["send", "--no-progress"] + extra + [tree, address]))

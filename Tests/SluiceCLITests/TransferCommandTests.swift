@@ -43,7 +43,7 @@ import Testing
             }
             try write(randomBytes(10_000, seed: 1), to: "\(tree)/a")
             try write(randomBytes(20_000, seed: 2), to: "\(tree)/b")
-            let receiver = try ReceiverProcess(["--dir", inbox])
+            let receiver = try ReceiverProcess(["--dir", inbox, "--sync"])
             let address = try receiver.address()
             let send = { (extra: [String]) in
                 try sluice(withTestKey(["send", "--no-progress"] + extra + [tree, address]))

@@ -35,7 +35,7 @@ struct CompressedReceiveTests {
                 runLoop(harness.loop, for: .seconds(10)) { client.done && harness.reports.count > sessions }
                 let report = try #require(harness.reports.last)
                 #expect(report.error == nil, "\(what): the session goes on")
-                let failed = report.results.first { $0.path == "f-" + what }
+                let failed = harness.results(report).first { $0.path == "f-" + what }
                 #expect(failed?.outcome.isStored == false, "\(what)")
                 #expect(
                     failed.map { "\($0.outcome)".contains(reason) } == true,

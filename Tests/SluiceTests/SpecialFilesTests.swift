@@ -42,10 +42,11 @@ struct SpecialFilesTests {
         return options
     }
 
-    /// A receiver that makes devices (`receive --devices`), keeping the modes sent.
+    /// A receiver that makes devices (`receive --devices --sync`), keeping the modes sent.
     static var makingDevices: TransferReceiveOptions {
         var options = TransferReceiveOptions(idleTimeout: .seconds(20), keepsModes: true)
         options.makesDevices = true
+        options.sync = true
         return options
     }
 
@@ -66,7 +67,7 @@ struct SpecialFilesTests {
             #expect(summary.specials == 2)
             #expect(summary.devices == (device ? 1 : 0))
             #expect(summary.results.first { $0.path == "tree/pipe" }?.isSpecial == true)
-            #expect(harness.reports.last?.results.filter(\.isSpecial).count == 2)
+            #expect(harness.results(harness.reports.last).filter(\.isSpecial).count == 2)
             if device {
                 let made = try #require(FileInfo(dst + "/tree/dev/null"))
                 #expect(made.type == S_IFCHR)

@@ -307,6 +307,7 @@ struct SyncAttributesTests {
             try writeFile(src + "/f", [1, 2, 3])
             #expect(SourceMetadata.setXattr(src + "/f", "user.a", [1]))
             var receiving = TransferReceiveOptions(idleTimeout: .seconds(20))
+            receiving.sync = true
             receiving.offersSyncAttributes = false
             let harness = try TransferHarness(directory: dst, options: receiving)
             #expect(try harness.send(paths: [src], options: Self.syncing()).succeeded)

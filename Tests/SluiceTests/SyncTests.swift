@@ -175,14 +175,20 @@ struct SyncTests {
             receiving.sync = false
             let strict = try TransferHarness(directory: dst, options: receiving)
             let replace = Wire.FileFlags.sizeKnown | Wire.FileFlags.replace
-            for messages in [check("d/f"), RawWire.file("d/f", size: 3, flags: replace)] {
+            for (messages, violates) in [(check("d/f"), true), (RawWire.file("d/f", size: 3, flags: replace), false)] {
                 let sessions = strict.reports.count
                 let client = SocketExchange(
                     Socket.connect(host: "127.0.0.1", port: strict.port),
                     payload: RawWire.hello(["sha256"]) + messages + RawWire.bye)
                 client.start(on: strict.loop)
                 runLoop(strict.loop, for: .seconds(10)) { client.done && strict.reports.count > sessions }
-                #expect(strict.reports.last?.error?.code == .protocolViolation)
+                // A CHECK ends the session; a FILE flagged replace is refused, that file alone.
+                #expect((strict.reports.last?.error?.code == .protocolViolation) == violates)
+                if !violates {
+                    let refused = RawWire.messages(client.received).first { $0.0 == Wire.MessageType.refused.rawValue }
+                    let reason = String(decoding: refused?.1 ?? [], as: UTF8.self)
+                    #expect(reason.contains("receive --sync"), "\(reason)")
+                }
             }
             #expect(readFile(dst + "/d/f") == [1, 2, 3])
         }
@@ -312,7 +318,7 @@ struct SyncTests {
             ] {
                 let dst = root + "/dst-" + name
                 try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
-                var receiving = TransferReceiveOptions(idleTimeout: .seconds(20))
+                var receiving = TransferHarness.syncing
                 receiving.offersDelta = offersDelta
                 let harness = try TransferHarness(directory: dst, options: receiving)
                 try writeFile(src + "/db", content, mtime: (1_600_000_000, 0))
@@ -373,7 +379,7 @@ struct SyncTests {
                     + copy(0, 1) + RawWire.end([]) + RawWire.bye)
             client.start(on: harness.loop)
             runLoop(harness.loop, for: .seconds(10)) { client.done && harness.reports.count > sessions }
-            #expect(harness.reports.last?.results.first?.outcome.isStored == false)
+            #expect(harness.results(harness.reports.last).first?.outcome.isStored == false)
             #expect(readFile(dst + "/f")?.count == 2 << 20, "the old file is intact")
         }
     }

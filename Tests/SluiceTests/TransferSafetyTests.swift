@@ -106,7 +106,7 @@ struct TransferSafetyTests {
             let secondReplies = RawWire.messages(second.received)
             #expect(secondReplies.last?.0 == Wire.MessageType.bye.rawValue)
             #expect(harness.reports.last?.error == nil)
-            #expect(harness.reports.last?.results.count == evil.count - 1)
+            #expect(harness.results(harness.reports.last).count == evil.count - 1)
 
             // An oversized length field, random bytes, a wrong magic, a header cut short.
             let oversized = RawWire.hello() + [Wire.MessageType.file.rawValue, 0xFF, 0xFF, 0xFF, 0xFF]

@@ -115,7 +115,7 @@ struct TransferStreamsTests {
             #expect(second.resumedBytes >= 3 << 20, "resumed \(second.resumedBytes)")
             #expect(second.bytes <= 1 << 20, "sent \(second.bytes)")
             // The receiver's line for the file counts what every range held.
-            let stored = harness.reports.flatMap(\.results).last { $0.path == "big.bin" && !$0.rangeOnly }
+            let stored = harness.allResults.last { $0.path == "big.bin" && !$0.rangeOnly }
             #expect(
                 stored?.outcome == .stored && (stored?.resumedBytes ?? 0) >= 3 << 20, "\(String(describing: stored))")
             #expect(!fileExists(dst + "/.big.bin.sluice-part"))

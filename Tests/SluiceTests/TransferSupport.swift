@@ -16,17 +16,31 @@ final class TransferHarness {
     private(set) var reports: [TransferSessionReport] = []
     /// The receiver's warnings, in order.
     private(set) var warnings: [String] = []
+    /// Every answer the receiver sent, by session (the reports count them, as a receiver
+    /// keeps counts; the tests keep each).
+    private(set) var answers: [Int: [TransferFileResult]] = [:]
 
-    init(directory: String, options: TransferReceiveOptions = TransferReceiveOptions(idleTimeout: .seconds(20)))
-        throws
-    {
+    /// A receiver that lets senders replace and remove (`receive --delete`): what most tests
+    /// of sync want. `TransferReceiveOptions()` is the default receiver, which stores new
+    /// entries only.
+    static var syncing: TransferReceiveOptions {
+        var options = TransferReceiveOptions(idleTimeout: .seconds(20))
+        options.delete = true
+        return options
+    }
+
+    init(directory: String, options: TransferReceiveOptions = TransferHarness.syncing) throws {
         loop = try EventLoop()
         self.directory = directory
         receiver = try TransferReceiver(directory: directory, options: options)
         listener = try Socket.listen(host: "127.0.0.1", port: 0)
         receiver.onSessionEnd = { [unowned self] report in self.reports.append(report) }
         receiver.onEvent = { [unowned self] event in
-            if case .warning(_, let text) = event { self.warnings.append(text) }
+            switch event {
+            case .warning(_, let text): self.warnings.append(text)
+            case .entry(let session, let result): self.answers[session, default: []].append(result)
+            case .sessionStarted, .removed: break
+            }
         }
         try receiver.accept(from: listener, on: loop)
     }
@@ -34,6 +48,14 @@ final class TransferHarness {
     deinit { listener.close() }
 
     var port: UInt16 { listener.port }
+
+    /// The answers of the session `report` tells of, in order.
+    func results(_ report: TransferSessionReport?) -> [TransferFileResult] {
+        report.map { answers[$0.id] ?? [] } ?? []
+    }
+
+    /// The answers of every session that has ended, in the order they ended.
+    var allResults: [TransferFileResult] { reports.flatMap { answers[$0.id] ?? [] } }
 
     /// Starts a sender of `sources` to `port` (the receiver's by default); the summary lands in
     /// the returned box.

@@ -15,35 +15,73 @@
 /// A backslash is not escaped: the output is made only of kept characters and those escapes,
 /// so sanitizing it again changes nothing, and a name that spells `\u{202E}` in plain
 /// characters can only look suspicious, never hide anything.
+///
+/// What is shown is bounded: past `maxShownBytes` of output the text is cut, and ends with
+/// `…` (a name of 4,096 bytes that are not UTF-8 would otherwise take 24 KiB to show).
 public enum PeerText {
+    /// The most UTF-8 bytes a sanitized text takes, its closing `…` included: twice the
+    /// longest path the protocol carries, so that any path that needs no escape is shown whole.
+    public static let maxShownBytes = 8192
+
     /// `bytes` decoded as UTF-8, shown safely (see `PeerText`).
     public static func sanitized(_ bytes: some Collection<UInt8>) -> String {
         let bytes = Array(bytes)
-        var out = ""
+        var out = Shown()
         var parser = Unicode.UTF8.ForwardParser()
         var iterator = bytes.makeIterator()
         // The parser reports each scalar or error in order, so their lengths give the position.
         var position = 0
-        while true {
+        while !out.isFull {
             switch parser.parseScalar(from: &iterator) {
             case .valid(let encoded):
-                append(Unicode.UTF8.decode(encoded), to: &out)
+                out.append(Unicode.UTF8.decode(encoded))
                 position += encoded.count
             case .error(let length):
-                for byte in bytes[position..<position + length] { out += "\\x{" + hex(UInt32(byte)) + "}" }
+                for byte in bytes[position..<position + length] { out.append(escape: "\\x{" + hex(UInt32(byte)) + "}") }
                 position += length
             case .emptyInput:
-                return out
+                return out.text
             }
         }
+        return out.text
     }
 
     /// `text` shown safely (see `PeerText`).
     public static func sanitized(_ text: String) -> String {
-        guard text.unicodeScalars.contains(where: isHidden) else { return text }
-        var out = ""
-        for scalar in text.unicodeScalars { append(scalar, to: &out) }
-        return out
+        guard text.utf8.count > maxShownBytes || text.unicodeScalars.contains(where: isHidden) else { return text }
+        var out = Shown()
+        for scalar in text.unicodeScalars {
+            out.append(scalar)
+            if out.isFull { break }
+        }
+        return out.text
+    }
+
+    /// Sanitized text being built, cut with `…` once it would pass `maxShownBytes`.
+    private struct Shown {
+        private(set) var text = ""
+        private(set) var isFull = false
+        /// Room for the closing `…` (three bytes) is kept.
+        private var room: Int { PeerText.maxShownBytes - 3 - text.utf8.count }
+
+        mutating func append(_ scalar: Unicode.Scalar) {
+            if PeerText.isHidden(scalar) {
+                append(escape: "\\u{" + PeerText.hex(scalar.value) + "}")
+            } else {
+                append(escape: String(scalar))
+            }
+        }
+
+        /// Appends `piece` (a kept character or an escape) whole, or cuts the text here.
+        mutating func append(escape piece: String) {
+            guard !isFull else { return }
+            guard piece.utf8.count <= room else {
+                text += "…"
+                isFull = true
+                return
+            }
+            text += piece
+        }
     }
 
     /// True for a character shown as its code: a control, an invisible format character (the
@@ -59,16 +97,8 @@ public enum PeerText {
         }
     }
 
-    private static func append(_ scalar: Unicode.Scalar, to out: inout String) {
-        if isHidden(scalar) {
-            out += "\\u{" + hex(scalar.value) + "}"
-        } else {
-            out.unicodeScalars.append(scalar)
-        }
-    }
-
     /// Upper-case hexadecimal, at least two digits.
-    private static func hex(_ value: UInt32) -> String {
+    fileprivate static func hex(_ value: UInt32) -> String {
         let digits = String(value, radix: 16, uppercase: true)
         return digits.count < 2 ? "0" + digits : digits
     }

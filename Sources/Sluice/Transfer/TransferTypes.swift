@@ -262,6 +262,9 @@ public struct TransferSummary: Sendable {
     /// remove), and why a directory was not pruned, if one was not.
     public var removed: [String] = []
     public var pruneFailures: [String] = []
+    /// Among `pruneFailures`, one the receiver refused (it does not allow removing:
+    /// `receive --delete`), rather than one that failed.
+    public var pruneRefused = false
 
     /// Symbolic and hard links stored (counted in `files` too).
     public var links: Int { results.filter { $0.isLink && $0.outcome.isStored }.count }
@@ -321,10 +324,19 @@ public struct TransferReceiveOptions: Sendable {
     /// Offer the `eager` capability (a small file's data follows its FILE at once). Off, the
     /// receiver speaks as one published before it; for tests of that.
     var eager = true
-    /// Offer `sync`: a sender may ask what is here first, and replace a file that differs from
-    /// its own (`send --sync`) even without `overwrite`. Off (`receive --no-sync`), a file here
-    /// is replaced only with `overwrite`.
-    public var sync = true
+    /// Offer `sync` (`receive --sync`): a sender may ask what is here first (CHECK), give an
+    /// entry that is the same its mode, times, owner and attributes, and replace one that
+    /// differs from its own (`send --sync`: FILE, LINK and SPECIAL flagged replace) even without
+    /// `overwrite`. Off (the default), the receiver stores new entries only: an entry flagged
+    /// replace is refused (`exists`, naming `receive --sync`) unless `overwrite`, and a CHECK
+    /// ends the session.
+    public var sync = false
+    /// Offer `delete` (`receive --delete`, which implies `sync`): a sender may remove what is
+    /// here below a directory it sent and no longer has (`send --delete`: PRUNE). Off (the
+    /// default), every PRUNE is refused, naming `receive --delete`, and nothing is removed.
+    public var delete = false {
+        didSet { if delete { sync = true } }
+    }
     /// Give files the owner and group the sender sends (`send --owner`), by name where this
     /// machine knows it, else by number: offered only when the receiver runs as root.
     public var keepsOwners = true
@@ -369,8 +381,10 @@ public struct TransferSessionReport: Sendable {
     public var id: Int
     /// The peer's address (or the name given to `serve`).
     public var peer: String
-    /// Every entry the peer sent, with the answer it got.
-    public var results: [TransferFileResult]
+    /// The answers the peer's entries got, counted (each was reported as it happened, by
+    /// `TransferReceiverEvent.entry`): a session keeps counts, not a record per answer, so that
+    /// a sender of a million entries costs the receiver no memory for them.
+    public var tally: TransferTally
     /// File bytes written to disk in this session (resumed prefixes excluded).
     public var bytes: UInt64
     public var seconds: Double
@@ -381,7 +395,66 @@ public struct TransferSessionReport: Sendable {
     public var streamIndex: Int? = nil
 
     /// Files stored.
-    public var files: Int { results.filter { !$0.isDirectory && !$0.rangeOnly && $0.outcome.isStored }.count }
+    public var files: Int { tally.files }
+}
+
+/// The answers of a receiver's session, counted by kind and outcome.
+public struct TransferTally: Equatable, Sendable {
+    /// Files stored (links, devices, FIFOs and sockets among them; not ranges alone).
+    public var files = 0
+    /// Directories made (or found there).
+    public var directories = 0
+    /// Among `files`: links, device files, FIFOs and sockets.
+    public var links = 0
+    public var devices = 0
+    public var specials = 0
+    /// Ranges of a file sent over several connections, verified and written before the file
+    /// was complete.
+    public var ranges = 0
+    /// Entries refused (they exist, or are not allowed here), failed for their data (a digest
+    /// that did not match), and failed otherwise (input/output, aborted).
+    public var refused = 0
+    public var failedData = 0
+    public var failedIO = 0
+    /// Bytes not sent again because the receiver held them from an interrupted transfer.
+    public var resumedBytes: UInt64 = 0
+
+    public init() {}
+
+    /// Counts one answer.
+    public mutating func add(_ result: TransferFileResult) {
+        switch result.outcome {
+        case .stored:
+            if result.isDirectory {
+                directories += 1
+            } else if result.rangeOnly {
+                ranges += 1
+            } else {
+                files += 1
+            }
+            if result.isLink { links += 1 }
+            if result.isDevice { devices += 1 }
+            if result.isSpecial { specials += 1 }
+            resumedBytes &+= result.resumedBytes
+        case .refused: refused += 1
+        case .failed(_, .data): failedData += 1
+        case .failed(_, .io): failedIO += 1
+        }
+    }
+
+    /// Adds another session's counts.
+    public mutating func add(_ other: TransferTally) {
+        files += other.files
+        directories += other.directories
+        links += other.links
+        devices += other.devices
+        specials += other.specials
+        ranges += other.ranges
+        refused += other.refused
+        failedData += other.failedData
+        failedIO += other.failedIO
+        resumedBytes &+= other.resumedBytes
+    }
 }
 
 /// Something that happened in a receiver session, as it happens.

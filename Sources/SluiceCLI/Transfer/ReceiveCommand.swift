@@ -18,8 +18,10 @@ enum ReceiveCommand: Command {
         number of senders at once, until interrupted (or, with --once, after one
         sender). Each file is written under a temporary name, its digest
         (XXH3-128 or SHA-256) checked, and renamed into place only when
-        complete; an existing file is never replaced without --overwrite, and
-        nothing is written outside DIR.
+        complete. By default only new entries are stored: an existing one is
+        replaced only with --sync (what differs from the sender's) or
+        --overwrite (anything), and removed only with --delete; nothing is
+        changed outside DIR.
         An interrupted file is kept (hidden, as .NAME.sluice-part) and continued
         when it is sent again. Prints the address it listens on, then a line per
         file stored, refused or failed.
@@ -204,7 +206,9 @@ final class ReceiveSession: Interruptible {
         listener?.close()
         let failure = onceReports.lazy.compactMap(\.error).first
         let connectionError: ExitStatus? = failure.map { $0.code == .authenticationFailed ? .notPermitted : .ioError }
-        status = TransferStatus.status(results: onceReports.flatMap(\.results), connectionError: connectionError)
+        var tally = TransferTally()
+        for report in onceReports { tally.add(report.tally) }
+        status = TransferStatus.status(tally: tally, connectionError: connectionError)
         loop.stop()
     }
 

@@ -24,8 +24,10 @@ struct ReceiveOptions: Sendable {
     var directIO = false
     /// Give files the owner a sender sends, running as root (not `--no-owners`).
     var keepOwners = true
-    /// Offer sync (not `--no-sync`).
-    var sync = true
+    /// Let senders replace what differs (`--sync`, or `--delete`).
+    var sync = false
+    /// Let senders remove what they no longer have (`--delete`, which implies `--sync`).
+    var delete = false
     /// Make the device files a sender sends, running as root (`--devices`).
     var devices = false
     /// Give files the sender's permission bits unmasked (`--keep-modes`).
@@ -51,8 +53,13 @@ struct ReceiveOptions: Sendable {
                 "give files and directories the sender's\npermission bits as sent, as rsync -p (default:\nless this process's umask, as cp); never\nsetuid, setgid or sticky"
         ),
         OptionSpec(
-            "no-sync",
-            help: "refuse send --sync: never replace a file that is\nhere unless --overwrite"),
+            "sync",
+            help:
+                "let senders replace what differs (send --sync):\nby default only new entries are stored, and an\nentry here is replaced only with --overwrite"
+        ),
+        OptionSpec(
+            "delete",
+            help: "let senders remove what they no longer have\n(send --delete); implies --sync"),
         OptionSpec(
             "no-owners",
             help: "running as root: leave files owned by root\nwhatever owner a sender sends (send --owner)"),
@@ -114,7 +121,8 @@ struct ReceiveOptions: Sendable {
         keepModes = parsed.has("keep-modes")
         keepOwners = !parsed.has("no-owners")
         devices = parsed.has("devices")
-        sync = !parsed.has("no-sync")
+        delete = parsed.has("delete")
+        sync = parsed.has("sync") || delete
         if let option = parsed.last("max-size") {
             let text = option.value ?? ""
             guard let size = ChunkSize.parseBytes(text) else {
@@ -156,6 +164,7 @@ struct ReceiveOptions: Sendable {
         options.keepsOwners = keepOwners
         options.makesDevices = devices
         options.sync = sync
+        options.delete = delete
         return options
     }
 }

@@ -297,8 +297,11 @@ final class SendSession: Interruptible {
             let status = TransferStatus.status(results: summary.results, connectionError: nil)
             // Something not listed (and so not sent) is missing input when nothing else failed.
             if status == .ok && listingIncomplete() { return CLIError(.noInput, "") }
-            // A directory not pruned (--delete) is an input/output failure when nothing else is.
-            if status == .ok && !summary.pruneFailures.isEmpty { return CLIError(.ioError, "") }
+            // A directory not pruned (--delete) fails the transfer when nothing else did: 73 when
+            // the receiver refused (it does not allow removing), else an input/output failure.
+            if status == .ok && !summary.pruneFailures.isEmpty {
+                return CLIError(summary.pruneRefused ? .cannotCreate : .ioError, "")
+            }
             return CLIError(status, "")
         }
         let connected = summary.bytesSent > 0 && !["connect", "resolve"].contains(error.operation)

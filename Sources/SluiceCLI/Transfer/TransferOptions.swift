@@ -92,6 +92,15 @@ enum TransferStatus {
         return .ok
     }
 
+    /// The same for a receiver's sessions, from their counts.
+    static func status(tally: TransferTally, connectionError: ExitStatus?) -> ExitStatus {
+        if tally.failedData > 0 { return .dataError }
+        if let connectionError { return connectionError }
+        if tally.refused > 0 { return .cannotCreate }
+        if tally.failedIO > 0 { return .ioError }
+        return .ok
+    }
+
     /// The status for a transfer that failed as a whole: 69 when the connection could not be
     /// made, 64 for a value the library rejects, 74 for anything else (reset, closed, protocol).
     static func status(connection error: SluiceError, connected: Bool) -> ExitStatus {

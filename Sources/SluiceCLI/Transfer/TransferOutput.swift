@@ -302,32 +302,24 @@ struct ReceiveStatsReport {
     var directory: String
     var address: String
     var sessions = 0
-    var files = 0
-    var links = 0
-    var devices = 0
-    var specials = 0
-    var directories = 0
-    var refused = 0
-    var failed = 0
+    /// The sessions' answers, counted.
+    var tally = TransferTally()
     var bytes: UInt64 = 0
-    var resumedBytes: UInt64 = 0
     var seconds = 0.0
+
+    var files: Int { tally.files }
+    var links: Int { tally.links }
+    var devices: Int { tally.devices }
+    var specials: Int { tally.specials }
+    var directories: Int { tally.directories }
+    var refused: Int { tally.refused }
+    var failed: Int { tally.failedData + tally.failedIO }
+    var resumedBytes: UInt64 { tally.resumedBytes }
 
     mutating func add(_ report: TransferSessionReport) {
         sessions += 1
         bytes += report.bytes
-        for result in report.results {
-            switch result.outcome {
-            case .stored:
-                if result.isDirectory { directories += 1 } else if !result.rangeOnly { files += 1 }
-                if result.isLink { links += 1 }
-                if result.isDevice { devices += 1 }
-                if result.isSpecial { specials += 1 }
-                resumedBytes += result.resumedBytes
-            case .refused: refused += 1
-            case .failed: failed += 1
-            }
-        }
+        tally.add(report.tally)
     }
 
     var rate: Double { seconds > 0 ? Double(bytes) / seconds : 0 }

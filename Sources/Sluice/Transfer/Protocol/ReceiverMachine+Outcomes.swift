@@ -224,7 +224,10 @@ extension ReceiverMachine {
         -> [ReceiverAction]
     {
         let size: UInt64 = rejection == nil || !file.header.sizeKnown ? file.total : file.header.size
-        if rejection == nil, file.header.linked, file.range == nil, linkTargets.count < Self.maxLinkTargets {
+        if rejection == nil, file.header.linked, file.range == nil, linkTargets.count < Self.maxLinkTargets,
+            linkTargetBytes + file.request.relative.utf8.count <= Self.maxLinkTargetBytes
+        {
+            linkTargetBytes += file.request.relative.utf8.count
             linkTargets.insert(file.request.relative)
         }
         return answer(

@@ -40,8 +40,14 @@ struct ReceiverMachine: Sendable {
         /// Make devices: only a receiver running as root may (`mknod`); else a device is
         /// refused, that entry alone.
         var devices = false
-        /// Offer `sync` (CHECK and HAVE; FILE and LINK flagged replace).
+        /// Offer `sync` (CHECK and HAVE; FILE, LINK and SPECIAL flagged replace). Off, an
+        /// entry flagged replace is refused (unless `overwrite`) and a CHECK is a violation.
+        /// On here, as everything a receiver may offer is, for the tests and fuzzers of the
+        /// machine; a session sets it from `TransferReceiveOptions.sync`, off by default.
         var sync = true
+        /// Offer `delete` (with `sync`): PRUNE. Off, a PRUNE is refused, that entry alone. A
+        /// session sets it from `TransferReceiveOptions.delete`, off by default.
+        var delete = true
         /// Offer `delta` (with `sync`): FILE flagged delta, answered with SIGS; with `resume`,
         /// `delta-resume` too (a delta continued where an interrupted one stopped).
         var delta = true
@@ -54,9 +60,10 @@ struct ReceiverMachine: Sendable {
         var maxDirectories = 1 << 20
     }
 
-    /// The most files of one session a hard link may name (those flagged `linked` and stored);
-    /// a link to one past it is refused.
+    /// The most files of one session a hard link may name (those flagged `linked` and stored),
+    /// and the most bytes of their paths; a link to one past either is refused.
     static let maxLinkTargets = 65536
+    static let maxLinkTargetBytes = 8 << 20
 
     /// The file being received.
     struct IncomingFile: Equatable, Sendable {
@@ -125,6 +132,10 @@ struct ReceiverMachine: Sendable {
     /// Fixed once the session's first entry or JOIN is decided (`mustJoin` is settled then).
     var settings: Settings
     var state = State.awaitingMagic
+    /// A message after HELLO came (its first entry, CHECK, JOIN, BYE, or the XATTR, OWNER,
+    /// TOKEN or BATCH that goes before an entry): the session's first request was made, and a
+    /// pairing code is claimed once for all the CHECKs and entries that follow.
+    var requested = false
     /// Entries announced by the sender, and answers sent.
     var entriesAnnounced = 0
     var entriesAnswered = 0
@@ -142,6 +153,7 @@ struct ReceiverMachine: Sendable {
     var pendingAttributes = EntryAttributes()
     /// Files of this session flagged `linked` and stored: what a hard link may name.
     var linkTargets: Set<String> = []
+    var linkTargetBytes = 0
     var directoriesAnnounced = 0
     /// A CHECK came: the sender syncs (existing directories are settled like created ones).
     var syncing = false
@@ -153,6 +165,18 @@ struct ReceiverMachine: Sendable {
     static let maxChecks = 1 << 24
     /// The sender listed `sync-attributes`.
     var peerSyncsAttributes = false
+
+    /// Whether an entry flagged replace may replace what is here: the receiver consented
+    /// (`receive --sync`, or `--overwrite`, which replaces anything).
+    var mayReplace: Bool { settings.sync || settings.overwrite }
+
+    /// Whether a PRUNE may remove anything: the receiver consented (`receive --delete`).
+    var mayRemove: Bool { settings.sync && settings.delete }
+
+    /// The answer to an entry flagged replace where the receiver did not consent.
+    static let replacingRefused = "exists, and this receiver does not let senders replace entries (receive --sync)"
+    /// The answer to a PRUNE where the receiver did not consent.
+    static let removingRefused = "nothing removed: this receiver does not let senders remove entries (receive --delete)"
 
     /// Whether XATTR and OWNER may go before a CHECK: both sides list `sync-attributes`.
     var syncsAttributes: Bool { settings.sync && settings.syncAttributes && peerSyncsAttributes }
@@ -177,6 +201,7 @@ struct ReceiverMachine: Sendable {
         if settings.owners { set.insert(Wire.Capability.owners) }
         if settings.specials { set.insert(Wire.Capability.specials) }
         if settings.sync { set.insert(Wire.Capability.sync) }
+        if settings.sync && settings.delete { set.insert(Wire.Capability.delete) }
         if settings.sync && settings.delta { set.insert(Wire.Capability.delta) }
         if settings.sync && settings.delta && settings.resume { set.insert(Wire.Capability.deltaResume) }
         if settings.sync && settings.syncAttributes { set.insert(Wire.Capability.syncAttributes) }
@@ -204,8 +229,7 @@ struct ReceiverMachine: Sendable {
     /// or BYE, the point where `settings.mustJoin` decides.
     var awaitsFirstRequest: Bool {
         guard case .idle = state else { return false }
-        // XATTR, OWNER, TOKEN and BATCH go before an entry: the first of them is the request.
-        return joined == nil && entriesAnnounced == 0 && pendingAttributes.isEmpty && !inBatch
+        return !requested
     }
 
     var hasEnded: Bool {
@@ -266,6 +290,7 @@ struct ReceiverMachine: Sendable {
         if settings.mustJoin, joined == nil, case .idle = state, frame.type != .join, frame.type != .error {
             return violation("this receiver serves one transfer (--once); connection refused")
         }
+        if case .idle = state, frame.type != .error { requested = true }
         switch (state, frame) {
         case (.ended, _), (.joining, _), (.storing, _), (.finishing, _), (.committing, _), (.settling, _):
             return unexpectedInput(frame.type.name)
@@ -324,7 +349,7 @@ struct ReceiverMachine: Sendable {
             if header.comparesContents, header.digest.count != digest.byteCount {
                 return violation("CHECK with a \(header.digest.count)-byte digest (\(digest) agreed)")
             }
-            if peerDeletes {
+            if peerDeletes && mayRemove {
                 namedBytes += header.path.count + 1
                 guard namedBytes <= Wire.maxNamedBytes else {
                     return violation("more than \(Wire.maxNamedBytes) bytes of paths CHECKed for --delete")
@@ -338,11 +363,14 @@ struct ReceiverMachine: Sendable {
         case (.idle, .xattr(let attribute)):
             return takeAttribute(attribute)
         case (.idle, .prune(let path, let dryRun)):
-            guard settings.sync && peerDeletes else {
-                return violation("PRUNE: this receiver does not offer sync, or the sender did not list delete")
-            }
+            guard peerDeletes else { return violation("PRUNE: the sender did not list delete") }
             guard pendingAttributes.isEmpty else { return violation("XATTR, OWNER or TOKEN before a PRUNE") }
             entriesAnnounced += 1
+            guard mayRemove else {
+                return answer(
+                    .refused(.other, Self.removingRefused), path: PeerText.sanitized(path), isDirectory: true,
+                    size: nil)
+            }
             switch PathCheck.receivable(path) {
             case .failure(let refusal):
                 return answer(
@@ -365,21 +393,27 @@ struct ReceiverMachine: Sendable {
             return []
         case (.idle, .link(let header)):
             guard settings.links else { return violation("LINK: this receiver does not offer links") }
-            guard !header.replace || settings.sync else {
-                return violation("LINK flagged replace: this receiver does not offer sync")
-            }
             guard pendingAttributes.xattrs.isEmpty else { return violation("XATTR before a LINK") }
             guard pendingAttributes.resumeToken == nil else { return violation("TOKEN before a LINK") }
             entriesAnnounced += 1
+            guard !header.replace || mayReplace else {
+                _ = takePendingAttributes()
+                return answer(
+                    .refused(.exists, Self.replacingRefused), path: PeerText.sanitized(header.path),
+                    isDirectory: false, size: nil, isLink: true)
+            }
             return startLink(header)
         case (.idle, .special(let header)):
             guard settings.specials else { return violation("SPECIAL: this receiver does not offer specials") }
-            guard !header.replace || settings.sync else {
-                return violation("SPECIAL flagged replace: this receiver does not offer sync")
-            }
             guard pendingAttributes.xattrs.isEmpty else { return violation("XATTR before a SPECIAL") }
             guard pendingAttributes.resumeToken == nil else { return violation("TOKEN before a SPECIAL") }
             entriesAnnounced += 1
+            guard !header.replace || mayReplace else {
+                _ = takePendingAttributes()
+                return answer(
+                    .refused(.exists, Self.replacingRefused), path: PeerText.sanitized(header.path),
+                    isDirectory: false, size: nil, special: header.type)
+            }
             return startSpecial(header)
 
         case (.idle, .join) where !pendingAttributes.isEmpty, (.idle, .bye) where !pendingAttributes.isEmpty:
@@ -420,9 +454,6 @@ struct ReceiverMachine: Sendable {
                     return violation("FILE flagged eager and resumable without a size")
                 }
             }
-            if header.flags & Wire.FileFlags.replace != 0 && !settings.sync {
-                return violation("FILE flagged replace: this receiver does not offer sync")
-            }
             if header.delta {
                 guard settings.sync && settings.delta else {
                     return violation("FILE flagged delta: this receiver does not offer delta")
@@ -448,6 +479,11 @@ struct ReceiverMachine: Sendable {
                 }
             }
             entriesAnnounced += 1
+            guard !header.replaces || mayReplace else {
+                _ = takePendingAttributes()
+                return refuseAtHeader(
+                    header, .refused(.exists, Self.replacingRefused), path: PeerText.sanitized(header.path))
+            }
             return startFile(header)
         case (.idle, .directory(let header)):
             guard pendingAttributes.resumeToken == nil else { return violation("TOKEN before a DIR") }

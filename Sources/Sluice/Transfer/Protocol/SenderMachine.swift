@@ -249,10 +249,10 @@ struct SenderMachine: Sendable {
         return set
     }
 
-    /// The PRUNEs of this connection: the roots it sends itself.
+    /// The PRUNEs of this connection: the roots it sends itself (refused here, unsent, when the
+    /// receiver does not offer sync).
     var pruneRoots: [Int] {
-        guard syncing else { return [] }
-        return (settings.pruneRoots + arrivedPruneRoots).filter { work.contains(.entry($0)) }
+        (settings.pruneRoots + arrivedPruneRoots).filter { work.contains(.entry($0)) }
     }
 
     /// Whether a resumed file's held bytes are checked with SHA-256 (HELD) rather than as part
@@ -499,6 +499,10 @@ struct SenderMachine: Sendable {
                 }
                 guard !listingIncomplete else {
                     return [.pruned(root, .refused(reason: "not every entry could be listed"))]
+                }
+                guard syncing else {
+                    let reason = "the receiver does not let senders remove entries (it needs receive --delete)"
+                    return [.pruned(root, .refused(reason: reason))]
                 }
                 pruning.append(root)
                 return [.send(.prune(path: Array(entries[root].relative.utf8), dryRun: settings.dryRun))]

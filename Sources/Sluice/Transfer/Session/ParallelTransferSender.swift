@@ -474,6 +474,7 @@ public final class ParallelTransferSender: TransferProgressSource {
         total.matchedBytes = ordered.reduce(0) { $0 + $1.matchedBytes }
         total.removed = ordered.flatMap(\.removed)
         total.pruneFailures = ordered.flatMap(\.pruneFailures)
+        total.pruneRefused = ordered.contains { $0.pruneRefused }
         let finished = completion
         completion = nil
         finished?(total)

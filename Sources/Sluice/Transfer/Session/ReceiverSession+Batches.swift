@@ -280,13 +280,13 @@ extension ReceiverSession {
         afterStaged.append { [self] in
             let store = self.store
             let directories = createdDirectories
-            createdDirectories.removeAll()
-            let box = UncheckedBox(directories)
+            createdDirectories = DirectoriesToSettle()
             let fsync = options.fsync
             store.pool.submit(
-                { (store.settleDirectories(box.value), fsync ? store.flushAll() : nil) }, completingOn: loop
-            ) { [self] warnings, failure in
-                for warning in warnings { receiver?.emit(.warning(sessionID: id, warning)) }
+                { (store.settleDirectories(directories), fsync ? store.flushAll() : nil) }, completingOn: loop
+            ) { [self] settled, failure in
+                for warning in settled.warnings { warn(warning) }
+                warnings.hold(settled.more)
                 if let failure {
                     perform(machine.handle(.flushFailed(failure)))
                     return

@@ -251,7 +251,7 @@ extension ReceiverSession {
 
     /// Logs why a partial found at the file's temporary name was not continued, if it was not.
     func logStartedOver(_ opened: OpenedFile) {
-        if let notice = opened.startedOver { receiver?.emit(.warning(sessionID: id, notice)) }
+        if let notice = opened.startedOver { warn(notice) }
     }
 
     private func didOpen(_ opened: OpenedFile, _ request: EntryRequest) {

@@ -68,8 +68,12 @@ final class ReceiverSession: ProtocolRole {
             if (oldValue == nil) != (file == nil) { receiver?.filesReceiving += file == nil ? -1 : 1 }
         }
     }
-    private var results: [TransferFileResult] = []
-    var createdDirectories: [(path: String, mode: UInt32, mtime: timespec)] = []
+    /// The answers sent, counted.
+    private var tally = TransferTally()
+    /// Directories to give the sender's mode and mtime at goodbye (bounded).
+    var createdDirectories = DirectoriesToSettle()
+    /// This session's warnings: the first few are told, the rest counted.
+    var warnings = SessionWarnings()
     var bytesStored: UInt64 = 0
     /// When the connection was accepted.
     let started = monotonicNanoseconds()
@@ -148,8 +152,8 @@ final class ReceiverSession: ProtocolRole {
                 links: options.offersMetadata,
                 holes: options.offersMetadata, xattrs: options.offersMetadata,
                 owners: options.keepsOwners && geteuid() == 0, specials: options.offersMetadata,
-                devices: options.makesDevices && geteuid() == 0, sync: options.sync, delta: options.offersDelta,
-                syncAttributes: options.offersSyncAttributes))
+                devices: options.makesDevices && geteuid() == 0, sync: options.sync || options.delete,
+                delete: options.delete, delta: options.offersDelta, syncAttributes: options.offersSyncAttributes))
         hasher = DigestWorker(loop: loop)
         lane = SerialLane(pool: store.pool)
         heldHasher = DigestWorker(loop: loop)
@@ -324,7 +328,7 @@ final class ReceiverSession: ProtocolRole {
             case .dropFile(let keep):
                 dropFile(keep: keep)
             case .report(let result):
-                results.append(result)
+                tally.add(result)
                 receiver?.emit(.entry(sessionID: id, result))
             case .settleDirectories:
                 settleDirectories()
@@ -348,7 +352,7 @@ final class ReceiverSession: ProtocolRole {
                 if created.last == request.relative || machine.syncing {
                     let header = request.header
                     let mtime = timespec(tv_sec: Int(header.mtimeSeconds), tv_nsec: Int(header.mtimeNanoseconds))
-                    createdDirectories.append((request.relative, header.mode, mtime))
+                    settleLater(request.relative, mode: header.mode, mtime: mtime)
                 }
                 perform(machine.handle(.directoryMade(nil)))
             case .failure(let rejection):
@@ -381,7 +385,7 @@ final class ReceiverSession: ProtocolRole {
 
     /// A CHECK: gathered with the ones after it into one job on the lane (`flushChecks`).
     private func checkEntry(_ components: [String]?, _ header: CheckHeader, _ attributes: EntryAttributes) {
-        if machine.peerDeletes, let components { name(components.joined(separator: "/")) }
+        if machine.peerDeletes && machine.mayRemove, let components { name(components.joined(separator: "/")) }
         pendingChecks.append((components, header, attributes))
         if pendingChecks.count >= Self.checksPerJob { flushChecks() }
     }
@@ -407,13 +411,31 @@ final class ReceiverSession: ProtocolRole {
                 out += Frame.have(answer).encoded
                 if header.kind == .directory, answer.status == .same, header.applies, let components {
                     let mtime = timespec(tv_sec: Int(header.mtimeSeconds), tv_nsec: Int(header.mtimeNanoseconds))
-                    createdDirectories.append((components.joined(separator: "/"), header.mode, mtime))
+                    settleLater(components.joined(separator: "/"), mode: header.mode, mtime: mtime)
                 }
             }
             sendOrdered(out)
             runAfterStaged()
             pump()
         }
+    }
+
+    /// Keeps directory `path` to be given `mode` and `mtime` at goodbye; past the bound, says
+    /// once that the rest are left as they are.
+    private func settleLater(_ path: String, mode: UInt32, mtime: timespec) {
+        guard !createdDirectories.append(path, mode: mode, mtime: mtime), createdDirectories.dropped == 1 else {
+            return
+        }
+        warn(
+            "more than \(DirectoriesToSettle.maxCount) directories (or \(DirectoriesToSettle.maxPathBytes >> 20) MiB "
+                + "of their paths) in one session: the rest keep the mode and times they have here")
+    }
+
+    /// Tells the receiver's owner of a problem that failed no entry: the first few of a session
+    /// are told, the rest counted and told in one line as the session ends.
+    func warn(_ text: String) {
+        guard warnings.admit() else { return }
+        receiver?.emit(.warning(sessionID: id, text))
     }
 
     /// The paths CHECKed for PRUNE: the transfer's, over several connections.
@@ -449,8 +471,9 @@ final class ReceiverSession: ProtocolRole {
             admissionTimer = nil
         }
         guard ended else { return }
+        if let summary = warnings.summary { receiver?.emit(.warning(sessionID: id, summary)) }
         let report = TransferSessionReport(
-            id: id, peer: peer, results: results, bytes: bytesStored,
+            id: id, peer: peer, tally: tally, bytes: bytesStored,
             seconds: Double(monotonicNanoseconds() - started) / 1e9, error: session.error(how, subject: peer),
             streamIndex: machine.joined?.index)
         receiver?.sessionEnded(self, report: report)

@@ -30,6 +30,7 @@ extension TransferSender {
         summary.matchedBytes = matchedBytes
         summary.removed = removed
         summary.pruneFailures = pruneFailures
+        summary.pruneRefused = pruneRefused
         let done = completion
         completion = nil
         done?(summary)

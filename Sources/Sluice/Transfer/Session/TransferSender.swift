@@ -57,6 +57,8 @@ public final class TransferSender: ProtocolRole {
     public var onRemoved: ((String) -> Void)?
     private(set) var removed: [String] = []
     private(set) var pruneFailures: [String] = []
+    /// One of `pruneFailures` was a refusal (the receiver did not allow removing).
+    private(set) var pruneRefused = false
 
     /// The entries listed so far (the walk adds to them while the transfer runs).
     var entries: [OutgoingEntry]
@@ -348,7 +350,12 @@ public final class TransferSender: ProtocolRole {
             warn("the receiver does not keep extended attributes: sending files without them")
         }
         if options.sync && lacks(Wire.Capability.sync) {
-            warn("the receiver does not offer sync: every file is sent, and those it has are refused")
+            warn(
+                "the receiver does not let senders replace entries (it needs receive --sync): "
+                    + "every file is sent, and those it has are refused")
+        }
+        if options.sync && options.delete && lacks(Wire.Capability.delete) {
+            warn("the receiver does not let senders remove entries (it needs receive --delete): nothing is removed")
         }
         if options.owners && lacks(Wire.Capability.owners) {
             warn("the receiver does not keep owners (it is not running as root): files take its user and group")
@@ -403,6 +410,7 @@ public final class TransferSender: ProtocolRole {
                 onRemoved?(path)
             case .pruned(let root, let outcome):
                 if !outcome.isStored {
+                    if case .refused = outcome { pruneRefused = true }
                     let failure = "\(entries[root].relative): nothing removed: \(outcome)"
                     pruneFailures.append(failure)
                     warn("--delete: " + failure)

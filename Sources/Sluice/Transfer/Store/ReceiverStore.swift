@@ -454,11 +454,16 @@ final class ReceiverStore: @unchecked Sendable {
         closeDescriptor(file.parent)
     }
 
-    /// Sets mode and mtime of directories created by a session, deepest first; returns warnings.
-    func settleDirectories(_ directories: [(path: String, mode: UInt32, mtime: timespec)]) -> [String] {
-        directories.reversed().compactMap {
-            destination.applyDirectoryAttributes($0.path, mode: $0.mode, mtime: $0.mtime)
+    /// Sets mode and mtime of directories created by a session, deepest first; returns the
+    /// first few warnings (`SessionWarnings.shown`) and how many more there were.
+    func settleDirectories(_ directories: DirectoriesToSettle) -> (warnings: [String], more: Int) {
+        var warnings: [String] = []
+        var more = 0
+        directories.forEachLastFirst { path, mode, mtime in
+            guard let warning = destination.applyDirectoryAttributes(path, mode: mode, mtime: mtime) else { return }
+            if warnings.count < SessionWarnings.shown { warnings.append(warning) } else { more += 1 }
         }
+        return (warnings, more)
     }
 }
 
