@@ -205,40 +205,29 @@ public final class TransferReceiver {
     /// (accepted together, before any of them is read) is not a flood.
     public var admissionGrace: Duration = .seconds(1)
 
-    /// A connection from `address` is about to wait. Past the per-address cap, the oldest
-    /// waiting connection of `address` is dropped; past the overall cap, the oldest of the
-    /// address with the most waiting. Only connections past `admissionGrace` are dropped; when
-    /// every one is younger (a burst), the newcomer waits too, up to twice the cap, and beyond
-    /// that it is closed at once. Returns whether the newcomer may wait.
+    /// A connection from `address` is about to wait: `AdmissionPolicy` with this receiver's
+    /// caps and grace decides whether it may, and which waiting connection it pushes out.
+    /// Returns whether the newcomer may wait.
     private func makeRoomToWait(for address: String) -> Bool {
-        let now = monotonicNanoseconds()
-        let grace = UInt64(admissionGrace.nanoseconds)
-        let waiting = sessions.values.filter { !$0.isAdmitted && !$0.isEnded }
-        var byAddress: [String: [ReceiverSession]] = [:]
-        for session in waiting { byAddress[addresses[session.id] ?? "", default: []].append(session) }
-        let ownCount = byAddress[address]?.count ?? 0
-        let victims: [ReceiverSession]
-        if ownCount >= maxPendingPerAddress {
-            victims = byAddress[address] ?? []
-        } else if waiting.count >= maxPendingConnections {
-            // The most waiting; between equals, the one whose oldest is oldest.
-            let heaviest = byAddress.values.max { a, b in
-                a.count != b.count
-                    ? a.count < b.count : (a.map(\.id).min() ?? .max) > (b.map(\.id).min() ?? .max)
-            }
-            victims = heaviest ?? []
-        } else {
+        let policy = AdmissionPolicy(
+            maximumWaiting: maxPendingConnections, maximumPerAddress: maxPendingPerAddress, grace: admissionGrace)
+        let waiting = sessions.values.filter { !$0.isAdmitted && !$0.isEnded }.map {
+            AdmissionPolicy.Waiting(id: $0.id, address: addresses[$0.id] ?? "", since: $0.started)
+        }
+        switch policy.admit(from: address, among: waiting, at: monotonicNanoseconds()) {
+        case .wait:
+            return true
+        case .refuse:
+            return false
+        case .waitDropping(let id):
+            pendingDropped += 1
+            guard let oldest = sessions[id] else { return true }
+            oldest.dropWhileWaiting(
+                SluiceError(
+                    .unavailable, operation: "receive", subject: oldest.peer,
+                    detail: "dropped before it authenticated: newer connections were waiting"))
             return true
         }
-        guard let oldest = victims.filter({ now - $0.started >= grace }).min(by: { $0.id < $1.id }) else {
-            return ownCount < 2 * maxPendingPerAddress && waiting.count < 2 * maxPendingConnections
-        }
-        pendingDropped += 1
-        oldest.dropWhileWaiting(
-            SluiceError(
-                .unavailable, operation: "receive", subject: oldest.peer,
-                detail: "dropped before it authenticated: newer connections were waiting"))
-        return true
     }
 
     /// Session `id` said HELLO: admitted, or the reason to turn it away (all `maxSessions`
