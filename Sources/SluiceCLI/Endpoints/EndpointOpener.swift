@@ -178,15 +178,25 @@ typealias CancelOpening = () -> Void
 /// A `tls-listen:` endpoint's listener: it accepts connections and runs their handshakes
 /// until one client authenticates, and hands on that one alone. A port scan, a plaintext peer,
 /// a TLS 1.2 client or one with the wrong key ends its own connection with one line on
-/// stderr, and the listener waits on. At most `maxHandshakes` run at once; one more calls
-/// off the oldest.
+/// stderr, and the listener waits on. Connections wait for their handshake as `receive`'s do
+/// (`AdmissionPolicy`): at most `admission.maximumPerAddress` from one address and
+/// `admission.maximumWaiting` in all, each for the handshake timeout at most; a newcomer past
+/// a cap pushes out the oldest of its own address (or of the address with the most waiting),
+/// so a flood from one address does not keep a client from another out.
 final class AuthenticatingListener {
-    static let maxHandshakes = 16
+    /// Who may wait for a handshake: `receive`'s rule, with room for fewer strangers (each
+    /// holds a descriptor, and `copy` keeps the usual open-file limit).
+    static let admission = AdmissionPolicy(maximumWaiting: 256)
+    /// A connection whose handshake runs.
+    private struct Handshake {
+        var pair: (ReadStream, WriteStream)
+        var waiting: AdmissionPolicy.Waiting
+    }
     private let listener: SocketListener
     private let context: TLSContext
     private let loop: EventLoop
     private let name: String
-    private var handshaking: [Int: (ReadStream, WriteStream)] = [:]
+    private var handshaking: [Int: Handshake] = [:]
     private var nextID = 0
     private var onAuthenticated: (((ReadStream, WriteStream)) -> Void)?
 
@@ -199,24 +209,34 @@ final class AuthenticatingListener {
         self.loop = loop
         self.name = name
         self.onAuthenticated = onAuthenticated
-        try listener.accept(on: loop) { [self] input, output, _ in accepted(input, output) }
+        try listener.accept(on: loop) { [self] input, output, peer in accepted(input, output, from: peer) }
     }
 
-    private func accepted(_ input: ReadStream, _ output: WriteStream) {
-        guard onAuthenticated != nil else {
-            input.close()
-            output.close()
-            return
-        }
-        if handshaking.count >= Self.maxHandshakes, let oldest = handshaking.min(by: { $0.key < $1.key }) {
-            TLS.cancelHandshake(oldest.value)
+    private func accepted(_ input: ReadStream, _ output: WriteStream, from peer: SocketAddress) {
+        guard onAuthenticated != nil else { return Self.close(input, output) }
+        let address = HandshakeLimiter.key(for: peer)
+        let now = monotonicNanoseconds()
+        switch Self.admission.admit(from: address, among: handshaking.values.map(\.waiting), at: now) {
+        case .wait:
+            break
+        case .refuse:
+            return Self.close(input, output)
+        case .waitDropping(let oldest):
+            // Out of `handshaking` first, so that its completion says nothing of it.
+            if let pushed = handshaking.removeValue(forKey: oldest) {
+                TLS.cancelHandshake(pushed.pair)
+                let reason = SluiceError(
+                    .unavailable, operation: "TLS handshake", subject: pushed.pair.0.name,
+                    detail: "dropped before it authenticated: newer connections were waiting")
+                Terminal.report("\(name): \(PeerText.sanitized(reason.description))")
+            }
         }
         let pair = TLS.secure((input, output), context: context)
         let id = nextID
         nextID += 1
-        handshaking[id] = pair
+        handshaking[id] = Handshake(pair: pair, waiting: .init(id: id, address: address, since: now))
         TLS.handshake(pair, on: loop) { [self] error in
-            guard let pair = handshaking.removeValue(forKey: id) else { return }
+            guard let pair = handshaking.removeValue(forKey: id)?.pair else { return }
             if let error {
                 Terminal.report("\(name): \(PeerText.sanitized(error.description))")
                 return
@@ -229,13 +249,22 @@ final class AuthenticatingListener {
         }
     }
 
+    /// Closes a connection nobody will serve. Its streams were never opened, and a socket is
+    /// closed when its last opened stream closes: open both, then close both.
+    private static func close(_ input: ReadStream, _ output: WriteStream) {
+        input.open()
+        output.open()
+        output.close()
+        input.close()
+    }
+
     /// Stops listening and calls off the handshakes in progress.
     func cancel() {
         onAuthenticated = nil
         listener.close()
         let pending = handshaking.values
         handshaking.removeAll()
-        for pair in pending { TLS.cancelHandshake(pair) }
+        for handshake in pending { TLS.cancelHandshake(handshake.pair) }
     }
 }
 
