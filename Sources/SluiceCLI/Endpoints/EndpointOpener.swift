@@ -100,6 +100,9 @@ extension Endpoint {
         case (.tlsConnect(let host, let port, let tls), _):
             do {
                 let context = try tls.makeContext(role: .client, host: host, operand: description)
+                if let warning = tls.unverifiedPeerWarning(role: .client, operand: description) {
+                    Terminal.report(warning)
+                }
                 let pair = TLS.secure(
                     Socket.connect(host: host, port: port, timeout: options.timeout), context: context)
                 completion(.success(Self.half(of: pair, as: role)))
@@ -110,10 +113,8 @@ extension Endpoint {
             do {
                 let context = try tls.makeContext(role: .server, host: nil, operand: description)
                 let listener = try Socket.listen(host: host, port: port)
-                if !tls.authenticatesClient {
-                    Terminal.report(
-                        "warning: \(description): any client is served (no cafile=, pin=, key-file= or code=1 "
-                            + "to check it by)")
+                if let warning = tls.unverifiedPeerWarning(role: .server, operand: description) {
+                    Terminal.report(warning)
                 }
                 if let pin = context.localPin, !tls.usesKey {
                     // Listening now. With a throwaway certificate the client needs this to pin it.

@@ -30,7 +30,31 @@ struct TLSEndpointOptions: Hashable, Sendable {
     var usesKey: Bool { presharedKeyFile != nil || code || codeFile != nil }
 
     /// Whether a listener with these options checks who its client is (a CA, a pin, a key).
-    var authenticatesClient: Bool { usesKey || caFile != nil || pin != nil }
+    /// `verify=0` turns the CA's check off; a pin is checked all the same.
+    var authenticatesClient: Bool { usesKey || pin != nil || (caFile != nil && verify) }
+
+    /// Whether a client with these options checks who its server is (a CA chain and name, a
+    /// pin, a key): all but `verify=0` without `pin=`.
+    var authenticatesServer: Bool { usesKey || pin != nil || verify }
+
+    /// The one-line warning for an endpoint that checks nothing of its peer, as `operand` in
+    /// `role`: a listener that serves any client, or a client with `verify=0` and no pin that
+    /// talks to whoever answers. Nil when the peer is checked.
+    func unverifiedPeerWarning(role: TLSRole, operand: String) -> String? {
+        switch role {
+        case .server:
+            guard !authenticatesClient else { return nil }
+            let why =
+                verify
+                ? "no cafile=, pin=, key-file= or code=1 to check it by"
+                : "verify=0, and no pin=, key-file= or code=1 to check it by"
+            return "warning: \(operand): any client is served (\(why))"
+        case .client:
+            guard !authenticatesServer else { return nil }
+            return "warning: \(operand): the server is not verified (verify=0, and no pin= to check it by): "
+                + "whoever answers at that address is sent to or read from"
+        }
+    }
 
     /// Parses the options after the first comma of `operand`.
     init(parsing text: Substring, in operand: String) throws(UsageError) {
