@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 
 @testable import Sluice
@@ -15,11 +16,12 @@ import Testing
         SenderMachine.Entry(
             relative: "f", isDirectory: false, seekable: true, mode: 0o644, mtimeSeconds: 0, mtimeNanoseconds: 0)
     ]
-    static let key = ResumeKey(secret: Array(repeating: 7, count: 32), receiver: "127.0.0.1:1 key 00")
+    static let receiverKey = PreSharedKey(key: Array(repeating: 0x42, count: 32))!
+    static let key = ResumeKey(secret: Array(repeating: 7, count: 32), receiverKey: receiverKey)
 
     // MARK: The key
 
-    @Test("HMAC-SHA256 matches RFC 4231; a token depends on the key, the receiver and the file")
+    @Test("HMAC-SHA256 matches RFC 4231; a token depends on the secret, the receiver's key and the file")
     func tokens() {
         let mac = ResumeKey.hmacSHA256(key: Array("Jefe".utf8), message: Array("what do ya want for nothing?".utf8))
         #expect(SHA256Digest.hex(mac) == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
@@ -38,9 +40,18 @@ import Testing
         other = header
         other.path = Array("g".utf8)
         #expect(Self.key.token(for: other) != token)
-        #expect(ResumeKey(secret: Self.key.secret, receiver: "127.0.0.1:2 key 00").token(for: header) != token)
+        // Bound to the receiver's key: another key (a new pairing code) makes other tokens.
+        let newCode = PreSharedKey(key: Array(repeating: 0x43, count: 32))!
+        #expect(ResumeKey(secret: Self.key.secret, receiverKey: newCode).token(for: header) != token)
+        #expect(ResumeKey(secret: Self.key.secret, receiverKey: Self.receiverKey) == Self.key)
         #expect(
-            ResumeKey(secret: Array(repeating: 8, count: 32), receiver: Self.key.receiver).token(for: header) != token)
+            ResumeKey(secret: Array(repeating: 8, count: 32), receiverKey: Self.receiverKey).token(for: header)
+                != token)
+        // A receiver named rather than keyed is another binding again.
+        #expect(ResumeKey(secret: Self.key.secret, receiver: "here").token(for: header) != token)
+        #expect(
+            ResumeKey(secret: Self.key.secret, receiver: "here").token(for: header)
+                != ResumeKey(secret: Self.key.secret, receiver: "there").token(for: header))
         // What a receiver keeps tells nobody the token.
         #expect(ResumeKey.tag(of: token) != Array(SHA256Digest.hex(token).utf8))
         #expect(ResumeKey.tag(of: token).count == 64)
@@ -50,14 +61,42 @@ import Testing
     func keyFile() throws {
         try withTemporaryDirectory { root in
             let path = root + "/state/sluice/resume.key"
-            let made = try ResumeKey(receiver: "a", path: path)
+            let made = try ResumeKey(receiverKey: Self.receiverKey, path: path)
             #expect(made.secret.count == 32)
             var st = stat()
             #expect(stat(path, &st) == 0 && st.st_mode & 0o777 == 0o600)
             #expect(stat(root + "/state/sluice", &st) == 0 && st.st_mode & 0o777 == 0o700)
-            #expect(try ResumeKey(receiver: "b", path: path).secret == made.secret)
+            #expect(try ResumeKey(receiverKey: Self.receiverKey, path: path) == made)
             chmod(path, 0o644)
-            #expect(throws: SluiceError.self) { try ResumeKey(receiver: "a", path: path) }
+            #expect(throws: SluiceError.self) { try ResumeKey(receiverKey: Self.receiverKey, path: path) }
+        }
+    }
+
+    @Test("Senders that start at once with no key yet all use the one key made, never a half-written one")
+    func keyMadeByRacingSenders() throws {
+        try withTemporaryDirectory { root in
+            for round in 0..<100 {
+                let path = root + "/\(round)/sluice/resume.key"
+                let made = Mutex<[Result<ResumeKey, SluiceError>]>([])
+                DispatchQueue.concurrentPerform(iterations: 16) { _ in
+                    let key = Result { () throws(SluiceError) in
+                        try ResumeKey(receiverKey: Self.receiverKey, path: path)
+                    }
+                    made.withLock { $0.append(key) }
+                }
+                let results = made.withLock { $0 }
+                let keys = results.compactMap { try? $0.get() }
+                let failures = results.compactMap {
+                    if case .failure(let error) = $0 { error.description } else { nil }
+                }
+                #expect(keys.count == 16, "round \(round): \(failures)")
+                #expect(Set(keys.map(\.secret)).count == 1)
+                let again = try ResumeKey(receiverKey: Self.receiverKey, path: path)
+                #expect(again == keys.first)
+                // Nothing but the key is left in its directory.
+                let listing = try FileManager.default.contentsOfDirectory(atPath: root + "/\(round)/sluice")
+                #expect(listing == ["resume.key"])
+            }
         }
     }
 

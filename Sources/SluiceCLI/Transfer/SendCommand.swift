@@ -84,17 +84,13 @@ final class SendSession: Interruptible {
         }
     }
 
-    /// The sender's resume key (`ResumeKey`), bound to this receiver: its address, and the key
-    /// file's fingerprint (a pairing code's key is new each time). Nil, with a warning, when
-    /// the state directory cannot hold it: held bytes are then checked with SHA-256.
+    /// The sender's resume key (`ResumeKey`), bound to the receiver's key `key` (its key
+    /// file's, or its pairing code's), not to the address dialled: the same receiver under
+    /// another address vouches for what it holds, and one with a new code does not (what it
+    /// holds is checked with SHA-256). Nil, with a warning, when the state directory cannot
+    /// hold it: held bytes are then checked with SHA-256.
     func resumeKey(for key: PreSharedKey, quiet: Bool) -> ResumeKey? {
-        var receiver = destinationName
-        if case .keyFile = options.auth {
-            receiver += " key " + SHA256Digest.hex(SHA256Digest.hash(key.key).prefix(8))
-        } else {
-            receiver += " code"
-        }
-        switch Result(catching: { () throws(SluiceError) in try ResumeKey(receiver: receiver) }) {
+        switch Result(catching: { () throws(SluiceError) in try ResumeKey(receiverKey: key) }) {
         case .success(let made):
             return made
         case .failure(let error):
