@@ -32,14 +32,16 @@ enum SluiceCommand {
                                    connection
           tls:HOST:PORT[,OPT=VAL...]
                                    connect with TLS 1.3; OPT: cert=, key=, cafile=,
-                                   verify=0|1, name=, pin=sha256:HEX; or a key for
-                                   both ends: key-file=FILE, code=1 (SLUICE_CODE),
+                                   verify=0|1 (0: warns, nothing checked without
+                                   pin=), name=, pin=sha256:HEX; or a key for both
+                                   ends: key-file=FILE, code=1 (SLUICE_CODE),
                                    code-file=FILE
           tls-listen:[HOST:]PORT[,OPT=VAL...]
                                    listen with TLS 1.3 and serve the first client
                                    that authenticates (cafile=, pin=, key-file=, or
                                    code=1: prints a pairing code); others are logged
-                                   and turned away; prints its certificate's pin
+                                   and turned away, at most 8 waiting per address
+                                   (oldest out); prints its certificate's pin
         """
 
     static let exitStatusHelp = """
