@@ -99,7 +99,7 @@ struct SendOptions: Sendable {
             "sync",
             help:
                 "ask the receiver what it has first: skip files\nof the same size and mtime, replace those that\n"
-                + "differ (atomically), send the rest"),
+                + "differ (atomically), send the rest (the\nreceiver must allow it: receive --sync)"),
         OptionSpec(
             "dry-run", short: "n",
             help: "with --sync (implied): change nothing, print\nwhat would be sent, replaced or left"),
@@ -107,7 +107,7 @@ struct SendOptions: Sendable {
             "delete",
             help:
                 "with --sync (implied): once every file is\nstored, remove what the receiver has under each\n"
-                + "directory sent that is not sent"),
+                + "directory sent that is not sent (the receiver\nmust allow it: receive --delete)"),
         OptionSpec(
             "checksum", short: "c",
             help: "with --sync (implied): compare files by digest,\nnot by size and mtime"),
