@@ -414,10 +414,11 @@ struct ReceiverMachineTests {
         #expect(driver.created == [["d"], ["d", "f"]])
     }
 
-    @Test("A name of the partial-file form is refused (FILE, DIR or RANGE); the form elsewhere in a path is not")
+    @Test("A partial file's name is refused as any component (FILE, DIR or RANGE); names only like it are not")
     func partialNamesRefused() {
         let reserved = [
             ".x.sluice-part", "d/.x.sluice-part", "..sluice-part", ".sluice-part.0123abcd", ".sluice-part.",
+            ".x.sluice-part/f", "d/.sluice-part.link-1f/e/f",
         ]
         for path in reserved {
             for kind in ["file", "dir", "range"] {
@@ -444,7 +445,7 @@ struct ReceiverMachineTests {
                 #expect(machine.state == .idle)
             }
         }
-        for path in ["x.sluice-part", ".sluice-part", ".x.sluice-part/f", ".x.sluice-parts", "sluice-part.x"] {
+        for path in ["x.sluice-part", ".sluice-part", "x.sluice-part/f", ".x.sluice-parts/f", "sluice-part.x"] {
             var machine = receiverAfterHello(.init())
             let actions = machine.received(.frame(.file(fileHeader(path, size: 10))))
             #expect(actions.first.map { if case .openFile = $0 { true } else { false } } == true, "\(path): \(actions)")

@@ -193,8 +193,8 @@ enum Delta {
     /// only a hole follows. Bytes before it read as zeros. It moves the descriptor's file
     /// offset, which `pread` does not use: jobs reading the same descriptor may ask at once.
     static func nextData(_ fd: Int32, from offset: UInt64, size: UInt64) -> UInt64 {
-        guard offset < size else { return offset }
-        let found = lseek(fd, off_t(offset), seekData)
+        guard offset < size, let at = fileOffset(offset) else { return offset }
+        let found = lseek(fd, at, seekData)
         if found >= 0 { return min(max(UInt64(found), offset), size) }
         // ENXIO: no data from `offset` to the end; anything else (no SEEK_DATA): data, maybe.
         return errno == ENXIO ? size : offset
@@ -202,9 +202,9 @@ enum Delta {
 
     /// The first offset after `offset` (which holds data) where a hole starts, or `size`.
     static func nextHole(_ fd: Int32, from offset: UInt64, size: UInt64) -> UInt64 {
-        guard offset < size else { return offset }
-        let found = lseek(fd, off_t(offset), seekHole)
-        return found > off_t(offset) ? min(UInt64(found), size) : size
+        guard offset < size, let at = fileOffset(offset) else { return offset }
+        let found = lseek(fd, at, seekHole)
+        return found > at ? min(UInt64(found), size) : size
     }
 
     /// `readFully` of the file `fd` of `size` bytes, where what `nextData` says is a hole is
@@ -234,7 +234,8 @@ enum Delta {
     static func readFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: UInt64) -> Bool {
         var done = 0
         while done < buffer.count {
-            let n = pread(fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset) + off_t(done))
+            guard let at = fileOffset(offset, plus: UInt64(done)) else { return false }
+            let n = pread(fd, buffer.baseAddress! + done, buffer.count - done, at)
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else { return false }
             done += n
@@ -274,6 +275,16 @@ struct DeltaBasis: Sendable {
     var blockCount: UInt64 { Delta.blockCount(size, blockSize) }
     /// Signatures taken so far (the next block's index).
     var received: UInt64 { UInt64(strong.count) }
+
+    /// Whether `batch` (SIGS from the receiver) holds the next signatures of this basis: of
+    /// its size and the block size that size has, from the next block on, within its blocks,
+    /// and of a basis of no more than `Delta.maximumBlocks`. Checked before `add`: a receiver's
+    /// numbers, whatever they are, then only describe a basis that the sender can hold.
+    func takes(_ batch: SignatureBatch) -> Bool {
+        batch.blockSize == blockSize && blockSize == Delta.blockSize(forBasis: size) && batch.size == size
+            && batch.first == received && blockCount <= Delta.maximumBlocks
+            && UInt64(batch.signatures.count) <= blockCount - received
+    }
 
     /// Takes the next signatures, in order. A last block shorter than the others is not looked
     /// up (a window of the full length cannot be it).

@@ -28,18 +28,21 @@ enum PathCheck {
         return .success(components)
     }
 
-    /// `components`, for a path the receiver is to create: refused besides when its last
-    /// component has the form of the receiver's own partial files (`.NAME.sluice-part` or
-    /// `.sluice-part.` and anything), which a later transfer of NAME would take for its
-    /// partial and empty, or resume, without `--overwrite`.
+    /// `components`, for a path the receiver is to create, check or remove: refused besides
+    /// when any of its components has the form of the receiver's own temporary names
+    /// (`isPartialName`). As the last component, a later transfer of NAME would take it for
+    /// its partial and empty, or resume, it without `--overwrite`; as a directory on the way,
+    /// it would hold entries under a name the receiver takes for one of its own (PRUNE passes
+    /// such names over) and stand where a later file of NAME puts its partial.
     static func receivable(_ path: [UInt8]) -> Result<[String], PathRefusal> {
         components(path).flatMap { components in
-            guard let last = components.last, isPartialName(last) else { return .success(components) }
+            guard components.contains(where: isPartialName) else { return .success(components) }
             return .failure(PathRefusal("the name of a partial file (.NAME.sluice-part) is reserved"))
         }
     }
 
-    /// Whether `name` matches `.*.sluice-part` or `.sluice-part.*`, the names partial files take.
+    /// Whether `name` matches `.*.sluice-part` or `.sluice-part.*`, the names partial files take
+    /// (and links being made, `.sluice-part.link-*`).
     static func isPartialName(_ name: String) -> Bool {
         let suffix = ".sluice-part"
         if name.hasPrefix(suffix + ".") { return true }

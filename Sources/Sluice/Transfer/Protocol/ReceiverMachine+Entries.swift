@@ -14,6 +14,9 @@ extension ReceiverMachine {
                 path: PeerText.sanitized(header.path))
         case .success(let components):
             let relative = components.joined(separator: "/")
+            if let rejection = Self.sizeRejection(header) {
+                return refuseAtHeader(header, rejection, path: relative)
+            }
             if let maxSize = settings.maxSize, header.sizeKnown, header.size > maxSize {
                 return refuseAtHeader(
                     header, .refused(.tooLarge, "too large: \(header.size) bytes, the limit is \(maxSize)"),
@@ -24,6 +27,14 @@ extension ReceiverMachine {
             state = .storing(.file(request))
             return [.openFile(request)]
         }
+    }
+
+    /// Why a FILE or RANGE announcing `header`'s size is refused whatever the receiver's limit:
+    /// a size past `Wire.maxFileSize` (more than an `off_t` holds), which no file can have.
+    /// Nil for any other size, or none.
+    static func sizeRejection(_ header: EntryHeader) -> EntryRejection? {
+        guard header.sizeKnown, header.size > Wire.maxFileSize else { return nil }
+        return .refused(.tooLarge, "too large: \(header.size) bytes, more than a file can hold (\(Wire.maxFileSize))")
     }
 
     /// Answers a FILE at its header: an eager file's data is on its way, so it is skipped up
@@ -55,6 +66,8 @@ extension ReceiverMachine {
                 problem = refuse("empty range")
             } else if range.end.map({ $0 > header.size }) ?? true {
                 problem = refuse("\(range) outside the announced size (\(header.size) bytes)")
+            } else if let rejection = Self.sizeRejection(header) {
+                problem = (rejection, relative)
             } else if let maxSize = settings.maxSize, header.size > maxSize {
                 problem = (.refused(.tooLarge, "too large: \(header.size) bytes, the limit is \(maxSize)"), relative)
             }
@@ -112,7 +125,7 @@ extension ReceiverMachine {
         let relative = components.joined(separator: "/")
         var link = header
         if header.kind == .hard {
-            guard case .success(let target) = PathCheck.components(header.target),
+            guard case .success(let target) = PathCheck.receivable(header.target),
                 linkTargets.contains(target.joined(separator: "/"))
             else {
                 return answer(
@@ -198,39 +211,27 @@ extension ReceiverMachine {
         }
         let (newTotal, overflow) = file.total.addingReportingOverflow(count)
         let size = file.expected
-        if overflow {
-            state = finishing ? .idle : .discarding
-            return (
-                false,
-                [.dropFile(keep: false)]
-                    + answer(
-                        .failed(.data, "more data than a file can hold"), path: file.request.relative,
-                        isDirectory: false, size: size, resumed: file.offset)
-            )
+        // Past `Wire.maxFileSize` from the file's start no offset holds the bytes: that is the
+        // limit of a file of unknown size (a known one's is no more, `sizeRejection`).
+        let room = Wire.maxFileSize - min(file.range?.start ?? 0, Wire.maxFileSize)
+        let rejection: EntryRejection
+        if let size, overflow || newTotal > size {
+            rejection = .failed(.data, "more data than announced (\(size) bytes)")
+        } else if overflow || newTotal > room {
+            rejection = .failed(.data, "more data than a file can hold")
+        } else if let maxSize = settings.maxSize, newTotal > maxSize {
+            rejection = .refused(.tooLarge, "too large: more than \(maxSize) bytes")
+        } else {
+            var updated = file
+            updated.received = newTotal - file.offset
+            state = finishing ? .finishing(updated) : .receiving(updated)
+            return (true, [])
         }
-        if let size, newTotal > size {
-            state = finishing ? .idle : .discarding
-            return (
-                false,
-                [.dropFile(keep: false)]
-                    + answer(
-                        .failed(.data, "more data than announced (\(size) bytes)"), path: file.request.relative,
-                        isDirectory: false, size: size, resumed: file.offset)
-            )
-        }
-        if let maxSize = settings.maxSize, newTotal > maxSize {
-            state = finishing ? .idle : .discarding
-            return (
-                false,
-                [.dropFile(keep: false)]
-                    + answer(
-                        .refused(.tooLarge, "too large: more than \(maxSize) bytes"), path: file.request.relative,
-                        isDirectory: false, size: size, resumed: file.offset)
-            )
-        }
-        var updated = file
-        updated.received = file.received + count
-        state = finishing ? .finishing(updated) : .receiving(updated)
-        return (true, [])
+        state = finishing ? .idle : .discarding
+        return (
+            false,
+            [.dropFile(keep: false)]
+                + answer(rejection, path: file.request.relative, isDirectory: false, size: size, resumed: file.offset)
+        )
     }
 }

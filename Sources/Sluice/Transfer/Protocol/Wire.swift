@@ -19,6 +19,11 @@ enum Wire {
     static let maxPathBytes = 4096
     /// The longest path component, in bytes (NAME_MAX).
     static let maxComponentBytes = 255
+    /// The largest file a receiver takes, and the furthest any of its bytes may lie: `Int64.max`,
+    /// what an `off_t` holds. A FILE or RANGE of a larger size is refused (too large), and a
+    /// file's data, holes and copies are counted against it before any of them becomes an
+    /// offset, so no number from the wire is converted before it is checked.
+    static let maxFileSize = UInt64(Int64.max)
     /// The longest reason text in REFUSED, FAILED, ABORT and ERROR.
     static let maxReasonBytes = 1024
     /// The most capabilities a HELLO may list, and the longest one.

@@ -42,7 +42,8 @@ extension ReceiverSession {
     /// (`Wire.holeDigestInput`).
     func deliverHole(_ length: UInt64) {
         if let wholeFile {
-            wholeFile.appendHole(Int(length))
+            // The machine counted it within the file's size, which a file held whole keeps small.
+            wholeFile.appendHole(Int(clamping: length))
             return
         }
         guard let file else { return }

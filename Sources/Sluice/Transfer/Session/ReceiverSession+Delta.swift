@@ -206,9 +206,12 @@ extension ReceiverSession {
     /// start): raw deflate, bounded by the bytes still to come after `offset` and the size limit.
     func makeInflate(_ header: EntryHeader, after offset: UInt64) -> StageDriver? {
         guard header.compressed else { return nil }
-        var maxOutput: UInt64? = header.sizeKnown ? header.size - min(offset, header.size) : nil
-        if let maxSize = options.maxSize { maxOutput = min(maxOutput ?? maxSize, maxSize) }
-        let limit = InflateLimit(maxOutputBytes: maxOutput.map { Int(clamping: $0) })
+        // Of unknown size, no more than a file can hold (`Wire.maxFileSize`): no byte it writes
+        // lies where no offset reaches.
+        let most = header.sizeKnown ? header.size : Wire.maxFileSize
+        var maxOutput = most - min(offset, most)
+        if let maxSize = options.maxSize { maxOutput = min(maxOutput, maxSize) }
+        let limit = InflateLimit(maxOutputBytes: Int(clamping: maxOutput))
         return (try? Inflate(format: .deflate, limit: limit)).map { StageDriver($0) }
     }
 

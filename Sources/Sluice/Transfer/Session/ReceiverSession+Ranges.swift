@@ -120,8 +120,11 @@ extension ReceiverSession {
     ) {
         guard let shared = file.shared, let range = file.range else { return }
         guard !ended, file.lifecycle.phase == .verifying else { return }
+        // A write that failed (no space, past what the file system holds) is said as such, not
+        // as the digest it left wrong.
+        let writeFailure = file.target.failure.map { EntryRejection.failed(.io, $0.description) }
         let mismatch = computed == digest ? nil : EntryRejection.failed(.data, "\(machine.digest) mismatch (\(range))")
-        if let rejection = heldFailure ?? mismatch {
+        if let rejection = writeFailure ?? heldFailure ?? mismatch {
             guard advance(file, .failed) != nil else { return }
             self.file = nil
             releaseRange(file, holding: 0)

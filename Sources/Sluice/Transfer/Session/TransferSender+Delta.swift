@@ -47,10 +47,7 @@ extension TransferSender {
         let delta = file.delta ?? OutgoingDelta()
         file.delta = delta
         var basis = delta.basis ?? DeltaBasis(blockSize: batch.blockSize, size: batch.size)
-        guard batch.blockSize == Delta.blockSize(forBasis: batch.size), batch.size == basis.size,
-            batch.first == basis.received, basis.received + UInt64(batch.signatures.count) <= basis.blockCount,
-            basis.blockCount <= Delta.maximumBlocks
-        else {
+        guard basis.takes(batch) else {
             perform(machine.violated("SIGS out of order, or not of the basis announced"))
             return
         }

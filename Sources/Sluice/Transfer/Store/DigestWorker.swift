@@ -300,9 +300,13 @@ final class DigestWorker: @unchecked Sendable {
             var ok = true
             while position < length {
                 let want = Int(min(UInt64(size), length - position))
+                guard let at = fileOffset(start, plus: position) else {
+                    ok = false
+                    break
+                }
                 var n = -1
                 repeat {
-                    n = pread(fd, buffer.baseAddress, want, off_t(start + position))
+                    n = pread(fd, buffer.baseAddress, want, at)
                 } while n < 0 && errno == EINTR
                 if n <= 0 {
                     ok = false

@@ -4,6 +4,16 @@ import CSluiceLinux
     import Glibc
 #endif
 
+/// `base + delta` as a file offset (`off_t`), or nil when the sum overflows or passes
+/// `Wire.maxFileSize`. Every position a receiver writes or reads in a file goes through it
+/// before it becomes an `off_t`: the machine keeps the peer's numbers within the file's size
+/// (`ReceiverMachine.sizeRejection`), and a number that got past that fails the write as
+/// too large instead of trapping.
+func fileOffset(_ base: UInt64, plus delta: UInt64 = 0) -> off_t? {
+    let (sum, overflow) = base.addingReportingOverflow(delta)
+    return overflow ? nil : off_t(exactly: sum)
+}
+
 /// Where a file being received is written: a whole file, or a range of one, at increasing
 /// offsets. With `writebackWindow`, writeback of what was written is started (not
 /// waited for) each time that much more was written, so that the fsync at the end of the file
@@ -114,7 +124,10 @@ final class WriteTarget: @unchecked Sendable {
             directFD >= 0 && count > 0 && count % Self.directAlignment == 0
                 && position % UInt64(Self.directAlignment) == 0,
             "a direct splice of whole blocks at a block boundary")
-        var offset = __off64_t(position)
+        guard fileOffset(position, plus: UInt64(count)) != nil, var offset = fileOffset(position) else {
+            failure = Self.tooLarge(display)
+            return .failed
+        }
         var n = -1
         // Non-blocking on the pipe's side: it holds the bytes asked for, and if it ever did not,
         // EAGAIN fails the write instead of the loop waiting on a pipe only it writes to.
@@ -179,10 +192,21 @@ final class WriteTarget: @unchecked Sendable {
         return count == 1 || memcmp(address, address + 1, count - 1) == 0
     }
 
+    /// The failure of a write past `Wire.maxFileSize` (`EFBIG`, as the kernel says of a write
+    /// past the largest file a file system holds).
+    private static func tooLarge(_ display: String) -> SluiceError {
+        SluiceError(.system(Errno(rawValue: EFBIG)), operation: "write", subject: display)
+    }
+
     /// On the worker: writes all of `bytes` at `offset`.
     private func writeAll(_ bytes: UnsafeRawBufferPointer, at offset: UInt64) -> Outcome {
         guard failure == nil else { return .failedBefore }
         guard let base = bytes.baseAddress else { return .written }
+        // Every position below is before this end: each becomes an `off_t` without a trap.
+        guard fileOffset(offset, plus: UInt64(bytes.count)) != nil else {
+            failure = Self.tooLarge(display)
+            return .failedNow
+        }
         var done = 0
         while done < bytes.count {
             let position = offset + UInt64(done)
