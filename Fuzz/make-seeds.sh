@@ -74,4 +74,11 @@ printf '\0sluice-key-v1 %s\n' 000102030405060708090a0b0c0d0e0f101112131415161718
 printf '\0%s' '7kq2-m4zp-abcd-efgh-o123-4567-899t' >"$corpus/parsers/code"
 printf '\x30%s' '0+16=16,16+16=3,32+16=0' >"$corpus/parsers/ranges"
 printf '\xff%s' '0+1048576=524288,1048576+1048576=1048576,99+5=1,18446744073709551615+2=1' >"$corpus/parsers/ranges-large"
+# Range lists at the edges of an offset (the seed byte 0xfc, 0xfd, 0xfe picks a file of 2^63 - 1,
+# 2^63 or 2^64 - 1 bytes), and sizes past what a size holds.
+printf '\xfc%s' '9223372036854775806+1=1,0+9223372036854775807=5' >"$corpus/parsers/ranges-edge-offset"
+printf '\xfd%s' '9223372036854775807+1=1,9223372036854775808+0=0' >"$corpus/parsers/ranges-edge-past"
+printf '\xfe%s' '18446744073709551614+1=1,9223372036854775808+9223372036854775807=3' >"$corpus/parsers/ranges-edge-max"
+printf '\0%s' '18446744073709551615' >"$corpus/parsers/size-edge-max"
+printf '\0%s' '9223372036854775808G' >"$corpus/parsers/size-edge-units"
 for dir in "$corpus"/*; do echo "make-seeds: $(ls "$dir" | wc -l) seeds in ${dir#"$fuzz"/}"; done

@@ -8,6 +8,9 @@
 # finding and says where the input that caused it was saved; to keep it, copy it to
 # Regressions/TARGET and add a regression test in Tests/SluiceTests.
 #
+# The frames, receiver and sender targets fuzz with Dictionaries/numbers.dict (sizes and offsets
+# at 2^63 - 1, 2^63 and 2^64 - 1), the parsers target with Dictionaries/parsers.dict.
+#
 # Environment: FUZZ_FINDINGS (default Fuzz/.build/findings) where findings are saved;
 # FUZZ_RSS_MB (default 2048) libFuzzer's memory limit. One process per target, one target at
 # a time: the machine is shared.
@@ -27,6 +30,12 @@ case $target in
     inflate | frames | receiver | sender | parsers | tls) targets=("$target") ;;
     *) usage ;;
 esac
+dictionary() {
+    case $1 in
+        frames | receiver | sender) echo "$fuzz/Dictionaries/numbers.dict" ;;
+        parsers) echo "$fuzz/Dictionaries/parsers.dict" ;;
+    esac
+}
 product() {
     case $1 in
         inflate) echo FuzzInflate ;;
@@ -94,8 +103,9 @@ for t in "${targets[@]}"; do
     mkdir -p "$scratch/corpus-$t"
     cp Corpus/"$t"/* "$scratch/corpus-$t/"
     echo "fuzz: $t: fuzzing for $seconds s from $(ls "$scratch/corpus-$t" | wc -l) seeds"
+    dict=$(dictionary "$t")
     if "$binary" "$scratch/corpus-$t" -max_total_time="$seconds" -rss_limit_mb="${FUZZ_RSS_MB:-2048}" \
-        -timeout=20 -print_final_stats=1 -artifact_prefix="$findings/$t-" >"$log" 2>&1; then
+        ${dict:+-dict="$dict"} -timeout=20 -print_final_stats=1 -artifact_prefix="$findings/$t-" >"$log" 2>&1; then
         grep -E "^#[0-9]+.*DONE|^stat::number_of_executed_units|^stat::peak_rss_mb" "$log" | sed "s/^/fuzz: $t: /"
     else
         grep -v -e "^#[0-9]" -e "^INFO:" -e "NEW_FUNC" "$log" | tail -60 >&2

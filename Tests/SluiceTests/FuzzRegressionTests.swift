@@ -289,4 +289,40 @@ import Testing
         #expect(error.code == .protocolViolation, "\(error)")
         #expect(!"\(error)".contains("certificate"), "\(error)")
     }
+
+    /// Fuzz/Regressions/sender/dry-run-prune: `send --sync --delete --dry-run` (settings the
+    /// seeds of sizes at the edges led the fuzzer to). The sender asked, then sent PRUNE, which
+    /// the target took for a change made on a dry run: it is flagged dry run, and the receiver
+    /// only lists what would go. What a dry run sends, then: CHECKs, that PRUNE, BYE.
+    @Test func aDryRunSendsOnlyQuestionsAndADryRunPrune() {
+        let directory = SenderMachine.Entry(
+            relative: "d", isDirectory: true, seekable: false, mode: 0o755, mtimeSeconds: 0, mtimeNanoseconds: 0)
+        let file = SenderMachine.Entry(
+            relative: "d/f", isDirectory: false, seekable: true, mode: 0o644, mtimeSeconds: 0, mtimeNanoseconds: 0)
+        var settings = SenderMachine.Settings()
+        (settings.sync, settings.dryRun, settings.pruneRoots) = (true, true, [0])
+        var machine = SenderMachine(entries: [directory, file], settings: settings)
+        var sent = machine.start()
+        _ = machine.received(.magic)
+        _ = machine.received(.frame(.hello(version: 1, capabilities: ["sha256", "sync"])))
+        for _ in 0..<10 where !machine.hasEnded {
+            let actions = machine.proceed()
+            sent += actions
+            for case .send(let frame) in actions {
+                switch frame {
+                case .check: _ = machine.received(.frame(.have(HaveAnswer(status: .differs))))
+                case .prune: _ = machine.received(.frame(.stored))
+                case .bye: _ = machine.received(.frame(.bye))
+                default: break
+                }
+            }
+        }
+        let frames = sent.compactMap { action -> Frame? in
+            if case .send(let frame) = action { return frame }
+            return nil
+        }
+        #expect(frames.dropFirst().map(\.type) == [.check, .check, .prune, .bye], "\(frames)")
+        #expect(frames.contains(.prune(path: Array("d".utf8), dryRun: true)))
+        #expect(machine.hasEnded)
+    }
 }

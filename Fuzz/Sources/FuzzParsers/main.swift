@@ -19,9 +19,11 @@ func fuzzParsers(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
     sizes(text)
     keyFile(text)
     pairingCode(text)
-    // The file's size, from the seed byte: 0, small, or far beyond any range's end.
+    // The file's size, from the seed byte: 0, small, far beyond any range's end, or at the
+    // edges of what an offset and the field hold (0xfc, 0xfd, 0xfe: 2^63 - 1, 2^63, 2^64 - 1).
     let seed = UInt64(start[0])
-    ranges(Array(bytes), size: seed << (seed % 48))
+    let edges = [UInt64(Int64.max), UInt64(Int64.max) + 1, .max]
+    ranges(Array(bytes), size: (0xfc...0xfe).contains(seed) ? edges[Int(seed - 0xfc)] : seed << (seed % 48))
     return 0
 }
 
@@ -69,6 +71,7 @@ func ranges(_ bytes: [UInt8], size: UInt64) {
             return
         }
         expect(range.length > 0 && end <= size, "range \(range) outside \(size) bytes")
+        expect(end <= Wire.maxFileSize, "range \(range) past what an offset holds")
         if let count = held[range] { expect(count <= range.length, "range \(range) holds \(count)") }
         if index > 0 { expect(!sorted[index - 1].overlaps(range), "ranges \(sorted[index - 1]) and \(range) overlap") }
     }

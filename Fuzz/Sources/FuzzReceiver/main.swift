@@ -9,7 +9,9 @@
 // announced or the size limit allows; everything sent back decodes as the receiver's side.
 // Ranges (the `streams` capability) are kept per file as the receiver's transfer keeps them: a
 // range never overlaps another or leaves the announced size, and a file is stored only when
-// its verified ranges cover it and the whole matches the file digest.
+// its verified ranges cover it and the whole matches the file digest. Now and then a frame's
+// sizes, offsets and counts are moved to 2^63 - 1, 2^63 or 2^64 - 1 (`Edges`): no file is taken
+// past what an offset holds, and none of its bytes lands past one.
 import FuzzDriver
 
 @testable import FuzzSupport
@@ -53,7 +55,18 @@ final class ActiveFile {
     var holeCount: UInt64 = 0
 
     /// The bytes the file holds: data, and the zeros of its holes.
-    var size: UInt64 { UInt64(content.count) - 13 * holeCount + holes }
+    var size: UInt64 {
+        let (sum, overflow) = (UInt64(content.count) - 13 * holeCount).addingReportingOverflow(holes)
+        expect(!overflow, "holes of more than 2^64 bytes in one file")
+        return sum
+    }
+
+    /// Where its bytes end in the file: past `Wire.maxFileSize` no offset (`off_t`) holds them,
+    /// and the session would trap converting one.
+    func expectWithinAnOffset(_ what: String) {
+        let end = fileOffset(range?.start ?? 0, plus: size)
+        expect(end != nil, "\(what) past what an offset holds: \(size) bytes from \(range?.start ?? 0)")
+    }
 
     init(request: EntryRequest, content: [UInt8], inflate: Inflate?, range: ByteRange? = nil) {
         self.request = request
@@ -106,6 +119,10 @@ final class Session {
     func received(_ item: FrameDecoder.Item) -> Int {
         expect(machine.acceptsMessages, "a message while the machine waits for an outcome")
         let announcedBefore = machine.entriesAnnounced
+        // Now and then a size, offset, length or count moved to the edges of what an offset
+        // and a wire field hold (`Edges`).
+        var item = item
+        if case .frame(let frame) = item { item = .frame(Edges.frame(frame, &choices)) }
         let actions = machine.received(item)
         if machine.entriesAnnounced != announcedBefore {
             expect(machine.entriesAnnounced == announcedBefore + 1, "two entries from one message")
@@ -229,6 +246,7 @@ final class Session {
                 file.holes += length
                 file.holeCount += 1
                 expect(file.size <= file.request.header.size, "a hole past the announced size")
+                file.expectWithinAnOffset("a hole")
             case .openFile(let request):
                 check(request)
                 // A BATCH holds only small files sent whole.
@@ -246,6 +264,7 @@ final class Session {
                 expect(offset + length <= UInt64(basis.count), "a COPY past the basis")
                 file.content += basis[Int(offset)..<Int(offset + length)]
                 expect(file.size <= file.request.header.size, "a COPY past the announced size")
+                file.expectWithinAnOffset("a COPY")
             case .deliverData:
                 expect(false, "deliverData outside a DATA message")
             case .finishData:
@@ -363,6 +382,9 @@ final class Session {
 
     func openFile(_ request: EntryRequest) {
         let name = request.relative
+        expect(
+            !request.header.sizeKnown || request.header.size <= Wire.maxFileSize,
+            "a FILE of \(request.header.size) bytes taken, more than an offset holds")
         if store.parentsBlocked(request.components) {
             handle(.fileOpened(.failure(.refused(.invalidPath, "\(name): a parent is not a directory"))))
             return
@@ -408,11 +430,11 @@ final class Session {
     /// A compressed file's decompressor, bounded as the session bounds it.
     func makeInflate(_ header: EntryHeader, after offset: UInt64) -> Inflate? {
         guard header.compressed else { return nil }
-        var maxOutput: UInt64? = header.sizeKnown ? header.size - min(offset, header.size) : nil
-        if let maxSize = machine.settings.maxSize { maxOutput = min(maxOutput ?? maxSize, maxSize) }
+        let most = header.sizeKnown ? header.size : Wire.maxFileSize
+        var maxOutput = most - min(offset, most)
+        if let maxSize = machine.settings.maxSize { maxOutput = min(maxOutput, maxSize) }
         do {
-            return try Inflate(
-                format: .deflate, limit: InflateLimit(maxOutputBytes: maxOutput.map { Int(clamping: $0) }))
+            return try Inflate(format: .deflate, limit: InflateLimit(maxOutputBytes: Int(clamping: maxOutput)))
         } catch {
             expect(false, "Inflate.init: \(error)")
             return nil
@@ -488,6 +510,7 @@ final class Session {
         }
         expect(actions.isEmpty, "bytes allowed with actions")
         file.content.append(contentsOf: bytes)
+        file.expectWithinAnOffset("data")
         let header = file.request.header
         if let range = file.range {
             expect(file.size <= range.length, "\(file.size) bytes in \(range)")
@@ -555,6 +578,7 @@ extension Session {
         let header = request.header
         expect(header.sizeKnown && !header.compressed, "a range without a known size, or compressed")
         expect(range.length > 0 && (range.end.map { $0 <= header.size } ?? false), "\(range) outside \(header.size)")
+        expect(header.size <= Wire.maxFileSize, "a RANGE of a file of \(header.size) bytes taken")
         var entry = ranged[request.relative] ?? RangedFile(header: header)
         guard entry.header == header, !entry.announced.contains(where: { $0.overlaps(range) }) else {
             handle(.fileOpened(.failure(.refused(.invalidRange, "overlapping ranges"))))

@@ -8,7 +8,9 @@
 // sender sends decodes as the receiver's side; a delta is flagged as the receiver allows
 // (resumable only to one offering `delta-resume`). Some sessions are one connection of a transfer
 // over several (`streams`): they JOIN first and send files in ranges, as `StreamPlan` shares
-// them out; a range's data never leaves the range.
+// them out; a range's data never leaves the range. Now and then an answer's numbers are moved to
+// 2^63 - 1, 2^63 or 2^64 - 1 (`Edges`), and files are as large as an offset holds: a lying
+// receiver's ACCEPT offset or SIGS never gets past the checks.
 import FuzzDriver
 
 @testable import FuzzSupport
@@ -63,6 +65,8 @@ final class Session {
     var sending: (index: Int, offset: UInt64, range: ByteRange?)?
     /// The planned size of each file sent in ranges.
     var planned: [Int: UInt64] = [:]
+    /// The receiver's signatures taken, by entry (a file sent as a delta).
+    var bases: [Int: DeltaBasis] = [:]
     /// What the sender sends, decoded as the receiver would.
     var sent = peerDecoder(.toReceiver)
     /// The last message sent was an XATTR, OWNER or TOKEN: an entry (or a CHECK) is to follow.
@@ -88,6 +92,9 @@ final class Session {
     }
 
     func received(_ item: FrameDecoder.Item) {
+        // Now and then an ACCEPT's offset or a SIGS's numbers at the edges (`Edges`).
+        var item = item
+        if case .frame(let frame) = item { item = .frame(Edges.frame(frame, &choices)) }
         perform(machine.received(item))
         step()
     }
@@ -147,6 +154,8 @@ final class Session {
                 // receiver agreed `sync-attributes`), and says goodbye.
                 var asks: Set<Wire.MessageType> = [.hello, .check, .bye, .error, .join]
                 if machine.syncsAttributes { asks.formUnion([.xattr, .owner]) }
+                // With `--delete`, PRUNE flagged dry run: the receiver only lists what would go.
+                if case .prune(_, dryRun: true) = frame { asks.insert(.prune) }
                 expect(!machine.settings.dryRun || asks.contains(frame.type), "\(frame.type.name) on a dry run")
                 // XATTR and OWNER go before an entry, or before a CHECK only with `sync-attributes`.
                 if [.xattr, .owner, .token].contains(frame.type) {
@@ -171,6 +180,8 @@ final class Session {
                     // Now and then large enough to go as a delta (with sync).
                     var size: UInt64? =
                         entry.seekable ? UInt64(choices.below(1 << 20)) * (choices.below(8) == 0 ? 4 : 1) : nil
+                    // Now and then as large as a file can be (a sparse one), or nearly.
+                    if size != nil, choices.below(16) == 0 { size = UInt64(Int64.max) - UInt64(choices.below(2)) }
                     // A file sent in ranges is (nearly always) the size it was planned at.
                     if let planned = planned[index], choices.below(16) != 0 { size = planned }
                     sizes[index] = size
@@ -209,8 +220,20 @@ final class Session {
             case .settle(let index, _):
                 expect(!settled.contains(index), "entry \(index) settled twice")
                 settled.insert(index)
-            case .takeSignatures(let index, _):
+            case .takeSignatures(let index, let batch):
                 expect(sizes[index] != nil, "SIGS taken for \(index), never opened")
+                // As the session keeps them (`TransferSender.takeSignatures`): only the next ones
+                // of the basis announced, which must then fit what a sender can hold.
+                var basis = bases[index] ?? DeltaBasis(blockSize: batch.blockSize, size: batch.size)
+                guard basis.takes(batch) else {
+                    perform(machine.violated("SIGS out of order, or not of the basis announced"))
+                    break
+                }
+                basis.add(batch.signatures)
+                expect(
+                    basis.received <= basis.blockCount && basis.blockCount <= Delta.maximumBlocks,
+                    "a basis of \(basis.blockCount) blocks (\(basis.size) bytes), \(basis.received) signatures taken")
+                bases[index] = basis
             case .gone(let root, let path):
                 expect(machine.settings.pruneRoots.contains(root), "GONE taken for \(root), never pruned")
                 expect(path.hasPrefix(machine.entries[root].relative + "/"), "GONE \(path) outside \(root)")

@@ -431,6 +431,95 @@ func sessions() -> [(String, [UInt8])] {
         $0.frame(.end(size: UInt64(changed.count), digest: SHA256Digest.hash(Array(changed[700...]))))
         $0.frame(.bye)
     }
+    // Numbers at the edges of what an offset (2^63 - 1) and the field (2^64 - 1) hold: each
+    // refused, or failing its file, with the session going on.
+    let last = UInt64(Int64.max)
+    add("metadata-edge-sparse") {
+        // Sparse files: 2^64 - 1 bytes with a hole of 2^63 and a byte (eager: skipped once
+        // refused); 2^63 - 1 bytes, a hole to its end and one more; a hole of 2^64 - 1 after
+        // data; a byte of data at the last offset.
+        $0.hello(["sha256", "resume", "links", "holes"])
+        let sparse = Wire.FileFlags.sizeKnown | Wire.FileFlags.sparse
+        $0.frame(.file($0.entry("huge.img", flags: sparse | Wire.FileFlags.eager, size: .max, mode: 0o644)))
+        $0.frame(.hole(length: last + 1))
+        $0.data([7])
+        $0.frame(.end(size: last + 2, digest: SHA256Digest.hash(Wire.holeDigestInput(last + 1) + [7])))
+        $0.frame(.file($0.entry("full.img", flags: sparse, size: last, mode: 0o644)))
+        $0.frame(.hole(length: last))
+        $0.frame(.hole(length: 1))
+        $0.frame(.end(size: last, digest: SHA256Digest.hash(Wire.holeDigestInput(last))))
+        $0.frame(.file($0.entry("small.img", flags: sparse | Wire.FileFlags.eager, size: 100, mode: 0o644)))
+        $0.data(Array(binary[0..<10]))
+        $0.frame(.hole(length: .max))
+        $0.frame(.end(size: 100, digest: SHA256Digest.hash([])))
+        $0.frame(.file($0.entry("edge.img", flags: sparse, size: last, mode: 0o644)))
+        $0.frame(.hole(length: last - 1))
+        $0.data([9])
+        $0.frame(.end(size: last, digest: SHA256Digest.hash(Wire.holeDigestInput(last - 1) + [9])))
+        $0.frame(.bye)
+    }
+    add("metadata-sync-edge-sizes") {
+        // FILEs of 2^63, 2^64 - 1 and 2^63 - 1 bytes (eager: their data follows), then CHECKs of
+        // such sizes, with a digest and without, and a device's numbers of 2^64 - 1.
+        $0.hello(["sha256", "resume", "sync"])
+        let eager = Wire.FileFlags.sizeKnown | Wire.FileFlags.eager
+        for (name, size) in [("a", last + 1), ("b", UInt64.max), ("c", last)] {
+            $0.frame(.file($0.entry(name, flags: eager, size: size, mode: 0o644)))
+            $0.data(Array(binary[0..<3]))
+            $0.frame(.end(size: 3, digest: SHA256Digest.hash(binary[0..<3])))
+        }
+        for size in [last, last + 1, UInt64.max] {
+            for digest in [false, true] {
+                $0.frame(
+                    .check(
+                        CheckHeader(
+                            kind: .file, flags: digest ? Wire.CheckFlags.digest : 0, size: size, mode: 0o644,
+                            mtimeSeconds: 1_764_547_200, mtimeNanoseconds: 500, path: Array("c".utf8),
+                            digest: digest ? SHA256Digest.hash(binary) : [])))
+            }
+        }
+        $0.frame(
+            .check(
+                CheckHeader(
+                    kind: .special, size: .max, mode: Wire.SpecialType.blockDevice.rawValue | 0o600,
+                    mtimeSeconds: 1_764_547_200, mtimeNanoseconds: 0, path: Array("c".utf8))))
+        $0.frame(.bye)
+    }
+    add("metadata-delta-edges") {
+        // A basis, then deltas: COPY of every block a count holds (the whole basis), COPY past a
+        // size of 100, a delta of 2^63 bytes (refused before any signature), and last a COPY of
+        // block 2^64 - 1 (a violation).
+        $0.hello(["sha256", "resume", "sync"])
+        let replace = Wire.FileFlags.sizeKnown | Wire.FileFlags.replace
+        $0.file("db", binary, flags: replace)
+        let delta = replace | Wire.FileFlags.delta
+        $0.frame(.file($0.entry("db", flags: delta, size: UInt64(binary.count), mode: 0o644)))
+        $0.frame(.copy(index: 0, count: .max))
+        $0.frame(.end(size: UInt64(binary.count), digest: SHA256Digest.hash(binary)))
+        $0.frame(.file($0.entry("db", flags: delta, size: 100, mode: 0o644)))
+        $0.frame(.copy(index: 0, count: .max))
+        $0.frame(.end(size: 100, digest: SHA256Digest.hash(binary[0..<100])))
+        $0.frame(.file($0.entry("db", flags: delta, size: last + 1, mode: 0o644)))
+        $0.frame(.file($0.entry("db", flags: delta, size: UInt64(binary.count), mode: 0o644)))
+        $0.frame(.copy(index: .max, count: 1))
+        $0.frame(.end(size: UInt64(binary.count), digest: SHA256Digest.hash(binary)))
+        $0.frame(.bye)
+    }
+    add("streams-edge-ranges") {
+        // RANGEs from 2^63 of a file of 2^64 - 1 bytes, from 2^64 - 1, of a length that passes
+        // 2^64, and the last byte of a file of 2^63 - 1 bytes, with its data.
+        $0.hello(["sha256", "resume", "streams"])
+        $0.frame(.join(TransferJoin(id: Array(repeating: 0x3C, count: Wire.transferIDBytes), index: 0, count: 2)))
+        let huge = $0.entry("huge", flags: Wire.FileFlags.sizeKnown, size: .max, mode: 0o644)
+        $0.frame(.range(RangeHeader(range: ByteRange(start: last + 1, length: 1), entry: huge)))
+        $0.frame(.range(RangeHeader(range: ByteRange(start: .max, length: 1), entry: huge)))
+        $0.frame(.range(RangeHeader(range: ByteRange(start: last + 1, length: last + 6), entry: huge)))
+        let full = $0.entry("full", flags: Wire.FileFlags.sizeKnown, size: last, mode: 0o644)
+        $0.frame(.range(RangeHeader(range: ByteRange(start: last - 1, length: 1), entry: full)))
+        $0.data([9])
+        $0.frame(.rangeEnd(length: 1, digest: SHA256Digest.hash([9]), fileDigest: SHA256Digest.hash([9])))
+        $0.frame(.bye)
+    }
     add("sender-error") {
         $0.hello()
         $0.file("first", text)
@@ -495,6 +584,11 @@ func answerSessions() -> [(String, [UInt8])] {
             ]
         ),
         ("error", [hello, .stored, .accept(offset: 0), .error(reason: "busy")]),
+        // A lying receiver's offsets at the edges: past the file, as far as an offset holds,
+        // past what one holds, and 2^64 - 1.
+        ("accept-edge-max", [hello, .stored, .accept(offset: .max), .bye]),
+        ("accept-edge-offset", [hello, .stored, .accept(offset: UInt64(Int64.max)), .stored, .bye]),
+        ("accept-edge-past", [hello, .stored, .accept(offset: UInt64(Int64.max) + 1), .stored, .bye]),
         (
             "streams",
             [
@@ -505,6 +599,43 @@ func answerSessions() -> [(String, [UInt8])] {
         ),
     ]
     return sessions.map { name, frames in (name, frames.reduce(Wire.magic) { $0 + $1.encoded }) }
+}
+
+/// A receiver's answers to a sync (FuzzSender with sync, no dry run): HAVE "differs" for each
+/// CHECK, then SIGS of a basis of 2^64 - 1 bytes, from block 2^64 - 1, and of 2^63 bytes, and
+/// an ACCEPT of 2^64 - 1. The seed byte is one that gives the target sync and a number of entries
+/// whose CHECKs the HAVEs answer (FuzzSender's draws: compression, resume, a resume key, how many
+/// of its 10 entries, sync, a dry run; it checks every entry but its third, a stream).
+func syncSignaturesAtTheEdges() -> [UInt8] {
+    let signature = [Delta.Signature(weak: 1, strong: 2)]
+    for entries in 2...10 {
+        let checks = entries > 2 ? entries - 1 : entries
+        let frames: [Frame] =
+            [
+                .hello(
+                    version: Wire.version,
+                    capabilities: ["sha256", "deflate", "resume", "sync", "delta", "delta-resume", "held-sha256"])
+            ]
+            + Array(
+                repeating: .have(HaveAnswer(status: .differs, differences: Wire.HaveDifference.size)), count: checks)
+            + [
+                .signatures(
+                    SignatureBatch(blockSize: Delta.maximumBlock, size: .max, first: 0, signatures: signature)),
+                .signatures(
+                    SignatureBatch(blockSize: Delta.minimumBlock, size: 1 << 63, first: .max, signatures: signature)),
+                .signatures(SignatureBatch(blockSize: Delta.maximumBlock, size: 1 << 63, first: 0, signatures: [])),
+                .accept(offset: .max), .bye,
+            ]
+        let bytes = frames.reduce(Wire.magic) { $0 + $1.encoded }
+        for byte in UInt8.min...UInt8.max {
+            var c = Choices(seed: byte, length: bytes.count + 1)
+            _ = c.below(2)
+            guard c.below(4) != 0 else { continue }
+            _ = c.below(2)
+            if c.below(11) == entries && c.below(4) == 0 && c.below(4) != 0 { return [byte] + bytes }
+        }
+    }
+    fatalError("MakeSeeds: no seed byte gives FuzzSender a sync")
 }
 
 /// The first flight of a client holding `key`: its ClientHello (with a new random and key share
@@ -647,6 +778,7 @@ case "sessions":
         }
         write([byte] + bytes, to: "\(root)/sender/\(name)")
     }
+    write(syncSignaturesAtTheEdges(), to: "\(root)/sender/sync-sigs-edges")
     let answers = receiverStream()
     write([FuzzInput.seedByte(count: answers.count + 1) { $0.below(4) == 0 }] + answers, to: "\(root)/frames/answers")
 case "inflate" where arguments.count > 3:

@@ -116,8 +116,9 @@ extension ReceiverStore {
         return n >= 0 ? Array(value[0..<n]) : nil
     }
 
-    /// The range list of a partial: items that do not parse, lie outside `size`, hold more
-    /// than their length or overlap an earlier item are dropped (those ranges start over).
+    /// The range list of a partial: items that do not parse, lie outside `size` (or past
+    /// `Wire.maxFileSize`, where no offset reaches), hold more than their length or overlap an
+    /// earlier item are dropped (those ranges start over).
     static func parseRanges(_ bytes: [UInt8], size: UInt64) -> [ByteRange: UInt64] {
         var held: [ByteRange: UInt64] = [:]
         for item in String(decoding: bytes, as: UTF8.self).split(separator: ",").prefix(maxRecordedRanges) {
@@ -126,7 +127,7 @@ extension ReceiverStore {
                 let count = UInt64(parts[2])
             else { continue }
             let range = ByteRange(start: start, length: length)
-            guard length > 0, let end = range.end, end <= size, count <= length,
+            guard length > 0, let end = range.end, end <= min(size, Wire.maxFileSize), count <= length,
                 !held.keys.contains(where: { $0.overlaps(range) })
             else { continue }
             held[range] = count
