@@ -96,11 +96,13 @@ struct TrustedSenderNumberTests {
     static let eager = Wire.FileFlags.eager
     static let edge = UInt64(1) << 63
 
-    /// A receiver into `root/dst`, with `overwrite` (a delta replaces the file it is made from).
+    /// A receiver into `root/dst` that lets senders sync (CHECK, deltas), with `overwrite` (a
+    /// delta replaces the file it is made from).
     static func receiver(_ root: String, overwrite: Bool = false) throws -> TransferHarness {
         try FileManager.default.createDirectory(atPath: root + "/dst", withIntermediateDirectories: true)
-        return try TransferHarness(
-            directory: root + "/dst", options: TransferReceiveOptions(overwrite: overwrite, idleTimeout: .seconds(20)))
+        var options = TransferReceiveOptions(overwrite: overwrite, idleTimeout: .seconds(20))
+        options.sync = true
+        return try TransferHarness(directory: root + "/dst", options: options)
     }
 
     /// Runs `script` as a sender to `harness`'s receiver, and the receiver's loop until the
