@@ -61,6 +61,25 @@ static inline int sluice_o_tmpfile(void) {
 #endif
 }
 
+/* O_PATH and AT_EMPTY_PATH, likewise under _GNU_SOURCE only: the receiver holds an existing
+   entry by a descriptor of its own that opens nothing (O_PATH | O_NOFOLLOW) and changes it
+   through that descriptor (EntryHandle). The same values on every architecture Swift runs on. */
+static inline int sluice_o_path(void) {
+#ifdef O_PATH
+    return O_PATH;
+#else
+    return 010000000;
+#endif
+}
+
+static inline int sluice_at_empty_path(void) {
+#ifdef AT_EMPTY_PATH
+    return AT_EMPTY_PATH;
+#else
+    return 0x1000;
+#endif
+}
+
 /* cachestat(2) (Linux 6.5): how many of a file's cached pages are dirty. Before a replaced
    file's pages are dropped: dropping dirty ones would start writing back a file about to be
    deleted. Returns -1 with errno ENOSYS on older kernels. */

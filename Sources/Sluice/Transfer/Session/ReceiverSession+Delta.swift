@@ -41,23 +41,31 @@ final class BasisFile: @unchecked Sendable {
 
 extension ReceiverStore {
     /// The file at `request`'s final name, open for reading, when it can be a basis: a regular
-    /// file (not a link), of at most `Delta.maximumBlocks` blocks. Nil otherwise.
-    func openBasis(_ request: EntryRequest) -> BasisFile? {
-        guard let name = request.components.last else { return nil }
+    /// file of at most `Delta.maximumBlocks` blocks, opened without waiting
+    /// (`EntryHandle.openRegular`). Nil where there is none (nothing there, an empty file, one
+    /// too large or unreadable): the new file comes whole. A link, FIFO, socket, device or
+    /// directory at the name fails the file ("not a regular file"): it is never opened, so no
+    /// FIFO holds a disk worker.
+    func openBasis(_ request: EntryRequest) -> Result<BasisFile?, EntryRejection> {
+        guard let name = request.components.last else { return .success(nil) }
         let path = request.components.dropLast().joined(separator: "/")
         let parent = path.isEmpty ? dup(destination.fd) : Destination.openBeneath(destination.fd, path)
-        guard parent >= 0 else { return nil }
+        guard parent >= 0 else { return .success(nil) }
         defer { closeDescriptor(parent) }
-        let fd = openat(parent, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        var st = stat()
-        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_size > 0,
-            Delta.blockCount(UInt64(st.st_size), Delta.blockSize(forBasis: UInt64(st.st_size))) <= Delta.maximumBlocks
-        else {
-            closeDescriptor(fd)
-            return nil
+        let fd: Int32
+        let size: UInt64
+        switch EntryHandle.openRegular(
+            parent, name, flags: O_RDONLY, display: destination.display(request.relative))
+        {
+        case .success(let (descriptor, status)): (fd, size) = (descriptor, UInt64(clamping: status.st_size))
+        case .failure(.notRegular(let rejection)): return .failure(rejection)
+        case .failure(.missing), .failure(.failed): return .success(nil)
         }
-        return BasisFile(fd: fd, size: UInt64(st.st_size))
+        guard size > 0, Delta.blockCount(size, Delta.blockSize(forBasis: size)) <= Delta.maximumBlocks else {
+            closeDescriptor(fd)
+            return .success(nil)
+        }
+        return .success(BasisFile(fd: fd, size: size))
     }
 }
 
@@ -74,8 +82,14 @@ extension ReceiverSession {
         store.pool.submit(
             { () -> (Result<OpenedFile, EntryRejection>, BasisFile?) in
                 let opened = store.openFile(request, overwrite: true, resume: resume, continueHeld: continueHeld)
-                guard case .success = opened else { return (opened, nil) }
-                return (opened, store.openBasis(request))
+                guard case .success(let file) = opened else { return (opened, nil) }
+                switch store.openBasis(request) {
+                case .success(let basis): return (opened, basis)
+                case .failure(let rejection):
+                    // Not a file to rebuild from: this file fails, its partial kept for a resume.
+                    store.abandon(file, keep: true)
+                    return (.failure(rejection), nil)
+                }
             }, completingOn: loop
         ) { [self] opened, basis in
             switch opened {

@@ -287,53 +287,53 @@ final class Destination: @unchecked Sendable {
     static func openLocked(_ parent: Int32, _ temporary: String, display: String)
         -> Result<(fd: Int32, status: stat, startedOver: String?, fresh: Bool), EntryRejection>
     {
-        var flags = O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC
         var fd: Int32 = -1
         var st = stat()
+        st.st_mode = S_IFREG | 0o600
         var startedOver: String?
         // Most often nothing is there: created with O_EXCL, the file is new, ours, unlinked
         // elsewhere, and needs none of the checks below.
-        fd = openat(parent, temporary, flags | O_EXCL, 0o600)
-        let fresh = fd >= 0
-        if fresh {
-            st.st_mode = S_IFREG | 0o600
-        } else if errno != EEXIST {
+        fd = openat(parent, temporary, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        var fresh = fd >= 0
+        if !fresh && errno != EEXIST {
             let error = SluiceError(.system(Errno.current), operation: "openat", subject: display)
             return .failure(.failed(.io, error.description))
         }
-        for attempt in 0..<2 where !fresh {
-            let opened = Result { () throws(SluiceError) in
-                try syscallValue("openat", display) { openat(parent, temporary, flags, 0o600) }
-            }
-            switch opened {
-            case .success(let descriptor):
-                fd = descriptor
-            case .failure(let error):
-                if error.errno?.rawValue == ELOOP {
-                    return .failure(.refused(.invalidPath, "\(display) is a symbolic link"))
+        if !fresh {
+            // A partial is there: opened as a regular file only, without waiting
+            // (`EntryHandle.openRegular`); a link, FIFO, socket or device there is refused.
+            switch EntryHandle.openRegular(parent, temporary, flags: O_RDWR, display: display) {
+            case .success(let (descriptor, status)):
+                (fd, st) = (descriptor, status)
+                // A partial name linked elsewhere is not ours to write through, nor one another
+                // user owns or may write: start a new file.
+                let distrust = untrusted(st)
+                if st.st_nlink > 1 || distrust != nil {
+                    if let distrust {
+                        startedOver = "partial \(quoted(display)) \(distrust): not resumed, started over"
+                    }
+                    closeDescriptor(fd)
+                    unlinkat(parent, temporary, 0)
+                    fresh = true
                 }
-                return .failure(.failed(.io, error.description))
+            case .failure(.missing):
+                fresh = true  // gone meanwhile: created below
+            case .failure(.notRegular(let rejection)), .failure(.failed(let rejection)):
+                return .failure(rejection)
             }
-            guard fstat(fd, &st) == 0 else {
-                let errno = Errno.current
-                closeDescriptor(fd)
-                return .failure(.failed(.io, "fstat \(quoted(display)): \(errno)"))
+            if fresh {
+                let created = Result { () throws(SluiceError) in
+                    try syscallValue("openat", display) {
+                        openat(parent, temporary, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+                    }
+                }
+                switch created {
+                case .success(let descriptor): fd = descriptor
+                case .failure(let error): return .failure(.failed(.io, error.description))
+                }
+                st = stat()
+                st.st_mode = S_IFREG | 0o600
             }
-            guard st.st_mode & S_IFMT == S_IFREG else {
-                closeDescriptor(fd)
-                return .failure(.refused(.invalidPath, "\(display) exists and is not a regular file"))
-            }
-            // A partial name linked elsewhere is not ours to write through, nor one another user
-            // owns or may write: start a new file.
-            let distrust = untrusted(st)
-            if (st.st_nlink > 1 || distrust != nil) && attempt == 0 {
-                if let distrust { startedOver = "partial \(quoted(display)) \(distrust): not resumed, started over" }
-                closeDescriptor(fd)
-                unlinkat(parent, temporary, 0)
-                flags |= O_EXCL
-                continue
-            }
-            break
         }
         let descriptor = fd
         var locked = Result { () throws(SluiceError) in

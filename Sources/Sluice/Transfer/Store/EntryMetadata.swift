@@ -59,18 +59,19 @@ extension ReceiverStore {
                 }
             }
             if case .failure(let error) = made { return .failed(.io, error.description) }
-            if let owner {
-                let (uid, gid) = OwnerNames.shared.local(owner)
-                if fchownat(parent, temporary, uid, gid, AT_SYMLINK_NOFOLLOW) != 0 {
-                    let error = SluiceError(.system(.current), operation: "lchown", subject: display)
-                    return .failed(.io, error.description)
+            // Its owner and mtime set on the link made, held (`EntryHandle`), not by name.
+            let settled = Result { () throws(SluiceError) in
+                let handle = try EntryHandle.open(parent, temporary, display: display).get()
+                guard handle.type == S_IFLNK else { throw EntryHandle.changed(display) }
+                if let owner {
+                    let (uid, gid) = OwnerNames.shared.local(owner)
+                    try handle.changeOwner(uid, gid)
                 }
+                let mtime = timespec(tv_sec: Int(link.mtimeSeconds), tv_nsec: Int(link.mtimeNanoseconds))
+                // A link's mtime is kept where the kernel can, and not missed where it cannot.
+                _ = try? handle.setTimes([timespec(tv_sec: 0, tv_nsec: utimeNow), mtime])
             }
-            let times = [
-                timespec(tv_sec: 0, tv_nsec: utimeNow),
-                timespec(tv_sec: Int(link.mtimeSeconds), tv_nsec: Int(link.mtimeNanoseconds)),
-            ]
-            _ = utimensat(parent, temporary, times, AT_SYMLINK_NOFOLLOW)
+            if case .failure(let error) = settled { return .failed(.io, error.description) }
         case .hard:
             let target = String(decoding: link.target, as: UTF8.self)
             let components = target.split(separator: "/").map(String.init)
@@ -306,13 +307,15 @@ extension ReceiverStore {
         in parent: Int32, _ name: String, _ check: CheckHeader, _ attributes: EntryAttributes,
         digest algorithm: TransferDigest = .sha256
     ) -> HaveAnswer {
-        var answer = self.check(in: parent, name, check, digest: algorithm)
+        var st = stat()
+        guard fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else { return HaveAnswer(status: .absent) }
+        var answer = self.check(in: parent, name, looked: st, check, digest: algorithm)
         guard attributes.owner != nil || check.comparesXattrs, answer.status != .absent,
             answer.differences & Wire.HaveDifference.kind == 0
         else { return answer }
         let same = answer.status == .same
         let (differences, settled) = syncAttributes(
-            in: parent, name, check, attributes, apply: same && check.applies)
+            in: parent, name, looked: st, check, attributes, apply: same && check.applies)
         answer.differences |= differences
         if same && !settled { answer.status = .differs }
         return answer
@@ -321,12 +324,12 @@ extension ReceiverStore {
     /// What is at `name` in `parent` against a CHECK: absent, the same (a file of the same size
     /// and mtime, a directory, a link to the same target), or different, and how. With
     /// `CheckFlags.apply`, a file the same but for its mode is given the sender's mode.
-    /// Nothing is created: a missing parent (or a link on the way) means absent.
-    func check(in parent: Int32, _ name: String, _ check: CheckHeader, digest algorithm: TransferDigest = .sha256)
-        -> HaveAnswer
-    {
-        var st = stat()
-        guard fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else { return HaveAnswer(status: .absent) }
+    /// Nothing is created: a missing parent (or a link on the way) means absent. `st` is what
+    /// a look at the name (`fstatat`, not following a link) found: whatever is changed is
+    /// changed on that entry only (`EntryHandle`).
+    private func check(
+        in parent: Int32, _ name: String, looked st: stat, _ check: CheckHeader, digest algorithm: TransferDigest
+    ) -> HaveAnswer {
         let type = st.st_mode & S_IFMT
         typealias D = Wire.HaveDifference
         switch check.kind {
@@ -358,14 +361,29 @@ extension ReceiverStore {
                 return HaveAnswer(status: .differs, differences: differences | (modeDiffers ? D.mode : 0))
             }
             guard modeDiffers else { return HaveAnswer(status: .same) }
-            // Only the mode differs: set here, no data sent (not on a dry run).
-            if check.applies { _ = fchmodat(parent, name, mode, 0) }
+            // Only the mode differs: set here, no data sent (not on a dry run), on the file
+            // looked at (`EntryHandle`); where it cannot be, the file is to be sent again.
+            if check.applies, !changeMode(in: parent, name, to: mode, looked: st) {
+                return HaveAnswer(status: .differs, differences: D.mode)
+            }
             return HaveAnswer(status: .same, differences: D.mode)
         }
     }
 }
 
 extension ReceiverStore {
+    /// Sets the permission bits of `name` in `parent` to `mode`, on the entry an earlier look
+    /// (`looked`) saw and decided on, held without following a link (`EntryHandle`), never on
+    /// what the name holds now if that is another entry. Whether it was set.
+    func changeMode(in parent: Int32, _ name: String, to mode: mode_t, looked: stat) -> Bool {
+        let display = destination.display(name)
+        let changed = Result { () throws(SluiceError) in
+            try EntryHandle.open(parent, name, display: display, expecting: looked).get().changeMode(mode)
+        }
+        if case .failure = changed { return false }
+        return true
+    }
+
     /// PRUNE (`send --delete`): removes what is below directory `components` that no CHECK of
     /// the transfer named (`named`), deepest first, never following a link and never touching
     /// partial files (`.NAME.sluice-part`); on a dry run only lists it. Returns the relative
@@ -475,8 +493,14 @@ extension ReceiverStore {
     ) -> HaveAnswer {
         typealias D = Wire.HaveDifference
         guard UInt64(st.st_size) == check.size else { return HaveAnswer(status: .differs, differences: D.size) }
-        let fd = openat(parent, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else { return HaveAnswer(status: .differs, differences: D.content) }
+        // The file looked at, opened without waiting (what holds the name now may be a FIFO).
+        let fd: Int32
+        switch EntryHandle.openRegular(parent, name, flags: O_RDONLY, display: destination.display(name), expecting: st)
+        {
+        case .success(let (descriptor, _)): fd = descriptor
+        case .failure(.notRegular): return HaveAnswer(status: .differs, differences: D.kind)
+        case .failure: return HaveAnswer(status: .differs, differences: D.content)
+        }
         defer { closeDescriptor(fd) }
         let digest = FileDigest(algorithm)
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
@@ -513,13 +537,19 @@ extension ReceiverStore {
     /// owner clears are never kept by a receiver), then the attributes the sender has that
     /// differ, then the ones it has not are removed. `settled` is false where the entry's
     /// attributes could not be read, or the difference not set.
+    ///
+    /// All of it on the entry `st` describes (the CHECK's look), held without following a link
+    /// (`EntryHandle`): its attributes read and set through a descriptor of that very entry,
+    /// its owner changed on the handle. Another entry at the name now is not settled.
     fileprivate func syncAttributes(
-        in parent: Int32, _ name: String, _ check: CheckHeader, _ attributes: EntryAttributes, apply: Bool
+        in parent: Int32, _ name: String, looked st: stat, _ check: CheckHeader, _ attributes: EntryAttributes,
+        apply: Bool
     ) -> (differences: UInt16, settled: Bool) {
         typealias D = Wire.HaveDifference
-        var st = stat()
-        guard fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else { return (0, false) }
-        let type = st.st_mode & S_IFMT
+        guard case .success(let handle) = EntryHandle.open(parent, name, display: name, expecting: st) else {
+            return (0, false)
+        }
+        let type = handle.type
         var differences: UInt16 = 0
         var ids: (uid_t, gid_t)?
         if let owner = attributes.owner {
@@ -534,12 +564,8 @@ extension ReceiverStore {
         var toRemove: [String] = []
         if check.comparesXattrs {
             guard type == S_IFREG || type == S_IFDIR else { return (differences | D.xattrs, false) }
-            let flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | (type == S_IFDIR ? O_DIRECTORY : 0)
-            fd = openat(parent, name, flags)
-            var opened = stat()
-            guard fd >= 0, fstat(fd, &opened) == 0, opened.st_ino == st.st_ino, opened.st_dev == st.st_dev,
-                let held = Self.userXattrs(fd)
-            else { return (differences | D.xattrs, false) }
+            fd = (try? handle.reopen(O_RDONLY | (type == S_IFDIR ? O_DIRECTORY : 0))) ?? -1
+            guard fd >= 0, let held = Self.userXattrs(fd) else { return (differences | D.xattrs, false) }
             let sent = Set(attributes.xattrs.map(\.name))
             toSet = attributes.xattrs.filter { held[$0.name] != $0.value }
             toRemove = held.keys.filter { !sent.contains($0) }.sorted()
@@ -547,7 +573,7 @@ extension ReceiverStore {
         }
         guard apply, differences != 0 else { return (differences, true) }
         if let (uid, gid) = ids, differences & (D.owner | D.group) != 0 {
-            guard fchownat(parent, name, uid, gid, AT_SYMLINK_NOFOLLOW) == 0 else { return (differences, false) }
+            guard (try? handle.changeOwner(uid, gid)) != nil else { return (differences, false) }
         }
         for attribute in toSet {
             let rc = attribute.value.withUnsafeBytes { fsetxattr(fd, attribute.name, $0.baseAddress, $0.count, 0) }

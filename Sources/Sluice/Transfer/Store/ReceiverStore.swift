@@ -170,9 +170,16 @@ final class ReceiverStore: @unchecked Sendable {
                 return .failure(.refused(.exists, kind == S_IFDIR ? "exists (a directory)" : "exists"))
             }
             // Its pages would otherwise stay cached until the new file replaces it; but a
-            // delta's basis is about to be read. Only a regular file is opened for it: a device
-            // opened would be its driver's to act on, a FIFO's open could wait.
-            if kind == S_IFREG, !request.header.delta { FileReplacement.releaseCache(ofReplaced: name, in: parent) }
+            // delta's basis is about to be read. Only a regular file is opened for it
+            // (`EntryHandle.openRegular`): a device opened would be its driver's to act on, a
+            // FIFO's open could wait.
+            if kind == S_IFREG, !request.header.delta,
+                case .success(let (fd, _)) = EntryHandle.openRegular(
+                    parent, name, flags: O_RDONLY, display: destination.display(request.relative))
+            {
+                FileReplacement.releaseCache(ofReplaced: fd)
+                closeDescriptor(fd)
+            }
         }
         return .success((parent, name))
     }

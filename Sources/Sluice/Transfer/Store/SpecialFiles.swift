@@ -6,8 +6,10 @@ import CSluiceLinux
 
 /// The receiver's side of devices, FIFOs and sockets (`specials`): made with `mknodat` under a
 /// temporary name beneath the destination, given their owner, mode and mtime, then moved to
-/// their name as a link is; and compared with a CHECK. Nothing here opens one: a FIFO opened
-/// would wait for a writer, a device opened could do anything its driver does.
+/// their name as a link is; and compared with a CHECK. Nothing here opens one for reading or
+/// writing: a FIFO opened would wait for a writer, a device opened could do anything its driver
+/// does. Their owner, mode and mtime are set through `EntryHandle` (`O_PATH`, which opens
+/// neither), never by name.
 extension ReceiverStore {
     /// Creates the device, FIFO or socket `request` names (never following a link on the way,
     /// never over an existing name without `overwrite`, never over a directory). The machine
@@ -21,37 +23,28 @@ extension ReceiverStore {
                 try syscallValue("mknod", display) {
                     mknodat(parent, temporary, mode_t(type.rawValue) | 0o600, device)
                 }
+                // Its owner, mode and mtime set on the entry made, held (`EntryHandle`).
+                let handle = try EntryHandle.open(parent, temporary, display: display).get()
+                guard UInt32(handle.type) == type.rawValue else { throw EntryHandle.changed(display) }
                 if let owner = request.attributes.owner {
                     let (uid, gid) = OwnerNames.shared.local(owner)
-                    try syscallValue("lchown", display) {
-                        fchownat(parent, temporary, uid, gid, AT_SYMLINK_NOFOLLOW)
-                    }
+                    try handle.changeOwner(uid, gid)
                 }
                 // After the owner: a change of owner clears setuid and setgid (never kept here).
-                try syscallValue("chmod", display) {
-                    Self.changeMode(parent, temporary, destination.permissions(request.header.mode))
-                }
-                try syscallValue("utimensat", display) {
-                    utimensat(parent, temporary, [timespec(tv_sec: 0, tv_nsec: utimeNow), mtime], AT_SYMLINK_NOFOLLOW)
-                }
+                try handle.changeMode(destination.permissions(request.header.mode))
+                try handle.setTimes([timespec(tv_sec: 0, tv_nsec: utimeNow), mtime])
             }
             if case .failure(let error) = made { return .failed(.io, error.description) }
             return nil
         }
     }
 
-    /// Sets the mode of `name` in `parent`, not following a link; where the C library cannot
-    /// (`AT_SYMLINK_NOFOLLOW` needs `/proc`), following one, as a file's mode is set by name.
-    private static func changeMode(_ parent: Int32, _ name: String, _ mode: mode_t) -> Int32 {
-        let rc = fchmodat(parent, name, mode, AT_SYMLINK_NOFOLLOW)
-        guard rc != 0, errno == EOPNOTSUPP || errno == ENOSYS else { return rc }
-        return fchmodat(parent, name, mode, 0)
-    }
-
     /// A CHECK of a special against what is at `name` (status `st`): the same when it is of
     /// the same type and, a device, has the same numbers (a difference of numbers is told as
     /// one of size, as rsync does). Its mode and mtime, when they differ, are set here (with
-    /// `CheckFlags.apply`) and told with `same`, as a file's mode is.
+    /// `CheckFlags.apply`) and told with `same`, as a file's mode is: on the entry `st`
+    /// describes, held without following a link (`EntryHandle`), never on what another session
+    /// put at the name since (then it is told as differing, and sent again).
     func checkSpecial(in parent: Int32, _ name: String, _ st: stat, _ check: CheckHeader) -> HaveAnswer {
         typealias D = Wire.HaveDifference
         guard let type = Wire.SpecialType(mode: check.mode), UInt32(st.st_mode & S_IFMT) == type.rawValue else {
@@ -65,11 +58,13 @@ extension ReceiverStore {
         if st.st_mode & 0o7777 != mode { differences |= D.mode }
         let mtime = timespec(tv_sec: Int(check.mtimeSeconds), tv_nsec: Int(check.mtimeNanoseconds))
         if st.st_mtim.tv_sec != mtime.tv_sec || st.st_mtim.tv_nsec != mtime.tv_nsec { differences |= D.mtime }
-        if check.applies {
-            if differences & D.mode != 0 { _ = Self.changeMode(parent, name, mode) }
-            if differences & D.mtime != 0 {
-                _ = utimensat(parent, name, [timespec(tv_sec: 0, tv_nsec: utimeNow), mtime], AT_SYMLINK_NOFOLLOW)
+        if check.applies && differences != 0 {
+            let applied = Result { () throws(SluiceError) in
+                let handle = try EntryHandle.open(parent, name, display: destination.display(name), expecting: st).get()
+                if differences & D.mode != 0 { try handle.changeMode(mode) }
+                if differences & D.mtime != 0 { try handle.setTimes([timespec(tv_sec: 0, tv_nsec: utimeNow), mtime]) }
             }
+            if case .failure = applied { return HaveAnswer(status: .differs, differences: differences) }
         }
         return HaveAnswer(status: .same, differences: differences)
     }
