@@ -9,7 +9,10 @@ import CSluiceLinux
 /// component at a time from a descriptor of the directory, with `openat(O_DIRECTORY |
 /// O_NOFOLLOW)` and `mkdirat`, so a symbolic link (or anything but a directory) on the way is
 /// refused instead of followed, and files are created, renamed and removed only relative to
-/// their parent's descriptor. Nothing is ever written outside the directory.
+/// their parent's descriptor. Nothing is ever written outside the directory: an entry that is
+/// there already is changed (mode, times, owner, attributes) only through a descriptor of its
+/// own (`EntryHandle`), and opened to be read only once it is known to be a regular file,
+/// without waiting (`EntryHandle.openRegular`).
 final class Destination: @unchecked Sendable {
     let path: String
     let fd: Int32
@@ -54,8 +57,9 @@ final class Destination: @unchecked Sendable {
     }
 
     /// Whether the file at `path` carries the resume mark of a partial (`resumeAttribute`).
+    /// Opened without waiting (a FIFO there has none).
     static func hasResumeMark(_ path: String) -> Bool {
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY)
         guard fd >= 0 else { return false }
         defer { closeDescriptor(fd) }
         return fgetxattr(fd, resumeAttribute, nil, 0) >= 0

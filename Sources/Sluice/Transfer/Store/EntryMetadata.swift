@@ -7,7 +7,8 @@ import Synchronization
 
 /// The receiver's side of what a file is besides its bytes: links, extended attributes and
 /// owners. Everything works relative to descriptors opened beneath the destination, never
-/// following a link.
+/// following a link; an existing entry is changed through a descriptor of its own
+/// (`EntryHandle`), never by name.
 extension ReceiverStore {
     /// Creates the link `request` names: a symbolic link holding `link.target` as written, or
     /// a hard link to `link.target`, a file of this session (the machine checked that). Made
