@@ -12,7 +12,8 @@ import Testing
 /// `--overwrite`); a pairing code serves a whole `send --sync`; what a sender that holds the code
 /// sends costs the receiver bounded memory.
 @Suite(.ownThreads) struct ReceiverConsentTests {
-    /// A tree `tree` (a, b, sub/c) beside an inbox that holds an older `tree/a` and a
+    /// A tree `tree` (a, b, sub/c) beside an inbox that holds an older `tree/a` (of another size:
+    /// two files written within a clock tick share their mtime) and a
     /// `tree/extra` the sender does not have.
     static func scene(_ dir: String) throws -> (tree: String, inbox: String) {
         let tree = "\(dir)/tree"
@@ -23,7 +24,7 @@ import Testing
         try write(Data("new a".utf8), to: "\(tree)/a")
         try write(Data("b".utf8), to: "\(tree)/b")
         try write(Data("c".utf8), to: "\(tree)/sub/c")
-        try write(Data("old a".utf8), to: "\(inbox)/tree/a")
+        try write(Data("older a".utf8), to: "\(inbox)/tree/a")
         try write(Data("extra".utf8), to: "\(inbox)/tree/extra")
         return (tree, inbox)
     }
@@ -40,7 +41,7 @@ import Testing
             #expect(sent.status == 73, "\(sent.stderrText)")
             #expect(sent.stderrText.contains("receive --sync"), "\(sent.stderrText)")
             #expect(sent.stderrText.contains("receive --delete"), "\(sent.stderrText)")
-            #expect(contents("\(inbox)/tree/a") == Data("old a".utf8))
+            #expect(contents("\(inbox)/tree/a") == Data("older a".utf8))
             #expect(contents("\(inbox)/tree/extra") == Data("extra".utf8))
             #expect(contents("\(inbox)/tree/sub/c") == Data("c".utf8), "new entries are stored")
             _ = receiver.stop()

@@ -51,7 +51,7 @@ import Testing
                     if fd >= 0 { close(fd) }
                 }
             }
-            let receiver = try ReceiverProcess(["--insecure", "--dir", inbox])
+            let receiver = try ReceiverProcess(["--insecure", "--dir", inbox, "--sync"])
             let port = try receiver.port()
             // Four sessions at once, one per disk worker, each sending a delta of a FIFO.
             let flags = Wire.FileFlags.sizeKnown | Wire.FileFlags.replace | Wire.FileFlags.delta
