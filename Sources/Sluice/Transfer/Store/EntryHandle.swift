@@ -194,20 +194,25 @@ extension EntryHandle {
         let handle: EntryHandle
         switch open(parent, name, display: display, expecting: expecting) {
         case .success(let held): handle = held
-        case .failure(let error) where error.errno == .noSuchFile: return .failure(.missing)
-        case .failure(let error) where error.code == .refused:
-            return .failure(.notRegular(.refused(.invalidPath, error.description)))
-        case .failure(let error): return .failure(.failed(.failed(.io, error.description)))
+        case .failure(let error): return .failure(failure(error, missingAllowed: true))
         }
         guard handle.type == S_IFREG else {
             return .failure(.notRegular(notRegular(display, handle.type)))
         }
-        switch Result(catching: { () throws(SluiceError) in try handle.reopen(flags) }) {
-        case .success(let fd): return .success((fd, handle.status))
-        case .failure(let error) where error.code == .refused:
-            return .failure(.notRegular(.refused(.invalidPath, error.description)))
-        case .failure(let error): return .failure(.failed(.failed(.io, error.description)))
+        do {
+            return .success((try handle.reopen(flags), handle.status))
+        } catch {
+            return .failure(failure(error, missingAllowed: false))
         }
+    }
+
+    /// `openRegular`'s failure for `error`: nothing there (with `missingAllowed`), not the file
+    /// looked at, or an open that failed. (Decided with `if`, not with `where` clauses in a
+    /// `switch` over a `Result`: Swift 6.3's optimizer crashes on those here, in a release build.)
+    private static func failure(_ error: SluiceError, missingAllowed: Bool) -> RegularFileFailure {
+        if missingAllowed && error.errno == .noSuchFile { return .missing }
+        if error.code == .refused { return .notRegular(.refused(.invalidPath, error.description)) }
+        return .failed(.failed(.io, error.description))
     }
 
     /// The refusal of an entry of type `type` at `display` where a regular file was expected.
