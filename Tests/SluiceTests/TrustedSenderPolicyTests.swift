@@ -169,6 +169,44 @@ struct TrustedSenderPolicyTests {
         }
     }
 
+    @Test("A sender that makes the receiver warn fifty times leaves five warnings and one that counts the rest")
+    func warningsAreLimited() throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            let count = 50
+            for index in 0..<count {
+                try FileManager.default.createDirectory(atPath: dst + "/d\(index)", withIntermediateDirectories: true)
+            }
+            let harness = try TransferHarness(directory: dst, options: Self.options(sync: true))
+            let before = harness.reports.count
+            // CHECKs of directories that are there, to be given their mode and mtime at goodbye;
+            // once every HAVE is in, the directories go, so that each one's settling warns.
+            let peer = try PlayedSender(port: harness.port) { peer in
+                var checks = RawWire.hello(["sha256", "sync"])
+                for index in 0..<count {
+                    checks += MessageWriter.check(
+                        CheckHeader(
+                            kind: .directory, flags: Wire.CheckFlags.apply, mode: 0o700, mtimeSeconds: 7,
+                            mtimeNanoseconds: 0, path: Array("d\(index)".utf8)))
+                }
+                peer.send(checks)
+                var haves = 0
+                while haves < count, let frame = peer.next() {
+                    if case .have = frame { haves += 1 }
+                }
+                for index in 0..<count { rmdir(dst + "/d\(index)") }
+                peer.send(RawWire.bye)
+            }
+            let ended = runLoop(harness.loop, for: .seconds(30)) { peer.done && harness.reports.count > before }
+            #expect(ended)
+            #expect(harness.reports.last?.error == nil)
+            let warnings = harness.warnings
+            #expect(warnings.count == SessionWarnings.shown + 1, "\(warnings)")
+            #expect(warnings.last == "… and \(count - SessionWarnings.shown) more warnings in this session")
+            #expect(warnings.dropLast().allSatisfy { $0.contains("cannot reopen") }, "\(warnings)")
+        }
+    }
+
     @Test("The session's first request is claimed once: its CHECKs and entries after it are one transfer")
     func checksAreOneRequest() {
         var settings = ReceiverMachine.Settings()
