@@ -113,8 +113,10 @@ final class Harness {
         guard let made = mkdtemp(&template) else { fatalError("mkdtemp: \(errno)") }
         directory = String(cString: made)
         do {
-            receiver = try TransferReceiver(
-                directory: directory, options: TransferReceiveOptions(maxSize: 1 << 20, fsync: false))
+            // A receiver that lets senders sync and remove: the most a keyed sender may reach.
+            var options = TransferReceiveOptions(maxSize: 1 << 20, fsync: false)
+            options.delete = true
+            receiver = try TransferReceiver(directory: directory, options: options)
             try receiver.useTLS(preSharedKey: key)
             var settings = TLSSettings(role: .client)
             settings.preSharedKey = key
@@ -386,12 +388,12 @@ func fuzzTLSReceiver(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
         note("socket: read end \(input.streamStatus), write end \(output.streamStatus); timers \(loop.timersHeld)")
     }
     fromReceiver.close()
-    if trace { note("receiver: \(report.error.map { "\($0)" } ?? "goodbye"), \(report.results.count) entries") }
+    if trace { note("receiver: \(report.error.map { "\($0)" } ?? "goodbye"), \(report.tally.answers) entries") }
 
     // Served only past a handshake with the key, done on both sides.
     let authenticated = keyed.map { $0.handshakeDone && control & 4 == 0 } ?? false
     if !authenticated {
-        expect(report.results.isEmpty && report.bytes == 0, "served without the key: \(report.results)")
+        expect(report.tally.answers == 0 && report.bytes == 0, "served without the key: \(report.tally)")
         guard let error = report.error else {
             expect(false, "a session without the key ended as if it had said goodbye")
             return 0

@@ -421,6 +421,9 @@ public struct TransferTally: Equatable, Sendable {
 
     public init() {}
 
+    /// Every answer counted: stored (files, directories, ranges), refused or failed.
+    public var answers: Int { files + directories + ranges + refused + failedData + failedIO }
+
     /// Counts one answer.
     public mutating func add(_ result: TransferFileResult) {
         switch result.outcome {
