@@ -19,6 +19,16 @@ final class Counter: Sendable {
     let value = Atomic<Int>(0)
 }
 
+/// The bytes waiting in the buffer of the bound pair whose read end is `reader`.
+func bytesInPair(_ reader: ReadStream) throws -> () -> Int {
+    let pair = try #require(reader as? BoundReadStream).shared
+    return {
+        pair.condition.lock()
+        defer { pair.condition.unlock() }
+        return pair.count
+    }
+}
+
 /// A non-blocking one-byte write that fails (the reading end is closed); false while it succeeds
 /// or would block.
 func writeFails(_ writer: WriteStream) -> Bool {
@@ -116,6 +126,7 @@ func writeFails(_ writer: WriteStream) -> Bool {
         // A bound pair fed from another thread: the writer can only get ahead by what the
         // chunk buffer and the pair's buffer hold.
         nonisolated(unsafe) let (reader, writer) = boundPair(bufferSize: 64 * 1024)
+        let pairBytes = try bytesInPair(reader)
         let written = Atomic<Int>(0)
         let stop = Atomic<Bool>(false)
         let writerBox = UncheckedBox(writer)
@@ -131,15 +142,17 @@ func writeFails(_ writer: WriteStream) -> Bool {
             w.close()
         }
         feeder.start()
-        var iterator = ByteChunks(reader, chunkSize: 16 * 1024, bufferLimit: 64 * 1024).makeAsyncIterator()
+        let chunks = ByteChunks(reader, chunkSize: 16 * 1024, bufferLimit: 64 * 1024)
+        var iterator = chunks.makeAsyncIterator()
         _ = try await iterator.next()
-        // The consumer now lags: the writer must stall at chunk buffer + pair buffer + one chunk.
-        #expect(await eventually { written.load(ordering: .relaxed) > 64 * 1024 })
+        // The consumer now lags. The stall is a state to wait for, not a time: the loop side
+        // stopped reading (its buffer is full, and only the consumer's next() resumes it) and
+        // the pair's buffer is full, so the writer is held. It got ahead by at most the chunk
+        // buffer + the pair buffer + the chunk taken + one chunk over the limit + one block.
+        #expect(await eventually { chunks.core.isPaused && pairBytes() == 64 * 1024 })
         let bound = 64 * 1024 + 64 * 1024 + 2 * 16 * 1024 + 4096
-        for _ in 0..<20 {
-            try await Task.sleep(for: .milliseconds(10))
-            #expect(written.load(ordering: .relaxed) <= bound)
-        }
+        #expect(written.load(ordering: .relaxed) > 64 * 1024)
+        #expect(written.load(ordering: .relaxed) <= bound)
         stop.store(true, ordering: .relaxed)
         var rest = 0
         while let chunk = try await iterator.next() { rest += chunk.count }
@@ -215,7 +228,7 @@ extension PieceSource {
 
     @Test func writeSuspendsWhileThereIsNoSpace() async throws {
         nonisolated(unsafe) let (reader, writerEnd) = boundPair(bufferSize: 4096)
-        let pair = try #require(reader as? BoundReadStream).shared
+        let pairBytes = try bytesInPair(reader)
         let writer = AsyncByteWriter(writerEnd, bufferLimit: 8192)
         let returned = Counter()
         let task = Task {
@@ -228,11 +241,6 @@ extension PieceSource {
         // Nobody reads: the writes must stall, with at most buffer + pair buffer queued. The stall
         // is a state to wait for: a write suspended, the writer's queue at its limit, the pair's
         // buffer full.
-        let pairBytes = { () -> Int in
-            pair.condition.lock()
-            defer { pair.condition.unlock() }
-            return pair.count
-        }
         #expect(
             await eventually {
                 writer.writesWaitingForSpace == 1 && writer.queuedBytes == 8192 && pairBytes() == 4096
@@ -308,9 +316,14 @@ extension PieceSource {
 
     @Test func cancellationStopsThePipeline() async throws {
         nonisolated(unsafe) let (reader, writer) = boundPair(bufferSize: 1024)
+        let pairBytes = try bytesInPair(reader)
         writer.open()
         let task = Task { try await Pipeline(source: reader, sink: .toMemory()).run() }
-        try await Task.sleep(for: .milliseconds(20))  // started or not, cancellation must stop it
+        // Cancelled while it runs (a task cancelled before the loop starts its pipeline is
+        // `aCancelledTaskNeverStartsCopying`): running is an event to wait for, the pipeline
+        // taking a byte from its source. It then waits for more, which never comes.
+        #expect(writer.write(all: [7]))
+        #expect(await eventually { pairBytes() == 0 })
         task.cancel()
         await #expect(throws: CancellationError.self) { _ = try await task.value }
         // The pipeline opened its source before it was stopped, so the writer sees the close.
@@ -469,8 +482,10 @@ extension PieceSource {
         clients.append(first)
         #expect(try await waiter.value)
         // Four more: two wait in the queue, two find it full and are closed (they read the end).
-        // Wait until two have seen the end (the shared loop accepts them when it gets the CPU;
-        // a fixed wait per client was not enough on a loaded machine), then no third may have.
+        // The outcome is a state to wait for (the shared loop accepts them when it gets the
+        // CPU): two clients have read the end and two connections are queued. It is final —
+        // queued connections stay open until taken or closed — so the two clients left must
+        // still be open then, with no window to wait out.
         var pending: [ReadStream] = []
         for _ in 0..<4 {
             let (input, output) = Socket.connect(host: "127.0.0.1", port: port)
@@ -480,25 +495,25 @@ extension PieceSource {
             pending.append(input)
         }
         var ended = 0
-        let deadline = ContinuousClock.now + .seconds(20)
-        while ended < 2 && ContinuousClock.now < deadline {
-            ended += try await endedClients(&pending, within: .milliseconds(50))
+        let settled = await eventually {
+            ended += endedClients(&pending)
+            return ended > 2 || (ended == 2 && incoming.queuedCount == 2)
         }
-        ended += try await endedClients(&pending, within: .milliseconds(50))
+        #expect(settled && ended == 2, "\(ended) clients closed, \(incoming.queuedCount) queued")
+        #expect(endedClients(&pending) == 0, "a queued connection was closed")
+        #expect(pending.count == 2)
         for (input, output) in clients {
             output.close()
             input.close()
         }
-        #expect(ended == 2)
         incoming.close()
     }
 }
 
-/// Polls the sockets of `clients` for up to `timeout` (one poll, the tasks' thread free between
-/// calls); removes those that read the end and returns how many did.
-private func endedClients(_ clients: inout [ReadStream], within timeout: Duration) async throws -> Int {
-    try await Task.sleep(for: timeout)
-    var fds = try clients.map { pollfd(fd: try #require($0.fileDescriptor), events: Int16(POLLIN), revents: 0) }
+/// Polls the sockets of `clients` once, without waiting; removes those that are readable (a
+/// client that reads the end, or fails) and returns how many read the end.
+private func endedClients(_ clients: inout [ReadStream]) -> Int {
+    var fds = clients.map { pollfd(fd: $0.fileDescriptor ?? -1, events: Int16(POLLIN), revents: 0) }
     guard poll(&fds, nfds_t(fds.count), 0) > 0 else { return 0 }
     var ended = 0
     for index in fds.indices.reversed() where fds[index].revents != 0 {

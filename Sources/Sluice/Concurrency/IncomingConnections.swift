@@ -82,6 +82,10 @@ public final class IncomingConnections: Sendable {
     /// Whether a `next()` is waiting for a connection now (for tests that act on a waiting call).
     var hasWaiter: Bool { state.withLock { $0.waiter != nil } }
 
+    /// How many accepted connections wait in the queue for a `next()` (for tests that wait for
+    /// the queue to fill).
+    var queuedCount: Int { state.withLock { $0.queue.count } }
+
     /// The first call closes the listener, on the loop once it accepts there; later calls (a
     /// `close()` again, or the deinit after a `close()`) do nothing. A second close from another
     /// thread would race the loop's and close the descriptor twice.
