@@ -559,8 +559,15 @@ func withUnixSocketDirectory<T>(_ body: (String) throws -> T) throws -> T {
         }
         output.schedule(on: loop)
         output.open()
-        #expect(runLoop(loop, for: .seconds(5)) { readerReady && written > 0 })
-        loop.run(for: .milliseconds(300))
+        // The kernel buffers filled: a state to wait for, not a time (a fixed time to fill them
+        // is too short on a loaded machine). The writer's socket is no longer writable and the
+        // loop watches it for writability.
+        let full = {
+            guard let clientFD = output.property(forKey: .fileDescriptor) as? Int32 else { return false }
+            var entry = pollfd(fd: clientFD, events: Int16(POLLOUT), revents: 0)
+            return poll(&entry, 1, 0) == 0 && loop.interest(fd: clientFD).contains(.write)
+        }
+        #expect(runLoop(loop, for: .seconds(30)) { readerReady && written > 0 && full() })
         let (eventsThen, writtenThen) = (events, written)
         loop.run(for: .milliseconds(300))
         // The kernel buffers are full: no more space offered, nothing more accepted.
