@@ -144,26 +144,38 @@ func runPipeline(_ pipeline: Pipeline, timeout: Duration = .seconds(30)) throws 
 
     @Test func pendingWriteFlagWhenTheSourceIsSlow() throws {
         // The source is a bound pair fed by a timer: the sink is offered space with nothing to
-        // write, sets the flag, and each arriving chunk is written at once. The timer feeds the
-        // next chunk only once the flag is up (the event, not a tick count, paces it), so every
-        // chunk finds it set however late a loaded machine serves the loop.
+        // write, sets the flag, and each arriving chunk is written at once. The timer paces on
+        // events, not ticks: a spell of the flag begins when the test sees it up with every
+        // byte sent already written, and the next chunk goes only once the test has seen that
+        // spell stand for 5 ms (on the pipeline's clock). However late a loaded machine serves
+        // the loop, the flag then stood at least as long as the test saw it.
         let loop = try EventLoop()
         let (reader, feeder) = boundPair(bufferSize: 65536)
         let sink = WriteStream.toMemory()
         let pipeline = Pipeline(source: reader, sink: sink, options: PipelineOptions(chunkSize: try ChunkSize(4096)))
         var result: PipelineResult?
         var pendingSeen = 0
+        var seenSince: UInt64?
+        var witnessed: UInt64 = 0
         feeder.open()
         var sent = 0
         var timer: LoopTimer?
-        timer = loop.schedule(after: .milliseconds(5), repeating: .milliseconds(5)) {
-            guard pipeline.isWritePending else { return }
-            pendingSeen += 1
+        timer = loop.schedule(after: .milliseconds(1), repeating: .milliseconds(1)) {
+            guard pipeline.isWritePending, pipeline.bytesWritten == UInt64(sent * 1000) else { return }
+            let now = monotonicNanoseconds()
+            guard let since = seenSince else {
+                seenSince = now
+                pendingSeen += 1
+                return
+            }
+            guard now - since >= 5_000_000 else { return }
             if sent == 20 {
                 timer?.cancel()
                 feeder.close()
                 return
             }
+            witnessed += now - since
+            seenSince = nil
             #expect(feeder.write(all: [UInt8](repeating: UInt8(sent), count: 1000)))
             sent += 1
         }
@@ -174,8 +186,10 @@ func runPipeline(_ pipeline: Pipeline, timeout: Duration = .seconds(30)) throws 
         #expect(r.bytesWritten == 20_000)
         #expect(pendingSeen == 21)  // before each chunk, and before the end
         #expect(r.sourceBoundSeconds > r.sinkBoundSeconds)
-        // The flag stood from each write to the next tick: at least most of a 5 ms interval each.
-        #expect(r.sourceBoundSeconds > 0.05)
+        // The flag stood at least through each spell the test saw before it sent a chunk: 20
+        // spells of at least 5 ms.
+        #expect(witnessed >= 20 * 5_000_000)
+        #expect(r.sourceBoundSeconds >= Double(witnessed) / 1e9, "\(r.sourceBoundSeconds) s, saw \(witnessed) ns")
     }
 
     @Test func rateLimitedSinkIsReportedAsSinkBound() throws {
