@@ -121,21 +121,21 @@ import Testing
         // Two writes before the read: one call takes both, and stops (no blocking) at the empty pipe.
         _ = write(fds[1], "abc", 3)
         _ = write(fds[1], "defg", 4)
-        loop.run(for: .milliseconds(50))
+        #expect(runLoop(loop) { events.contains(.hasBytesAvailable) })
         #expect(buffer.withUnsafeMutableBytes { reader.tryReadFilling(into: $0) } == .processed(7))
         #expect(Array(buffer[0..<7]) == Array("abcdefg".utf8))
         #expect(reader.streamStatus == .open)
         // The empty read re-armed the stream: the next bytes are offered.
         let offersBefore = events.filter { $0 == .hasBytesAvailable }.count
         _ = write(fds[1], "hi", 2)
-        loop.run(for: .milliseconds(50))
+        #expect(runLoop(loop) { events.filter { $0 == .hasBytesAvailable }.count > offersBefore })
         #expect(events.filter { $0 == .hasBytesAvailable }.count == offersBefore + 1)
         // Bytes then the end: the bytes are returned, the end is reported by its event and the next read.
         _ = write(fds[1], "jk", 2)
         close(fds[1])
         #expect(buffer.withUnsafeMutableBytes { reader.tryReadFilling(into: $0) } == .processed(4))
         #expect(Array(buffer[0..<4]) == Array("hijk".utf8))
-        loop.run(for: .milliseconds(50))
+        #expect(runLoop(loop) { events.contains(.endEncountered) })
         #expect(events.last == .endEncountered)
         #expect(buffer.withUnsafeMutableBytes { reader.tryReadFilling(into: $0) } == .processed(0))
         reader.close()
