@@ -65,6 +65,93 @@ struct FileLifecycleTests {
         }
     }
 
+    /// What an event does in a phase: the phase after it and the effect.
+    struct Transition: Equatable {
+        let next: Phase
+        let effect: Effect
+    }
+
+    /// Every pair a phase takes, and what it does; every pair not here is an internal error.
+    static func table(_ phase: Phase, _ event: Event) -> Transition? {
+        let stay = { (effect: Effect) in Transition(next: phase, effect: effect) }
+        let to = { (next: Phase, effect: Effect) in Transition(next: next, effect: effect) }
+        let rows: [(Phase, Event, Transition)] =
+            [
+                (.checkingPrefix, .prefixChecked, to(.receiving, .proceed)),
+                (.checkingPrefix, .room, stay(.ignore)),
+                (.checkingPrefix, .writeFailed, stay(.ignore)),
+                (.checkingPrefix, .failed, to(.finished, .abandon(keep: false))),
+                (.receiving, .hasherFull, to(.waitingForRoom, .nothing)),
+                (.receiving, .room, stay(.ignore)),
+                (.receiving, .endArrived, to(.finishing, .nothing)),
+                (.receiving, .verify, to(.verifying, .nothing)),
+                (.receiving, .writeFailed, stay(.failWrite)),
+                (.receiving, .failed, to(.finished, .abandon(keep: false))),
+                (.waitingForRoom, .room, to(.receiving, .nothing)),
+                (.waitingForRoom, .writeFailed, stay(.failWrite)),
+                (.waitingForRoom, .failed, to(.finished, .abandon(keep: false))),
+                (.finishing, .room, stay(.ignore)),
+                (.finishing, .verify, to(.verifying, .nothing)),
+                (.finishing, .writeFailed, stay(.failWrite)),
+                (.finishing, .failed, to(.finished, .abandon(keep: false))),
+                (.verifying, .room, stay(.ignore)),
+                (.verifying, .commit, to(.committing, .nothing)),
+                (.verifying, .writeFailed, stay(.ignore)),
+                (.verifying, .failed, to(.finished, .abandon(keep: false))),
+                (.verifying, .stored, to(.finished, .nothing)),
+                (.committing, .room, stay(.ignore)),
+                (.committing, .writeFailed, stay(.ignore)),
+                (.committing, .failed, to(.finished, .abandon(keep: false))),
+                (.committing, .stored, to(.finished, .nothing)),
+                (.finished, .prefixChecked, stay(.ignore)),
+                (.finished, .room, stay(.ignore)),
+                (.finished, .commit, stay(.ignore)),
+                (.finished, .writeFailed, stay(.ignore)),
+                (.finished, .failed, stay(.ignore)),
+                (.finished, .stored, stay(.ignore)),
+            ]
+            + [true, false].flatMap { keep -> [(Phase, Event, Transition)] in
+                [
+                    (.checkingPrefix, .drop(keep: keep), to(.releasing(keep: keep), .nothing)),
+                    (.receiving, .drop(keep: keep), to(.finished, .abandon(keep: keep))),
+                    (.waitingForRoom, .drop(keep: keep), to(.finished, .abandon(keep: keep))),
+                    (.finishing, .drop(keep: keep), to(.finished, .abandon(keep: keep))),
+                    (.verifying, .drop(keep: keep), to(.finished, .abandon(keep: keep))),
+                    (.committing, .drop(keep: keep), stay(.nothing)),
+                ]
+            }
+            + [true, false].flatMap { keep -> [(Phase, Event, Transition)] in
+                let releasing = Phase.releasing(keep: keep)
+                return [
+                    (releasing, .prefixChecked, to(.finished, .abandon(keep: keep))),
+                    (releasing, .failed, to(.finished, .abandon(keep: keep))),
+                    (releasing, .room, stay(.ignore)),
+                    (releasing, .writeFailed, stay(.ignore)),
+                    (releasing, .commit, stay(.ignore)),
+                    (releasing, .stored, stay(.ignore)),
+                ]
+            }
+        return rows.first { $0.0 == phase && $0.1 == event }?.2
+    }
+
+    @Test("Every event in every phase does what the table says; a pair not in it is an internal error")
+    func everyPairAsTabled() throws {
+        for phase in Self.phases {
+            for event in Self.events {
+                var life = try Self.lifecycle(in: phase)
+                if let expected = Self.table(phase, event) {
+                    #expect(try life.handle(event) == expected.effect, "\(phase), \(event)")
+                    #expect(life.phase == expected.next, "\(phase), \(event)")
+                } else {
+                    #expect(throws: FileLifecycle.IllegalTransition.self, "\(phase), \(event)") {
+                        try life.handle(event)
+                    }
+                    #expect(life.phase == phase)
+                }
+            }
+        }
+    }
+
     @Test("A file received whole: verified, committed, stored; nothing abandons it")
     func plainFile() throws {
         var life = FileLifecycle(checkingPrefix: false)
