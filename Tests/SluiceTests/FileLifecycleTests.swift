@@ -14,7 +14,7 @@ struct FileLifecycleTests {
         .releasing(keep: true), .releasing(keep: false), .finished,
     ]
     static let events: [Event] = [
-        .prefixChecked, .hasherFull, .room, .endArrived, .verify, .commit, .writeFailed, .failed, .stored,
+        .checkPrefix, .prefixChecked, .hasherFull, .room, .endArrived, .verify, .commit, .writeFailed, .failed, .stored,
         .drop(keep: true), .drop(keep: false),
     ]
 
@@ -23,23 +23,24 @@ struct FileLifecycleTests {
         var life: FileLifecycle
         switch phase {
         case .checkingPrefix:
-            return FileLifecycle(checkingPrefix: true)
+            life = FileLifecycle()
+            #expect(try life.handle(.checkPrefix) == .nothing)
         case .receiving:
-            return FileLifecycle(checkingPrefix: false)
+            return FileLifecycle()
         case .waitingForRoom:
-            life = FileLifecycle(checkingPrefix: false)
+            life = FileLifecycle()
             _ = try life.handle(.hasherFull)
         case .finishing:
-            life = FileLifecycle(checkingPrefix: false)
+            life = FileLifecycle()
             _ = try life.handle(.endArrived)
         case .verifying:
-            life = FileLifecycle(checkingPrefix: false)
+            life = FileLifecycle()
             _ = try life.handle(.verify)
         case .committing:
             life = try lifecycle(in: .verifying)
             _ = try life.handle(.commit)
         case .releasing(let keep):
-            life = FileLifecycle(checkingPrefix: true)
+            life = try lifecycle(in: .checkingPrefix)
             _ = try life.handle(.drop(keep: keep))
         case .finished:
             life = try lifecycle(in: .committing)
@@ -81,6 +82,7 @@ struct FileLifecycleTests {
                 (.checkingPrefix, .room, stay(.ignore)),
                 (.checkingPrefix, .writeFailed, stay(.ignore)),
                 (.checkingPrefix, .failed, to(.finished, .abandon(keep: false))),
+                (.receiving, .checkPrefix, to(.checkingPrefix, .nothing)),
                 (.receiving, .hasherFull, to(.waitingForRoom, .nothing)),
                 (.receiving, .room, stay(.ignore)),
                 (.receiving, .endArrived, to(.finishing, .nothing)),
@@ -154,7 +156,7 @@ struct FileLifecycleTests {
 
     @Test("A file received whole: verified, committed, stored; nothing abandons it")
     func plainFile() throws {
-        var life = FileLifecycle(checkingPrefix: false)
+        var life = FileLifecycle()
         #expect(life.takesData)
         #expect(try life.handle(.hasherFull) == .nothing)
         #expect(life.waitsForRoom && !life.takesData)
@@ -171,11 +173,11 @@ struct FileLifecycleTests {
 
     @Test("A compressed file's END: no more data while its worker flushes; a hasher that fills meanwhile is an error")
     func compressedFlush() throws {
-        var life = FileLifecycle(checkingPrefix: false)
+        var life = FileLifecycle()
         #expect(try life.handle(.endArrived) == .nothing)
         #expect(!life.takesData && life.isOpenForData)
         #expect(throws: FileLifecycle.IllegalTransition.self) { try life.handle(.hasherFull) }
-        var flushing = FileLifecycle(checkingPrefix: false)
+        var flushing = FileLifecycle()
         _ = try flushing.handle(.endArrived)
         #expect(try flushing.handle(.room) == .ignore, "room not waited for is ignored")
         #expect(try flushing.handle(.verify) == .nothing)
@@ -185,7 +187,7 @@ struct FileLifecycleTests {
     func releasedDuringPrefix() throws {
         for keep in [true, false] {
             for outcome in [Event.prefixChecked, .failed] {
-                var life = FileLifecycle(checkingPrefix: true)
+                var life = try Self.lifecycle(in: .checkingPrefix)
                 #expect(!life.takesData)
                 #expect(try life.handle(.drop(keep: keep)) == .nothing)
                 #expect(life.phase == .releasing(keep: keep))
@@ -193,10 +195,10 @@ struct FileLifecycleTests {
                 #expect(life.phase == .finished)
             }
         }
-        var life = FileLifecycle(checkingPrefix: true)
+        var life = try Self.lifecycle(in: .checkingPrefix)
         #expect(try life.handle(.prefixChecked) == .proceed)
         #expect(life.takesData)
-        var unreadable = FileLifecycle(checkingPrefix: true)
+        var unreadable = try Self.lifecycle(in: .checkingPrefix)
         #expect(try unreadable.handle(.failed) == .abandon(keep: false))
     }
 

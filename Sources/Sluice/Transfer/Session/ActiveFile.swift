@@ -24,8 +24,9 @@ final class ActiveFile {
     /// descriptor of its own: the transfer closes the shared one when its last session leaves,
     /// which may be before this session's worker is done.
     let lends: Bool
-    /// Where it is in its life: what its session may do with it (`FileLifecycle`).
-    var lifecycle = FileLifecycle(checkingPrefix: false)
+    /// Where it is in its life: what its session may do with it (`FileLifecycle`), changed only
+    /// by `handle(_:)`.
+    private(set) var lifecycle = FileLifecycle()
     /// For a range: the file shared with the other connections of the transfer, the range,
     /// and the bytes of it held from an interrupted transfer.
     let shared: SharedFile?
@@ -63,4 +64,9 @@ final class ActiveFile {
     }
 
     var position: UInt64 { base + written }
+
+    /// Hands `event` to its lifecycle (`FileLifecycle.handle(_:)`): the one way its phase changes.
+    func handle(_ event: FileLifecycle.Event) throws(FileLifecycle.IllegalTransition) -> FileLifecycle.Effect {
+        try lifecycle.handle(event)
+    }
 }

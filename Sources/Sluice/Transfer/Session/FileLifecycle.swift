@@ -34,6 +34,9 @@ struct FileLifecycle: Equatable, Sendable {
     }
 
     enum Event: Equatable, Sendable {
+        /// The file holds bytes from an interrupted transfer, which a worker hashes into its
+        /// digest before any data is taken (sent before any data).
+        case checkPrefix
         /// The held prefix's hash is done (whether it could be read is the session's to say).
         case prefixChecked
         /// The hasher had no room for the next bytes.
@@ -81,9 +84,9 @@ struct FileLifecycle: Equatable, Sendable {
 
     private(set) var phase: Phase
 
-    /// A file whose held prefix is hashed first starts `checkingPrefix`; any other `receiving`.
-    init(checkingPrefix: Bool) {
-        phase = checkingPrefix ? .checkingPrefix : .receiving
+    /// A file just opened: `receiving`, or `checkingPrefix` after `checkPrefix`.
+    init() {
+        phase = .receiving
     }
 
     /// Data may be taken now.
@@ -100,73 +103,135 @@ struct FileLifecycle: Equatable, Sendable {
         }
     }
 
+    /// Takes `event`: moves to the phase it leads to and returns what the session does. Every
+    /// (phase, event) pair is spelled out, none by a wildcard: a new phase or event does not
+    /// compile until each pair it makes is decided. An illegal one leaves the phase as it was.
     mutating func handle(_ event: Event) throws(IllegalTransition) -> Effect {
         switch (phase, event) {
+        // Held bytes from an interrupted transfer are hashed first.
+        case (.receiving, .checkPrefix):
+            phase = .checkingPrefix
+            return .nothing
         case (.checkingPrefix, .prefixChecked):
             phase = .receiving
             return .proceed
-        case (.releasing(let keep), .prefixChecked), (.releasing(let keep), .failed):
-            phase = .finished
-            return .abandon(keep: keep)
-        case (.checkingPrefix, .drop(let keep)):
-            phase = .releasing(keep: keep)
-            return .nothing
         case (.checkingPrefix, .failed):
             phase = .finished
             return .abandon(keep: false)
+        case (.checkingPrefix, .drop(let keep)):
+            phase = .releasing(keep: keep)
+            return .nothing
+        case (.checkingPrefix, .room), (.checkingPrefix, .writeFailed):
+            return .ignore  // room comes whenever a slot frees; a worker's late report
+        case (.checkingPrefix, .checkPrefix), (.checkingPrefix, .hasherFull), (.checkingPrefix, .endArrived),
+            (.checkingPrefix, .verify), (.checkingPrefix, .commit), (.checkingPrefix, .stored):
+            throw IllegalTransition(phase: phase, event: event)
 
+        // Data arrives, is written and hashed.
         case (.receiving, .hasherFull):
             phase = .waitingForRoom
             return .nothing
-        case (.waitingForRoom, .room):
-            phase = .receiving
-            return .nothing
-        case (_, .room):
-            return .ignore  // room comes whenever a slot frees, waited for or not
         case (.receiving, .endArrived):
             phase = .finishing
             return .nothing
-
-        case (.receiving, .verify), (.finishing, .verify):
+        case (.receiving, .verify):
             phase = .verifying
             return .nothing
+        case (.receiving, .writeFailed):
+            return .failWrite
+        case (.receiving, .failed):
+            phase = .finished
+            return .abandon(keep: false)
+        case (.receiving, .drop(let keep)):
+            phase = .finished
+            return .abandon(keep: keep)
+        case (.receiving, .room):
+            return .ignore  // room comes whenever a slot frees, waited for or not
+        case (.receiving, .prefixChecked), (.receiving, .commit), (.receiving, .stored):
+            throw IllegalTransition(phase: phase, event: event)
+
+        case (.waitingForRoom, .room):
+            phase = .receiving
+            return .nothing
+        case (.waitingForRoom, .writeFailed):
+            return .failWrite
+        case (.waitingForRoom, .failed):
+            phase = .finished
+            return .abandon(keep: false)
+        case (.waitingForRoom, .drop(let keep)):
+            phase = .finished
+            return .abandon(keep: keep)
+        case (.waitingForRoom, .checkPrefix), (.waitingForRoom, .prefixChecked), (.waitingForRoom, .hasherFull),
+            (.waitingForRoom, .endArrived), (.waitingForRoom, .verify), (.waitingForRoom, .commit),
+            (.waitingForRoom, .stored):
+            throw IllegalTransition(phase: phase, event: event)
+
+        case (.finishing, .verify):
+            phase = .verifying
+            return .nothing
+        case (.finishing, .writeFailed):
+            return .failWrite
+        case (.finishing, .failed):
+            phase = .finished
+            return .abandon(keep: false)
+        case (.finishing, .drop(let keep)):
+            phase = .finished
+            return .abandon(keep: keep)
+        case (.finishing, .room):
+            return .ignore
+        case (.finishing, .checkPrefix), (.finishing, .prefixChecked), (.finishing, .hasherFull),
+            (.finishing, .endArrived), (.finishing, .commit), (.finishing, .stored):
+            throw IllegalTransition(phase: phase, event: event)
+
+        // Verified, then stored by a worker.
         case (.verifying, .commit):
             phase = .committing
             return .nothing
         case (.verifying, .stored):
             phase = .finished  // a range verified that was not the file's last
             return .nothing
-        case (.receiving, .failed), (.waitingForRoom, .failed), (.finishing, .failed), (.verifying, .failed):
+        case (.verifying, .failed):
             phase = .finished
             return .abandon(keep: false)
+        case (.verifying, .drop(let keep)):
+            phase = .finished
+            return .abandon(keep: keep)
+        case (.verifying, .room), (.verifying, .writeFailed):
+            return .ignore  // the commit reports a failed write
+        case (.verifying, .checkPrefix), (.verifying, .prefixChecked), (.verifying, .hasherFull),
+            (.verifying, .endArrived), (.verifying, .verify):
+            throw IllegalTransition(phase: phase, event: event)
+
         case (.committing, .stored):
             phase = .finished
             return .nothing
         case (.committing, .failed):
             phase = .finished  // a ranged file read back whole and found wrong: the worker is done with it
             return .abandon(keep: false)
-
-        case (.receiving, .writeFailed), (.waitingForRoom, .writeFailed), (.finishing, .writeFailed):
-            return .failWrite
-        case (.verifying, .writeFailed), (.committing, .writeFailed):
-            return .ignore  // the commit reports it
-        case (.checkingPrefix, .writeFailed), (.releasing, .writeFailed), (.finished, .writeFailed):
-            return .ignore  // a worker's late report about a file already let go
-
-        case (.receiving, .drop(let keep)), (.waitingForRoom, .drop(let keep)), (.finishing, .drop(let keep)),
-            (.verifying, .drop(let keep)):
-            phase = .finished
-            return .abandon(keep: keep)
         case (.committing, .drop):
             return .nothing  // the commit closes the descriptors whatever it finds
+        case (.committing, .room), (.committing, .writeFailed):
+            return .ignore  // the commit reports a failed write
+        case (.committing, .checkPrefix), (.committing, .prefixChecked), (.committing, .hasherFull),
+            (.committing, .endArrived), (.committing, .verify), (.committing, .commit):
+            throw IllegalTransition(phase: phase, event: event)
 
-        case (.finished, .prefixChecked), (.finished, .commit), (.finished, .stored), (.finished, .failed):
-            return .ignore  // a worker's answer about a file let go meanwhile
-        case (.releasing, .commit), (.releasing, .stored):
+        // Let go while its prefix is hashed: abandoned once the hash is done.
+        case (.releasing(let keep), .prefixChecked), (.releasing(let keep), .failed):
+            phase = .finished
+            return .abandon(keep: keep)
+        case (.releasing, .room), (.releasing, .writeFailed), (.releasing, .commit), (.releasing, .stored):
             return .ignore
+        case (.releasing, .checkPrefix), (.releasing, .hasherFull), (.releasing, .endArrived),
+            (.releasing, .verify), (.releasing, .drop):
+            throw IllegalTransition(phase: phase, event: event)
 
-        case (.checkingPrefix, _), (.receiving, _), (.waitingForRoom, _), (.finishing, _), (.verifying, _),
-            (.committing, _), (.releasing, _), (.finished, _):
+        // Nothing more happens to it: a worker's answer about a file let go meanwhile is ignored.
+        case (.finished, .prefixChecked), (.finished, .room), (.finished, .writeFailed), (.finished, .commit),
+            (.finished, .failed), (.finished, .stored):
+            return .ignore
+        case (.finished, .checkPrefix), (.finished, .hasherFull), (.finished, .endArrived), (.finished, .verify),
+            (.finished, .drop):
             throw IllegalTransition(phase: phase, event: event)
         }
     }

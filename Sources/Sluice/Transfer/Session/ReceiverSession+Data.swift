@@ -194,7 +194,7 @@ extension ReceiverSession {
     /// as it stands (nil).
     func advance(_ file: ActiveFile, _ event: FileLifecycle.Event) -> FileLifecycle.Effect? {
         do {
-            return try file.lifecycle.handle(event)
+            return try file.handle(event)
         } catch {
             if self.file === file { self.file = nil }
             let fault = SluiceError(.closed, operation: "receive", subject: peer, detail: error.description)
@@ -308,7 +308,7 @@ extension ReceiverSession {
             then(nil)
             return
         }
-        file.lifecycle = FileLifecycle(checkingPrefix: true)
+        guard advance(file, .checkPrefix) != nil else { return }
         hasher.hashPrefix(file.digest, of: opened.fd, length: opened.offset) { [self] ok in
             switch advance(file, ok ? .prefixChecked : .failed) {
             case .abandon(let keep):

@@ -81,7 +81,7 @@ extension ReceiverSession {
                 pump()
                 return
             }
-            file.lifecycle = FileLifecycle(checkingPrefix: true)
+            guard advance(file, .checkPrefix) != nil else { return }
             hasher.hashRange(file.digest, of: opened.fd, from: range.start, length: held) { [self] ok in
                 switch advance(file, ok ? .prefixChecked : .failed) {
                 case .abandon:
