@@ -241,10 +241,7 @@ public final class DirectFileWriteStream: WriteStream {
         // ending at a boundary in the file ends at one in memory.
         let count = min(head > 0 ? head : held, held, buffer.count - end)
         guard count > 0 else { return .needsMore }
-        var n = -1
-        repeat {
-            n = read(pipe, buffer.baseAddress! + end, count)
-        } while n < 0 && errno == EINTR
+        let n = retryingOnInterrupt { read(pipe, buffer.baseAddress! + end, count) }
         guard n > 0 else {
             let code: SluiceError.Code = .system(n < 0 ? .current : .ioError)
             return .failed(SluiceError(code, operation: "read", subject: "the pipeline's pipe"))

@@ -78,7 +78,7 @@ func runSuppressingSIGPIPE(_ suppress: Bool, _ call: () -> Int) -> Int {
     let saved = errno
     if n < 0 && saved == EPIPE && !alreadyPending {
         var zero = timespec(tv_sec: 0, tv_nsec: 0)
-        while sigtimedwait(&pipeSet, nil, &zero) == -1 && errno == EINTR {}
+        _ = retryingOnInterrupt { sigtimedwait(&pipeSet, nil, &zero) }
     }
     pthread_sigmask(SIG_SETMASK, &previous, nil)
     errno = saved

@@ -14,9 +14,36 @@ public enum IOResult<T: Sendable>: Sendable {
 
 extension IOResult: Equatable where T: Equatable {}
 
+/// Calls `body`, a libc call that returns -1 and sets `errno` when it fails, again while it
+/// fails with `EINTR`; returns what it returned last, with `errno` as it left it. The one
+/// `EINTR` loop in sluice: `syscall` and `syscallValue` are it with the errors decided, and a
+/// caller that decides them itself (an errno it expects, a `Result`, a message) calls it
+/// directly. `close` is not retried (`closeDescriptor`).
+@inline(__always)
+package func retryingOnInterrupt<T: FixedWidthInteger>(_ body: () -> T) -> T {
+    while true {
+        let result = body()
+        if result != -1 || errno != EINTR { return result }
+    }
+}
+
+/// `pread(2)` from `fd` at `offset` until `buffer` is full (`EINTR` retried, short reads
+/// continued); false at an error, or the end of the file first.
+func preadFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: UInt64) -> Bool {
+    guard let base = buffer.baseAddress else { return true }
+    var done = 0
+    while done < buffer.count {
+        guard let at = fileOffset(offset, plus: UInt64(done)) else { return false }
+        let n = retryingOnInterrupt { pread(fd, base + done, buffer.count - done, at) }
+        guard n > 0 else { return false }
+        done += n
+    }
+    return true
+}
+
 /// The one wrapper every libc call in sluice goes through.
 ///
-/// Retries on `EINTR`, returns `EAGAIN`/`EWOULDBLOCK` as `.wouldBlock`, traps on errors that
+/// Retries on `EINTR` (`retryingOnInterrupt`), returns `EAGAIN`/`EWOULDBLOCK` as `.wouldBlock`, traps on errors that
 /// can only be bugs (`EBADF`, `EFAULT`), and throws everything else as a `SluiceError` that
 /// names the call and what it concerned.
 @inline(__always)
@@ -25,20 +52,16 @@ func syscall<T: FixedWidthInteger & Sendable>(
     _ subject: @autoclosure () -> String? = nil,
     _ body: () -> T
 ) throws(SluiceError) -> IOResult<T> {
-    while true {
-        let result = body()
-        if result != -1 { return .processed(result) }
-        let err = errno
-        switch err {
-        case EINTR:
-            continue
-        case EAGAIN, EWOULDBLOCK:
-            return .wouldBlock
-        case EBADF, EFAULT:
-            preconditionFailure("\(call())(\(subject() ?? "")): unacceptable errno \(Errno(rawValue: err))")
-        default:
-            throw SluiceError(.system(Errno(rawValue: err)), operation: call(), subject: subject())
-        }
+    let result = retryingOnInterrupt(body)
+    if result != -1 { return .processed(result) }
+    let err = errno
+    switch err {
+    case EAGAIN, EWOULDBLOCK:
+        return .wouldBlock
+    case EBADF, EFAULT:
+        preconditionFailure("\(call())(\(subject() ?? "")): unacceptable errno \(Errno(rawValue: err))")
+    default:
+        throw SluiceError(.system(Errno(rawValue: err)), operation: call(), subject: subject())
     }
 }
 
@@ -51,26 +74,20 @@ func syscallValue<T: FixedWidthInteger & Sendable>(
     _ subject: @autoclosure () -> String? = nil,
     _ body: () -> T
 ) throws(SluiceError) -> T {
-    while true {
-        let result = body()
-        if result != -1 { return result }
-        let err = errno
-        if err == EINTR { continue }
-        if err == EBADF || err == EFAULT {
-            preconditionFailure("\(call())(\(subject() ?? "")): unacceptable errno \(Errno(rawValue: err))")
-        }
-        throw SluiceError(.system(Errno(rawValue: err)), operation: call(), subject: subject())
+    let result = retryingOnInterrupt(body)
+    if result != -1 { return result }
+    let err = errno
+    if err == EBADF || err == EFAULT {
+        preconditionFailure("\(call())(\(subject() ?? "")): unacceptable errno \(Errno(rawValue: err))")
     }
+    throw SluiceError(.system(Errno(rawValue: err)), operation: call(), subject: subject())
 }
 
 /// `open(2)` with EINTR retried, as a `Result` (typed `catch` clauses trip the 6.3 optimizer).
 func openFile(_ path: String, flags: Int32, permissions: mode_t) -> Result<Int32, SluiceError> {
-    while true {
-        let fd = Glibc.open(path, flags, permissions)
-        if fd >= 0 { return .success(fd) }
-        if errno == EINTR { continue }
-        return .failure(SluiceError(.system(.current), operation: "open", path: path))
-    }
+    let fd = retryingOnInterrupt { Glibc.open(path, flags, permissions) }
+    if fd >= 0 { return .success(fd) }
+    return .failure(SluiceError(.system(.current), operation: "open", path: path))
 }
 
 extension Result where Failure == SluiceError {

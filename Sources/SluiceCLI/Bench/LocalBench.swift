@@ -206,16 +206,14 @@ struct LocalBench {
         defer { buffer.deallocate() }
         var total: UInt64 = 0
         while true {
-            let n = read(input, buffer.baseAddress, buffer.count)
-            if n < 0 && errno == EINTR { continue }
+            let n = retryingOnInterrupt { read(input, buffer.baseAddress, buffer.count) }
             guard n >= 0 else {
                 throw BenchFailure(description: "file-bare: read: \(String(cString: strerror(errno)))")
             }
             if n == 0 { break }
             var written = 0
             while written < n {
-                let w = write(output, buffer.baseAddress! + written, n - written)
-                if w < 0 && errno == EINTR { continue }
+                let w = retryingOnInterrupt { write(output, buffer.baseAddress! + written, n - written) }
                 guard w > 0 else {
                     throw BenchFailure(description: "file-bare: write: \(String(cString: strerror(errno)))")
                 }

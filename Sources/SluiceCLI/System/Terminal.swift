@@ -1,3 +1,5 @@
+import Sluice
+
 #if canImport(Glibc)
     import Glibc
 #endif
@@ -15,18 +17,17 @@ enum Terminal {
         return 80
     }
 
-    /// Writes all of `text` to `fd`, retrying after EINTR and partial writes; gives up on
-    /// any other error (there is nowhere left to report it).
+    /// Writes all of `text` to `fd`, retrying after EINTR (`retryingOnInterrupt`) and partial
+    /// writes, waiting while a non-blocking `fd` is full; gives up on any other error (there is
+    /// nowhere left to report it).
     static func write(_ text: String, to fd: Int32 = 2) {
         var text = text
         text.withUTF8 { bytes in
             var offset = 0
             while offset < bytes.count {
-                let n = Glibc.write(fd, bytes.baseAddress! + offset, bytes.count - offset)
+                let n = retryingOnInterrupt { Glibc.write(fd, bytes.baseAddress! + offset, bytes.count - offset) }
                 if n > 0 {
                     offset += n
-                } else if n < 0 && errno == EINTR {
-                    continue
                 } else if n < 0 && errno == EAGAIN {
                     var pfd = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
                     _ = poll(&pfd, 1, -1)

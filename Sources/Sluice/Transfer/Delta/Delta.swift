@@ -207,7 +207,7 @@ enum Delta {
         return found > at ? min(UInt64(found), size) : size
     }
 
-    /// `readFully` of the file `fd` of `size` bytes, where what `nextData` says is a hole is
+    /// `preadFully` of the file `fd` of `size` bytes, where what `nextData` says is a hole is
     /// zeroed, not read: each page of a hole read costs the kernel a zeroed page in the page
     /// cache (3 s of system time per GiB of holes on the test VM, the whole of a sparse
     /// file's delta).
@@ -222,23 +222,10 @@ enum Delta {
             let piece = UnsafeMutableRawBufferPointer(rebasing: buffer[Int(at - offset)..<Int(stop - offset)])
             if data > at {
                 piece.initializeMemory(as: UInt8.self, repeating: 0)
-            } else if !readFully(fd, into: piece, at: at) {
+            } else if !preadFully(fd, into: piece, at: at) {
                 return false
             }
             at = stop
-        }
-        return true
-    }
-
-    /// `pread` until `buffer` is full; false at an error or the end of the file first.
-    static func readFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: UInt64) -> Bool {
-        var done = 0
-        while done < buffer.count {
-            guard let at = fileOffset(offset, plus: UInt64(done)) else { return false }
-            let n = pread(fd, buffer.baseAddress! + done, buffer.count - done, at)
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { return false }
-            done += n
         }
         return true
     }

@@ -104,7 +104,7 @@ final class ReadCursor: @unchecked Sendable {
     func read(at offset: UInt64, count: Int, into buffer: ReadBuffer) -> ReadPiece {
         if let failure { return .failed(failure) }
         let target = UnsafeMutableRawBufferPointer(rebasing: buffer.bytes[0..<min(count, buffer.bytes.count)])
-        guard Delta.readFully(fd, into: target, at: offset) else {
+        guard preadFully(fd, into: target, at: offset) else {
             return failed("read \(quoted(path)): the file shrank while being sent")
         }
         return .data(target.count, last: false)

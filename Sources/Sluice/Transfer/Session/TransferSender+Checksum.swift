@@ -65,8 +65,7 @@ extension TransferSender {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
         defer { buffer.deallocate() }
         while true {
-            let n = read(fd, buffer.baseAddress, buffer.count)
-            if n < 0 && errno == EINTR { continue }
+            let n = retryingOnInterrupt { read(fd, buffer.baseAddress, buffer.count) }
             guard n >= 0 else { return nil }
             if n == 0 { return digest.finalize() }
             digest.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))

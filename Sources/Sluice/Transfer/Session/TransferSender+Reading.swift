@@ -200,7 +200,7 @@ extension TransferSender {
         var complete = true
         let bytes = [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
             let raw = UnsafeMutableRawBufferPointer(buffer)
-            complete = Delta.readFully(fd, into: raw, at: 0)
+            complete = preadFully(fd, into: raw, at: 0)
             initialized = complete ? count : 0
         }
         return complete ? bytes : nil

@@ -203,7 +203,7 @@ final class DigestWorker: @unchecked Sendable {
                     outcome = target.writeZeros(bytes, at: position + done)
                 } else {
                     let piece = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want])
-                    guard Delta.readFully(basis.fd, into: piece, at: at) else { return }
+                    guard preadFully(basis.fd, into: piece, at: at) else { return }
                     bytes = UnsafeRawBufferPointer(piece)
                     outcome = target.write(bytes, at: position + done)
                 }
@@ -304,10 +304,7 @@ final class DigestWorker: @unchecked Sendable {
                     ok = false
                     break
                 }
-                var n = -1
-                repeat {
-                    n = pread(fd, buffer.baseAddress, want, at)
-                } while n < 0 && errno == EINTR
+                let n = retryingOnInterrupt { pread(fd, buffer.baseAddress, want, at) }
                 if n <= 0 {
                     ok = false
                     break

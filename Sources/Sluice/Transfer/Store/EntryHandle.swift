@@ -132,8 +132,7 @@ final class EntryHandle {
         }
         let extra = O_CLOEXEC | O_NONBLOCK | O_NOCTTY
         let path = procPath
-        var fd = Glibc.open(path, flags | extra)
-        while fd < 0 && errno == EINTR { fd = Glibc.open(path, flags | extra) }
+        var fd = retryingOnInterrupt { Glibc.open(path, flags | extra) }
         if fd < 0 && errno == ENOENT {
             // No /proc: by name, checked below.
             let (parent, name) = (parent, name)

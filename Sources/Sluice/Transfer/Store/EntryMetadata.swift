@@ -510,7 +510,7 @@ extension ReceiverStore {
         while offset < check.size {
             let want = Int(min(UInt64(buffer.count), check.size - offset))
             let piece = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want])
-            guard Delta.readFully(fd, into: piece, at: offset) else {
+            guard preadFully(fd, into: piece, at: offset) else {
                 return HaveAnswer(status: .differs, differences: D.content)
             }
             digest.update(UnsafeRawBufferPointer(piece))

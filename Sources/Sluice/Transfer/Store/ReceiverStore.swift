@@ -382,10 +382,12 @@ final class ReceiverStore: @unchecked Sendable {
         var done = 0
         while done < bytes.count {
             let n = bytes.withUnsafeBytes { buffer in
-                pwrite(
-                    fd, UnsafeRawBufferPointer(rebasing: buffer[done...]).baseAddress, buffer.count - done, off_t(done))
+                retryingOnInterrupt {
+                    pwrite(
+                        fd, UnsafeRawBufferPointer(rebasing: buffer[done...]).baseAddress, buffer.count - done,
+                        off_t(done))
+                }
             }
-            if n < 0 && errno == EINTR { continue }
             guard n > 0 else { return n < 0 ? "\(Errno.current)" : "wrote nothing" }
             done += n
         }

@@ -128,13 +128,10 @@ final class WriteTarget: @unchecked Sendable {
             failure = Self.tooLarge(display)
             return .failed
         }
-        var n = -1
         // Non-blocking on the pipe's side: it holds the bytes asked for, and if it ever did not,
         // EAGAIN fails the write instead of the loop waiting on a pipe only it writes to.
         let flags = UInt32(SPLICE_F_NONBLOCK)
-        repeat {
-            n = CSluiceLinux.splice(pipe, nil, directFD, &offset, count, flags)
-        } while n < 0 && errno == EINTR
+        let n = retryingOnInterrupt { CSluiceLinux.splice(pipe, nil, directFD, &offset, count, flags) }
         if n > 0 {
             directBytes += UInt64(n)
             return .moved(n)
@@ -214,10 +211,7 @@ final class WriteTarget: @unchecked Sendable {
             if direct {
                 // errno read here, not `syscallValue` in a `catch where`: that pattern crashes
                 // the Swift 6.3.1 optimizer (CopyPropagation) in the fuzzers' release build.
-                var n = -1
-                repeat {
-                    n = pwrite(directFD, base + done, piece, off_t(position))
-                } while n < 0 && errno == EINTR
+                let n = retryingOnInterrupt { pwrite(directFD, base + done, piece, off_t(position)) }
                 if n > 0 {
                     done += n
                     directBytes += UInt64(n)
