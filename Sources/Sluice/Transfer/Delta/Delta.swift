@@ -348,13 +348,7 @@ enum DeltaMatcher {
         let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: chunk, alignment: 16)
         defer { scratch.deallocate() }
         if wholeDigest {
-            var at: UInt64 = 0
-            while at < start {
-                let target = UnsafeMutableRawBufferPointer(rebasing: scratch[0..<Int(min(UInt64(chunk), start - at))])
-                guard Delta.readSparse(fd, into: target, at: at, size: size) else { return nil }
-                digest.update(UnsafeRawBufferPointer(target))
-                at += UInt64(target.count)
-            }
+            guard digest.update(readingFrom: fd, to: start, sparseSize: size) else { return nil }
         }
 
         /// Reads more so the buffer holds `through` (a file offset) if the file has it.

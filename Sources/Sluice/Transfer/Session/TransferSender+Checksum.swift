@@ -58,17 +58,9 @@ extension TransferSender {
 
     /// The digest of the file at `path` (not following a link), or nil when it cannot be read.
     static func digest(of path: String, _ algorithm: TransferDigest) -> [UInt8]? {
-        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
+        guard case .success(let fd) = Sluice.openFile(path, flags: O_RDONLY | O_NOFOLLOW | O_CLOEXEC, permissions: 0)
+        else { return nil }
         defer { closeDescriptor(fd) }
-        let digest = FileDigest(algorithm)
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
-        defer { buffer.deallocate() }
-        while true {
-            let n = retryingOnInterrupt { read(fd, buffer.baseAddress, buffer.count) }
-            guard n >= 0 else { return nil }
-            if n == 0 { return digest.finalize() }
-            digest.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
-        }
+        return FileDigest.hash(algorithm, of: fd, to: nil)
     }
 }

@@ -294,25 +294,8 @@ final class DigestWorker: @unchecked Sendable {
         }
         enqueue { [loop] in
             defer { closeDescriptor(fd) }
-            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 64)
-            defer { buffer.deallocate() }
-            var position: UInt64 = 0
-            var ok = true
-            while position < length {
-                let want = Int(min(UInt64(size), length - position))
-                guard let at = fileOffset(start, plus: position) else {
-                    ok = false
-                    break
-                }
-                let n = retryingOnInterrupt { pread(fd, buffer.baseAddress, want, at) }
-                if n <= 0 {
-                    ok = false
-                    break
-                }
-                digest.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
-                position += UInt64(n)
-            }
-            let succeeded = ok
+            let (end, overflow) = start.addingReportingOverflow(length)
+            let succeeded = !overflow && digest.update(readingFrom: fd, from: start, to: end, bufferSize: size)
             loop.execute { box.value(succeeded) }
         }
     }

@@ -503,20 +503,9 @@ extension ReceiverStore {
         case .failure: return HaveAnswer(status: .differs, differences: D.content)
         }
         defer { closeDescriptor(fd) }
-        let digest = FileDigest(algorithm)
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
-        defer { buffer.deallocate() }
-        var offset: UInt64 = 0
-        while offset < check.size {
-            let want = Int(min(UInt64(buffer.count), check.size - offset))
-            let piece = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want])
-            guard preadFully(fd, into: piece, at: offset) else {
-                return HaveAnswer(status: .differs, differences: D.content)
-            }
-            digest.update(UnsafeRawBufferPointer(piece))
-            offset += UInt64(want)
+        guard FileDigest.hash(algorithm, of: fd, to: check.size) == check.digest else {
+            return HaveAnswer(status: .differs, differences: D.content)
         }
-        guard digest.finalize() == check.digest else { return HaveAnswer(status: .differs, differences: D.content) }
         var differences: UInt16 = 0
         let mtime = timespec(tv_sec: Int(check.mtimeSeconds), tv_nsec: Int(check.mtimeNanoseconds))
         if st.st_mtim.tv_sec != mtime.tv_sec || st.st_mtim.tv_nsec != mtime.tv_nsec { differences |= D.mtime }

@@ -1,6 +1,10 @@
 import CSluiceEngines
 import FoundationEssentials
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// The digest a transfer checks every file and range with, agreed in HELLO: XXH3-128 where both
 /// ends have libxxhash (0.8 or later), SHA-256 otherwise.
 ///
@@ -119,5 +123,52 @@ public final class FileDigest: @unchecked Sendable {
         let digest = FileDigest(algorithm)
         digest.update(bytes)
         return digest.finalize()
+    }
+}
+
+extension FileDigest {
+    /// Adds the bytes `start ..< end` of the file `fd` (up to its end when `end` is nil), read
+    /// with `pread` (`retryingOnInterrupt`) through a buffer of `bufferSize` bytes; the
+    /// descriptor's file offset is not used. With `sparseSize` (the file's size, and an `end`),
+    /// what the file system says is a hole is hashed as the zeros it reads as, not read
+    /// (`Delta.readSparse`). False when a read fails, or the file ends before `end`: the digest
+    /// then holds part of them.
+    ///
+    /// The one way a file is hashed from disk: the sender's and the receiver's `--checksum`, the
+    /// bytes held from an interrupted transfer (`DigestWorker.hashRange`, `HeldCheck`), a ranged
+    /// file read back whole, a parallel sender's whole-file digest, a delta's held prefix.
+    func update(
+        readingFrom fd: Int32, from start: UInt64 = 0, to end: UInt64?, sparseSize: UInt64? = nil,
+        bufferSize: Int = 1 << 20
+    ) -> Bool {
+        if let end, end <= start { return true }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: max(1, bufferSize), alignment: 64)
+        defer { buffer.deallocate() }
+        var position = start
+        while end.map({ position < $0 }) ?? true {
+            let want = Int(min(UInt64(buffer.count), (end ?? .max) - position))
+            let piece = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want])
+            var count = want
+            if let size = sparseSize, end != nil {
+                guard Delta.readSparse(fd, into: piece, at: position, size: size) else { return false }
+            } else {
+                guard let at = fileOffset(position), let base = piece.baseAddress else { return false }
+                count = retryingOnInterrupt { pread(fd, base, want, at) }
+                if count == 0 && end == nil { return true }
+                guard count > 0 else { return false }
+            }
+            update(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+            position += UInt64(count)
+        }
+        return true
+    }
+
+    /// The `algorithm` digest of the bytes `start ..< end` of the file `fd` (up to its end when
+    /// `end` is nil), as `update(readingFrom:)` reads them; nil when they cannot be read.
+    static func hash(_ algorithm: TransferDigest, of fd: Int32, from start: UInt64 = 0, to end: UInt64?)
+        -> [UInt8]?
+    {
+        let digest = FileDigest(algorithm)
+        return digest.update(readingFrom: fd, from: start, to: end) ? digest.finalize() : nil
     }
 }
