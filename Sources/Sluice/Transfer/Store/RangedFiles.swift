@@ -27,12 +27,15 @@ extension ReceiverStore {
     func openRangedFile(_ request: EntryRequest, overwrite: Bool, resume: Bool, continueHeld: Bool = true)
         -> Result<(OpenedFile, [ByteRange: UInt64]), EntryRejection>
     {
-        let parent: Int32
-        let name: String
-        switch openParent(for: request, overwrite: overwrite) {
-        case .failure(let rejection): return .failure(rejection)
-        case .success(let (fd, last)): (parent, name) = (fd, last)
+        openParent(for: request, overwrite: overwrite).flatMap { parent, name in
+            openRangedTemporary(request, in: parent, named: name, resume: resume, continueHeld: continueHeld)
         }
+    }
+
+    /// `openRangedFile` once the final name's directory `parent` is open (the result's to close).
+    private func openRangedTemporary(
+        _ request: EntryRequest, in parent: Int32, named name: String, resume: Bool, continueHeld: Bool
+    ) -> Result<(OpenedFile, [ByteRange: UInt64]), EntryRejection> {
         let temporary = Destination.temporaryName(for: name)
         let display = destination.display(temporary)
         let fd: Int32

@@ -77,12 +77,15 @@ final class ReceiverStore: @unchecked Sendable {
     func openFile(_ request: EntryRequest, overwrite: Bool, resume: Bool, continueHeld: Bool = true)
         -> Result<OpenedFile, EntryRejection>
     {
-        let parent: Int32
-        let name: String
-        switch openParent(for: request, overwrite: overwrite) {
-        case .failure(let rejection): return .failure(rejection)
-        case .success(let (fd, last)): (parent, name) = (fd, last)
+        openParent(for: request, overwrite: overwrite).flatMap { parent, name in
+            openTemporaryFile(request, in: parent, named: name, resume: resume, continueHeld: continueHeld)
         }
+    }
+
+    /// `openFile` once the final name's directory `parent` is open (the result's to close).
+    private func openTemporaryFile(
+        _ request: EntryRequest, in parent: Int32, named name: String, resume: Bool, continueHeld: Bool
+    ) -> Result<OpenedFile, EntryRejection> {
         let temporary = Destination.temporaryName(for: name)
         let opened = Destination.openTemporary(
             parent, temporary, header: request.header, resume: resume, continueHeld: continueHeld,
