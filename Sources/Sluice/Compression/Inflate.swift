@@ -328,34 +328,21 @@ public final class Inflate: OutputCheckDeferring {
                 }
 
             case .inflating:
-                if prefixStart < prefixEnd {
-                    guard produced < output.count else {
-                        return StageProgress(consumed: consumed, produced: produced)
-                    }
-                    let r = try inflateStep(
-                        UnsafeRawBufferPointer(start: prefix + prefixStart, count: prefixEnd - prefixStart),
-                        UnsafeMutableRawBufferPointer(rebasing: output[produced...]))
-                    prefixStart += r.consumed
-                    produced += r.produced
-                    if r.ended {
-                        try endOfStream()
-                        // Bytes ISA-L gave back from earlier input come first: `step` feeds them.
-                        if !carry.isEmpty { return StageProgress(consumed: consumed, produced: produced) }
-                    } else if r.consumed == 0 && r.produced == 0 {
-                        return StageProgress(consumed: consumed, produced: produced)
-                    }
-                    continue
-                }
-                guard consumed < input.count, produced < output.count else {
+                // The header bytes held back while detecting the format go first, then the input.
+                let fromPrefix = prefixStart < prefixEnd
+                guard produced < output.count, fromPrefix || consumed < input.count else {
                     return StageProgress(consumed: consumed, produced: produced)
                 }
                 let r = try inflateStep(
-                    UnsafeRawBufferPointer(rebasing: input[consumed...]),
+                    fromPrefix
+                        ? UnsafeRawBufferPointer(start: prefix + prefixStart, count: prefixEnd - prefixStart)
+                        : UnsafeRawBufferPointer(rebasing: input[consumed...]),
                     UnsafeMutableRawBufferPointer(rebasing: output[produced...]))
-                consumed += r.consumed
+                if fromPrefix { prefixStart += r.consumed } else { consumed += r.consumed }
                 produced += r.produced
                 if r.ended {
                     try endOfStream()
+                    // Bytes ISA-L gave back from earlier input come first: `step` feeds them.
                     if !carry.isEmpty { return StageProgress(consumed: consumed, produced: produced) }
                 } else if r.consumed == 0 && r.produced == 0 {
                     return StageProgress(consumed: consumed, produced: produced)
