@@ -27,6 +27,15 @@ package func retryingOnInterrupt<T: FixedWidthInteger>(_ body: () -> T) -> T {
     }
 }
 
+/// `base + delta` as a file offset (`off_t`), or nil when the sum overflows or passes what an
+/// `off_t` holds (`Int64.max`). Every position a receiver writes or reads in a file goes through
+/// it before it becomes an `off_t`: the transfer's machine keeps a peer's numbers within the
+/// file's size, and a number that got past that fails the read or write instead of trapping.
+func fileOffset(_ base: UInt64, plus delta: UInt64 = 0) -> off_t? {
+    let (sum, overflow) = base.addingReportingOverflow(delta)
+    return overflow ? nil : off_t(exactly: sum)
+}
+
 /// `pread(2)` from `fd` at `offset` until `buffer` is full (`EINTR` retried, short reads
 /// continued); false at an error, or the end of the file first.
 func preadFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: UInt64) -> Bool {

@@ -4,16 +4,6 @@ import CSluiceLinux
     import Glibc
 #endif
 
-/// `base + delta` as a file offset (`off_t`), or nil when the sum overflows or passes
-/// `Wire.maxFileSize`. Every position a receiver writes or reads in a file goes through it
-/// before it becomes an `off_t`: the machine keeps the peer's numbers within the file's size
-/// (`ReceiverMachine.sizeRejection`), and a number that got past that fails the write as
-/// too large instead of trapping.
-func fileOffset(_ base: UInt64, plus delta: UInt64 = 0) -> off_t? {
-    let (sum, overflow) = base.addingReportingOverflow(delta)
-    return overflow ? nil : off_t(exactly: sum)
-}
-
 /// Where a file being received is written: a whole file, or a range of one, at increasing
 /// offsets. With `writebackWindow`, writeback of what was written is started (not
 /// waited for) each time that much more was written, so that the fsync at the end of the file
