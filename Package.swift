@@ -5,6 +5,9 @@ let package = Package(
     name: "sluice",
     products: [
         .library(name: "Sluice", targets: ["Sluice"]),
+        // The transfer layer (send/receive of files and trees: protocol, sessions, store), on
+        // top of the stream library; the core never names one of its types.
+        .library(name: "SluiceTransfer", targets: ["SluiceTransfer"]),
         // The bridges to Foundation's InputStream/OutputStream, in a module of their own so that
         // a program using Sluice alone loads FoundationEssentials, not Foundation and ICU.
         .library(name: "SluiceFoundation", targets: ["SluiceFoundation"]),
@@ -31,8 +34,10 @@ let package = Package(
         .target(
             name: "Sluice", dependencies: ["CZlib", "CSluiceLinux", "CCrypto", "CSluiceEngines"],
             exclude: ["Foundation"]),
+        .target(
+            name: "SluiceTransfer", dependencies: ["Sluice", "CZlib", "CSluiceLinux", "CCrypto", "CSluiceEngines"]),
         .target(name: "SluiceFoundation", dependencies: ["Sluice"], path: "Sources/Sluice/Foundation"),
-        .executableTarget(name: "SluiceCLI", dependencies: ["Sluice"]),
+        .executableTarget(name: "SluiceCLI", dependencies: ["Sluice", "SluiceTransfer"]),
         .executableTarget(name: "WritingToMemory", dependencies: ["Sluice"], path: "Examples/WritingToMemory"),
         .executableTarget(name: "SocketClient", dependencies: ["Sluice"], path: "Examples/SocketClient"),
         .executableTarget(
@@ -42,7 +47,8 @@ let package = Package(
             name: "URLSessionUpload", dependencies: ["SluiceFoundation"], path: "Examples/URLSessionUpload"),
         // The DocC catalogue's code samples, built (and run by the tests) so that none rots.
         .executableTarget(
-            name: "DocSamples", dependencies: ["Sluice", "SluiceFoundation"], path: "Examples/DocSamples",
+            name: "DocSamples", dependencies: ["Sluice", "SluiceFoundation", "SluiceTransfer"],
+            path: "Examples/DocSamples",
             swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
         .executableTarget(
             name: "sluice-async-bench", dependencies: ["SluiceFoundation"], path: "Benchmarks/AsyncBench"),
@@ -51,7 +57,8 @@ let package = Package(
         .testTarget(
             name: "SluiceTests",
             dependencies: [
-                "Sluice", "SluiceFoundation", "WritingToMemory", "SocketClient", "AsyncWritingToMemory",
+                "Sluice", "SluiceTransfer", "SluiceFoundation", "WritingToMemory", "SocketClient",
+                "AsyncWritingToMemory",
                 "AsyncSocketClient", "URLSessionUpload", "DocSamples", "TestThreads",
             ]),
         .testTarget(name: "SluiceCLITests", dependencies: ["SluiceCLI", "TestThreads"]),

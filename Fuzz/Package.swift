@@ -6,10 +6,11 @@
 import PackageDescription
 
 let sluice = Target.Dependency.product(name: "Sluice", package: "sluice")
+let transfer = Target.Dependency.product(name: "SluiceTransfer", package: "sluice")
 
 /// A libFuzzer target: one executable per parser.
 func fuzzTarget(_ name: String) -> Target {
-    .executableTarget(name: name, dependencies: ["FuzzDriver", "FuzzSupport", sluice])
+    .executableTarget(name: name, dependencies: ["FuzzDriver", "FuzzSupport", sluice, transfer])
 }
 
 let package = Package(
@@ -20,7 +21,7 @@ let package = Package(
         // libFuzzer's driver: only in the fuzz targets, which are linked with -sanitize=fuzzer.
         .target(name: "FuzzDriver", dependencies: ["CLibFuzzer"]),
         // What the targets and the seed generator share.
-        .target(name: "FuzzSupport", dependencies: [sluice]),
+        .target(name: "FuzzSupport", dependencies: [sluice, transfer]),
         fuzzTarget("FuzzInflate"),
         fuzzTarget("FuzzFrames"),
         fuzzTarget("FuzzReceiver"),
@@ -28,7 +29,7 @@ let package = Package(
         fuzzTarget("FuzzParsers"),
         fuzzTarget("FuzzTLSReceiver"),
         // Writes the seed corpora (make-seeds.sh); built without sanitizers.
-        .executableTarget(name: "MakeSeeds", dependencies: ["FuzzSupport", sluice]),
+        .executableTarget(name: "MakeSeeds", dependencies: ["FuzzSupport", sluice, transfer]),
     ],
     swiftLanguageModes: [.v6]
 )

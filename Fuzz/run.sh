@@ -53,7 +53,7 @@ mkdir -p .build/root
 ln -sfn "$(cd .. && pwd)" .build/root/sluice
 export SLUICE_ROOT=$fuzz/.build/root/sluice
 
-# -enable-testing: the protocol's decoder and machine are internal to Sluice. -assert-config
+# -enable-testing: the protocol's decoder and machine are internal to SluiceTransfer. -assert-config
 # Debug: assertions stay on in the optimised build. lld: gold cannot link libFuzzer's runtime
 # with SwiftPM's renamed entry point.
 flags=(

@@ -6,6 +6,7 @@ import Foundation
 import FoundationNetworking  // URLRequest, on Linux
 import Sluice
 import SluiceFoundation  // imports Sluice too
+import SluiceTransfer  // imports Sluice too
 
 enum Readme {
     static func delegateOnALoop() throws {

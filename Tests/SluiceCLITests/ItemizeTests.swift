@@ -2,6 +2,7 @@ import Testing
 
 @testable import Sluice
 @testable import SluiceCLI
+@testable import SluiceTransfer
 
 /// `send -i`: rsync's itemized letters, with what `--sync` sets without data.
 @Suite struct ItemizeTests {

@@ -3,6 +3,7 @@ import Testing
 
 @testable import Sluice
 @testable import SluiceCLI
+@testable import SluiceTransfer
 
 @Suite struct FormatTests {
     @Test func bytes() {

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 
 @testable import Sluice
+@testable import SluiceTransfer
 
 /// Compressed files are decompressed by the receiving session's worker (`WorkerInflate`), not
 /// on its loop: what comes out is counted with the machine when each job is done. A sender

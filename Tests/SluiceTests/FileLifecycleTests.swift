@@ -1,6 +1,7 @@
 import Testing
 
 @testable import Sluice
+@testable import SluiceTransfer
 
 /// The receiver's file lifecycle, driven without sockets or disks.
 @Suite("A received file's lifecycle")

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 
 @testable import Sluice
+@testable import SluiceTransfer
 
 /// The fuzz targets' seed corpora (`Fuzz/Corpus`, made by `Fuzz/make-seeds.sh`) must stay what
 /// they claim to be: whole, valid sessions for the decoder and both machines, real compressed

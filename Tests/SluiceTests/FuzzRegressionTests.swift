@@ -1,6 +1,7 @@
 import Testing
 
 @testable import Sluice
+@testable import SluiceTransfer
 
 /// Inputs the fuzz targets (Fuzz/) found, inlined; the files are in Fuzz/Regressions/, which
 /// `Fuzz/run.sh` replays before fuzzing.

@@ -2,6 +2,7 @@ import TestThreads
 import Testing
 
 @testable import Sluice
+@testable import SluiceTransfer
 
 @Suite("Text from a peer, made safe to print", .ownThreads)
 struct PeerTextTests {

@@ -3,6 +3,7 @@ import Synchronization
 import Testing
 
 @testable import Sluice
+@testable import SluiceTransfer
 
 #if canImport(Glibc)
     import Glibc

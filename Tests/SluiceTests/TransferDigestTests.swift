@@ -2,6 +2,7 @@ import Foundation
 import Testing
 
 @testable import Sluice
+@testable import SluiceTransfer
 
 /// The digest a transfer checks files with is agreed in HELLO: XXH3-128 when both ends offer it,
 /// SHA-256 otherwise; END and RANGE-END must then carry digests of its size.

@@ -2,6 +2,7 @@ import TestThreads
 import Testing
 
 @testable import Sluice
+@testable import SluiceTransfer
 
 /// A deterministic generator for the property tests (SplitMix64).
 struct SeededRandom: RandomNumberGenerator {

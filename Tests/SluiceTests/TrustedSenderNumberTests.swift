@@ -4,6 +4,7 @@ import TestThreads
 import Testing
 
 @testable import Sluice
+@testable import SluiceTransfer
 
 #if canImport(Glibc)
     import Glibc

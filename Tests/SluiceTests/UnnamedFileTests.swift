@@ -2,6 +2,7 @@ import Foundation
 import Testing
 
 @testable import Sluice
+@testable import SluiceTransfer
 
 #if canImport(Glibc)
     import Glibc

@@ -8,6 +8,7 @@ import FuzzDriver
 import FuzzSupport
 
 @testable import Sluice
+@testable import SluiceTransfer
 
 /// What a decoder made of a byte stream, DATA pieces joined per frame.
 enum Event: Equatable {

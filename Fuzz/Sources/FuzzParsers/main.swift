@@ -11,6 +11,7 @@ import FuzzDriver
 import FuzzSupport
 
 @testable import Sluice
+@testable import SluiceTransfer
 
 /// One fuzz input (libFuzzer's `LLVMFuzzerTestOneInput`).
 func fuzzParsers(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {

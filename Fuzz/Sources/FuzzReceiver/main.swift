@@ -16,6 +16,7 @@ import FuzzDriver
 
 @testable import FuzzSupport
 @testable import Sluice
+@testable import SluiceTransfer
 
 #if canImport(Glibc)
     import Glibc

@@ -1,4 +1,5 @@
 @testable import Sluice
+@testable import SluiceTransfer
 
 /// The numbers at the edges of what a file's offset (`off_t`, `Int64`) and a wire field
 /// (`UInt64`) hold — 2^63 - 1, 2^63 and 2^64 - 1, give or take one — put into decoded frames now

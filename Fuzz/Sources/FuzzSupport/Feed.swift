@@ -1,4 +1,5 @@
 @testable import Sluice
+@testable import SluiceTransfer
 
 /// Feeds a peer's bytes to a protocol machine the way a session does: shown to a
 /// `FrameDecoder` in the pieces `choices` picks (each appended to what is left of the last),

@@ -23,6 +23,7 @@ import FuzzDriver
 
 @testable import FuzzSupport
 @testable import Sluice
+@testable import SluiceTransfer
 
 #if canImport(Glibc)
     import Glibc

@@ -10,6 +10,7 @@ import Foundation
 import FuzzSupport
 
 @testable import Sluice
+@testable import SluiceTransfer
 
 /// A sender's stream: the magic, then messages.
 struct SenderStream {

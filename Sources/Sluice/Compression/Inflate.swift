@@ -240,8 +240,9 @@ public final class Inflate: OutputCheckDeferring {
     /// (a match at most once that is used up: 258 bytes) and says whether, with room to spare in
     /// `output`, the stream then stands where a sync flush leaves it (between blocks, on a byte
     /// boundary) or ended: every byte of the input taken is out. A delta's COPY needs it.
-    func flushPending(into output: UnsafeMutableRawBufferPointer) throws(SluiceError) -> (produced: Int, settled: Bool)
-    {
+    package func flushPending(into output: UnsafeMutableRawBufferPointer) throws(SluiceError) -> (
+        produced: Int, settled: Bool
+    ) {
         if case .failed(let error) = state { throw error }
         if case .ended = state { return (0, true) }
         guard case .inflating = state, !isalDecodes, carry.isEmpty, prefixStart == prefixEnd else { return (0, false) }

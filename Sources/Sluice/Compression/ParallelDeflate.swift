@@ -247,7 +247,7 @@ public final class ParallelDeflate: AsynchronousStage {
     /// on a byte boundary. Once the output is taken (`heldBytes` 0), it decodes to every byte
     /// of input taken so far: a delta's literal bytes before a COPY. A block cut short costs a
     /// little compression; the next is primed as ever, with the last 32 KiB of input.
-    func flush() {
+    package func flush() {
         guard !lastSubmitted, let job = current, job.dataCount > 0 else { return }
         current = nil
         submit(job, last: false)

@@ -4,22 +4,25 @@
 /// queue holds is bounded by what is in it. (An array's own `removeFirst` moves every element
 /// after the first: a BATCH's hundred answers queued behind a staged file cost a hundred moves
 /// of the rest each.)
-struct FIFO<Element> {
+package struct FIFO<Element> {
     private var storage: [Element?] = []
     private var head = 0
 
-    var isEmpty: Bool { head == storage.count }
+    /// An empty queue.
+    package init() {}
+
+    package var isEmpty: Bool { head == storage.count }
     var count: Int { storage.count - head }
     /// The oldest element, still queued.
-    var first: Element? { isEmpty ? nil : storage[head] }
+    package var first: Element? { isEmpty ? nil : storage[head] }
 
-    mutating func append(_ element: Element) {
+    package mutating func append(_ element: Element) {
         storage.append(element)
     }
 
     /// Takes the oldest element out; nil when empty.
     @discardableResult
-    mutating func removeFirst() -> Element? {
+    package mutating func removeFirst() -> Element? {
         guard !isEmpty else { return nil }
         let element = storage[head]
         storage[head] = nil
@@ -43,7 +46,7 @@ extension FIFO: Sendable where Element: Sendable {}
 
 extension FIFO: Equatable where Element: Equatable {
     /// Equal when they hold the same elements in the same order, wherever their fronts are.
-    static func == (a: FIFO, b: FIFO) -> Bool {
+    package static func == (a: FIFO, b: FIFO) -> Bool {
         a.storage[a.head...].elementsEqual(b.storage[b.head...])
     }
 }

@@ -281,8 +281,8 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     /// Counts a source that keeps `run()` alive (a scheduled open stream, a listener).
-    func retainSource() { activeSources += 1 }
-    func releaseSource() {
+    package func retainSource() { activeSources += 1 }
+    package func releaseSource() {
         precondition(activeSources > 0, "EventLoop source count underflow")
         activeSources -= 1
     }
@@ -440,7 +440,7 @@ extension Duration {
     /// A negative duration under a second has seconds 0 and negative attoseconds (the two
     /// components share the sign): `run(until:)` with a deadline that passed less than a
     /// second ago gets one, and converting its attoseconds trapped.
-    var nanoseconds: UInt64 {
+    package var nanoseconds: UInt64 {
         let (s, atto) = components
         if s < 0 || atto < 0 { return 0 }
         let (whole, overflow) = UInt64(s).multipliedReportingOverflow(by: 1_000_000_000)

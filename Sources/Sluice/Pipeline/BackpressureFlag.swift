@@ -5,15 +5,18 @@
 /// how `copy`, `send` and `receive` tell which side is slow.
 ///
 /// The pipeline and the transfer connection both keep their offers in this one type.
-struct BackpressureFlag {
+package struct BackpressureFlag {
     /// An offer is being kept.
-    private(set) var isSet = false
+    package private(set) var isSet = false
     private var since: UInt64 = 0
     /// Nanoseconds spent set, up to the last `take`.
     private(set) var totalNanoseconds: UInt64 = 0
 
+    /// A clear flag.
+    package init() {}
+
     /// Keeps an offer (the clock is read only when the flag was clear).
-    mutating func set() {
+    package mutating func set() {
         guard !isSet else { return }
         isSet = true
         since = monotonicNanoseconds()
@@ -21,7 +24,7 @@ struct BackpressureFlag {
 
     /// Uses the offer kept, if any: true when there was one (act on it now).
     @discardableResult
-    mutating func take() -> Bool {
+    package mutating func take() -> Bool {
         guard isSet else { return false }
         isSet = false
         totalNanoseconds += monotonicNanoseconds() - since

@@ -16,20 +16,20 @@
 /// driver.attach(to: loop) { /* on the loop: step again */ }
 /// let progress = try driver.step(input: bytes, output: space)   // input: nil at the end
 /// ```
-final class StageDriver {
+package final class StageDriver {
     /// The stage driven.
-    let stage: any Stage
+    package let stage: any Stage
     private let asynchronous: (any AsynchronousStage)?
     /// Bytes and waiting time so far.
     private(set) var statistics: StageStatistics
     /// The stage reported its last output.
     private(set) var isFinished = false
     /// The last step made no progress because the stage's workers are busy: `wake` follows.
-    private(set) var isWaitingForWorkers = false
+    package private(set) var isWaitingForWorkers = false
     private var inputWaitSince: UInt64?
     private var outputWaitSince: UInt64?
 
-    init(_ stage: any Stage) {
+    package init(_ stage: any Stage) {
         self.stage = stage
         asynchronous = stage as? any AsynchronousStage
         statistics = StageStatistics(
@@ -38,18 +38,18 @@ final class StageDriver {
 
     /// For a stage that runs on workers: where they complete, and what to call there when the
     /// stage can move again. Without it such a stage works inline on the caller's thread.
-    func attach(to loop: EventLoop, wake: @escaping () -> Void) {
+    package func attach(to loop: EventLoop, wake: @escaping () -> Void) {
         asynchronous?.attach(to: loop, wake: wake)
     }
 
     /// Bytes inside the stage now, and the most it ever holds (0 for a synchronous stage,
     /// which holds only what zlib keeps).
-    var heldBytes: Int { asynchronous?.heldBytes ?? 0 }
+    package var heldBytes: Int { asynchronous?.heldBytes ?? 0 }
     var heldLimit: Int { asynchronous?.heldLimit ?? 0 }
 
     /// Offers `input` (nil: the input has ended) and `output` space. Returns what the stage
     /// consumed and produced; `finished` once it produced its last byte.
-    func step(input: UnsafeRawBufferPointer?, output: UnsafeMutableRawBufferPointer) throws(SluiceError)
+    package func step(input: UnsafeRawBufferPointer?, output: UnsafeMutableRawBufferPointer) throws(SluiceError)
         -> StageProgress
     {
         guard !isFinished else { return StageProgress(consumed: 0, produced: 0, finished: true) }
@@ -99,7 +99,7 @@ final class StageDriver {
     }
 
     /// The run is over (failed or cancelled): stops the stage's jobs' results.
-    func cancel() {
+    package func cancel() {
         noteMoving()
         asynchronous?.cancel()
     }

@@ -35,7 +35,7 @@ struct TokenBucket {
 /// A rate limit on a loop: the token bucket and the one timer that wakes its writer. A writer
 /// asks `take(wanted:)` before each write and reports what it wrote with `spend`; when nothing
 /// may go now, the limiter schedules `resume` once, after the wait, on the loop's timers.
-final class RateLimiter {
+package final class RateLimiter {
     private var bucket: TokenBucket
     private var timer: LoopTimer?
     private let loop: () -> EventLoop?
@@ -43,7 +43,7 @@ final class RateLimiter {
 
     /// `loop` gives the loop the writer is on now (none: polling, nothing is scheduled);
     /// `resume` writes again once the wait is over.
-    init(
+    package init(
         bytesPerSecond: Int, now: UInt64 = monotonicNanoseconds(), loop: @escaping () -> EventLoop?,
         resume: @escaping () -> Void
     ) {
@@ -56,7 +56,7 @@ final class RateLimiter {
     var isWaiting: Bool { timer != nil }
 
     /// How many of `wanted` bytes may be written now; when none, the timer is set (once).
-    func take(wanted: Int) -> Int {
+    package func take(wanted: Int) -> Int {
         let (bytes, wait) = bucket.allowance(wanted: wanted)
         if bytes > 0 { return bytes }
         guard let loop = loop(), timer == nil else { return 0 }
@@ -69,10 +69,10 @@ final class RateLimiter {
     }
 
     /// `n` bytes were written.
-    func spend(_ n: Int) { bucket.spend(n) }
+    package func spend(_ n: Int) { bucket.spend(n) }
 
     /// The writer is done: no more wake-ups.
-    func cancel() {
+    package func cancel() {
         timer?.cancel()
         timer = nil
     }

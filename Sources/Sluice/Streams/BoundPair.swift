@@ -87,9 +87,9 @@ final class BoundBuffer: @unchecked Sendable {
 }
 
 /// Carries a loop-confined object to its own loop's thread through `execute`.
-struct UncheckedBox<T>: @unchecked Sendable {
-    let value: T
-    init(_ value: T) { self.value = value }
+package struct UncheckedBox<T>: @unchecked Sendable {
+    package let value: T
+    package init(_ value: T) { self.value = value }
 }
 
 /// The buffer is the core of its two ends: each side's loop, closing, waiting and readiness.

@@ -31,7 +31,7 @@ public class ReadStream: ByteStream {
     /// (as iperf3's receiver does) gives fuller buffers and one readiness wait per buffer rather
     /// than per segment. A read that finds nothing re-arms as usual; the end or an error met
     /// after some bytes is reported by its event, and by the next read.
-    func tryReadFilling(into buffer: UnsafeMutableRawBufferPointer) -> IOResult<Int> {
+    package func tryReadFilling(into buffer: UnsafeMutableRawBufferPointer) -> IOResult<Int> {
         let first = tryRead(into: buffer)
         guard case .processed(var n) = first, n > 0 else { return first }
         while n < buffer.count, case .processed(let more) = tryRead(into: .init(rebasing: buffer[n...])), more > 0 {

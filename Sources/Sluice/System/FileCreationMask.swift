@@ -4,12 +4,12 @@
 
 /// The process's file-creation mask (`umask`): the permission bits a receiver takes away from
 /// the modes a sender sends, as `cp` without `-p` does.
-enum FileCreationMask {
+package enum FileCreationMask {
     /// The mask now, read without changing it from the `Umask:` line of `/proc/self/status`
     /// (Linux 4.7 and later). Only where that cannot be read is it read with `umask(2)`, which
     /// sets it: to 0o077 and back, so that a file another thread creates in that moment gets
     /// fewer permissions, never more.
-    static func current() -> UInt32 {
+    package static func current() -> UInt32 {
         if let status = statusText(), let mask = parse(status: status) { return mask }
         let previous = umask(0o077)
         umask(previous)

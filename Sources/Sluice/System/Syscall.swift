@@ -31,14 +31,14 @@ package func retryingOnInterrupt<T: FixedWidthInteger>(_ body: () -> T) -> T {
 /// `off_t` holds (`Int64.max`). Every position a receiver writes or reads in a file goes through
 /// it before it becomes an `off_t`: the transfer's machine keeps a peer's numbers within the
 /// file's size, and a number that got past that fails the read or write instead of trapping.
-func fileOffset(_ base: UInt64, plus delta: UInt64 = 0) -> off_t? {
+package func fileOffset(_ base: UInt64, plus delta: UInt64 = 0) -> off_t? {
     let (sum, overflow) = base.addingReportingOverflow(delta)
     return overflow ? nil : off_t(exactly: sum)
 }
 
 /// `pread(2)` from `fd` at `offset` until `buffer` is full (`EINTR` retried, short reads
 /// continued); false at an error, or the end of the file first.
-func preadFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: UInt64) -> Bool {
+package func preadFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: UInt64) -> Bool {
     guard let base = buffer.baseAddress else { return true }
     var done = 0
     while done < buffer.count {
@@ -56,7 +56,7 @@ func preadFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offs
 /// can only be bugs (`EBADF`, `EFAULT`), and throws everything else as a `SluiceError` that
 /// names the call and what it concerned.
 @inline(__always)
-func syscall<T: FixedWidthInteger & Sendable>(
+package func syscall<T: FixedWidthInteger & Sendable>(
     _ call: @autoclosure () -> String,
     _ subject: @autoclosure () -> String? = nil,
     _ body: () -> T
@@ -78,7 +78,7 @@ func syscall<T: FixedWidthInteger & Sendable>(
 /// `open`, `fstat`): "would block" there is an error like any other.
 @inline(__always)
 @discardableResult
-func syscallValue<T: FixedWidthInteger & Sendable>(
+package func syscallValue<T: FixedWidthInteger & Sendable>(
     _ call: @autoclosure () -> String,
     _ subject: @autoclosure () -> String? = nil,
     _ body: () -> T
@@ -93,7 +93,7 @@ func syscallValue<T: FixedWidthInteger & Sendable>(
 }
 
 /// `open(2)` with EINTR retried, as a `Result` (typed `catch` clauses trip the 6.3 optimizer).
-func openFile(_ path: String, flags: Int32, permissions: mode_t) -> Result<Int32, SluiceError> {
+package func openFile(_ path: String, flags: Int32, permissions: mode_t) -> Result<Int32, SluiceError> {
     let fd = retryingOnInterrupt { Glibc.open(path, flags, permissions) }
     if fd >= 0 { return .success(fd) }
     return .failure(SluiceError(.system(.current), operation: "open", path: path))
@@ -101,14 +101,14 @@ func openFile(_ path: String, flags: Int32, permissions: mode_t) -> Result<Int32
 
 extension Result where Failure == SluiceError {
     /// The errno of a failed system call, if this is one.
-    var failureErrno: Errno? {
+    package var failureErrno: Errno? {
         if case .failure(let error) = self { return error.errno }
         return nil
     }
 }
 
 /// Closes a descriptor. `close` is never retried on EINTR: on Linux the fd is gone either way.
-func closeDescriptor(_ fd: Int32) {
+package func closeDescriptor(_ fd: Int32) {
     let rc = Glibc.close(fd)
     if rc == -1 && errno == EBADF {
         preconditionFailure("close(\(fd)): EBADF, descriptor closed twice")
@@ -169,7 +169,7 @@ func environmentValue(_ name: String) -> String? {
 
 /// A comma-separated list in an environment variable (`SLUICE_ENGINES=zstd, isal`), each name
 /// without the spaces and tabs around it; nil when the variable is not set.
-func environmentList(_ name: String) -> [String]? {
+package func environmentList(_ name: String) -> [String]? {
     environmentValue(name).map { $0.split(separator: ",").map { String($0.trimmingSpaces()) } }
 }
 

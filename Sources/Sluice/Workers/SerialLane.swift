@@ -10,7 +10,7 @@ import Synchronization
 /// worker for up to `jobsPerTurn` jobs, then through the queue again):
 /// its callers bound the jobs they queue on it, and a caller that may flood the pool checks
 /// `WorkerPool.hasRoom` first.
-final class SerialLane: Sendable {
+package final class SerialLane: Sendable {
     private let pool: WorkerPool
     private let state = Mutex(State())
 
@@ -19,12 +19,12 @@ final class SerialLane: Sendable {
         var running = false
     }
 
-    init(pool: WorkerPool) {
+    package init(pool: WorkerPool) {
         self.pool = pool
     }
 
     /// The pool the lane's jobs run on.
-    var workers: WorkerPool { pool }
+    package var workers: WorkerPool { pool }
 
     /// Jobs submitted and not yet finished (the one running included).
     var pending: Int {
@@ -33,7 +33,7 @@ final class SerialLane: Sendable {
 
     /// Runs `work` on a worker once every job submitted before it has run, then `completion`
     /// with its result on `loop`'s thread. Call on the loop's thread.
-    func submit<T: Sendable>(
+    package func submit<T: Sendable>(
         _ work: @escaping @Sendable () -> T, completingOn loop: EventLoop, _ completion: @escaping (T) -> Void
     ) {
         loop.preconditionInLoop("SerialLane.submit")

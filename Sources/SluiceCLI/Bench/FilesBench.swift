@@ -1,6 +1,7 @@
 import Dispatch
 import FoundationEssentials
 import Sluice
+import SluiceTransfer
 
 #if canImport(Glibc)
     import Glibc

@@ -1,4 +1,5 @@
 import Sluice
+import SluiceTransfer
 
 /// A `sluice` command: its name, a line for the command list, its help, and how it runs.
 protocol Command: Sendable {

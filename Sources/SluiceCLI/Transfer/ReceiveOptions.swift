@@ -1,4 +1,5 @@
 import Sluice
+import SluiceTransfer
 
 /// `sluice receive [options]`, validated.
 struct ReceiveOptions: Sendable {

@@ -1,4 +1,5 @@
 import Sluice
+import SluiceTransfer
 
 #if canImport(Glibc)
     import Glibc

@@ -1,4 +1,5 @@
 import Sluice
+import SluiceTransfer
 
 /// Where `sluice send` connects and where `sluice receive` listens.
 ///

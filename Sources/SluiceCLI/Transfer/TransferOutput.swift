@@ -1,4 +1,5 @@
 import Sluice
+import SluiceTransfer
 
 /// How the transfer commands word what they print. Text from the other end (paths, reasons,
 /// errors that quote them) goes through `PeerText.sanitized` before it is printed.

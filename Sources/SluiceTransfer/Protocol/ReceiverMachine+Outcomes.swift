@@ -1,0 +1,279 @@
+import Sluice
+
+/// The receiver machine's outcomes (what its actions came to, and the connection's events),
+/// its answers in the order entries were announced, and how a session ends.
+extension ReceiverMachine {
+    // MARK: Outcomes
+
+    /// The outcome of an action, or an event of the connection.
+    mutating func handle(_ outcome: ReceiverOutcome) -> [ReceiverAction] {
+        switch (state, outcome) {
+        case (.ended, _):
+            return []
+        case (_, .timedOut):
+            return end(.timedOut)
+        case (_, .connectionFailed(let error)):
+            return end(.connectionFailed(error))
+        case (_, .cancelled):
+            return end(.cancelled)
+        case (_, .peerClosed):
+            let detail: String
+            switch state {
+            case .awaitingMagic, .awaitingHello: detail = "connection closed before the handshake"
+            case .idle, .joining, .storing, .settling: detail = "connection closed without goodbye"
+            case .receiving, .finishing, .committing, .discarding: detail = "connection closed in the middle of a file"
+            case .ended: detail = "connection closed"
+            }
+            return end(.closedEarly(detail))
+
+        case (.joining(let join), .transferJoined(let refusal)):
+            if let refusal { return violation(refusal) }
+            joined = join
+            state = .idle
+            return [.send(.joined)]
+        case (.storing(.range(let request, let range)), .fileOpened(let result, let vouched)):
+            switch result {
+            case .success(let offset):
+                guard offset <= range.length else {
+                    state = .idle
+                    return [.dropFile(keep: false)]
+                        + answer(
+                            .failed(.io, "held partial data is larger than the range"), path: request.relative,
+                            isDirectory: false, size: request.header.size)
+                }
+                var file = IncomingFile(request: request, offset: offset, range: range)
+                file.vouched = vouched && offset > 0 && checksHeld
+                state = .receiving(file)
+                return goAhead(offset, vouched: file.vouched)
+            case .failure(let rejection):
+                state = .idle
+                return answer(rejection, path: request.relative, isDirectory: false, size: request.header.size)
+            }
+        case (.committing(let file), .rangeCommitted(let rejection, let fileStored, let resumed))
+        where file.range != nil:
+            state = .idle
+            // STORED for a range that is not the last says only that the range is in.
+            return answer(
+                rejection, path: file.request.relative, isDirectory: false, size: file.header.size,
+                resumed: resumed ?? file.offset, rangeOnly: rejection == nil && !fileStored)
+
+        case (.storing(.directory(let request)), .directoryMade(let rejection)):
+            state = .idle
+            return answer(rejection, path: request.relative, isDirectory: true, size: nil)
+        case (.storing(.prune(let request)), .pruned(let gone, let rejection)):
+            state = .idle
+            // A path too long for a message (a tree made deeper here than a sender can send)
+            // is reported in the log, not to the sender.
+            return gone.filter { $0.utf8.count <= Wire.maxPathBytes }.map { .send(.gone(path: Array($0.utf8))) }
+                + answer(rejection, path: request.relative, isDirectory: true, size: nil)
+        case (.storing(.link(let request, _)), .linkMade(let rejection)):
+            state = .idle
+            return answer(rejection, path: request.relative, isDirectory: false, size: nil, isLink: true)
+        case (.storing(.special(let request, let header)), .specialMade(let rejection)):
+            state = .idle
+            return answer(rejection, path: request.relative, isDirectory: false, size: nil, special: header.type)
+        case (.storing(.file(let request)), .deltaOpened(let result, let held, let vouched)) where request.header.delta:
+            switch result {
+            case .failure(let rejection):
+                state = .idle
+                return refuseAtHeader(request.header, rejection, path: request.relative)
+            case .success(let basisSize):
+                // Held: the file rebuilt so far by an interrupted delta, a prefix of the new file
+                // whatever basis it was rebuilt from (its digest is checked as a resumed file's).
+                guard held == 0 || (request.header.resumable && held <= request.header.size) else {
+                    state = .idle
+                    return [.dropFile(keep: false)]
+                        + refuseAtHeader(
+                            request.header, .failed(.io, "held partial data is larger than the file"),
+                            path: request.relative)
+                }
+                var file = IncomingFile(request: request, offset: held)
+                file.basisSize = basisSize
+                file.vouched = vouched && held > 0 && checksHeld
+                state = .receiving(file)
+                return goAhead(held, vouched: file.vouched)
+            }
+        case (.storing(.file(let request)), .fileOpened(let result, let vouched)):
+            switch result {
+            case .success(let offset):
+                let header = request.header
+                guard offset == 0 || (header.sizeKnown && offset <= header.size) else {
+                    state = .idle
+                    return [.dropFile(keep: false)]
+                        + refuseAtHeader(
+                            header, .failed(.io, "held partial data is larger than the file"), path: request.relative)
+                }
+                guard offset == 0 || !header.eager else {
+                    guard header.resumable else {
+                        // The store resumes only resumable files.
+                        state = .idle
+                        return [.dropFile(keep: false)]
+                            + refuseAtHeader(
+                                header, .failed(.io, "internal: held partial data for a file sent eagerly"),
+                                path: request.relative)
+                    }
+                    // Part of it is here: the sender is told how much (`eager-resume`) and
+                    // announces it again; the data it sent meanwhile is skipped, the partial kept.
+                    // ACCEPT answers this announcement; the next one is answered as any other.
+                    state = .discarding
+                    entriesAnswered += 1
+                    return [.dropFile(keep: true)] + goAhead(offset)
+                }
+                var file = IncomingFile(request: request, offset: offset)
+                file.vouched = vouched && offset > 0 && checksHeld
+                state = .receiving(file)
+                // An eager file's data is already on its way: no go-ahead.
+                return header.eager ? [] : goAhead(offset, vouched: file.vouched)
+            case .failure(let rejection):
+                state = .idle
+                return refuseAtHeader(request.header, rejection, path: request.relative)
+            }
+
+        case (.receiving(let file), .dataFailed(let rejection)):
+            state = .discarding
+            return [.dropFile(keep: false)] + answerFile(file, rejection)
+        case (.finishing(let file), .dataFailed(let rejection)):
+            state = .idle
+            return [.dropFile(keep: false)] + answerFile(file, rejection)
+        case (.finishing(let file), .dataFinished):
+            if let expected = file.expected, file.total != expected {
+                state = .idle
+                return [.dropFile(keep: false)]
+                    + answerFile(
+                        file, .failed(.data, "size mismatch: announced \(expected) bytes, received \(file.total)"))
+            }
+            if file.endSize != file.total {
+                state = .idle
+                return [.dropFile(keep: false)]
+                    + answerFile(
+                        file, .failed(.data, "size mismatch: sender says \(file.endSize) bytes, received \(file.total)")
+                    )
+            }
+            state = .committing(file)
+            if file.range != nil {
+                return [.commitRange(digest: file.endDigest, fileDigest: file.endFileDigest, held: file.heldDigest)]
+            }
+            return [.commitFile(digest: file.endDigest, held: file.heldDigest)]
+        case (.committing(let file), .committed(let rejection)):
+            state = .idle
+            return answerFile(file, rejection)
+        case (.committing(let file), .staged) where file.range == nil:
+            state = .idle
+            queuedAnswers.append(.staged(file))
+            return []
+        case (_, .stagedCommitted(let rejection)):
+            guard case .staged(let file)? = queuedAnswers.first else { break }
+            queuedAnswers.removeFirst()
+            var actions = answerFile(file, rejection, queued: false)
+            while case .ready(let ready)? = queuedAnswers.first {
+                queuedAnswers.removeFirst()
+                actions += ready
+            }
+            return actions
+        case (.settling, .directoriesSettled) where queuedAnswers.isEmpty:
+            return [.send(.bye)] + end(.goodbye)
+        case (.settling, .flushFailed(let error)):
+            return [.send(.error(reason: error.description))] + end(.connectionFailed(error))
+
+        case (.awaitingMagic, _), (.awaitingHello, _), (.idle, _), (.joining, _), (.storing, _), (.receiving, _),
+            (.finishing, _), (.committing, _), (.discarding, _), (.settling, _):
+            break
+        }
+        // An outcome nobody asked for: a bug in the session, not the peer's doing. It ends this
+        // session only.
+        assertionFailure("receiver machine: outcome \(outcome) in state \(state)")
+        return end(
+            .connectionFailed(
+                SluiceError(
+                    .invalidArgument, operation: "receive", detail: "internal: unexpected \(outcome) in state \(state)")
+            ))
+    }
+
+    // MARK: Answers and ending
+
+    /// ACCEPT: the go-ahead for a file's data, or for a file sent eagerly, how much of it is
+    /// held. It waits behind staged files' answers like any answer (the sender matches answers
+    /// by their order), and has them committed now, since the sender waits for it.
+    mutating func goAhead(_ offset: UInt64, vouched: Bool = false) -> [ReceiverAction] {
+        let accept = ReceiverAction.send(.accept(offset: offset, vouched: vouched))
+        guard !queuedAnswers.isEmpty else { return [accept] }
+        queuedAnswers.append(.ready([accept]))
+        return [.commitStaged]
+    }
+
+    /// Answers an entry: STORED when `rejection` is nil, else REFUSED or FAILED. Behind a
+    /// staged file's answer (unless `queued` is false: the staged file's own), the answer waits
+    /// its turn, so that answers go out in the order entries were announced.
+    mutating func answer(
+        _ rejection: EntryRejection?, path: String, isDirectory: Bool, size: UInt64?, resumed: UInt64 = 0,
+        rangeOnly: Bool = false, queued: Bool = true, isLink: Bool = false, special: Wire.SpecialType? = nil
+    ) -> [ReceiverAction] {
+        entriesAnswered += 1
+        var result = TransferFileResult(
+            path: path, isDirectory: isDirectory, size: size, resumedBytes: resumed,
+            outcome: rejection?.outcome ?? .stored)
+        result.rangeOnly = rangeOnly
+        result.isLink = isLink
+        result.isDevice = special?.isDevice ?? false
+        result.isSpecial = special.map { !$0.isDevice } ?? false
+        let actions: [ReceiverAction] = [.send(rejection?.frame ?? .stored), .report(result)]
+        guard queued, !queuedAnswers.isEmpty else { return actions }
+        queuedAnswers.append(.ready(actions))
+        return []
+    }
+
+    mutating func answerFile(_ file: IncomingFile, _ rejection: EntryRejection?, queued: Bool = true)
+        -> [ReceiverAction]
+    {
+        let size: UInt64 = rejection == nil || !file.header.sizeKnown ? file.total : file.header.size
+        if rejection == nil, file.header.linked, file.range == nil, linkTargets.count < Self.maxLinkTargets,
+            linkTargetBytes + file.request.relative.utf8.count <= Self.maxLinkTargetBytes
+        {
+            linkTargetBytes += file.request.relative.utf8.count
+            linkTargets.insert(file.request.relative)
+        }
+        return answer(
+            rejection, path: file.request.relative, isDirectory: false, size: size, resumed: file.offset,
+            queued: queued)
+    }
+
+    /// Turns the session away after HELLO: the receiver serves all the sessions it allows.
+    mutating func turnAway(_ reason: String) -> [ReceiverAction] {
+        if case .ended = state { return [] }
+        return [.send(.error(reason: reason))] + end(.turnedAway(reason))
+    }
+
+    /// The decoder found the bytes break the protocol.
+    mutating func violated(_ reason: String) -> [ReceiverAction] {
+        if case .ended = state { return [] }
+        return violation(reason)
+    }
+
+    mutating func violation(_ reason: String) -> [ReceiverAction] {
+        [.send(.error(reason: reason))] + end(.violation(reason))
+    }
+
+    /// Input arrived while the session was told to hold it: the session's bug, not the peer's.
+    mutating func unexpectedInput(_ what: String) -> [ReceiverAction] {
+        if case .ended = state { return [] }
+        assertionFailure("receiver machine: \(what) handed over in state \(state)")
+        return violation("\(what) out of turn")
+    }
+
+    mutating func end(_ how: SessionEnd) -> [ReceiverAction] {
+        var actions: [ReceiverAction] = []
+        switch state {
+        case .receiving, .finishing, .committing, .storing(.file), .storing(.range):
+            // An interrupted file keeps its partial data for a resume (the store decides
+            // whether it may be kept).
+            actions.append(.dropFile(keep: true))
+        case .awaitingMagic, .awaitingHello, .idle, .joining, .storing(.directory), .storing(.link), .storing(.special),
+            .storing(.prune),
+            .discarding, .settling, .ended:
+            break
+        }
+        state = .ended(how)
+        actions.append(.end(how))
+        return actions
+    }
+}

@@ -1,0 +1,301 @@
+import Sluice
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A small file received whole into memory before anything of it touches the disk; its digest
+/// is checked by the job that stores it, off the loop (up to 1 MiB of hashing a file).
+final class WholeFile {
+    let request: EntryRequest
+    private(set) var bytes: [UInt8] = []
+    /// Where its HOLEs lie in `bytes` (zeros there): hashed as the protocol hashes a hole.
+    private(set) var holes: [ReceivedWhole.Hole] = []
+
+    /// Files received this way: eager (their data follows at once), of a known size of at most
+    /// `Wire.eagerLimit` bytes, uncompressed; with `batch` offered, up to `Wire.wholeLimit`
+    /// bytes when neither resumable (part of it may be here: it is opened) nor linked (a LINK
+    /// may name it right after: it is answered before the next entry).
+    static func takes(_ header: EntryHeader, batch: Bool) -> Bool {
+        guard header.eager && header.sizeKnown && !header.compressed else { return false }
+        return header.size <= Wire.eagerLimit
+            || (batch && !header.resumable && !header.linked && header.size <= Wire.wholeLimit)
+    }
+
+    init(_ request: EntryRequest) {
+        self.request = request
+        bytes.reserveCapacity(Int(request.header.size))
+    }
+
+    func append(_ piece: UnsafeRawBufferPointer) {
+        bytes.append(contentsOf: piece)
+    }
+
+    /// A HOLE in a small file: written as zeros (the machine checked it fits the size).
+    func appendHole(_ length: Int) {
+        holes.append(ReceivedWhole.Hole(at: bytes.count, length: length))
+        bytes.append(contentsOf: repeatElement(0, count: length))
+    }
+}
+
+/// A small file received whole, with the digest its END announced, for the job that checks and
+/// stores it.
+struct ReceivedWhole: Sendable {
+    struct Hole: Sendable {
+        var at: Int
+        var length: Int
+    }
+
+    let request: EntryRequest
+    let bytes: [UInt8]
+    let holes: [Hole]
+    let expected: [UInt8]
+
+    /// Whether its bytes (holes hashed as holes) have the announced digest.
+    func matches(_ algorithm: TransferDigest) -> Bool {
+        let digest = FileDigest(algorithm)
+        var done = 0
+        bytes.withUnsafeBytes { all in
+            for hole in holes + [Hole(at: bytes.count, length: 0)] {
+                if hole.at > done { digest.update(UnsafeRawBufferPointer(rebasing: all[done..<hole.at])) }
+                if hole.length > 0 {
+                    Wire.holeDigestInput(UInt64(hole.length)).withUnsafeBytes { digest.update($0) }
+                }
+                done = hole.at + hole.length
+            }
+        }
+        return digest.finalize() == expected
+    }
+}
+
+/// A verified file set aside for a batch, or one whose answer waits its turn among them.
+enum StagedSlot {
+    case file(ReceiverStore.StagedFile)
+    case failed(EntryRejection)
+}
+
+extension ReceiverSession {
+    // MARK: Staging and batched commits
+
+    /// Sets the verified file's mode and mtime on a worker and sets it aside, to be flushed and
+    /// renamed with others; the machine goes on with the next entry.
+    func stage(_ file: ActiveFile) {
+        let store = self.store
+        let (request, opened) = (file.request, file.opened)
+        laneJobs += 1
+        lane.submit(
+            { store.stage(opened, header: request.header, attributes: request.attributes) }, completingOn: loop
+        ) { [self] rejection in
+            laneJobs -= 1
+            _ = advance(file, .stored)
+            if self.file === file { self.file = nil }
+            if let rejection {
+                perform(machine.handle(.committed(rejection)))
+                pump()
+                return
+            }
+            setAside(.file(ReceiverStore.StagedFile(opened: opened, request: request)), bytes: file.position)
+            perform(machine.handle(.staged))
+            if batchFull { commitStaged() }
+            pump()
+        }
+    }
+
+    /// A small file received whole: its digest checked, then created, written and settled on
+    /// the lane with the files received whole before it and not yet stored (those of a BATCH
+    /// are stored together at its end, `storeWholes`). The machine goes on at once (`.staged`);
+    /// the file's answer follows its job (without fsync) or its batch (with).
+    func storeWhole(_ whole: WholeFile, expecting digest: [UInt8]) {
+        wholesWaiting.append(
+            ReceivedWhole(request: whole.request, bytes: whole.bytes, holes: whole.holes, expected: digest))
+        wholesWaitingBytes += whole.bytes.count
+        perform(machine.handle(.staged))
+        if !machine.inBatch || wholesWaitingBytes >= Wire.batchTarget { storeWholes() }
+    }
+
+    /// Checks and stores the small files received whole and waiting, in order, with one job on
+    /// the lane; each is answered in its turn when the job is done.
+    func storeWholes() {
+        guard !wholesWaiting.isEmpty else { return }
+        let (files, bytes) = (wholesWaiting, wholesWaitingBytes)
+        wholesWaiting.removeAll()
+        wholesWaitingBytes = 0
+        let (store, overwrite, fsync, algorithm) = (self.store, options.overwrite, options.fsync, machine.digest)
+        laneJobs += 1
+        laneBytes += bytes
+        lane.submit(
+            { Self.checkAndStore(files, in: store, algorithm, overwrite: overwrite, fsync: fsync) }, completingOn: loop
+        ) {
+            [self] outcomes in
+            laneJobs -= 1
+            laneBytes -= bytes
+            for (outcome, file) in zip(outcomes, files) {
+                switch outcome {
+                case .stored:
+                    perform(machine.handle(.stagedCommitted(nil)))
+                case .rejected(let rejection) where !fsync:
+                    perform(machine.handle(.stagedCommitted(rejection)))
+                case .rejected(let rejection):
+                    // Answered in its turn among the batch's files.
+                    setAside(.failed(rejection), bytes: 0)
+                case .staged(let staged):
+                    setAside(.file(staged), bytes: UInt64(file.bytes.count))
+                }
+            }
+            if ended {
+                commitStagedAfterEnd()
+            } else if batchFull || !afterStaged.isEmpty {
+                commitStaged()
+            } else {
+                commitWhenQuiet()
+            }
+            pump()
+        }
+    }
+
+    /// `files`' outcomes in order: a file whose digest does not match fails; the others are
+    /// stored (`ReceiverStore.storeWholes`).
+    private static func checkAndStore(
+        _ files: [ReceivedWhole], in store: ReceiverStore, _ algorithm: TransferDigest, overwrite: Bool, fsync: Bool
+    ) -> [ReceiverStore.WholeOutcome] {
+        let matching = files.map { $0.matches(algorithm) }
+        let verified = zip(files, matching).filter(\.1).map { (request: $0.0.request, bytes: $0.0.bytes) }
+        var stored = store.storeWholes(verified, overwrite: overwrite, fsync: fsync)[...]
+        return matching.map { matches in
+            guard matches else { return .rejected(.failed(.data, "\(algorithm) mismatch (data altered in transit)")) }
+            return stored.popFirst() ?? .rejected(.failed(.io, "internal: a file without an outcome"))
+        }
+    }
+
+    /// Adds to the batch; after the session's end, what is verified takes its name all the
+    /// same (nobody hears of it).
+    private func setAside(_ slot: StagedSlot, bytes: UInt64) {
+        staged.append(slot)
+        stagedBytes += bytes
+        if ended { commitStagedAfterEnd() }
+    }
+
+    /// The staged files make a batch: this session's limits, or the receiver's budget of
+    /// descriptors for staged files.
+    private var batchFull: Bool {
+        staged.count >= Self.stagedFiles || stagedBytes >= Self.stagedBytes
+            || (receiver?.filesStaged ?? 0) >= TransferReceiver.stagedBudget
+    }
+
+    /// A full batch is staged while the one before is being committed: stop reading.
+    var stagedFull: Bool { committingStaged && batchFull }
+
+    /// Commits the staged files (one flush, then the renames) on a worker, and hands the
+    /// machine their outcomes in order. One batch at a time: asked meanwhile, the next batch
+    /// follows this one.
+    func commitStaged() {
+        guard !committingStaged else {
+            commitAsked = true
+            return
+        }
+        guard !staged.isEmpty else {
+            runAfterStaged()
+            return
+        }
+        let batch = staged
+        staged.removeAll()
+        stagedBytes = 0
+        committingStaged = true
+        commitAsked = false
+        let (store, overwrite) = (self.store, options.overwrite)
+        store.pool.submit({ Self.commit(batch, in: store, overwrite: overwrite) }, completingOn: loop) {
+            [self] rejections in
+            committingStaged = false
+            for rejection in rejections { perform(machine.handle(.stagedCommitted(rejection))) }
+            if ended {
+                commitStagedAfterEnd()
+                return
+            }
+            if commitAsked || !afterStaged.isEmpty || batchFull {
+                commitStaged()
+            } else {
+                commitWhenQuiet()
+            }
+            pump()
+        }
+    }
+
+    /// Commits the staged files if nothing more arrives for `quietCommit`: the sender may be
+    /// waiting for their answers.
+    func commitWhenQuiet() {
+        guard quietTimer == nil, !staged.isEmpty, !ended else { return }
+        let seen = connection.bytesRead
+        quietTimer = loop.schedule(after: Self.quietCommit) { [weak self] in
+            guard let self else { return }
+            quietTimer = nil
+            guard !ended else { return }
+            if connection.bytesRead == seen {
+                commitStaged()
+            } else {
+                commitWhenQuiet()
+            }
+        }
+    }
+
+    /// Commits a batch's files (`ReceiverStore.commitStaged`) and returns an outcome for each
+    /// slot, in order.
+    private static func commit(_ batch: [StagedSlot], in store: ReceiverStore, overwrite: Bool) -> [EntryRejection?] {
+        let files = batch.compactMap { slot -> ReceiverStore.StagedFile? in
+            if case .file(let file) = slot { return file }
+            return nil
+        }
+        var committed = store.commitStaged(files, overwrite: overwrite)[...]
+        return batch.map { slot in
+            switch slot {
+            case .file: return committed.popFirst() ?? nil
+            case .failed(let rejection): return rejection
+            }
+        }
+    }
+
+    /// Runs what waits for every staged file to be committed, once none is left.
+    func runAfterStaged() {
+        guard staged.isEmpty, !committingStaged, laneJobs == 0 else { return }
+        let waiting = afterStaged
+        afterStaged.removeAll()
+        for work in waiting { work() }
+    }
+
+    /// The session ended with files staged: they are committed all the same, in the background
+    /// (`finishDiskWork` waits for them).
+    func commitStagedAfterEnd() {
+        guard !staged.isEmpty, !committingStaged else { return }
+        let batch = staged
+        staged.removeAll()
+        let (store, overwrite) = (self.store, options.overwrite)
+        store.handingOn.enter()
+        store.pool.submit {
+            _ = Self.commit(batch, in: store, overwrite: overwrite)
+            store.handingOn.leave()
+        }
+    }
+
+    /// Once every staged file is in place: sets the directories' attributes and, with fsync,
+    /// flushes the file system once more, so that goodbye means every file stored is on disk
+    /// under its name.
+    func settleDirectories() {
+        afterStaged.append { [self] in
+            let store = self.store
+            let directories = createdDirectories
+            createdDirectories = DirectoriesToSettle()
+            let fsync = options.fsync
+            store.pool.submit(
+                { (store.settleDirectories(directories), fsync ? store.flushAll() : nil) }, completingOn: loop
+            ) { [self] settled, failure in
+                for warning in settled.warnings { warn(warning) }
+                warnings.hold(settled.more)
+                if let failure {
+                    perform(machine.handle(.flushFailed(failure)))
+                    return
+                }
+                perform(machine.handle(.directoriesSettled))
+            }
+        }
+        commitStaged()
+    }
+}

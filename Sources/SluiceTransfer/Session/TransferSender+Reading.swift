@@ -1,0 +1,229 @@
+import Sluice
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A file opened on a worker: its descriptor and status, and a small file's whole contents.
+struct OpenedSource: Sendable {
+    let fd: Int32
+    let size: UInt64
+    let mode: UInt32
+    let mtime: timespec
+    /// A small file (at most `Wire.wholeLimit` bytes, not sparse, sent whole) read with its
+    /// open, all of it; nil otherwise (or when it could not be read whole: then its reads
+    /// say why, in their turn).
+    var bytes: [UInt8]?
+    /// Read whole with its open: whether it changed meanwhile.
+    var changed = false
+}
+
+/// An entry opened ahead of its turn, or being opened. Loop thread only.
+final class OpenAhead {
+    let index: Int
+    let path: String
+    /// Read whole with its open, if small.
+    let preload: Bool
+    private(set) var result: Result<OpenedSource, LocalFailure>?
+    /// Not wanted any more (skipped, or the session ended): its descriptor is closed.
+    private var abandoned = false
+
+    init(index: Int, path: String, preload: Bool) {
+        self.index = index
+        self.path = path
+        self.preload = preload
+    }
+
+    func settle(_ result: Result<OpenedSource, LocalFailure>) {
+        self.result = result
+        if abandoned { discard() }
+    }
+
+    func discard() {
+        abandoned = true
+        if case .success(let opened) = result { closeDescriptor(opened.fd) }
+        result = nil
+    }
+}
+
+extension TransferSender {
+    /// Chunks of a file read ahead of its frames, on a worker (`SourceReader`): reads and
+    /// socket writes overlap, within this many chunks of memory.
+    static let readAhead = 3
+    /// Entries opened ahead of their turn at most; per job; and jobs at once. A job opens a
+    /// batch (and reads the small files whole) for one hand-over between the loop and the
+    /// pool, where one per file would cost a tree of small files more than their reads.
+    static let opensAheadLimit = 32
+    static let opensPerJob = 16
+    static let openJobs = 2
+
+    /// The machine asks for file entry `index`: taken from what was opened ahead, or opened
+    /// now on the worker (with the entries that follow); the machine hears once it is open.
+    func openFileEntry(_ index: Int) {
+        loop?.preconditionInLoop("TransferSender.openFileEntry")
+        if let position = opensAhead.firstIndex(where: { $0.index == index }) {
+            for skipped in opensAhead[..<position] { skipped.discard() }
+            opensAhead.removeFirst(position)
+        } else {
+            discardOpensAhead()
+        }
+        waitingOpen = index
+        takeOpened()
+    }
+
+    /// Hands the machine the entry it waits for, if its open is done; opens more ahead.
+    private func takeOpened() {
+        guard let index = waitingOpen, let first = opensAhead.first, first.index == index,
+            let result = first.result
+        else {
+            queueOpens()
+            return
+        }
+        waitingOpen = nil
+        opensAhead.removeFirst()
+        queueOpens()
+        fileOpened(index, result)
+    }
+
+    /// Closes what was opened ahead and not taken.
+    func discardOpensAhead() {
+        for item in opensAhead { item.discard() }
+        opensAhead.removeAll()
+        waitingOpen = nil
+    }
+
+    /// Queues a job opening the entry the machine waits for, when none does, and those that
+    /// follow it in the work while fewer than `opensAheadLimit` are open or opening — once the
+    /// pool has room for it.
+    private func queueOpens() {
+        guard let loop, !ended, !waitingForOpenRoom else { return }
+        let first = waitingOpen.flatMap { index in opensAhead.contains { $0.index == index } ? nil : index }
+        guard first != nil || openBatches < Self.openJobs else { return }
+        var batch: [OpenAhead] = []
+        if let first, case .file(let path) = entries[first].kind {
+            let asked = machine.next > 0 ? machine.work[machine.next - 1] : .entry(first)
+            batch.append(OpenAhead(index: first, path: path, preload: preloads(asked)))
+        }
+        var matched = 0
+        var position = machine.next
+        while opensAhead.count + batch.count < Self.opensAheadLimit, batch.count < Self.opensPerJob,
+            position < machine.work.count
+        {
+            let item = machine.work[position]
+            position += 1
+            guard let opens = willOpen(item) else { break }
+            guard opens, case .file(let path) = entries[item.index].kind else { continue }
+            if matched < opensAhead.count, opensAhead[matched].index == item.index {
+                matched += 1
+                continue
+            }
+            batch.append(OpenAhead(index: item.index, path: path, preload: preloads(item)))
+        }
+        guard !batch.isEmpty else { return }
+        // Opening ahead waits until it makes a batch worth the hand-over (unless the work ends
+        // within it): not one job per file as the files are taken one by one.
+        if first == nil, batch.count < Self.opensPerJob / 2, position < machine.work.count { return }
+        guard openLane.workers.hasRoom else {
+            waitingForOpenRoom = true
+            openLane.workers.whenRoom(on: loop) { [weak self] in
+                guard let self else { return }
+                self.waitingForOpenRoom = false
+                self.queueOpens()
+            }
+            return
+        }
+        let requests = batch.map { ($0.path, $0.preload) }
+        openBatches += 1
+        opensAhead += batch
+        openLane.submit({ requests.map { Self.openSource($0.0, preload: $0.1) } }, completingOn: loop) {
+            [weak self] results in
+            for (item, result) in zip(batch, results) { item.settle(result) }
+            guard let self else { return }
+            self.openBatches -= 1
+            guard !self.ended else { return }
+            if self.waitingOpen != nil {
+                self.takeOpened()
+                self.advance()
+            } else {
+                self.queueOpens()
+            }
+        }
+    }
+
+    /// Whether the machine will ask to open work `item` when its turn comes: nil when it
+    /// cannot be told yet (its HAVE is not in), and nothing after it is opened ahead.
+    private func willOpen(_ item: SenderMachine.Work) -> Bool? {
+        guard case .entry(let index) = item else { return true }
+        let entry = entries[index]
+        guard case .file = entry.kind else { return false }
+        if entry.hardLinkTo != nil && machine.peerOffers(Wire.Capability.links) { return false }
+        guard machine.syncing else { return !machine.settings.dryRun }
+        guard let have = machine.haves[index] else { return nil }
+        return have.status != .same && !machine.settings.dryRun
+    }
+
+    /// A whole, non-sparse file is read with its open if it is small.
+    private func preloads(_ item: SenderMachine.Work) -> Bool {
+        guard case .entry(let index) = item else { return false }
+        return !entries[index].sparse
+    }
+
+    /// Opens `path` (not following a link) on a worker; a regular file only. With `preload`,
+    /// a file of at most `Wire.wholeLimit` bytes is read whole too (at most `opensAheadLimit` of
+    /// them are held).
+    static func openSource(_ path: String, preload: Bool) -> Result<OpenedSource, LocalFailure> {
+        let fd: Int32
+        switch Sluice.openFile(path, flags: O_RDONLY | O_NOFOLLOW | O_CLOEXEC, permissions: 0) {
+        case .success(let descriptor): fd = descriptor
+        case .failure(let error): return .failure(LocalFailure(error.description))
+        }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
+            closeDescriptor(fd)
+            return .failure(LocalFailure("open \(quoted(path)): not a regular file any more"))
+        }
+        let size = UInt64(st.st_size)
+        var opened = OpenedSource(fd: fd, size: size, mode: UInt32(st.st_mode & 0o7777), mtime: st.st_mtim)
+        guard preload, size <= Wire.wholeLimit, let bytes = readWhole(fd, count: Int(size)) else {
+            return .success(opened)
+        }
+        opened.bytes = bytes
+        var after = stat()
+        if fstat(fd, &after) == 0 {
+            opened.changed =
+                after.st_mtim.tv_sec != st.st_mtim.tv_sec || after.st_mtim.tv_nsec != st.st_mtim.tv_nsec
+                || after.st_size != st.st_size
+        }
+        return .success(opened)
+    }
+
+    /// The first `count` bytes of `fd`, or nil when they cannot all be read.
+    private static func readWhole(_ fd: Int32, count: Int) -> [UInt8]? {
+        var complete = true
+        let bytes = [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            let raw = UnsafeMutableRawBufferPointer(buffer)
+            complete = preadFully(fd, into: raw, at: 0)
+            initialized = complete ? count : 0
+        }
+        return complete ? bytes : nil
+    }
+
+    /// The reads of the current file's data from where it stands, on `readLane`.
+    func makeReader(_ file: OutgoingFile, _ fd: Int32) -> SourceReader? {
+        guard let loop else { return nil }
+        let end = file.range?.end ?? file.size ?? 0
+        let cursor = ReadCursor(
+            fd: fd, path: localPath(file), from: file.position, to: end, sparse: file.sparse,
+            opened: file.range == nil ? (file.size ?? 0, file.openedMtime) : nil)
+        let reader = SourceReader(
+            cursor: cursor, lane: readLane, loop: loop, stock: readBuffers, depth: Self.readAhead,
+            bytesToEnd: file.sparse ? nil : end - min(end, file.position))
+        reader.onPiece = { [weak self, weak file] in
+            guard let self, let file, self.current === file else { return }
+            self.produce()
+        }
+        file.reader = reader
+        reader.fill()
+        return reader
+    }
+}
