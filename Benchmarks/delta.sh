@@ -12,8 +12,12 @@
 # bytes_sent + bytes_received, the signatures included; rsync: "Total bytes sent" +
 # "Total bytes received"), as a percentage of the file; then the medians and ranges.
 #
+# With OLD=path of another sluice build, that build runs too, as a third tool with a receiver of
+# its own (an A/B of two builds in one run; its ratio to this build's time is printed too).
+#
 #   Benchmarks/delta.sh                  # ROUNDS=4, 1 GiB, 1%, SETTLE=5 s before each round
 #   PERCENT=0 Benchmarks/delta.sh
+#   OLD=/tmp/old/.build/release/sluice Benchmarks/delta.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -30,9 +34,12 @@ SLUICE=$ROOT/.build/release/sluice
 # shellcheck source=Benchmarks/common.sh
 . "$ROOT/Benchmarks/common.sh"
 
+OTHER=${OLD:-}
+[ -z "$OTHER" ] || [ -x "$OTHER" ] || { echo "delta.sh: OLD=$OTHER is not an executable" >&2 && exit 64; }
+
 mkdir -p "$DATA"
-OLD=$DATA/delta-old-$SIZE_MIB.bin
-[ -s "$OLD" ] || head -c "$((SIZE_MIB << 20))" /dev/urandom >"$OLD"
+BEFORE=$DATA/delta-old-$SIZE_MIB.bin
+[ -s "$BEFORE" ] || head -c "$((SIZE_MIB << 20))" /dev/urandom >"$BEFORE"
 RUNS=$(mktemp -d "$DATA/delta-runs.XXXX")
 PIDS=()
 cleanup() {
@@ -44,7 +51,7 @@ trap cleanup EXIT
 # The new file: the old one with PERCENT% of its 64 KiB blocks rewritten.
 mkdir -p "$RUNS/src"
 NEW=$RUNS/src/file.bin
-cp "$OLD" "$NEW"
+cp "$BEFORE" "$NEW"
 python3 - "$NEW" "$PERCENT" <<'EOF'
 import os, random, sys
 path, percent = sys.argv[1], float(sys.argv[2])
@@ -58,18 +65,27 @@ with open(path, "r+b") as f:
 EOF
 touch "$NEW"
 
-mkdir -p "$RUNS/sluice" "$RUNS/rsync"
+TOOLS=(sluice rsync)
+[ -z "$OTHER" ] || TOOLS+=(old)
+mkdir -p "$RUNS/sluice" "$RUNS/rsync" "$RUNS/old"
 start_sluice_receiver "$RUNS/sluice" "$RUNS/receive.log"
+PORT_NEW=$SPORT
+if [ -n "$OTHER" ]; then
+    SLUICE=$OTHER start_sluice_receiver "$RUNS/old" "$RUNS/receive-old.log"
+    PORT_OLD=$SPORT
+fi
 start_rsync_daemon "$RUNS/rsync" "$RUNS"
 
 bytes=$(stat -c %s "$NEW")
 percent() { awk -v a="$1" -v b="$bytes" 'BEGIN {printf "%.3f", 100 * a / b}'; }
+# run_sluice [old]: this build, or the OLD one into its own receiver.
 run_sluice() {
-    local t0 t1 stats
+    local t0 t1 stats bin=$SLUICE port=$PORT_NEW dir=sluice
+    [ "${1:-}" = old ] && bin=$OTHER port=$PORT_OLD dir=old
     t0=$(now)
-    stats=$("$SLUICE" send --insecure -q --sync --stats=json "$RUNS/src" "127.0.0.1:$SPORT" 2>&1 | grep '^{')
+    stats=$("$bin" send --insecure -q --sync --stats=json "$RUNS/src" "127.0.0.1:$port" 2>&1 | grep '^{')
     t1=$(now)
-    cmp "$NEW" "$RUNS/sluice/src/file.bin"
+    cmp "$NEW" "$RUNS/$dir/src/file.bin"
     local sent received
     sent=$(echo "$stats" | grep -o '"bytes_sent":[0-9]*' | cut -d: -f2)
     received=$(echo "$stats" | grep -o '"bytes_received":[0-9]*' | cut -d: -f2)
@@ -87,27 +103,37 @@ run_rsync() {
     echo "$(elapsed "$t0" "$t1") $((sent + received))"
 }
 ratios=()
+olds=()
 for round in $(seq "$ROUNDS"); do
-    for tool in sluice rsync; do
+    for tool in "${TOOLS[@]}"; do
         rm -rf "${RUNS:?}/$tool/src"
         mkdir -p "$RUNS/$tool/src"
-        cp --preserve=mode "$OLD" "$RUNS/$tool/src/file.bin"
+        cp --preserve=mode "$BEFORE" "$RUNS/$tool/src/file.bin"
     done
     # Writeback of the copies (and of the last round's removal) out of the way first: on this
     # VM whoever ran first after them paid for it.
     sync
     sleep "$SETTLE"
     if [ $((round % 2)) = 1 ]; then
+        [ -z "$OTHER" ] || read -r ot ow < <(run_sluice old)
         read -r st sw < <(run_sluice)
         read -r rt rw < <(run_rsync)
     else
         read -r rt rw < <(run_rsync)
         read -r st sw < <(run_sluice)
+        [ -z "$OTHER" ] || read -r ot ow < <(run_sluice old)
     fi
     ratios+=("$(awk -v a="$st" -v b="$rt" 'BEGIN {printf "%.2f", a / b}')")
     echo "round $round: sluice ${st}s, $sw bytes on the wire ($(percent "$sw")%); rsync ${rt}s, $rw bytes ($(percent "$rw")%)"
+    if [ -n "$OTHER" ]; then
+        olds+=("$(awk -v a="$st" -v b="$ot" 'BEGIN {printf "%.3f", a / b}')")
+        echo "round $round: old ${ot}s, $ow bytes on the wire; this build / old ${olds[-1]}"
+    fi
 done
 printf '%s\n' "${ratios[@]}" | sort -n | awk -v p="$PERCENT" -v s="$SIZE_MIB" '{r[NR]=$1} END {
     m = (NR % 2) ? r[(NR+1)/2] : (r[NR/2] + r[NR/2+1]) / 2
     printf "%d MiB, %s%% of 64 KiB blocks changed: sluice / rsync seconds median %.2f (range %.2f–%.2f) over %d rounds\n", s, p, m, r[1], r[NR], NR }'
-echo "machine: $(nproc) cores, $(uname -r), $(swift --version 2>/dev/null | head -1), $(rsync --version | head -1)"
+[ -z "$OTHER" ] || printf '%s\n' "${olds[@]}" | sort -n | awk '{r[NR]=$1} END {
+    m = (NR % 2) ? r[(NR+1)/2] : (r[NR/2] + r[NR/2+1]) / 2
+    printf "this build / OLD seconds median %.3f (range %.3f–%.3f) over %d rounds\n", m, r[1], r[NR], NR }'
+echo "machine: $(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, $(uname -r), $(swift --version 2>/dev/null | head -1), $(rsync --version | head -1)"
