@@ -24,9 +24,10 @@ import Testing
 
     @Test("HMAC-SHA256 matches RFC 4231; a token depends on the secret, the receiver's key and the file")
     func tokens() {
-        let mac = ResumeKey.hmacSHA256(key: Array("Jefe".utf8), message: Array("what do ya want for nothing?".utf8))
+        let mac = SHA256Digest.authenticationCode(
+            key: Array("Jefe".utf8), message: Array("what do ya want for nothing?".utf8))
         #expect(SHA256Digest.hex(mac) == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
-        let long = ResumeKey.hmacSHA256(
+        let long = SHA256Digest.authenticationCode(
             key: Array(repeating: 0xAA, count: 131),
             message: Array("Test Using Larger Than Block-Size Key - Hash Key First".utf8))
         #expect(SHA256Digest.hex(long) == "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54")

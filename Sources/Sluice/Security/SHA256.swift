@@ -53,6 +53,16 @@ public final class SHA256Digest: @unchecked Sendable {
         return digest.finalize()
     }
 
+    /// HMAC-SHA256 (RFC 2104) of `message` under `key`: the resume tokens' and SPAKE2's key
+    /// confirmation (RFC 4231's vectors are in the tests).
+    public static func authenticationCode(key: [UInt8], message: [UInt8]) -> [UInt8] {
+        let block = 64
+        var padded = key.count > block ? hash(key) : key
+        padded += [UInt8](repeating: 0, count: block - padded.count)
+        let inner = hash(padded.map { $0 ^ 0x36 } + message)
+        return hash(padded.map { $0 ^ 0x5C } + inner)
+    }
+
     /// Lower-case hexadecimal.
     public static func hex<Bytes: Collection<UInt8>>(_ digest: Bytes) -> String {
         let digits = Array("0123456789abcdef".utf8)

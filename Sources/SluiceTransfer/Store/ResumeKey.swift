@@ -43,7 +43,8 @@ public struct ResumeKey: Sendable, Equatable {
 
     private init(secret: [UInt8], binding: [UInt8]) {
         self.secret = secret
-        tokenKey = Self.hmacSHA256(key: secret, message: Array("sluice-resume-token-key-v2".utf8) + [0] + binding)
+        tokenKey = SHA256Digest.authenticationCode(
+            key: secret, message: Array("sluice-resume-token-key-v2".utf8) + [0] + binding)
     }
 
     /// The key kept at `path` (by default `defaultPath`), made on first use: a key file
@@ -108,7 +109,7 @@ public struct ResumeKey: Sendable, Equatable {
         message += header.path + [0]
         message += bigEndian(header.size) + bigEndian(UInt64(bitPattern: header.mtimeSeconds))
         message += bigEndian(UInt64(header.mtimeNanoseconds))
-        return Self.hmacSHA256(key: tokenKey, message: message)
+        return SHA256Digest.authenticationCode(key: tokenKey, message: message)
     }
 
     private func bigEndian(_ value: UInt64) -> [UInt8] {
@@ -119,14 +120,5 @@ public struct ResumeKey: Sendable, Equatable {
     /// token (reading the attribute tells nobody the token).
     static func tag(of token: [UInt8]) -> [UInt8] {
         Array(SHA256Digest.hex(SHA256Digest.hash(Array("sluice-resume-tag-v1".utf8) + [0] + token)).utf8)
-    }
-
-    /// HMAC (RFC 2104) with SHA-256.
-    static func hmacSHA256(key: [UInt8], message: [UInt8]) -> [UInt8] {
-        let block = 64
-        var padded = key.count > block ? SHA256Digest.hash(key) : key
-        padded += [UInt8](repeating: 0, count: block - padded.count)
-        let inner = SHA256Digest.hash(padded.map { $0 ^ 0x36 } + message)
-        return SHA256Digest.hash(padded.map { $0 ^ 0x5C } + inner)
     }
 }
