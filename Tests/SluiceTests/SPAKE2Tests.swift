@@ -166,3 +166,62 @@ import Testing
         return stride(from: 0, to: digits.count, by: 2).map { digits[$0] << 4 | digits[$0 + 1] }
     }
 }
+
+/// The short code's words and its written form.
+@Suite("Word codes") struct WordCodeTests {
+    @Test("2,048 distinct sorted lower-case words of 3 to 6 letters; each found by its value")
+    func words() {
+        let words = CodeWords.words
+        #expect(words.count == 2048)
+        #expect(zip(words, words.dropFirst()).allSatisfy { $0 < $1 }, "sorted, so distinct")
+        #expect(words.allSatisfy { (3...6).contains($0.count) && $0.allSatisfy { $0.isASCII && $0.isLowercase } })
+        for (index, word) in words.enumerated() {
+            #expect(CodeWords.value(of: word) == index)
+            #expect(CodeWords.value(of: word.uppercased()) == index)
+        }
+        #expect(CodeWords.value(of: "aardvarks") == nil && CodeWords.value(of: "") == nil)
+        #expect(CodeWords.value(of: "zzzz") == nil && CodeWords.value(of: "a") == nil)
+    }
+
+    @Test("Generated codes parse back as written, with any case and separators; each word is drawn evenly")
+    func generateAndParse() throws {
+        var seen = Set<String>()
+        for count in WordCode.wordCounts {
+            let code = try #require(WordCode.generate(nameplate: 42, wordCount: count))
+            #expect(code.words.count == count && code.secretBits == 11 * count)
+            #expect(code.description.hasPrefix("42-"))
+            #expect(try WordCode.parse(code.description).get() == code)
+            let typed = "  42 " + code.words.map { $0.uppercased() }.joined(separator: " - ")
+            #expect(try WordCode.parse(typed).get() == code)
+            seen.formUnion(code.words)
+        }
+        // 3,000 words drawn: every word value is as likely, so the first and second halves of
+        // the list (by value) each get about half (a draw that ignores a bit fails this).
+        var low = 0
+        for _ in 0..<1000 {
+            let code = try #require(WordCode.generate(nameplate: 1))
+            low += code.words.filter { CodeWords.value(of: $0)! < 1024 }.count
+        }
+        #expect((1300...1700).contains(low), "\(low) of 3000 in the first half")
+        #expect(WordCode.generate(nameplate: 100_000) == nil && WordCode.generate(nameplate: 1, wordCount: 1) == nil)
+    }
+
+    @Test("A code without its nameplate, with a word not in the list, or too few words says which")
+    func parseErrors() {
+        #expect(WordCode.parse("guitar-acorn-tulip") == .failure(.badNameplate("guitar")))
+        #expect(WordCode.parse("123456-acorn-tulip") == .failure(.badNameplate("123456")))
+        #expect(WordCode.parse("") == .failure(.badNameplate("")))
+        #expect(WordCode.parse("٣-acorn-tulip") == .failure(.badNameplate("٣")))
+        #expect(WordCode.parse("7-acorn") == .failure(.wordCount(1)))
+        #expect(WordCode.parse("7-acorn-tulpi-sushi") == .failure(.unknownWord("tulpi")))
+        #expect(String(describing: WordCode.ParseError.unknownWord("tulpi")).contains("typo"))
+    }
+
+    @Test("The same words under another nameplate give another SPAKE2 password")
+    func passwordDependsOnNameplate() throws {
+        let a = try WordCode.parse("7-acorn-tulip-sushi").get()
+        let b = try WordCode.parse("8-acorn-tulip-sushi").get()
+        let w = try #require(a.passwordScalar)
+        #expect(w.count == 32 && w != b.passwordScalar && w == a.passwordScalar)
+    }
+}
