@@ -146,23 +146,9 @@ public struct TransferSendOptions: Sendable {
     var digests = TransferDigest.offered
     /// Which files of the sources are sent (all, by default).
     public var selection = FileSelection()
-    /// Files with several names within the sources are sent once and linked (`-H`), where the
-    /// receiver takes links.
-    public var hardLinks = false
-    /// Send `user.*` extended attributes (`-X`), where the receiver takes them.
-    public var xattrs = false
-    /// Send each entry's owner and group (`--owner`, `-a`), which a receiver running as root
-    /// keeps: by name where it knows the name, else by number.
-    public var owners = false
-    /// With `owners`: by number only (`--numeric-ids`).
-    public var numericIDs = false
-    /// Send character and block devices found in the directories sent, with their numbers
-    /// (`--devices`, `-D`, `-a`), where the receiver takes them (and, for devices, runs as
-    /// root). Off, they are skipped with a warning.
-    public var devices = false
-    /// Send FIFOs and sockets found in the directories sent (`--specials`, `-D`, `-a`) as
-    /// entries of their own, never opened. Off, they are skipped with a warning.
-    public var specials = false
+    /// What is read of the sources and sent besides names, bytes, modes and times: hard links,
+    /// extended attributes, owners, devices, FIFOs and sockets (none by default).
+    public var sourceOptions = SourceOptions()
     /// Ask the receiver what it has first (`--sync`): a file of the same size and mtime is not
     /// sent, one that differs replaces it (atomically), a link or directory the same is left.
     /// Without a receiver offering it, files it has are refused as before.
@@ -197,6 +183,45 @@ public struct TransferSendOptions: Sendable {
         self.chunkSize = chunkSize
         self.rateLimit = rateLimit
         self.resume = resume
+    }
+
+    // The six source options one at a time, for callers written before `sourceOptions`: each
+    // reads and sets its member of `sourceOptions`, which holds them.
+
+    /// Forwards to `sourceOptions`: `SourceOptions.hardLinks`.
+    public var hardLinks: Bool {
+        get { sourceOptions.contains(.hardLinks) }
+        set { setSourceOption(.hardLinks, newValue) }
+    }
+    /// Forwards to `sourceOptions`: `SourceOptions.xattrs`.
+    public var xattrs: Bool {
+        get { sourceOptions.contains(.xattrs) }
+        set { setSourceOption(.xattrs, newValue) }
+    }
+    /// Forwards to `sourceOptions`: `SourceOptions.owners`.
+    public var owners: Bool {
+        get { sourceOptions.contains(.owners) }
+        set { setSourceOption(.owners, newValue) }
+    }
+    /// Forwards to `sourceOptions`: `SourceOptions.numericIDs`.
+    public var numericIDs: Bool {
+        get { sourceOptions.contains(.numericIDs) }
+        set { setSourceOption(.numericIDs, newValue) }
+    }
+    /// Forwards to `sourceOptions`: `SourceOptions.devices`.
+    public var devices: Bool {
+        get { sourceOptions.contains(.devices) }
+        set { setSourceOption(.devices, newValue) }
+    }
+    /// Forwards to `sourceOptions`: `SourceOptions.specials`.
+    public var specials: Bool {
+        get { sourceOptions.contains(.specials) }
+        set { setSourceOption(.specials, newValue) }
+    }
+
+    /// Puts `option` into `sourceOptions` or takes it out.
+    private mutating func setSourceOption(_ option: SourceOptions, _ on: Bool) {
+        if on { sourceOptions.insert(option) } else { sourceOptions.remove(option) }
     }
 }
 

@@ -1,3 +1,4 @@
+import Sluice
 import Testing
 
 @testable import SluiceCLI
@@ -46,5 +47,28 @@ import Testing
         #expect(options.directory == "in")
         #expect(options.maxSize == 1_048_576)
         #expect(options.libraryOptions.idleTimeout == .milliseconds(2500))
+    }
+}
+
+extension TransferOptionsTests {
+    /// Each of send's source flags turns on what `SourceOptionFlags` says, `-D` and `-a`
+    /// several; `--numeric-ids` needs `--owner` or `-a`.
+    @Test func sourceOptionFlags() throws {
+        func source(_ words: String...) throws -> SourceOptions {
+            try SendOptions(try SendOptions.parser.parse(words + ["a", "1"])).libraryOptions.sourceOptions
+        }
+        #expect(try source() == [])
+        #expect(try source("-H") == .hardLinks)
+        #expect(try source("--hard-links") == .hardLinks)
+        #expect(try source("-X") == .xattrs)
+        #expect(try source("--owner") == .owners)
+        #expect(try source("--owner", "--numeric-ids") == [.owners, .numericIDs])
+        #expect(try source("--devices") == .devices)
+        #expect(try source("--specials") == .specials)
+        #expect(try source("-D") == [.devices, .specials])
+        #expect(try source("-a") == [.owners, .devices, .specials])
+        #expect(
+            try source("-aHX", "--numeric-ids") == [.hardLinks, .xattrs, .owners, .numericIDs, .devices, .specials])
+        #expect(throws: UsageError("--numeric-ids goes with --owner (or -a)")) { try source("--numeric-ids", "-D") }
     }
 }

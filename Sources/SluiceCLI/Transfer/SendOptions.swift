@@ -35,14 +35,9 @@ struct SendOptions: Sendable {
     var nulSeparated = false
     /// `--shard I/N`.
     var shard: Shard?
-    /// `-H`, `-X`, `--owner` (or `-a`), `--numeric-ids`.
-    var hardLinks = false
-    var xattrs = false
-    var owners = false
-    var numericIDs = false
-    /// `--devices`, `--specials` (both: `-D`, or `-a`).
-    var devices = false
-    var specials = false
+    /// `-H`, `-X`, `--owner`, `--numeric-ids`, `--devices`, `--specials`, `-D`, `-a`
+    /// (`SourceOptionFlags`).
+    var sourceOptions = SourceOptions()
     /// `--sync`, `--dry-run` (which implies it), `--itemize`.
     var sync = false
     var dryRun = false
@@ -60,85 +55,71 @@ struct SendOptions: Sendable {
         "compress", short: "z", value: .optional("[=LEVEL]"),
         help: "compress each file on the way (raw deflate);\nLEVEL 0 to 9 (default 6); gzip:LEVEL also works")
 
-    static let parser = ArgumentParser([
-        CommonOptions.chunkSize, compress, CommonOptions.threads, CommonOptions.progress, CommonOptions.noProgress,
-        CommonOptions.stats,
-        CommonOptions.rateLimit,
-        OptionSpec(
-            "timeout", value: .required("SECONDS"),
-            help: "give up when nothing moves for SECONDS\n(also when connecting)"),
-        noResume, name,
-        OptionSpec(
-            "streams", short: "P", value: .required("N"),
-            help:
-                "spread the transfer over N connections (1 to \(maxStreams)):\nfiles shared out, large files sent in ranges\nat once (default 1)"
-        ),
-        OptionSpec(
-            "code-file", value: .required("FILE"),
-            help:
-                "read the receiver's pairing code from FILE, which\nonly its owner may read (chmod 600; default:\n$SLUICE_CODE, else ask on the terminal)"
-        ),
-        TransferAuth.keyFileOption, TransferAuth.insecureOption,
-        OptionSpec(
-            "exclude", value: .required("PATTERN"),
-            help:
-                "leave out what PATTERN matches, in gitignore's\nstyle: *, ?, [..] within a name, ** across\n"
-                + "directories, a trailing / for directories only,\na / elsewhere anchors it to the directory sent"),
-        OptionSpec("exclude-from", value: .required("FILE"), help: "the patterns in FILE, one a line (# comments)"),
-        OptionSpec(
-            "files-from", value: .required("FILE"),
-            help:
-                "send only the paths listed in FILE (one a line),\nrelative to the one directory given, with the\n"
-                + "directories leading to them"),
-        OptionSpec("from0", short: "0", help: "the lists of --files-from and --exclude-from\nare NUL-separated"),
-        OptionSpec(
-            "shard", value: .required("I/N"),
-            help:
-                "send only shard I (0 to N-1) of N: the files whose\npath hashes to I, so N runs cover the tree\n"
-                + "exactly once"),
-        OptionSpec(
-            "sync",
-            help:
-                "ask the receiver what it has first: skip files\nof the same size and mtime, replace those that\n"
-                + "differ (atomically), send the rest (the\nreceiver must allow it: receive --sync)"),
-        OptionSpec(
-            "dry-run", short: "n",
-            help: "with --sync (implied): change nothing, print\nwhat would be sent, replaced or left"),
-        OptionSpec(
-            "delete",
-            help:
-                "with --sync (implied): once every file is\nstored, remove what the receiver has under each\n"
-                + "directory sent that is not sent (the receiver\nmust allow it: receive --delete)"),
-        OptionSpec(
-            "checksum", short: "c",
-            help: "with --sync (implied): compare files by digest,\nnot by size and mtime"),
-        OptionSpec(
-            "whole-file", short: "W",
-            help: "with --sync: send a changed file whole, not as\nthe blocks that changed (the rsync algorithm)"),
-        OptionSpec(
-            "itemize", short: "i",
-            help: "print a line per entry sent or changed, as\nrsync -i does (>f+++++++++ new, >f.st...... changed)"),
-        OptionSpec(
-            "hard-links", short: "H",
-            help: "send a file with several names once, and the\nother names as links to it"),
-        OptionSpec("xattrs", short: "X", help: "send user.* extended attributes"),
-        OptionSpec(
-            "owner",
-            help: "send owners and groups, kept by a receiver\nrunning as root (by name, else by number)"),
-        OptionSpec("numeric-ids", help: "with --owner: by number, not by name"),
-        OptionSpec(
-            "devices",
-            help: "send character and block devices, made by a\nreceiver running as root with --devices (else\nrefused)"
-        ),
-        OptionSpec("specials", help: "send FIFOs and sockets (never opened)"),
-        OptionSpec(nil, short: "D", help: "--devices --specials"),
-        OptionSpec(
-            "archive", short: "a",
-            help: "what rsync -a keeps: with links, modes and\ntimes (always sent), --owner, -D"),
-        // Never a secret on the command line: other users can read it. Parsed only to say so.
-        OptionSpec("code", value: .optional("[=CODE]"), help: ""),
-        CommonOptions.quiet, CommonOptions.help, CommonOptions.version,
-    ])
+    static let parser = ArgumentParser(
+        [
+            CommonOptions.chunkSize, compress, CommonOptions.threads, CommonOptions.progress, CommonOptions.noProgress,
+            CommonOptions.stats,
+            CommonOptions.rateLimit,
+            OptionSpec(
+                "timeout", value: .required("SECONDS"),
+                help: "give up when nothing moves for SECONDS\n(also when connecting)"),
+            noResume, name,
+            OptionSpec(
+                "streams", short: "P", value: .required("N"),
+                help:
+                    "spread the transfer over N connections (1 to \(maxStreams)):\nfiles shared out, large files sent in ranges\nat once (default 1)"
+            ),
+            OptionSpec(
+                "code-file", value: .required("FILE"),
+                help:
+                    "read the receiver's pairing code from FILE, which\nonly its owner may read (chmod 600; default:\n$SLUICE_CODE, else ask on the terminal)"
+            ),
+            TransferAuth.keyFileOption, TransferAuth.insecureOption,
+            OptionSpec(
+                "exclude", value: .required("PATTERN"),
+                help:
+                    "leave out what PATTERN matches, in gitignore's\nstyle: *, ?, [..] within a name, ** across\n"
+                    + "directories, a trailing / for directories only,\na / elsewhere anchors it to the directory sent"),
+            OptionSpec("exclude-from", value: .required("FILE"), help: "the patterns in FILE, one a line (# comments)"),
+            OptionSpec(
+                "files-from", value: .required("FILE"),
+                help:
+                    "send only the paths listed in FILE (one a line),\nrelative to the one directory given, with the\n"
+                    + "directories leading to them"),
+            OptionSpec("from0", short: "0", help: "the lists of --files-from and --exclude-from\nare NUL-separated"),
+            OptionSpec(
+                "shard", value: .required("I/N"),
+                help:
+                    "send only shard I (0 to N-1) of N: the files whose\npath hashes to I, so N runs cover the tree\n"
+                    + "exactly once"),
+            OptionSpec(
+                "sync",
+                help:
+                    "ask the receiver what it has first: skip files\nof the same size and mtime, replace those that\n"
+                    + "differ (atomically), send the rest (the\nreceiver must allow it: receive --sync)"),
+            OptionSpec(
+                "dry-run", short: "n",
+                help: "with --sync (implied): change nothing, print\nwhat would be sent, replaced or left"),
+            OptionSpec(
+                "delete",
+                help:
+                    "with --sync (implied): once every file is\nstored, remove what the receiver has under each\n"
+                    + "directory sent that is not sent (the receiver\nmust allow it: receive --delete)"),
+            OptionSpec(
+                "checksum", short: "c",
+                help: "with --sync (implied): compare files by digest,\nnot by size and mtime"),
+            OptionSpec(
+                "whole-file", short: "W",
+                help: "with --sync: send a changed file whole, not as\nthe blocks that changed (the rsync algorithm)"),
+            OptionSpec(
+                "itemize", short: "i",
+                help: "print a line per entry sent or changed, as\nrsync -i does (>f+++++++++ new, >f.st...... changed)"
+            ),
+        ] + SourceOptionFlags.table.map(\.spec) + [
+            // Never a secret on the command line: other users can read it. Parsed only to say so.
+            OptionSpec("code", value: .optional("[=CODE]"), help: ""),
+            CommonOptions.quiet, CommonOptions.help, CommonOptions.version,
+        ])
 
     init(_ parsed: ParsedArguments) throws(UsageError) {
         if let option = parsed.last("code") {
@@ -208,12 +189,7 @@ struct SendOptions: Sendable {
             }
             self.shard = shard
         }
-        hardLinks = parsed.has("hard-links")
-        xattrs = parsed.has("xattrs")
-        owners = parsed.has("owner") || parsed.has("archive")
-        devices = parsed.has("devices") || parsed.has("D") || parsed.has("archive")
-        specials = parsed.has("specials") || parsed.has("D") || parsed.has("archive")
-        numericIDs = parsed.has("numeric-ids")
+        sourceOptions = SourceOptionFlags.read(parsed)
         dryRun = parsed.has("dry-run")
         delete = parsed.has("delete")
         wholeFile = parsed.has("whole-file")
@@ -230,7 +206,9 @@ struct SendOptions: Sendable {
         if sync && paths.contains("-") {
             throw UsageError("--sync: standard input has nothing to compare; send it without --sync")
         }
-        if numericIDs && !owners, let option = parsed.last("numeric-ids") {
+        if sourceOptions.contains(.numericIDs) && !sourceOptions.contains(.owners),
+            let option = parsed.last(SourceOptionFlags.numericIDs.key)
+        {
             throw UsageError("\(option.spelling) goes with --owner (or -a)")
         }
     }
@@ -308,12 +286,7 @@ struct SendOptions: Sendable {
             compress: compressionLevel != nil, compressionLevel: compressionLevel ?? CompressionSpec.defaultLevel,
             threads: threads,
             chunkSize: chunkSize, rateLimit: rateLimit, resume: resume)
-        options.hardLinks = hardLinks
-        options.xattrs = xattrs
-        options.owners = owners
-        options.numericIDs = numericIDs
-        options.devices = devices
-        options.specials = specials
+        options.sourceOptions = sourceOptions
         options.sync = sync
         options.dryRun = dryRun
         options.delete = delete

@@ -46,55 +46,22 @@ struct OutgoingEntry: Sendable {
 
 /// Turns the sender's sources into the list of entries to send, walking directories: regular
 /// files, directories (empty ones too) and symbolic links are sent, each directory before what
-/// it holds; devices with `options.devices`, FIFOs and sockets with `options.specials` (each
-/// only `lstat`ed, never opened), else skipped with a warning. A path given directly is
+/// it holds; devices and FIFOs and sockets with the `SourceOptions` `.devices` and `.specials`
+/// (each only `lstat`ed, never opened), else skipped with a warning. A path given directly is
 /// followed if it is a link, as `scp -r` does. `selection` chooses among them
-/// (`FileSelection`). With `options.hardLinks`, a file's second name is an entry of its own,
-/// after every file, naming the first (`hardLinkTo`). A `Walk` lists them a few at a time, for
+/// (`FileSelection`). With `.hardLinks`, a file's second name is an entry of its own, after
+/// every file, naming the first (`hardLinkTo`). A `Walk` lists them a few at a time, for
 /// a sender that sends while it walks; `list` lists them all at once.
 enum SourceTree {
-    /// What the walk reads besides names and sizes.
-    struct Options: Sendable {
-        var hardLinks = false
-        var xattrs = false
-        var owners = false
-        var numericIDs = false
-        var devices = false
-        var specials = false
-
-        init(
-            hardLinks: Bool = false, xattrs: Bool = false, owners: Bool = false, numericIDs: Bool = false,
-            devices: Bool = false, specials: Bool = false
-        ) {
-            self.hardLinks = hardLinks
-            self.xattrs = xattrs
-            self.owners = owners
-            self.numericIDs = numericIDs
-            self.devices = devices
-            self.specials = specials
-        }
-
-        init(_ send: TransferSendOptions) {
-            self.init(
-                hardLinks: send.hardLinks, xattrs: send.xattrs, owners: send.owners, numericIDs: send.numericIDs,
-                devices: send.devices, specials: send.specials)
-        }
-
-        /// The entry kind of a device, FIFO or socket `st` when it is to be sent.
-        func special(_ st: stat) -> OutgoingEntry.Kind? {
-            guard let type = Wire.SpecialType(mode: UInt32(st.st_mode)), type.isDevice ? devices : specials else {
-                return nil
-            }
-            let (major, minor) = type.isDevice ? SpecialFiles.split(UInt64(st.st_rdev)) : (0, 0)
-            return .special(type, major: major, minor: minor)
-        }
-    }
+    /// What the walk reads besides names and sizes: the sender's `SourceOptions`, under the
+    /// name the sessions use (`SourceTree.Options(options)`).
+    typealias Options = SourceOptions
 
     /// Lists `sources` whole, at once (`ParallelTransferSender` shares the entries out before it
     /// sends; and tests). Throws as `Walk.init` does; what cannot be listed below the sources is
     /// a warning, and `incomplete` says there was some.
     static func list(
-        _ sources: [TransferSource], selection: FileSelection = FileSelection(), options: Options = Options(),
+        _ sources: [TransferSource], selection: FileSelection = FileSelection(), options: SourceOptions = [],
         warn: (String) -> Void
     ) throws(SluiceError) -> (entries: [OutgoingEntry], incomplete: Bool) {
         var walk = try Walk(sources, selection: selection, options: options)
@@ -111,7 +78,7 @@ enum SourceTree {
 
     /// The entries of `sources`, listed whole (`list`).
     static func entries(
-        _ sources: [TransferSource], selection: FileSelection = FileSelection(), options: Options = Options(),
+        _ sources: [TransferSource], selection: FileSelection = FileSelection(), options: SourceOptions = [],
         warn: (String) -> Void
     ) throws(SluiceError) -> [OutgoingEntry] {
         try list(sources, selection: selection, options: options, warn: warn).entries
@@ -147,7 +114,7 @@ enum SourceTree {
     /// each directory before what it holds, names sorted, the sources in the order given. What
     /// goes wrong below a source is a warning, and that part is not sent.
     ///
-    /// With `options.hardLinks`, a file with several names (`st_nlink` > 1) waits for the
+    /// With `.hardLinks`, a file with several names (`st_nlink` > 1) waits for the
     /// walk's end, where it follows every other entry (flagged `linked` if a second name was
     /// found), then its second names, each naming it (`hardLinkTo`): FILE must say whether a
     /// later LINK names it before the walk can know.
@@ -172,7 +139,7 @@ enum SourceTree {
             var inode: UInt64
         }
 
-        private let options: Options
+        private let options: SourceOptions
         private let walker: Walker
         private let roots: [Root]
         private var nextRoot = 0
@@ -197,7 +164,7 @@ enum SourceTree {
             }
         }
 
-        init(_ sources: [TransferSource], selection: FileSelection, options: Options) throws(SluiceError) {
+        init(_ sources: [TransferSource], selection: FileSelection, options: SourceOptions) throws(SluiceError) {
             self.options = options
             walker = Walker(selection: selection)
             var roots: [Root] = []
@@ -430,7 +397,9 @@ enum SourceTree {
         /// a file with several names (`hardLinks`) is held back for the end.
         private mutating func add(_ found: OutgoingEntry, _ st: stat, path: String, _ batch: inout Batch) {
             var entry = found
-            if options.owners { entry.attributes.owner = OwnerNames.shared.owner(of: st, numeric: options.numericIDs) }
+            if options.contains(.owners) {
+                entry.attributes.owner = OwnerNames.shared.owner(of: st, numeric: options.contains(.numericIDs))
+            }
             switch entry.kind {
             case .symlink, .special:
                 emit(entry, &batch)
@@ -438,13 +407,13 @@ enum SourceTree {
             case .directory, .file, .stream:
                 break
             }
-            if options.xattrs {
+            if options.contains(.xattrs) {
                 entry.attributes.xattrs = SourceMetadata.xattrs(path) { batch.warnings.append($0) }
                 entry.attributes.xattrsRead = true
             }
             if case .file = entry.kind {
                 entry.sparse = Int64(st.st_blocks) * 512 < Int64(st.st_size)
-                if options.hardLinks, st.st_nlink > 1 {
+                if options.contains(.hardLinks), st.st_nlink > 1 {
                     let key = FileKey(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
                     if let first = firstNames[key] {
                         linked.insert(first)
@@ -521,5 +490,23 @@ enum SourceTree {
                 detail: "the root directory has no name to send under")
         }
         return String(last)
+    }
+}
+
+extension SourceOptions {
+    /// The sender's source options (`TransferSendOptions.sourceOptions`), for the sessions that
+    /// start a walk with `SourceTree.Options(options)`.
+    init(_ send: TransferSendOptions) { self = send.sourceOptions }
+
+    /// The entry kind of a device, FIFO or socket `st` when it is to be sent (`.devices`,
+    /// `.specials`).
+    func special(_ st: stat) -> OutgoingEntry.Kind? {
+        guard let type = Wire.SpecialType(mode: UInt32(st.st_mode)),
+            contains(type.isDevice ? .devices : .specials)
+        else {
+            return nil
+        }
+        let (major, minor) = type.isDevice ? SpecialFiles.split(UInt64(st.st_rdev)) : (0, 0)
+        return .special(type, major: major, minor: minor)
     }
 }
