@@ -1,4 +1,5 @@
 import Sluice
+import SluiceTransfer
 import Testing
 
 @testable import SluiceCLI

@@ -157,11 +157,11 @@ enum SluiceCommand {
             Terminal.report(error.message)
             return .usage
         }
-        if parsed.has("help") {
+        if command.parser.declares(CommonOptions.help), parsed[CommonOptions.help] {
             Terminal.write(command.help, to: 1)
             return .ok
         }
-        if parsed.has("version") {
+        if command.parser.declares(CommonOptions.version), parsed[CommonOptions.version] {
             Terminal.write(versionText, to: 1)
             return .ok
         }

@@ -19,59 +19,67 @@ enum StatsFormat: String, Hashable, Sendable, CaseIterable {
 
 /// The options shared by the commands that move bytes.
 enum CommonOptions {
-    static let chunkSize = OptionSpec(
+    static let chunkSize = Option(
         "chunk-size", short: "b", value: .required("SIZE"),
         help:
-            "read and write SIZE bytes at a time, 512 to 4M\n(default \(ChunkSize.default)); like 512, 64K, 64KiB, 1M, 4MiB"
-    )
-    static let compress = OptionSpec(
+            "read and write SIZE bytes at a time, 512 to 4M\n(default \(ChunkSize.default)); like 512, 64K, 64KiB, 1M, 4MiB",
+        read: readChunkSize)
+    /// `copy`'s: the compression and whether `:LEVEL` was written (which `-1` … `-9` do not
+    /// override).
+    static let compress = Option(
         "compress", short: "z", value: .optional("[=FORMAT][:LEVEL]"),
         help:
-            "compress on the way: gzip (default), zlib,\ndeflate (LEVEL 0 to 9, default 6) or zstd\n(LEVEL 1 to 19, default 3); the value is\nattached: -zgzip:1 or --compress=gzip:1"
-    )
-    static let decompress = OptionSpec(
+            "compress on the way: gzip (default), zlib,\ndeflate (LEVEL 0 to 9, default 6) or zstd\n(LEVEL 1 to 19, default 3); the value is\nattached: -zgzip:1 or --compress=gzip:1",
+        read: readCompress)
+    static let decompress = Option(
         "decompress", short: "d", value: .optional("[=FORMAT]"),
-        help: "decompress on the way: auto (default: detect\nthe format), gzip, zlib, deflate or zstd")
-    /// `-1` … `-9`: gzip's way to give the level. Only `-1` is listed in help.
-    static let levels: [OptionSpec] = (1...9).map { digit in
-        OptionSpec(
-            nil, short: Character(String(digit)), key: "level",
-            help: digit == 1 ? "... -9: the level of --compress as gzip\ntakes it (-1 fastest, -9 smallest)" : "")
-    }
-    static let threads = OptionSpec(
+        help: "decompress on the way: auto (default: detect\nthe format), gzip, zlib, deflate or zstd",
+        read: readDecompress)
+    /// `-1` … `-9`: gzip's way to give the level, read as the digit. Only `-1` is listed in help.
+    static let levels = Option<Int?>(
+        specs: (1...9).map { digit in
+            OptionSpec(
+                nil, short: Character(String(digit)), key: "level",
+                help: digit == 1 ? "... -9: the level of --compress as gzip\ntakes it (-1 fastest, -9 smallest)" : "")
+        },
+        read: { Int($0.spelling.dropFirst()) })
+    static let threads = Option(
         "threads", short: "T", value: .required("N"),
-        help: "compress on N worker threads (default: one per\ncore); the output is the same for any N")
+        help: "compress on N worker threads (default: one per\ncore); the output is the same for any N",
+        read: Read.number(of: "threads", in: WorkerPool.threadCounts, digitsOnly: true))
     /// `copy`'s: decompression runs on the threads too.
-    static let copyThreads = OptionSpec(
-        "threads", short: "T", value: .required("N"),
-        help: "compress or decompress on N worker threads\n(default: one per core); the output is the same\nfor any N")
-    static let progress = OptionSpec(
+    static let copyThreads = threads.withHelp(
+        "compress or decompress on N worker threads\n(default: one per core); the output is the same\nfor any N")
+    static let progress = Flag(
         "progress", short: "p", help: "show progress on stderr (default: when stderr\nis a terminal)")
-    static let noProgress = OptionSpec("no-progress", help: "never show progress")
-    static let stats = OptionSpec(
-        "stats", value: .optional("[=text|json]"), help: "print a report on stderr when done\n(default: text)")
-    static let rateLimit = OptionSpec(
-        "rate-limit", value: .required("RATE"), help: "write at most RATE bytes a second, like 500K, 10M")
-    static let timeout = OptionSpec(
-        "timeout", value: .required("SECONDS"), help: "give up when no byte moves for SECONDS\n(also when connecting)")
-    static let force = OptionSpec("force", short: "f", help: "replace an existing destination file")
-    static let append = OptionSpec("append", help: "append to the destination file, in place")
-    static let fsync = OptionSpec(
+    static let noProgress = Flag("no-progress", help: "never show progress")
+    static let stats = Option(
+        "stats", value: .optional("[=text|json]"), help: "print a report on stderr when done\n(default: text)",
+        read: readStats)
+    static let rateLimit = Option(
+        "rate-limit", value: .required("RATE"), help: "write at most RATE bytes a second, like 500K, 10M",
+        read: readRateLimit)
+    static let timeout = Option(
+        "timeout", value: .required("SECONDS"), help: "give up when no byte moves for SECONDS\n(also when connecting)",
+        read: readTimeout)
+    static let force = Flag("force", short: "f", help: "replace an existing destination file")
+    static let append = Flag("append", help: "append to the destination file, in place")
+    static let fsync = Flag(
         "fsync", help: "flush the destination file to disk before it\ntakes its name (survives a crash)")
-    /// `copy`'s (the receiver's `--direct` is its own, in TransferOptions).
-    static let direct = OptionSpec(
+    /// `copy`'s (the receiver's `--direct` is its own, in ReceiveOptions).
+    static let direct = Flag(
         "direct",
         help:
             "write a destination file with O_DIRECT, past\nthe page cache: less CPU, each write waits\nfor the disk, and the file is not left cached"
     )
-    static let noZeroCopy = OptionSpec(
+    static let noZeroCopy = Flag(
         "no-zero-copy",
         help:
             "read and write the bytes even where the kernel\ncould move them itself (copy_file_range,\nsendfile, splice)"
     )
-    static let quiet = OptionSpec("quiet", short: "q", help: "no progress; print only errors (and --stats)")
-    static let help = OptionSpec("help", short: "h", help: "show this help and exit")
-    static let version = OptionSpec("version", help: "show the version and exit")
+    static let quiet = Flag("quiet", short: "q", help: "no progress; print only errors (and --stats)")
+    static let help = Flag("help", short: "h", help: "show this help and exit")
+    static let version = Flag("version", help: "show the version and exit")
 
     /// The largest `--timeout`: a day.
     static let maximumTimeout = 86_400.0
@@ -80,25 +88,14 @@ enum CommonOptions {
     /// `receive` has, so a peer whose path died does not hold the copy forever.
     static let socketIdleSeconds = 300.0
 
-    /// `--threads N`, when given.
-    static func threads(_ parsed: ParsedArguments) throws(UsageError) -> Int? {
-        guard let option = parsed.last("threads") else { return nil }
-        let text = option.value ?? ""
-        let range = WorkerPool.threadCounts
-        guard text.count <= 3, text.allSatisfy({ $0.isASCII && $0.isNumber }), let n = Int(text), range.contains(n)
-        else {
-            throw UsageError("\(option.spelling) '\(text)': must be a number of threads from 1 to \(range.upperBound)")
-        }
-        return n
-    }
-
     /// `-z`/`-d` with their value as the next word (`-z gzip:1 SRC DST`): that word became an
     /// operand. Says what happened and how to write it.
     static func checkDetachedValue(_ parsed: ParsedArguments, operands: [String]) throws(UsageError) {
-        for option in parsed.options where ["compress", "decompress"].contains(option.key) && option.value == nil {
+        for option in parsed.occurrences(of: [compress, decompress]) where option.value == nil {
             if let word = operands.first(where: CompressionSpec.looksLikeValue) {
-                let long = option.key == "compress" ? "--compress" : "--decompress"
-                let short = option.key == "compress" ? "-z" : "-d"
+                let spec = option.key == compress.key ? compress.specs[0] : decompress.specs[0]
+                let long = spec.displayName
+                let short = "-" + (spec.short.map { String($0) } ?? "")
                 throw UsageError(
                     "\(option.spelling) \(word): the value of \(option.spelling) must be attached, or '\(word)' is read as a file;"
                         + " write \(short)\(word) or \(long)=\(word)")
@@ -109,45 +106,51 @@ enum CommonOptions {
     /// `--compress` with `-1` … `-9` applied (the last given wins over the default level, not
     /// over an explicit `:LEVEL`).
     static func compression(_ parsed: ParsedArguments) throws(UsageError) -> CompressionSpec? {
-        let levelOption = parsed.last("level")
-        guard let option = parsed.last("compress") else {
-            if let levelOption {
-                throw UsageError(
-                    "\(levelOption.spelling) is a compression level: use it with -z (like -z \(levelOption.spelling))")
+        let level = try parsed.last(levels)
+        guard let compression = try parsed[compress] else {
+            if let level {
+                throw UsageError("\(level.spelling) is a compression level: use it with -z (like -z \(level.spelling))")
             }
             return nil
         }
-        var spec = try CompressionSpec(parsing: option.value, spelling: option.spelling)
-        let levelGiven = option.value?.contains(":") == true
-        if let levelOption, !levelGiven, let digit = Int(levelOption.spelling.dropFirst()) {
+        var spec = compression.spec
+        if let level, !compression.levelGiven, let digit = level.value {
             spec.level = digit
         }
         return spec
     }
 
-    /// `--chunk-size`, when given.
-    static func chunkSize(_ parsed: ParsedArguments) throws(UsageError) -> ChunkSize? {
-        guard let text = parsed.value("chunk-size") else { return nil }
-        let result = Result { () throws(SluiceError) in try ChunkSize(parsing: text) }
+    /// `--progress`, `--no-progress` (the last one wins) and `--quiet` (no progress).
+    static func progressMode(_ parsed: ParsedArguments) -> ProgressMode {
+        if parsed[quiet] { return .off }
+        return givenProgress(parsed) ?? .auto
+    }
+
+    /// What `--progress` and `--no-progress` say, the last one given winning; nil for neither.
+    static func givenProgress(_ parsed: ParsedArguments) -> ProgressMode? {
+        parsed.lastGiven([(progress, .on), (noProgress, .off)])
+    }
+
+    private static func readChunkSize(_ option: ParsedArguments.Occurrence) throws(UsageError) -> ChunkSize {
+        let result = Result { () throws(SluiceError) in try ChunkSize(parsing: option.value ?? "") }
         switch result {
         case .success(let size): return size
         case .failure(let error): throw UsageError(CLIError.message(for: error))
         }
     }
 
-    /// `--progress`, `--no-progress` (the last one wins) and `--quiet` (no progress).
-    static func progressMode(_ parsed: ParsedArguments) -> ProgressMode {
-        if parsed.has("quiet") { return .off }
-        switch parsed.lastOf(["progress", "no-progress"]) {
-        case "progress": return .on
-        case "no-progress": return .off
-        default: return .auto
-        }
+    private static func readCompress(
+        _ option: ParsedArguments.Occurrence
+    ) throws(UsageError) -> (spec: CompressionSpec, levelGiven: Bool) {
+        let spec = try CompressionSpec(parsing: option.value, spelling: option.spelling)
+        return (spec, option.value?.contains(":") == true)
     }
 
-    /// `--stats[=text|json]`, when given.
-    static func statsFormat(_ parsed: ParsedArguments) throws(UsageError) -> StatsFormat? {
-        guard let option = parsed.last("stats") else { return nil }
+    private static func readDecompress(_ option: ParsedArguments.Occurrence) throws(UsageError) -> DecompressionSpec {
+        try DecompressionSpec(parsing: option.value, spelling: option.spelling)
+    }
+
+    private static func readStats(_ option: ParsedArguments.Occurrence) throws(UsageError) -> StatsFormat {
         guard let value = option.value else { return .text }
         guard let format = StatsFormat(rawValue: value) else {
             throw UsageError("\(option.spelling): unknown format '\(value)' (text or json)")
@@ -155,9 +158,8 @@ enum CommonOptions {
         return format
     }
 
-    /// `--rate-limit RATE`, in bytes per second, when given.
-    static func rateLimit(_ parsed: ParsedArguments) throws(UsageError) -> Int? {
-        guard let option = parsed.last("rate-limit") else { return nil }
+    /// `--rate-limit RATE`, in bytes per second.
+    private static func readRateLimit(_ option: ParsedArguments.Occurrence) throws(UsageError) -> Int {
         let text = option.value ?? ""
         guard let rate = ChunkSize.parseBytes(text), rate > 0 else {
             throw UsageError(
@@ -166,9 +168,8 @@ enum CommonOptions {
         return rate
     }
 
-    /// `--timeout SECONDS`, when given.
-    static func timeoutSeconds(_ parsed: ParsedArguments) throws(UsageError) -> Double? {
-        guard let option = parsed.last("timeout") else { return nil }
+    /// `--timeout SECONDS`.
+    private static func readTimeout(_ option: ParsedArguments.Occurrence) throws(UsageError) -> Double {
         let text = option.value ?? ""
         guard let seconds = Double(text), seconds.isFinite, seconds > 0, seconds <= maximumTimeout,
             text.allSatisfy({ $0.isASCII && ($0.isNumber || $0 == ".") })
@@ -202,9 +203,8 @@ struct CopyOptions: Hashable, Sendable {
     var direct = false
 
     /// `--timeout` as `copy` has it: with a default once a socket is connected.
-    static let copyTimeout = OptionSpec(
-        "timeout", value: .required("SECONDS"),
-        help: "give up when no byte moves for SECONDS (also\nwhen connecting); with a socket end, 300\n"
+    static let copyTimeout = CommonOptions.timeout.withHelp(
+        "give up when no byte moves for SECONDS (also\nwhen connecting); with a socket end, 300\n"
             + "once connected unless given")
 
     /// The idle limit of the copy once its ends are open: `--timeout`, else
@@ -213,17 +213,14 @@ struct CopyOptions: Hashable, Sendable {
         timeoutSeconds ?? (source.isSocket || destination.isSocket ? CommonOptions.socketIdleSeconds : nil)
     }
 
-    static let parser = ArgumentParser(
-        [
-            CommonOptions.chunkSize, CommonOptions.compress, CommonOptions.decompress,
-        ] + CommonOptions.levels + [
-            CommonOptions.copyThreads, CommonOptions.progress,
-            CommonOptions.noProgress, CommonOptions.stats, CommonOptions.rateLimit, copyTimeout,
-            CommonOptions.force, CommonOptions.append, CommonOptions.fsync, CommonOptions.direct,
-            CommonOptions.noZeroCopy,
-            CommonOptions.quiet, CommonOptions.help,
-            CommonOptions.version,
-        ])
+    /// The options, in the order `--help` lists them.
+    static let parser = ArgumentParser([
+        CommonOptions.chunkSize, CommonOptions.compress, CommonOptions.decompress, CommonOptions.levels,
+        CommonOptions.copyThreads, CommonOptions.progress, CommonOptions.noProgress, CommonOptions.stats,
+        CommonOptions.rateLimit, copyTimeout, CommonOptions.force, CommonOptions.append, CommonOptions.fsync,
+        CommonOptions.direct, CommonOptions.noZeroCopy, CommonOptions.quiet, CommonOptions.help,
+        CommonOptions.version,
+    ])
 
     /// The largest `--timeout`: a day.
     static let maximumTimeout = CommonOptions.maximumTimeout
@@ -260,30 +257,32 @@ struct CopyOptions: Hashable, Sendable {
         }
         self.init(source: try Endpoint(parsing: operands[0]), destination: try Endpoint(parsing: operands[1]))
 
-        if let chunkSize = try CommonOptions.chunkSize(parsed) { self.chunkSize = chunkSize }
-        if let compress = parsed.last("compress"), let decompress = parsed.last("decompress") {
-            throw UsageError("\(compress.spelling) and \(decompress.spelling) cannot be used together")
+        if let chunkSize = try parsed[CommonOptions.chunkSize] { self.chunkSize = chunkSize }
+        if let compress = parsed.spelling(of: CommonOptions.compress),
+            let decompress = parsed.spelling(of: CommonOptions.decompress)
+        {
+            throw UsageError("\(compress) and \(decompress) cannot be used together")
         }
         if let spec = try CommonOptions.compression(parsed) {
             transform = .compress(spec)
         }
-        threads = try CommonOptions.threads(parsed)
-        if let option = parsed.last("decompress") {
-            transform = .decompress(try DecompressionSpec(parsing: option.value, spelling: option.spelling))
+        threads = try parsed[CommonOptions.copyThreads]
+        if let spec = try parsed[CommonOptions.decompress] {
+            transform = .decompress(spec)
         }
-        quiet = parsed.has("quiet")
+        quiet = parsed[CommonOptions.quiet]
         progress = CommonOptions.progressMode(parsed)
-        stats = try CommonOptions.statsFormat(parsed)
-        rateLimit = try CommonOptions.rateLimit(parsed)
-        timeoutSeconds = try CommonOptions.timeoutSeconds(parsed)
-        force = parsed.has("force")
-        append = parsed.has("append")
-        zeroCopy = !parsed.has("no-zero-copy")
+        stats = try parsed[CommonOptions.stats]
+        rateLimit = try parsed[CommonOptions.rateLimit]
+        timeoutSeconds = try parsed[Self.copyTimeout]
+        force = parsed[CommonOptions.force]
+        append = parsed[CommonOptions.append]
+        zeroCopy = !parsed[CommonOptions.noZeroCopy]
         if force && append {
             throw UsageError("--force and --append cannot be used together")
         }
-        fsync = parsed.has("fsync")
-        direct = parsed.has("direct")
+        fsync = parsed[CommonOptions.fsync]
+        direct = parsed[CommonOptions.direct]
         for (used, flag) in [(append, "--append"), (fsync, "--fsync"), (direct, "--direct")] where used {
             switch destination {
             case .file, .standardIO: break

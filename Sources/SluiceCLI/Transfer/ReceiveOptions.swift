@@ -36,73 +36,82 @@ struct ReceiveOptions: Sendable {
     /// Transfers a pairing code serves before a new one is printed (`--code-uses`).
     var codeUses = 1
 
+    static let listen = Option(
+        "listen", short: "l", value: .required("ADDRESS"),
+        help:
+            "listen on [HOST:]PORT, [V6]:PORT or unix:PATH\n(default: port \(TransferAddress.defaultPort), every interface, or\nloopback only with --insecure; port 0 picks a\nfree port)",
+        read: { (option: ParsedArguments.Occurrence) throws(UsageError) in
+            try TransferAddress(parsing: option.value ?? "", listening: true)
+        })
+    static let dir = Option(
+        "dir", short: "C", value: .required("DIR"), help: "store into DIR, which must exist\n(default: .)",
+        read: Read.path)
+    static let once = Flag(
+        "once",
+        help: "serve one sender, then exit with its status\n(connections that fail their handshake do\nnot count)")
+    static let overwrite = Flag("overwrite", help: "replace existing files")
+    static let keepModes = Flag(
+        "keep-modes",
+        help:
+            "give files and directories the sender's\npermission bits as sent, as rsync -p (default:\nless this process's umask, as cp); never\nsetuid, setgid or sticky"
+    )
+    static let sync = Flag(
+        "sync",
+        help:
+            "let senders replace what differs (send --sync):\nby default only new entries are stored, and an\nentry here is replaced only with --overwrite"
+    )
+    static let delete = Flag(
+        "delete", help: "let senders remove what they no longer have\n(send --delete); implies --sync")
+    static let noOwners = Flag(
+        "no-owners", help: "running as root: leave files owned by root\nwhatever owner a sender sends (send --owner)")
+    static let devices = Flag(
+        "devices",
+        help:
+            "running as root: make the device files a sender\nsends (send -D); by default they are refused\n(FIFOs and sockets are made either way)"
+    )
+    static let maxSize = Option(
+        "max-size", value: .required("SIZE"), help: "refuse files larger than SIZE, like 100M, 4G",
+        read: { (option: ParsedArguments.Occurrence) throws(UsageError) -> UInt64 in
+            let text = option.value ?? ""
+            guard let size = ChunkSize.parseBytes(text) else {
+                throw UsageError("\(option.spelling) '\(text)': must be a number of bytes, like 100M or 4G")
+            }
+            return UInt64(size)
+        })
+    static let maxSessions = Option(
+        "max-sessions", value: .required("N"),
+        help:
+            "serve at most N authenticated senders at once; one\nmore is told 'busy' and disconnected (default \(TransferReceiveOptions().maxSessions));\n"
+            + "connections still authenticating wait apart; the\nopen-file limit is raised to N x 4 + 64 + 1024",
+        read: Read.number(of: "sessions", in: 1...100_000))
+    static let noResume = Flag("no-resume", help: "never continue interrupted files: start over")
+    static let noFsync = Flag(
+        "no-fsync", help: "do not flush files to disk before\nanswering (by default one syncfs per\nbatch of files)")
+    static let direct = Flag(
+        "direct",
+        help:
+            "write files of 1 MiB or more with O_DIRECT,\npast the page cache: less CPU, and the file\nis not left cached"
+    )
+    static let noStreams = Flag(
+        "no-streams",
+        help:
+            "do not offer parallel streams: answer as a\nreceiver of the first protocol version, so a\n'send --streams' uses one connection (for tests)"
+    )
+    static let timeout = CommonOptions.timeout.withHelp(
+        "drop a sender silent for SECONDS\n(default \(Int(defaultIdleSeconds)))")
+    static let codeUses = Option(
+        "code-uses", value: .required("N"),
+        help:
+            "let a pairing code serve N transfers (default 1),\neach with all its connections; then print a\nnew one",
+        read: Read.number(of: "transfers", in: 1...1_000_000))
+    static let quiet = Flag(
+        "quiet", short: "q", help: "print neither the address nor a line per file;\nonly errors (and --stats)")
+
+    /// The options, in the order `--help` lists them.
     static let parser = ArgumentParser([
-        OptionSpec(
-            "listen", short: "l", value: .required("ADDRESS"),
-            help:
-                "listen on [HOST:]PORT, [V6]:PORT or unix:PATH\n(default: port \(TransferAddress.defaultPort), every interface, or\nloopback only with --insecure; port 0 picks a\nfree port)"
-        ),
-        OptionSpec(
-            "dir", short: "C", value: .required("DIR"), help: "store into DIR, which must exist\n(default: .)"),
-        OptionSpec(
-            "once",
-            help: "serve one sender, then exit with its status\n(connections that fail their handshake do\nnot count)"),
-        OptionSpec("overwrite", help: "replace existing files"),
-        OptionSpec(
-            "keep-modes",
-            help:
-                "give files and directories the sender's\npermission bits as sent, as rsync -p (default:\nless this process's umask, as cp); never\nsetuid, setgid or sticky"
-        ),
-        OptionSpec(
-            "sync",
-            help:
-                "let senders replace what differs (send --sync):\nby default only new entries are stored, and an\nentry here is replaced only with --overwrite"
-        ),
-        OptionSpec(
-            "delete",
-            help: "let senders remove what they no longer have\n(send --delete); implies --sync"),
-        OptionSpec(
-            "no-owners",
-            help: "running as root: leave files owned by root\nwhatever owner a sender sends (send --owner)"),
-        OptionSpec(
-            "devices",
-            help:
-                "running as root: make the device files a sender\nsends (send -D); by default they are refused\n(FIFOs and sockets are made either way)"
-        ),
-        OptionSpec("max-size", value: .required("SIZE"), help: "refuse files larger than SIZE, like 100M, 4G"),
-        OptionSpec(
-            "max-sessions", value: .required("N"),
-            help:
-                "serve at most N authenticated senders at once; one\nmore is told 'busy' and disconnected (default \(TransferReceiveOptions().maxSessions));\n"
-                + "connections still authenticating wait apart; the\nopen-file limit is raised to N x 4 + 64 + 1024"
-        ),
-        OptionSpec("no-resume", help: "never continue interrupted files: start over"),
-        OptionSpec(
-            "no-fsync", help: "do not flush files to disk before\nanswering (by default one syncfs per\nbatch of files)"
-        ),
-        OptionSpec(
-            "direct",
-            help:
-                "write files of 1 MiB or more with O_DIRECT,\npast the page cache: less CPU, and the file\nis not left cached"
-        ),
-        OptionSpec(
-            "no-streams",
-            help:
-                "do not offer parallel streams: answer as a\nreceiver of the first protocol version, so a\n'send --streams' uses one connection (for tests)"
-        ),
-        OptionSpec(
-            "timeout", value: .required("SECONDS"),
-            help: "drop a sender silent for SECONDS\n(default \(Int(defaultIdleSeconds)))"),
-        TransferAuth.keyFileOption, TransferAuth.insecureOption,
-        OptionSpec(
-            "code-uses", value: .required("N"),
-            help:
-                "let a pairing code serve N transfers (default 1),\neach with all its connections; then print a\nnew one"
-        ),
-        CommonOptions.stats,
-        OptionSpec(
-            "quiet", short: "q", help: "print neither the address nor a line per file;\nonly errors (and --stats)"),
-        CommonOptions.help, CommonOptions.version,
+        listen, dir, once, overwrite, keepModes, sync, delete, noOwners, devices, maxSize, maxSessions,
+        noResume, noFsync, direct, noStreams, timeout, TransferAuth.keyFileOption, TransferAuth.insecureOption,
+        codeUses, CommonOptions.stats, quiet, CommonOptions.help, CommonOptions.version,
     ])
 
     init(_ parsed: ParsedArguments) throws(UsageError) {
@@ -110,50 +119,31 @@ struct ReceiveOptions: Sendable {
             throw UsageError("receive: unexpected operand '\(operand)' (\(Self.usage))")
         }
         auth = try TransferAuth(parsed)
-        if let text = parsed.value("listen") { listen = try TransferAddress(parsing: text, listening: true) }
+        if let listen = try parsed[Self.listen] { self.listen = listen }
         // Plaintext is for trusted links: without a host it listens on loopback only.
         if auth == .insecure, case .tcp(nil, let port) = listen { listen = .tcp(host: "127.0.0.1", port: port) }
-        if let option = parsed.last("dir") {
-            guard let text = option.value, !text.isEmpty else { throw UsageError("\(option.spelling): empty path") }
-            directory = text
-        }
-        once = parsed.has("once")
-        overwrite = parsed.has("overwrite")
-        keepModes = parsed.has("keep-modes")
-        keepOwners = !parsed.has("no-owners")
-        devices = parsed.has("devices")
-        delete = parsed.has("delete")
-        sync = parsed.has("sync") || delete
-        if let option = parsed.last("max-size") {
-            let text = option.value ?? ""
-            guard let size = ChunkSize.parseBytes(text) else {
-                throw UsageError("\(option.spelling) '\(text)': must be a number of bytes, like 100M or 4G")
-            }
-            maxSize = UInt64(size)
-        }
-        if let option = parsed.last("max-sessions") {
-            let text = option.value ?? ""
-            guard let n = Int(text), (1...100_000).contains(n) else {
-                throw UsageError("\(option.spelling) '\(text)': must be a number of sessions from 1 to 100000")
-            }
-            maxSessions = n
-        }
-        resume = !parsed.has("no-resume")
-        fsync = !parsed.has("no-fsync")
-        streams = !parsed.has("no-streams")
-        directIO = parsed.has("direct")
-        if let seconds = try CommonOptions.timeoutSeconds(parsed) { idleSeconds = seconds }
-        stats = try CommonOptions.statsFormat(parsed)
-        quiet = parsed.has("quiet")
-        if let option = parsed.last("code-uses") {
-            let text = option.value ?? ""
-            guard let n = Int(text), (1...1_000_000).contains(n) else {
-                throw UsageError("\(option.spelling) '\(text)': must be a number of transfers from 1 to 1000000")
-            }
+        if let directory = try parsed[Self.dir] { self.directory = directory }
+        once = parsed[Self.once]
+        overwrite = parsed[Self.overwrite]
+        keepModes = parsed[Self.keepModes]
+        keepOwners = !parsed[Self.noOwners]
+        devices = parsed[Self.devices]
+        delete = parsed[Self.delete]
+        sync = parsed[Self.sync] || delete
+        maxSize = try parsed[Self.maxSize]
+        if let maxSessions = try parsed[Self.maxSessions] { self.maxSessions = maxSessions }
+        resume = !parsed[Self.noResume]
+        fsync = !parsed[Self.noFsync]
+        streams = !parsed[Self.noStreams]
+        directIO = parsed[Self.direct]
+        if let seconds = try parsed[Self.timeout] { idleSeconds = seconds }
+        stats = try parsed[CommonOptions.stats]
+        quiet = parsed[Self.quiet]
+        if let codeUses = try parsed.last(Self.codeUses) {
             guard case .code = auth else {
-                throw UsageError("\(option.spelling): only with a pairing code (not with --key-file or --insecure)")
+                throw UsageError("\(codeUses.spelling): only with a pairing code (not with --key-file or --insecure)")
             }
-            codeUses = n
+            self.codeUses = codeUses.value
         }
     }
 

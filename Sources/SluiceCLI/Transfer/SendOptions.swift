@@ -47,91 +47,89 @@ struct SendOptions: Sendable {
     var checksum = false
     var wholeFile = false
 
-    static let name = OptionSpec(
+    static let name = Option<String>(
         "name", value: .required("NAME"), help: "the name to store standard input under\n(with the path -)")
-    static let noResume = OptionSpec(
+    static let noResume = Flag(
         "no-resume", help: "send every file from its start, even when the\nreceiver holds part of it")
-    static let compress = OptionSpec(
+    static let compress = Option(
         "compress", short: "z", value: .optional("[=LEVEL]"),
-        help: "compress each file on the way (raw deflate);\nLEVEL 0 to 9 (default 6); gzip:LEVEL also works")
+        help: "compress each file on the way (raw deflate);\nLEVEL 0 to 9 (default 6); gzip:LEVEL also works",
+        read: TransferCompression.level)
+    static let timeout = CommonOptions.timeout.withHelp(
+        "give up when nothing moves for SECONDS\n(also when connecting)")
+    static let streams = Option(
+        "streams", short: "P", value: .required("N"),
+        help:
+            "spread the transfer over N connections (1 to \(maxStreams)):\nfiles shared out, large files sent in ranges\nat once (default 1)",
+        read: Read.number(of: "connections", in: 1...maxStreams))
+    static let codeFile = Option(
+        "code-file", value: .required("FILE"),
+        help:
+            "read the receiver's pairing code from FILE, which\nonly its owner may read (chmod 600; default:\n$SLUICE_CODE, else ask on the terminal)",
+        read: Read.path)
+    static let exclude = Option<String>(
+        "exclude", value: .required("PATTERN"),
+        help:
+            "leave out what PATTERN matches, in gitignore's\nstyle: *, ?, [..] within a name, ** across\n"
+            + "directories, a trailing / for directories only,\na / elsewhere anchors it to the directory sent")
+    static let excludeFrom = Option<String>(
+        "exclude-from", value: .required("FILE"), help: "the patterns in FILE, one a line (# comments)")
+    static let filesFrom = Option<String>(
+        "files-from", value: .required("FILE"),
+        help:
+            "send only the paths listed in FILE (one a line),\nrelative to the one directory given, with the\n"
+            + "directories leading to them")
+    static let from0 = Flag(
+        "from0", short: "0", help: "the lists of --files-from and --exclude-from\nare NUL-separated")
+    static let shard = Option(
+        "shard", value: .required("I/N"),
+        help:
+            "send only shard I (0 to N-1) of N: the files whose\npath hashes to I, so N runs cover the tree\n"
+            + "exactly once",
+        read: readShard)
+    static let sync = Flag(
+        "sync",
+        help:
+            "ask the receiver what it has first: skip files\nof the same size and mtime, replace those that\n"
+            + "differ (atomically), send the rest (the\nreceiver must allow it: receive --sync)")
+    static let dryRun = Flag(
+        "dry-run", short: "n",
+        help: "with --sync (implied): change nothing, print\nwhat would be sent, replaced or left")
+    static let delete = Flag(
+        "delete",
+        help:
+            "with --sync (implied): once every file is\nstored, remove what the receiver has under each\n"
+            + "directory sent that is not sent (the receiver\nmust allow it: receive --delete)")
+    static let checksum = Flag(
+        "checksum", short: "c", help: "with --sync (implied): compare files by digest,\nnot by size and mtime")
+    static let wholeFile = Flag(
+        "whole-file", short: "W",
+        help: "with --sync: send a changed file whole, not as\nthe blocks that changed (the rsync algorithm)")
+    static let itemize = Flag(
+        "itemize", short: "i",
+        help: "print a line per entry sent or changed, as\nrsync -i does (>f+++++++++ new, >f.st...... changed)")
+    /// Never a secret on the command line: other users can read it. Parsed only to say so.
+    static let code = Option<String?>("code", value: .optional("[=CODE]"), help: "", read: { $0.value })
 
+    /// The options, in the order `--help` lists them.
     static let parser = ArgumentParser(
         [
             CommonOptions.chunkSize, compress, CommonOptions.threads, CommonOptions.progress, CommonOptions.noProgress,
-            CommonOptions.stats,
-            CommonOptions.rateLimit,
-            OptionSpec(
-                "timeout", value: .required("SECONDS"),
-                help: "give up when nothing moves for SECONDS\n(also when connecting)"),
-            noResume, name,
-            OptionSpec(
-                "streams", short: "P", value: .required("N"),
-                help:
-                    "spread the transfer over N connections (1 to \(maxStreams)):\nfiles shared out, large files sent in ranges\nat once (default 1)"
-            ),
-            OptionSpec(
-                "code-file", value: .required("FILE"),
-                help:
-                    "read the receiver's pairing code from FILE, which\nonly its owner may read (chmod 600; default:\n$SLUICE_CODE, else ask on the terminal)"
-            ),
-            TransferAuth.keyFileOption, TransferAuth.insecureOption,
-            OptionSpec(
-                "exclude", value: .required("PATTERN"),
-                help:
-                    "leave out what PATTERN matches, in gitignore's\nstyle: *, ?, [..] within a name, ** across\n"
-                    + "directories, a trailing / for directories only,\na / elsewhere anchors it to the directory sent"),
-            OptionSpec("exclude-from", value: .required("FILE"), help: "the patterns in FILE, one a line (# comments)"),
-            OptionSpec(
-                "files-from", value: .required("FILE"),
-                help:
-                    "send only the paths listed in FILE (one a line),\nrelative to the one directory given, with the\n"
-                    + "directories leading to them"),
-            OptionSpec("from0", short: "0", help: "the lists of --files-from and --exclude-from\nare NUL-separated"),
-            OptionSpec(
-                "shard", value: .required("I/N"),
-                help:
-                    "send only shard I (0 to N-1) of N: the files whose\npath hashes to I, so N runs cover the tree\n"
-                    + "exactly once"),
-            OptionSpec(
-                "sync",
-                help:
-                    "ask the receiver what it has first: skip files\nof the same size and mtime, replace those that\n"
-                    + "differ (atomically), send the rest (the\nreceiver must allow it: receive --sync)"),
-            OptionSpec(
-                "dry-run", short: "n",
-                help: "with --sync (implied): change nothing, print\nwhat would be sent, replaced or left"),
-            OptionSpec(
-                "delete",
-                help:
-                    "with --sync (implied): once every file is\nstored, remove what the receiver has under each\n"
-                    + "directory sent that is not sent (the receiver\nmust allow it: receive --delete)"),
-            OptionSpec(
-                "checksum", short: "c",
-                help: "with --sync (implied): compare files by digest,\nnot by size and mtime"),
-            OptionSpec(
-                "whole-file", short: "W",
-                help: "with --sync: send a changed file whole, not as\nthe blocks that changed (the rsync algorithm)"),
-            OptionSpec(
-                "itemize", short: "i",
-                help: "print a line per entry sent or changed, as\nrsync -i does (>f+++++++++ new, >f.st...... changed)"
-            ),
-        ] + SourceOptionFlags.table.map(\.spec) + [
-            // Never a secret on the command line: other users can read it. Parsed only to say so.
-            OptionSpec("code", value: .optional("[=CODE]"), help: ""),
-            CommonOptions.quiet, CommonOptions.help, CommonOptions.version,
-        ])
+            CommonOptions.stats, CommonOptions.rateLimit, timeout, noResume, name, streams, codeFile,
+            TransferAuth.keyFileOption, TransferAuth.insecureOption, exclude, excludeFrom, filesFrom, from0,
+            shard, sync, dryRun, delete, checksum, wholeFile, itemize,
+        ] + SourceOptionFlags.table.map(\.flag) + [
+            code, CommonOptions.quiet, CommonOptions.help, CommonOptions.version,
+        ]
+    )
 
     init(_ parsed: ParsedArguments) throws(UsageError) {
-        if let option = parsed.last("code") {
+        if let spelling = parsed.spelling(of: Self.code) {
             throw UsageError(
-                "\(option.spelling): a code on the command line can be read by other users; "
+                "\(spelling): a code on the command line can be read by other users; "
                     + "set SLUICE_CODE or give --code-file FILE")
         }
-        var codeFile: String?
-        if let option = parsed.last("code-file") {
-            guard let path = option.value, !path.isEmpty else { throw UsageError("\(option.spelling): empty path") }
-            codeFile = path
-        }
+        let codeFile = try parsed[Self.codeFile]
         auth = try TransferAuth(parsed, codeFile: codeFile)
         let operands = parsed.operands
         guard let last = operands.last else {
@@ -146,71 +144,66 @@ struct SendOptions: Sendable {
             throw UsageError("send: empty path")
         }
         let stdinCount = paths.filter { $0 == "-" }.count
-        if let option = parsed.last("name") {
+        if let name = try parsed.last(Self.name) {
             guard stdinCount == 1 else {
-                throw UsageError("\(option.spelling) names standard input: give '-' as one PATH")
+                throw UsageError("\(name.spelling) names standard input: give '-' as one PATH")
             }
-            streamName = option.value ?? ""
+            streamName = name.value
         } else if stdinCount > 0 {
             throw UsageError("send -: standard input needs a name to be stored under (--name NAME)")
         }
         if stdinCount > 1 { throw UsageError("send: '-' may be given once") }
-        if let chunkSize = try CommonOptions.chunkSize(parsed) { self.chunkSize = chunkSize }
-        if let option = parsed.last("compress") { compressionLevel = try TransferCompression.level(option) }
-        threads = try CommonOptions.threads(parsed)
-        quiet = parsed.has("quiet")
+        if let chunkSize = try parsed[CommonOptions.chunkSize] { self.chunkSize = chunkSize }
+        compressionLevel = try parsed[Self.compress]
+        threads = try parsed[CommonOptions.threads]
+        quiet = parsed[CommonOptions.quiet]
         progress = CommonOptions.progressMode(parsed)
-        stats = try CommonOptions.statsFormat(parsed)
-        rateLimit = try CommonOptions.rateLimit(parsed)
-        timeoutSeconds = try CommonOptions.timeoutSeconds(parsed)
-        resume = !parsed.has("no-resume")
-        if let option = parsed.last("streams") {
-            let text = option.value ?? ""
-            guard let n = Int(text), (1...Self.maxStreams).contains(n) else {
-                throw UsageError(
-                    "\(option.spelling) '\(text)': must be a number of connections from 1 to \(Self.maxStreams)")
-            }
-            streams = n
-        }
-        excludes = parsed.options.filter { $0.key == "exclude" }.compactMap(\.value)
-        excludeFiles = parsed.options.filter { $0.key == "exclude-from" }.compactMap(\.value)
-        nulSeparated = parsed.has("from0")
-        if let option = parsed.last("files-from") {
+        stats = try parsed[CommonOptions.stats]
+        rateLimit = try parsed[CommonOptions.rateLimit]
+        timeoutSeconds = try parsed[Self.timeout]
+        resume = !parsed[Self.noResume]
+        if let streams = try parsed[Self.streams] { self.streams = streams }
+        excludes = try parsed.all(Self.exclude)
+        excludeFiles = try parsed.all(Self.excludeFrom)
+        nulSeparated = parsed[Self.from0]
+        if let filesFrom = try parsed.last(Self.filesFrom) {
             guard paths.count == 1, paths[0] != "-" else {
                 throw UsageError(
-                    "\(option.spelling): give one directory the listed paths are below (\(Self.usage))")
+                    "\(filesFrom.spelling): give one directory the listed paths are below (\(Self.usage))")
             }
-            filesFrom = option.value
+            self.filesFrom = filesFrom.value
         }
-        if let option = parsed.last("shard") {
-            let text = option.value ?? ""
-            guard let shard = Shard(parsing: text) else {
-                throw UsageError("\(option.spelling) '\(text)': must be I/N with I from 0 to N-1, like 0/4")
-            }
-            self.shard = shard
-        }
+        shard = try parsed[Self.shard]
         sourceOptions = SourceOptionFlags.read(parsed)
-        dryRun = parsed.has("dry-run")
-        delete = parsed.has("delete")
-        wholeFile = parsed.has("whole-file")
-        checksum = parsed.has("checksum")
-        sync = parsed.has("sync") || dryRun || delete || parsed.has("checksum")
-        if delete, let option = parsed.last("delete"),
+        dryRun = parsed[Self.dryRun]
+        delete = parsed[Self.delete]
+        wholeFile = parsed[Self.wholeFile]
+        checksum = parsed[Self.checksum]
+        sync = parsed[Self.sync] || dryRun || delete || checksum
+        if delete, let spelling = parsed.spelling(of: Self.delete),
             !excludes.isEmpty || !excludeFiles.isEmpty || filesFrom != nil || shard != nil
         {
             throw UsageError(
-                "\(option.spelling) with --exclude, --exclude-from, --files-from or --shard would remove what they "
+                "\(spelling) with --exclude, --exclude-from, --files-from or --shard would remove what they "
                     + "leave out; not supported")
         }
-        itemize = parsed.has("itemize") || dryRun
+        itemize = parsed[Self.itemize] || dryRun
         if sync && paths.contains("-") {
             throw UsageError("--sync: standard input has nothing to compare; send it without --sync")
         }
         if sourceOptions.contains(.numericIDs) && !sourceOptions.contains(.owners),
-            let option = parsed.last(SourceOptionFlags.numericIDs.key)
+            let spelling = parsed.spelling(of: SourceOptionFlags.numericIDs)
         {
-            throw UsageError("\(option.spelling) goes with --owner (or -a)")
+            throw UsageError("\(spelling) goes with --owner (or -a)")
         }
+    }
+
+    private static func readShard(_ option: ParsedArguments.Occurrence) throws(UsageError) -> Shard {
+        let text = option.value ?? ""
+        guard let shard = Shard(parsing: text) else {
+            throw UsageError("\(option.spelling) '\(text)': must be I/N with I from 0 to N-1, like 0/4")
+        }
+        return shard
     }
 
     /// The selection the options name, reading the files they name: 66 for a file that cannot

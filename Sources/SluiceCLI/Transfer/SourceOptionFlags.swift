@@ -5,35 +5,35 @@ import SluiceTransfer
 /// with the `SourceOptions` it turns on: the one table from which `send` takes them, lists
 /// them in `--help` (in this order) and reads them.
 enum SourceOptionFlags {
-    static let numericIDs = OptionSpec("numeric-ids", help: "with --owner: by number, not by name")
+    static let numericIDs = Flag("numeric-ids", help: "with --owner: by number, not by name")
 
     /// Each flag and what it turns on.
-    static let table: [(spec: OptionSpec, turnsOn: SourceOptions)] = [
+    static let table: [(flag: Flag, turnsOn: SourceOptions)] = [
         (
-            OptionSpec(
+            Flag(
                 "hard-links", short: "H",
                 help: "send a file with several names once, and the\nother names as links to it"),
             .hardLinks
         ),
-        (OptionSpec("xattrs", short: "X", help: "send user.* extended attributes"), .xattrs),
+        (Flag("xattrs", short: "X", help: "send user.* extended attributes"), .xattrs),
         (
-            OptionSpec(
+            Flag(
                 "owner", help: "send owners and groups, kept by a receiver\nrunning as root (by name, else by number)"),
             .owners
         ),
         (numericIDs, .numericIDs),
         (
-            OptionSpec(
+            Flag(
                 "devices",
                 help:
                     "send character and block devices, made by a\nreceiver running as root with --devices (else\nrefused)"
             ),
             .devices
         ),
-        (OptionSpec("specials", help: "send FIFOs and sockets (never opened)"), .specials),
-        (OptionSpec(nil, short: "D", help: "--devices --specials"), [.devices, .specials]),
+        (Flag("specials", help: "send FIFOs and sockets (never opened)"), .specials),
+        (Flag(nil, short: "D", help: "--devices --specials"), [.devices, .specials]),
         (
-            OptionSpec(
+            Flag(
                 "archive", short: "a",
                 help: "what rsync -a keeps: with links, modes and\ntimes (always sent), --owner, -D"),
             [.owners, .devices, .specials]
@@ -43,7 +43,7 @@ enum SourceOptionFlags {
     /// The options the flags given turn on, together.
     static func read(_ parsed: ParsedArguments) -> SourceOptions {
         table.reduce(into: []) { options, row in
-            if parsed.has(row.spec.key) { options.formUnion(row.turnsOn) }
+            if parsed[row.flag] { options.formUnion(row.turnsOn) }
         }
     }
 }

@@ -153,22 +153,22 @@ enum TransferAuth: Sendable, Equatable {
     /// Plaintext (`--insecure`): trusted links and benchmarks only.
     case insecure
 
-    static let keyFileOption = OptionSpec(
+    static let keyFileOption = Option<String>(
         "key-file", value: .required("FILE"),
         help: "authenticate with the key in FILE (made by\n'sluice keygen', mode 600) instead of a pairing code")
-    static let insecureOption = OptionSpec(
+    static let insecureOption = Flag(
         "insecure", help: "no encryption, no authentication: plaintext, for\ntrusted links only (both sides)")
 
     init(_ parsed: ParsedArguments, codeFile: String? = nil) throws(UsageError) {
-        let key = parsed.last("key-file")
-        if parsed.has("insecure") {
+        let key = try parsed.last(Self.keyFileOption)
+        if parsed[Self.insecureOption] {
             if let key { throw UsageError("\(key.spelling) and --insecure: choose one") }
             if codeFile != nil { throw UsageError("--code-file and --insecure: choose one") }
             self = .insecure
         } else if let key {
-            guard let path = key.value, !path.isEmpty else { throw UsageError("\(key.spelling): empty path") }
+            guard !key.value.isEmpty else { throw UsageError("\(key.spelling): empty path") }
             if codeFile != nil { throw UsageError("--code-file and \(key.spelling): choose one") }
-            self = .keyFile(path)
+            self = .keyFile(key.value)
         } else {
             self = .code(file: codeFile)
         }
