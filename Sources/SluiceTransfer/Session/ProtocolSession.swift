@@ -115,7 +115,6 @@ final class ProtocolSession<Role: ProtocolRole>: WireConnectionOwner {
     /// holders let go of it (a receiver forgets a closed session), yet the role must hear it.
     private(set) var role: Role?
     private var decoder: FrameDecoder
-    private(set) var peerClosed = false
     /// True once `end` ran: nothing is parsed or performed after it.
     private(set) var ended = false
     /// `send` or `receive`: the operation an error names.
@@ -176,8 +175,9 @@ final class ProtocolSession<Role: ProtocolRole>: WireConnectionOwner {
 
     func wireCanSend(_ connection: WireConnection) { role?.connectionHasRoom() }
 
+    /// The peer closed: what it sent is parsed, and the machine told once the decoder needs
+    /// more (`connection.peerHasClosed`).
     func wirePeerClosed(_ connection: WireConnection) {
-        peerClosed = true
         pump()
     }
 
@@ -195,7 +195,7 @@ final class ProtocolSession<Role: ProtocolRole>: WireConnectionOwner {
         while !ended, role.takesMessages {
             switch decoder.next(connection.inbound.readable) {
             case .needMore:
-                if peerClosed { tell(.peerClosed) }
+                if connection.peerHasClosed { tell(.peerClosed) }
                 if !ended { role.caughtUp() }
                 return
             case .violation(let reason):

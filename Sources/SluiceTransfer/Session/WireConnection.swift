@@ -48,8 +48,13 @@ final class WireConnection: ByteStreamDelegate {
     private(set) var bytesWritten: UInt64 = 0
     /// Bytes read from the socket.
     private(set) var bytesRead: UInt64 = 0
+    /// How far the connection is from closed: open, its peer closed, closing, closed.
+    private(set) var lifecycle = ConnectionLifecycle()
     /// True once `close()` ran.
-    private(set) var isClosed = false
+    var isClosed: Bool { lifecycle.isClosed }
+    /// The peer closed its sending direction (everything it sent is in `inbound`), and the
+    /// connection was not asked to close.
+    var peerHasClosed: Bool { lifecycle.peerHasClosed }
     /// Called once when the connection closes.
     var onClose: (() -> Void)?
     /// Time of the last read or write, for idle timeouts.
@@ -59,12 +64,6 @@ final class WireConnection: ByteStreamDelegate {
     private var readOffered = false
     /// The pending-write flag: `hasSpaceAvailable` offered and nothing written since.
     private var writeOffered = BackpressureFlag()
-    private var peerClosed = false
-    private var closeWhenFlushed = false
-    /// After `closeAfterFlush(drainingInput: true)`: what the peer still sends is read and
-    /// dropped until it closes, so that closing does not reset the connection under the last
-    /// message (a peer that pipelines its requests would lose the answer to a reset).
-    private var drainsInput = false
     private var flushing = false
     private var delivering = false
     private var deliverAgain = false
@@ -124,7 +123,7 @@ final class WireConnection: ByteStreamDelegate {
     func stream(_ stream: ByteStream, handle event: StreamEvent) {
         guard !isClosed else { return }
         switch event {
-        case .hasBytesAvailable where drainsInput:
+        case .hasBytesAvailable where lifecycle.drainsInput:
             drain()
         case .hasBytesAvailable:
             readOffered = true
@@ -132,12 +131,12 @@ final class WireConnection: ByteStreamDelegate {
         case .hasSpaceAvailable:
             writeOffered.set()
             flush()
-        case .endEncountered where stream === input && drainsInput:
+        case .endEncountered where stream === input && lifecycle.drainsInput:
             // A stream that knows its end without a read (a bound pair, memory) reports it so,
             // rather than as bytes available: the drain ends here, not at the cut's timer.
             drain()
         case .endEncountered where stream === input:
-            notePeerClosed()
+            take(.peerEnded)
         case .errorOccurred:
             let error = stream.streamError ?? SluiceError(.system(.ioError), operation: "socket", subject: stream.name)
             fail(error)
@@ -174,7 +173,7 @@ final class WireConnection: ByteStreamDelegate {
 
     /// One read if an offer is waiting and there is room; true when bytes arrived.
     private func readOnce() -> Bool {
-        guard readOffered, !isClosed, !peerClosed, outbound.readableBytes <= pauseReadingAbove else { return false }
+        guard readOffered, lifecycle.reads, outbound.readableBytes <= pauseReadingAbove else { return false }
         // No pointer into the buffer is held here: the owner has returned from parsing.
         resizeInbound()
         // The decoder streams DATA: any other message it may wait for the rest of is smaller.
@@ -189,7 +188,7 @@ final class WireConnection: ByteStreamDelegate {
             lastActivity = monotonicNanoseconds()
             return true
         case .processed(0):
-            notePeerClosed()
+            take(.peerEnded)
         case .processed:
             fail(input.streamError ?? SluiceError(.system(.ioError), operation: "recv", subject: input.name))
         case .wouldBlock:
@@ -229,12 +228,6 @@ final class WireConnection: ByteStreamDelegate {
         guard let wanted = owner?.wireInboundCapacity(self), wanted != inbound.capacity else { return }
         inbound.resize(to: wanted)
         if spareInbound?.capacity != inbound.capacity { spareInbound = nil }
-    }
-
-    private func notePeerClosed() {
-        guard !peerClosed, !isClosed else { return }
-        peerClosed = true
-        owner?.wirePeerClosed(self)
     }
 
     // MARK: Writing
@@ -315,26 +308,38 @@ final class WireConnection: ByteStreamDelegate {
             writeOffered.take()
         }
         if outbound.readableBytes <= pauseReadingAbove { readIfAllowed() }
-        if closeWhenFlushed && outbound.isEmpty { finishClosing() }
+        if outbound.isEmpty { take(.flushed) }
     }
 
     // MARK: Ending
 
     /// Closes once everything buffered is written (reading stops now). With `drainingInput`,
     /// the sending direction is shut down then, and the connection closes once the peer has
-    /// closed its own, what it sends meanwhile read and dropped (the owner bounds the wait).
+    /// closed its own, what it sends meanwhile read and dropped (so that closing does not reset
+    /// the connection under the last message: a peer that pipelines its requests would lose
+    /// the answer to a reset; the owner bounds the wait). The first call decides.
     func closeAfterFlush(drainingInput: Bool = false) {
-        closeWhenFlushed = true
-        drainsInput = drainingInput
         readOffered = false
-        peerClosed = true
-        if outbound.isEmpty { finishClosing() } else { flush() }
+        take(.closeAfterFlush(drainingInput: drainingInput))
     }
 
-    private func finishClosing() {
-        guard drainsInput else { return close() }
-        output.close()
-        drain()
+    /// Moves the lifecycle by `event` and does what it says.
+    private func take(_ event: ConnectionLifecycle.Event) {
+        switch lifecycle.handle(event) {
+        case .nothing, .ignore:
+            break
+        case .reportPeerClosed:
+            owner?.wirePeerClosed(self)
+        case .flush:
+            if outbound.isEmpty { take(.flushed) } else { flush() }
+        case .shutOutputAndDrain:
+            output.close()
+            drain()
+        case .drain:
+            drain()
+        case .closeStreams:
+            closeStreams()
+        }
     }
 
     /// Reads and drops what the peer sends, until it closes (then closes too) or would block.
@@ -368,8 +373,11 @@ final class WireConnection: ByteStreamDelegate {
 
     /// Closes both streams and leaves the loop. Idempotent.
     func close() {
-        guard !isClosed else { return }
-        isClosed = true
+        take(.close)
+    }
+
+    /// Closes both streams, leaves the loop and runs `onClose`: once, as the lifecycle closes.
+    private func closeStreams() {
         limiter?.cancel()
         flushTimer?.cancel()
         flushTimer = nil
