@@ -2,6 +2,7 @@ import TestThreads
 import Testing
 
 @testable import Sluice
+@testable import SluiceTransfer
 
 /// How a connection ends (`ConnectionLifecycle`), driven without sockets; and the connection
 /// itself over in-memory streams.

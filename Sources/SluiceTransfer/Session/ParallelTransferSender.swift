@@ -69,8 +69,6 @@ public final class ParallelTransferSender: TransferProgressSource {
         didSet { if !walkHeld { walkMore() } }
     }
     var onWalkStep: ((Int) -> Void)?
-    /// The first connection ended before the walk: what it lists now is never sent.
-    private var walkStopped = false
     private let walkWarning: ((String) -> Void)?
     private let prunesArriving: Bool
     private var planner: StreamPlan.Planner
@@ -91,11 +89,8 @@ public final class ParallelTransferSender: TransferProgressSource {
     private var loop: EventLoop?
     private var completion: ((TransferSummary) -> Void)?
     private var started: UInt64 = 0
-    private var joined = false
-    private var declined = false
-    private var othersStarted = false
-    private var cancelled = false
-    private var done = false
+    /// Whether the others may start, everything goes over the first, the walk goes on.
+    private(set) var join = JoinLifecycle()
     /// Whole-file digests by entry and algorithm (every connection agrees on the same one with
     /// one receiver; keyed by both all the same).
     private var digests: [DigestKey: DigestState] = [:]
@@ -143,7 +138,7 @@ public final class ParallelTransferSender: TransferProgressSource {
     public var paths: [String] { entries.map(\.relative) }
 
     /// Connections used: `streams`, or 1 when the receiver offers no streams.
-    public var streamsUsed: Int { declined ? 1 : streams }
+    public var streamsUsed: Int { join.declined ? 1 : streams }
 
     /// Bytes written to each connection so far (protocol included).
     public var bytesPerStream: [UInt64] { senders.map(\.bytesWritten) }
@@ -184,29 +179,48 @@ public final class ParallelTransferSender: TransferProgressSource {
             join: TransferJoin(id: id, index: 0, count: streams), fallback: [], listed: false,
             prunesArriving: prunesArriving)
         first.holdGoodbye = true
-        first.onJoined = { [weak self] in
-            guard let self else { return }
-            self.joined = true
-            self.onStreamJoined?(0)
-            self.startOthers()
-        }
-        first.onStreamsDeclined = { [weak self] in
-            guard let self else { return }
-            self.declined = true
-            self.warn("the receiver does not offer parallel streams: sending over one connection")
-            // Every entry first: letting goodbye go announces what the connection has.
-            first.takeEveryEntry()
-            self.held = Array(repeating: [], count: self.streams)
-            first.holdGoodbye = false
-        }
+        first.onJoined = { [weak self] in self?.take(.joined) }
+        first.onStreamsDeclined = { [weak self] in self?.take(.declined) }
         run(first, index: 0)
         walkMore()
     }
 
     /// Stops every connection; files cut off are kept by the receiver for a resume.
     public func cancel() {
-        cancelled = true
+        take(.cancel)
         for sender in senders { sender.cancel() }
+    }
+
+    /// Moves the join's lifecycle by `event` and does what it says. An event it cannot take is
+    /// a fault of this sender: warned about, and otherwise ignored.
+    private func take(_ event: JoinLifecycle.Event) {
+        let effect: JoinLifecycle.Effect
+        do {
+            effect = try join.handle(event)
+        } catch {
+            warn(error.description)
+            return
+        }
+        switch effect {
+        case .nothing:
+            break
+        case .startOthers:
+            onStreamJoined?(0)
+            startOthers()
+        case .reportJoined:
+            onStreamJoined?(0)
+        case .fallBack:
+            warn("the receiver does not offer parallel streams: sending over one connection")
+            guard let first = senders.first else { return }
+            // Every entry first: letting goodbye go announces what the connection has.
+            first.takeEveryEntry()
+            held = Array(repeating: [], count: streams)
+            first.holdGoodbye = false
+        case .stopOthers:
+            leadEnded()
+        case .finish:
+            summarize()
+        }
     }
 
     private func run(_ sender: TransferSender, index: Int) {
@@ -227,8 +241,7 @@ public final class ParallelTransferSender: TransferProgressSource {
     /// The first connection joined: the others may join (their work follows as the
     /// directories it needs are answered, `release`).
     private func startOthers() {
-        guard let id = transferID, joined, !othersStarted, !cancelled, !done else { return }
-        othersStarted = true
+        guard let id = transferID else { return }
         for index in 1..<streams {
             let sender = TransferSender(
                 entries: entries, streams: streamSources, options: options, work: [],
@@ -249,7 +262,7 @@ public final class ParallelTransferSender: TransferProgressSource {
     /// Starts the walk's next step on a worker, unless one runs, it has ended, or it is far
     /// enough ahead of the connections.
     private func walkMore() {
-        guard let walk, let loop, !walking, !walkHeld, !done, !cancelled else { return }
+        guard let walk, let loop, !walking, !walkHeld, join.walks else { return }
         let waiting = senders.reduce(0) { $0 + $1.machine.entriesWaiting } + held.reduce(0) { $0 + $1.count }
         guard waiting < Self.walkAhead else { return }
         walking = true
@@ -262,8 +275,8 @@ public final class ParallelTransferSender: TransferProgressSource {
     /// A step of the walk: its entries are shared out, the first connection's share at once.
     private func walked(_ batch: SourceTree.Batch) {
         walking = false
-        if batch.done || done || cancelled || walkStopped { walk = nil }
-        guard !done, !cancelled, !walkStopped else { return }
+        if batch.done || !join.walks { walk = nil }
+        guard join.walks else { return }
         for text in batch.warnings {
             warn(text, listing: true)
         }
@@ -273,7 +286,7 @@ public final class ParallelTransferSender: TransferProgressSource {
         entries += batch.entries
         outcomes += Array(repeating: nil, count: batch.entries.count)
         guard let lead = senders.first else { return }
-        guard !declined else {
+        guard !join.declined else {
             lead.take(batch.entries, last: batch.done, incomplete: batch.incomplete)
             lead.advance()
             walkMore()
@@ -306,7 +319,7 @@ public final class ParallelTransferSender: TransferProgressSource {
     /// Hands each started connection the work whose directories are answered (and, once the
     /// walk has ended and nothing is held for it, says no more will come).
     private func release() {
-        guard !declined else { return }
+        guard !join.declined else { return }
         for (k, sender) in senders.enumerated().dropFirst() where !toldLast[k] {
             let ready = held[k].prefix { $0.needs <= directoriesAnswered }.count
             let last = walkEnded && ready == held[k].count
@@ -323,7 +336,6 @@ public final class ParallelTransferSender: TransferProgressSource {
     /// directories may not be there); they end with what they have, and the walk stops.
     private func leadEnded() {
         walk = nil
-        walkStopped = true
         walkEnded = true
         held = Array(repeating: [], count: streams)
         for (k, sender) in senders.enumerated().dropFirst() where !toldLast[k] {
@@ -339,7 +351,7 @@ public final class ParallelTransferSender: TransferProgressSource {
             release()
         }
         walkMore()
-        guard let count = rangeCounts[entry], !declined else {
+        guard let count = rangeCounts[entry], !join.declined else {
             finish(entry, outcome)
             return
         }
@@ -446,15 +458,16 @@ public final class ParallelTransferSender: TransferProgressSource {
 
     private func ended(_ index: Int, _ summary: TransferSummary) {
         summaries[index] = summary
-        if index == 0 {
-            // The first connection ended before the others could join: they never will.
-            othersStarted = true
-            leadEnded()
-        }
+        // The first connection ended before the others could join: they never will.
+        if index == 0 { take(.leadEnded) }
         let running = senders.indices.filter { summaries[$0] == nil }
         if running == [0] { senders[0].holdGoodbye = false }
-        guard running.isEmpty, !done else { return }
-        done = true
+        if running.isEmpty { take(.allEnded) }
+    }
+
+    /// Every connection ended: the entries no answer came for fail, and the summary of all the
+    /// connections goes to the completion.
+    private func summarize() {
         // Entries no answer came for fail with the connections' error, which the summary
         // carries: as with one connection, they are not reported one by one.
         let reasons = summaries.keys.sorted().compactMap { summaries[$0]?.error?.description }
