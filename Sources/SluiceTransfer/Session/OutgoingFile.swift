@@ -4,7 +4,8 @@ import Sluice
     import Glibc
 #endif
 
-/// The state of the file being sent.
+/// The file being sent: its life (`SendLifecycle`, changed only by `handle(_:)`) and the data
+/// that goes with it (where its reads stand, its digest, its range, its delta).
 final class OutgoingFile {
     let index: Int
     let fd: Int32?
@@ -17,16 +18,10 @@ final class OutgoingFile {
     var range: ByteRange?
     /// With `held-sha256`: the SHA-256 of the bytes the receiver holds, computed beside the rest.
     var heldCheck: HeldCheck?
-    /// ACCEPT arrived and the held prefix is hashed: data may go out.
-    var ready = false
+    /// Where it stands: announced, sending, finishing… (`handle(_:)` changes it).
+    private(set) var lifecycle = SendLifecycle()
     /// Bytes read from the source (the resumed prefix included).
     var position: UInt64 = 0
-    var sourceEnded = false
-    var compressionFinished = false
-    /// The digest is being finished: nothing more goes out for this file.
-    var finalizing = false
-    /// For a stream: `hasBytesAvailable` came and no read has answered it yet.
-    var streamReadable = false
     /// For a file: its mtime when it was opened (and announced).
     var openedMtime = timespec()
     /// Sent as a delta: the receiver's signatures and the match.
@@ -38,13 +33,9 @@ final class OutgoingFile {
     /// A small file's whole contents, read with its open on a worker: taken from here.
     var preloaded: [UInt8]?
     /// The file was written to while it was sent (its mtime or size changed since it was
-    /// opened): known at the end of its data, checked on the worker for a file read there.
+    /// opened): known at the end of its data, checked on the worker for a file read there
+    /// (`SendLifecycle.Phase.checkingChange`).
     var changed = false
-    var changeCheck = ChangeCheck.none
-
-    enum ChangeCheck {
-        case none, running, done
-    }
 
     init(index: Int, fd: Int32?, stream: ReadStream?, size: UInt64?, digest: TransferDigest) {
         self.digest = FileDigest(digest)
@@ -52,5 +43,10 @@ final class OutgoingFile {
         self.fd = fd
         self.stream = stream
         self.size = size
+    }
+
+    /// Hands `event` to its lifecycle (`SendLifecycle.handle(_:)`): the one way its phase changes.
+    func handle(_ event: SendLifecycle.Event) throws(SendLifecycle.IllegalTransition) -> SendLifecycle.Effect {
+        try lifecycle.handle(event)
     }
 }

@@ -35,8 +35,8 @@ extension TransferSender {
             }
         }
         guard let stream = file.stream else { return .end }
-        guard file.streamReadable else { return .wait }
-        file.streamReadable = false
+        // Read only when the stream said so: that is taken now.
+        guard step(file, .streamRead) == .read else { return .wait }
         switch stream.tryRead(into: buffer) {
         case .processed(let n) where n > 0: return .bytes(n)
         case .processed(0): return .end
@@ -53,28 +53,29 @@ extension TransferSender {
     /// the end of the file, has the digest finished on the worker, then END goes out.
     func produce() {
         loop?.preconditionInLoop("TransferSender.produce")
-        guard let file = current, file.ready, !file.sourceEnded || file.compressed, machine.sendingIndex == file.index,
-            let connection, let hasher
+        guard let file = current, file.lifecycle.isProducing, machine.sendingIndex == file.index, let connection,
+            let hasher
         else { return }
         if let delta = file.delta, delta.basis != nil, file.fd != nil, machine.sendingDelta {
             produceDelta(file, delta, connection)
             return
         }
         let chunk = options.chunkSize.bytes
-        while current === file, !file.finalizing, file.changeCheck == .none, connection.outbound.readableBytes < chunk,
+        while current === file, file.lifecycle.isProducing, connection.outbound.readableBytes < chunk,
             connection.outbound.reserve(chunk + Wire.frameHeaderSize + 64)
         {
             guard hasher.hasRoom(for: chunk) else { return }  // `onRoom` calls again
             let payload = connection.outbound.framePayload(chunk)
             var produced = 0
             if file.compressed, let deflate, let raw = rawBuffer {
-                if raw.isEmpty && !file.sourceEnded {
+                if raw.isEmpty && file.lifecycle.phase == .sending {
                     let target = raw.tail
                     switch readSource(file, into: target) {
                     case .bytes(let n):
                         raw.produced(n)
                         noteRead(file, UnsafeRawBufferPointer(rebasing: target[0..<n]))
-                    case .end, .hole: file.sourceEnded = true  // no holes in compressed data
+                    case .end, .hole:  // no holes in compressed data
+                        guard step(file, .sourceEnded) != nil else { return }
                     case .wait:
                         return
                     case .failed(let reason):
@@ -84,7 +85,7 @@ extension TransferSender {
                 }
                 guard let progress = compress(deflate, raw, ending: raw.isEmpty, into: payload) else { return }
                 produced = progress.produced
-                if progress.finished { file.compressionFinished = true }
+                if progress.finished, step(file, .compressionFinished) == nil { return }
                 // The blocks are on the workers: the driver's wake handler calls again.
                 if deflate.isWaitingForWorkers { return }
             } else {
@@ -102,7 +103,8 @@ extension TransferSender {
                     counted[file.index] += length
                     holeBytes += length
                 case .end:
-                    file.sourceEnded = true
+                    dataEnded(file)
+                    return
                 case .wait:
                     return
                 case .failed(let reason):
@@ -114,7 +116,7 @@ extension TransferSender {
                 connection.outbound.commitFrame(.data, length: produced)
                 connection.flush()
             }
-            if file.sourceEnded && (!file.compressed || file.compressionFinished) {
+            if file.lifecycle.phase == .compressionDrained {
                 dataEnded(file)
                 return
             }
@@ -150,34 +152,35 @@ extension TransferSender {
         advance()
     }
 
-    /// The file's bytes are all out: once its digest is final (here when little of it is left
-    /// to hash and nothing queued, else on the worker), END goes out with the size and digest,
-    /// and the next entry is announced.
+    /// The file's bytes are all out: once it is known whether it changed meanwhile (asked on
+    /// the worker that read it, unless its last read just told) and its digest is final (here
+    /// when little of it is left to hash and nothing queued, else on the worker), END goes out
+    /// with the size and digest, and the next entry is announced.
     private func dataEnded(_ file: OutgoingFile) {
-        // Once: a flush within `produce` can write, call back and reach the end first.
-        guard let hasher, !file.finalizing else { return }
+        var checkChange = false
         if let reader = file.reader, file.range == nil, file.delta == nil {
-            // Whether it changed while it was sent: asked now, on the worker, then on (unless
-            // its one read just told).
-            if file.changeCheck == .none, let changed = reader.changedAtEnd {
+            if let changed = reader.changedAtEnd {
                 file.changed = changed
-                file.changeCheck = .done
-            }
-            switch file.changeCheck {
-            case .running: return
-            case .none:
-                file.changeCheck = .running
-                reader.checkChanged { [weak self] changed in
-                    file.changed = changed
-                    file.changeCheck = .done
-                    guard let self, self.current === file, !self.ended else { return }
-                    self.dataEnded(file)
-                }
-                return
-            case .done: break
+            } else {
+                checkChange = true
             }
         }
-        file.finalizing = true
+        // Once: a flush within `produce` can write, call back and reach the end first.
+        switch step(file, .dataOut(checkChange: checkChange)) {
+        case .checkChange?:
+            file.reader?.checkChanged { [weak self] changed in
+                file.changed = changed
+                guard let self, self.current === file, !self.ended else { return }
+                if self.step(file, .changeChecked) == .finishDigest { self.finishDigest(file) }
+            }
+        case .finishDigest?: finishDigest(file)
+        case .nothing?, .ignore?, .produce?, .read?, .discardDigest?, nil: break
+        }
+    }
+
+    /// Finishes the digest of a file whose data is all out (`SendLifecycle.Phase.finishing`).
+    private func finishDigest(_ file: OutgoingFile) {
+        guard let hasher else { return }
         warnIfChanged(file)
         if file.size == nil { sizes[file.index] = file.position }
         if file.range == nil, file.heldCheck == nil, let digest = hasher.finalizeNow(file.digest) {
@@ -261,7 +264,20 @@ extension TransferSender {
         if let raw = rawBuffer { raw.consume(raw.readableBytes) }
         deflate?.cancel()
         deflate = nil
-        if !file.finalizing { hasher?.discardFilling() }
+        if step(file, .close) == .discardDigest { hasher?.discardFilling() }
+    }
+
+    /// Hands `file`'s lifecycle `event` and returns what to do. An event its phase cannot take
+    /// is this sender's fault: the session ends with the message (and nil is returned).
+    func step(_ file: OutgoingFile, _ event: SendLifecycle.Event) -> SendLifecycle.Effect? {
+        do {
+            return try file.handle(event)
+        } catch {
+            let subject = connection?.output.name
+            let fault = SluiceError(.closed, operation: "send", subject: subject, detail: error.description)
+            perform(machine.connectionEnded(.failed(fault)))
+            return nil
+        }
     }
 
     /// The stream being sent has bytes (or its end, or an error).
@@ -269,7 +285,7 @@ extension TransferSender {
         guard let file = current, file.stream === stream else { return }
         switch event {
         case .hasBytesAvailable, .endEncountered, .errorOccurred:
-            file.streamReadable = true
+            guard step(file, .sourceReadable) == .produce else { return }
             connection?.flush()
             produce()
         default:

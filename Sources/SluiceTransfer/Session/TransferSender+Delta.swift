@@ -83,6 +83,10 @@ extension TransferSender {
             bytesDone += offset
         }
         let wholeDigest = offset == 0 || !checkHeldApart(file, fd: fd, from: 0, length: offset)
+        guard step(file, .match) != nil else {
+            closeDescriptor(copy)
+            return true
+        }
         let algorithm = machine.digest
         let sender = UncheckedBox((self, file, delta))
         WorkerPool.shared.submit(
@@ -128,8 +132,7 @@ extension TransferSender {
     private func found(_ ops: [DeltaOp], _ file: OutgoingFile, _ delta: OutgoingDelta) {
         guard current === file, !ended else { return }
         delta.ops += ops
-        file.ready = true
-        produce()
+        proceed(file, .opsFound)
     }
 
     /// Sends the delta's operations while the connection has room: DATA for literal bytes
@@ -144,7 +147,7 @@ extension TransferSender {
             produceCompressedDelta(file, delta, basis, reader, deflate, connection)
             return
         }
-        while current === file, !file.finalizing, delta.next < delta.ops.count,
+        while current === file, file.lifecycle.phase == .sending, delta.next < delta.ops.count,
             connection.outbound.readableBytes < chunk, connection.outbound.reserve(chunk + Wire.frameHeaderSize + 64)
         {
             // State moves on before anything is written: a write may call back into `produce`.
@@ -160,7 +163,9 @@ extension TransferSender {
                 connection.flush()
             }
         }
-        guard current === file, !file.finalizing, delta.matched, delta.next == delta.ops.count else { return }
+        guard current === file, file.lifecycle.phase == .sending, delta.matched, delta.next == delta.ops.count else {
+            return
+        }
         endDelta(file, delta)
     }
 
@@ -173,7 +178,7 @@ extension TransferSender {
         _ deflate: StageDriver, _ connection: WireConnection
     ) {
         let chunk = options.chunkSize.bytes
-        while current === file, !file.finalizing, connection.outbound.readableBytes < chunk,
+        while current === file, file.lifecycle.phase == .sending, connection.outbound.readableBytes < chunk,
             connection.outbound.reserve(chunk + Wire.frameHeaderSize + 64), let raw = rawBuffer
         {
             let op = delta.next < delta.ops.count ? delta.ops[delta.next] : nil
@@ -263,7 +268,7 @@ extension TransferSender {
     /// The delta is all out: END with the size and the match's digest (with HELD before it
     /// when the bytes the receiver held are checked apart, once they are hashed).
     private func endDelta(_ file: OutgoingFile, _ delta: OutgoingDelta) {
-        file.finalizing = true
+        guard step(file, .dataOut(checkChange: false)) == .finishDigest else { return }
         HeldCheck.outcome(of: file.heldCheck) { [weak self] outcome in
             self?.digestsReady(file, delta.digest, outcome)
         }

@@ -59,11 +59,11 @@ extension TransferSender {
             resumedBytes += offset
             bytesDone += offset
             guard offset > 0 else {
-                file.ready = true
-                produce()
+                proceed(file, .start)
                 return
             }
             if startHeldCheck(file, fd: fd, from: range.start, length: offset) { return }
+            guard step(file, .hashPrefix) != nil else { return }
             hasher.hashRange(file.digest, of: fd, from: range.start, length: offset) { [weak self] ok in
                 self?.prefixHashed(file, ok)
             }
@@ -71,8 +71,7 @@ extension TransferSender {
         }
         if compressed, !startCompression(file) { return }
         guard offset > 0, let fd = file.fd else {
-            file.ready = true
-            produce()
+            proceed(file, .start)
             return
         }
         file.position = offset
@@ -80,6 +79,7 @@ extension TransferSender {
         resumedBytes += offset
         bytesDone += offset
         if startHeldCheck(file, fd: fd, from: 0, length: offset) { return }
+        guard step(file, .hashPrefix) != nil else { return }
         hasher.hashPrefix(file.digest, of: fd, length: offset) { [weak self] ok in
             self?.prefixHashed(file, ok)
         }
@@ -115,8 +115,7 @@ extension TransferSender {
     /// receiver said they were written under this file's TOKEN. False without `held-sha256`.
     private func startHeldCheck(_ file: OutgoingFile, fd: Int32, from start: UInt64, length: UInt64) -> Bool {
         guard checkHeldApart(file, fd: fd, from: start, length: length) else { return false }
-        file.ready = true
-        produce()
+        proceed(file, .start)
         return true
     }
 
@@ -140,8 +139,12 @@ extension TransferSender {
             advance()
             return
         }
-        file.ready = true
-        produce()
+        proceed(file, .prefixHashed)
+    }
+
+    /// Hands `file`'s lifecycle `event`, one that may let its data go: produces if it does.
+    func proceed(_ file: OutgoingFile, _ event: SendLifecycle.Event) {
+        if step(file, event) == .produce { produce() }
     }
 
     func localPath(_ file: OutgoingFile) -> String {
