@@ -35,11 +35,7 @@ extension TransferSender {
     /// Starts the walk's next step on a worker, unless one runs, the walk has ended, or it is
     /// far enough ahead of the announcements.
     func walkMore() {
-        guard let walk, let loop, !walking, !walkHeld, !ended, machine.entriesWaiting < walkAhead else {
-            return
-        }
-        walking = true
-        let limit = walkStep
+        guard let loop, !ended, let (walk, limit) = walker.startStep(waiting: machine.entriesWaiting) else { return }
         WorkerPool.shared.submit({ walk.next(limit: limit) }, completingOn: loop) { [weak self] batch in
             self?.walked(batch)
         }
@@ -48,21 +44,50 @@ extension TransferSender {
     /// Whether the walk has listed everything (the machine has every entry).
     var walkEnded: Bool { machine.listed }
 
+    /// A step of the walk runs on a worker.
+    var walking: Bool { walker.running }
+
+    /// While set, no step of the walk starts; for tests (a walk held up).
+    var walkHeld: Bool {
+        get { walker.held }
+        set {
+            walker.hold(newValue)
+            if !newValue { walkMore() }
+        }
+    }
+
+    /// Entries a step of the walk lists; for tests.
+    var walkStep: Int {
+        get { walker.step }
+        set { walker.limit(step: newValue) }
+    }
+
+    /// Entries listed ahead of the announcements beyond which the walk waits; for tests.
+    var walkAhead: Int {
+        get { walker.ahead }
+        set { walker.limit(ahead: newValue) }
+    }
+
+    /// Called on the loop after each step's entries were added (how many): for tests.
+    var onWalkStep: ((Int) -> Void)? {
+        get { walker.onStep }
+        set { walker.observeSteps(newValue) }
+    }
+
     /// Something below the sources could not be listed so far (a warning said what): it is not
     /// sent, and `delete` removes nothing.
     public var listingIncomplete: Bool { machine.listingIncomplete }
 
     /// A step of the walk is done: its entries join the transfer, its warnings are heard.
     private func walked(_ batch: SourceTree.Batch) {
-        walking = false
-        if batch.done || ended { walk = nil }
+        walker.stepDone(last: batch.done || ended)
         guard !ended else { return }
         for text in batch.warnings {
             warnings.append(text)
-            walkWarning?(text)
+            walker.warning?(text)
         }
         take(batch.entries, last: batch.done, incomplete: batch.incomplete)
-        onWalkStep?(batch.entries.count)
+        walker.onStep?(batch.entries.count)
         advance()
     }
 
@@ -111,17 +136,14 @@ extension TransferSender {
         for index in range {
             let entry = entries[index]
             if !machine.peerOffers(Wire.Capability.links) {
-                if !warnedSymlinks, case .symlink = entry.kind {
-                    warnedSymlinks = true
+                if case .symlink = entry.kind, walker.warnsFirst(about: .symlinks) {
                     warn("the receiver does not take symbolic links: they are not sent")
                 }
-                if !warnedHardLinks, entry.hardLinkTo != nil {
-                    warnedHardLinks = true
+                if entry.hardLinkTo != nil, walker.warnsFirst(about: .hardLinks) {
                     warn("the receiver does not take hard links: each name is sent as a file of its own")
                 }
             }
-            if !warnedSpecials, entry.isSpecial, !machine.peerOffers(Wire.Capability.specials) {
-                warnedSpecials = true
+            if entry.isSpecial, !machine.peerOffers(Wire.Capability.specials), walker.warnsFirst(about: .specials) {
                 warn("the receiver does not take devices, FIFOs or sockets: they are not sent")
             }
         }

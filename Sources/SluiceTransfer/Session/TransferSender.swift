@@ -78,26 +78,8 @@ public final class TransferSender: ProtocolRole {
         // The walk starts with the session (`start` sets the loop).
         didSet { if oldValue == nil { walkMore() } }
     }
-    /// The walk of the sources below what `init` checked, on a worker (`TransferSender+Walk`):
-    /// nil once it has ended (or while a step runs, `walking`).
-    var walk: SourceWalk?
-    var walking = false
-    /// Hears the walk's warnings (the `warning` given to `init`).
-    var walkWarning: ((String) -> Void)?
-    /// Entries a step of the walk lists; for tests.
-    var walkStep = TransferSender.walkStepEntries
-    /// Entries listed ahead of the announcements beyond which the walk waits; for tests.
-    var walkAhead = TransferSender.walkAheadEntries
-    /// While set, no step of the walk starts; for tests (a walk held up).
-    var walkHeld = false {
-        didSet { if !walkHeld { walkMore() } }
-    }
-    /// Called on the loop after each step's entries were added (how many): for tests.
-    var onWalkStep: ((Int) -> Void)?
-    /// Warned once: links and specials a receiver does not take (`warnAboutEntries`).
-    var warnedSymlinks = false
-    var warnedHardLinks = false
-    var warnedSpecials = false
+    /// The walk of the sources below what `init` checked, on a worker (`TransferSender+Walk`).
+    var walker = SenderWalk()
     private(set) var hasher: DigestWorker?
     /// Hashes held bytes with SHA-256 (`HeldCheck`) apart from `hasher`'s jobs.
     private(set) var heldHasher: DigestWorker?
@@ -175,8 +157,7 @@ public final class TransferSender: ProtocolRole {
         self.init(
             entries: [], streams: SourceTree.streams(sources), options: options, work: nil, join: nil,
             fallback: nil, listed: false, prunesArriving: options.sync && options.delete && walk.mayPrune)
-        self.walk = SourceWalk(walk)
-        walkWarning = warning
+        walker = SenderWalk(SourceWalk(walk), warning: warning)
     }
 
     /// One connection of a transfer over several (`ParallelTransferSender`): sends `work` of
