@@ -1,12 +1,50 @@
 import Sluice
 
+/// Whether a sender puts small files in BATCHes, and the timer that closes the open one at the
+/// end of the loop's turn. Changed only by its methods.
+struct SenderBatching {
+    /// Small files go in BATCHes to a receiver that offers `batch` (off only in tests, to play
+    /// a sender published before it).
+    private(set) var enabled = true
+    /// Closes the open BATCH at the end of the loop's turn.
+    private(set) var timer: LoopTimer?
+
+    /// Turns BATCHes on or off (`TransferSender.batches`).
+    mutating func enable(_ enabled: Bool) {
+        self.enabled = enabled
+    }
+
+    /// A BATCH opened: `timer` closes it.
+    mutating func opened(closingAt timer: LoopTimer) {
+        self.timer = timer
+    }
+
+    /// The timer fired: it closes the BATCH now.
+    mutating func timerFired() {
+        timer = nil
+    }
+
+    /// The BATCH closes: its timer is not needed any more.
+    mutating func closing() {
+        timer?.cancel()
+        timer = nil
+    }
+}
+
 /// BATCH (`batch`): small files sent whole go out many to a frame, which the receiver stores
 /// together. The frame's header goes first, its length written in place once the frame is
 /// closed; meanwhile the connection holds its bytes back (`WireConnection.hold`).
 extension TransferSender {
+    /// Small files go in BATCHes to a receiver that offers `batch` (off only in tests, to play
+    /// a sender published before it).
+    var batches: Bool {
+        get { batching.enabled }
+        set { batching.enable(newValue) }
+    }
+
     /// Whether `frame` starts a BATCH: a FILE it may hold, to a receiver that takes them.
     func opensBatch(_ frame: Frame) -> Bool {
-        guard batches, case .file(let header) = frame, header.sentWhole else { return false }
+        guard batching.enabled, case .file(let header) = frame, header.sentWhole else { return false }
         return machine.peerOffers(Wire.Capability.batch)
     }
 
@@ -29,11 +67,12 @@ extension TransferSender {
             connection.release()
             return
         }
-        batchTimer = loop.schedule(after: .zero) { [weak self] in
+        let timer = loop.schedule(after: .zero) { [weak self] in
             guard let self else { return }
-            batchTimer = nil
+            batching.timerFired()
             closeBatch()
         }
+        batching.opened(closingAt: timer)
     }
 
     /// Closes the BATCH once it holds `Wire.batchTarget` bytes (or a chunk, when chunks are
@@ -46,8 +85,7 @@ extension TransferSender {
 
     /// Writes the open BATCH's length into its header and lets its bytes go.
     func closeBatch() {
-        batchTimer?.cancel()
-        batchTimer = nil
+        batching.closing()
         guard let connection, let start = connection.heldFrom else { return }
         let payload = connection.outbound.readableBytes - start - Wire.frameHeaderSize
         if payload > 0 {

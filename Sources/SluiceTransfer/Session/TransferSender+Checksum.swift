@@ -4,6 +4,43 @@ import Sluice
     import Glibc
 #endif
 
+/// The digests a sync with `--checksum` computes before its CHECKs (`TransferSender+Checksum`):
+/// whether they started, the files waiting, and how many jobs run. Changed only by its methods.
+struct SenderChecksums {
+    /// The receiver said HELLO and offers sync: the digests are computed.
+    private(set) var started = false
+    /// How many jobs run on the pool.
+    private(set) var running = 0
+    /// The entries waiting for their digest, the next last.
+    private var queue: [Int] = []
+
+    /// The digests start, of `files` (entry indices, in their CHECKs' order).
+    mutating func start(_ files: [Int]) {
+        started = true
+        queue = files.reversed()
+    }
+
+    /// More `files` to hash (entries listed while the digests are computed), after those waiting.
+    mutating func add(_ files: [Int]) {
+        queue.insert(contentsOf: files.reversed(), at: 0)
+    }
+
+    /// The files of the next job (at most `perJob`), counted as running, when fewer than `jobs`
+    /// run and some wait; nil otherwise.
+    mutating func nextJob(jobs: Int, perJob: Int) -> [Int]? {
+        guard running < jobs, !queue.isEmpty else { return nil }
+        var files: [Int] = []
+        while files.count < perJob, let index = queue.popLast() { files.append(index) }
+        running += 1
+        return files
+    }
+
+    /// A job is done.
+    mutating func jobDone() {
+        running -= 1
+    }
+}
+
 extension TransferSender {
     /// Digests computed at once (`--checksum`): one job per core of a small machine.
     static let checksumJobs = 2
@@ -11,20 +48,18 @@ extension TransferSender {
     /// Once the receiver said HELLO and offers sync: the digests of the files to CHECK, in
     /// their order, on the pool; each CHECK goes when its digest is in.
     func startChecksums() {
-        checksumsStarted = true
-        checksumQueue = machine.checksumsToCompute
-        checksumQueue.reverse()
+        checksums.start(machine.checksumsToCompute)
         computeChecksums()
     }
 
     /// Entries arrived while the digests are computed (the walk goes on): those of the files
     /// among their CHECKs (from `start` in the machine's `checks`) are computed too.
     func checksumsArrived(from start: Int) {
-        guard checksumsStarted, machine.settings.checksum, machine.syncing, start < machine.checks.count else {
+        guard checksums.started, machine.settings.checksum, machine.syncing, start < machine.checks.count else {
             return
         }
         let files = machine.checks[start...].filter(machine.isFile)
-        checksumQueue.insert(contentsOf: files.reversed(), at: 0)
+        checksums.add(files)
         computeChecksums()
     }
 
@@ -34,23 +69,17 @@ extension TransferSender {
     private func computeChecksums() {
         guard let loop, !ended else { return }
         let algorithm = machine.digest
-        while checksumsRunning < Self.checksumJobs, !checksumQueue.isEmpty {
-            var batch: [(Int, String?)] = []
-            while batch.count < Self.checksumsPerJob, let index = checksumQueue.popLast() {
-                if case .file(let path) = entries[index].kind {
-                    batch.append((index, path))
-                } else {
-                    batch.append((index, nil))
-                }
+        while let job = checksums.nextJob(jobs: Self.checksumJobs, perJob: Self.checksumsPerJob) {
+            let files = job.map { index -> (Int, String?) in
+                if case .file(let path) = entries[index].kind { return (index, path) }
+                return (index, nil)
             }
-            checksumsRunning += 1
-            let files = batch
             WorkerPool.shared.submit(
                 { files.map { index, path in (index, path.flatMap { Self.digest(of: $0, algorithm) }) } },
                 completingOn: loop
             ) { [weak self] digests in
                 guard let self, !self.ended else { return }
-                self.checksumsRunning -= 1
+                self.checksums.jobDone()
                 for (index, digest) in digests { self.machine.checksumComputed(index, digest) }
                 self.computeChecksums()
                 self.advance()

@@ -99,9 +99,7 @@ extension TransferSender {
                     connection.outbound.commitFrame(.hole, length: 8)
                     hasher.updateHole(file.digest, length: length)
                     file.position += length
-                    bytesDone += length
-                    counted[file.index] += length
-                    holeBytes += length
+                    tally.hole(file.index, length)
                 case .end:
                     dataEnded(file)
                     return
@@ -142,9 +140,7 @@ extension TransferSender {
     private func noteRead(_ file: OutgoingFile, _ bytes: UnsafeRawBufferPointer) {
         hasher?.update(file.digest, bytes)
         file.position += UInt64(bytes.count)
-        bytesDone += UInt64(bytes.count)
-        counted[file.index] += UInt64(bytes.count)
-        bytesSentOfFiles += UInt64(bytes.count)
+        tally.sent(file.index, UInt64(bytes.count))
     }
 
     func readFailed(_ reason: String) {
@@ -182,7 +178,7 @@ extension TransferSender {
     private func finishDigest(_ file: OutgoingFile) {
         guard let hasher else { return }
         warnIfChanged(file)
-        if file.size == nil { sizes[file.index] = file.position }
+        if file.size == nil { tally.sized(file.index, file.position) }
         if file.range == nil, file.heldCheck == nil, let digest = hasher.finalizeNow(file.digest) {
             // A small file: its digest here and now, END at once.
             perform(machine.handle(.dataEnded(size: file.position, digest: digest)))

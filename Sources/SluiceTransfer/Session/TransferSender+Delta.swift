@@ -78,9 +78,7 @@ extension TransferSender {
         }
         if offset > 0 {
             file.position = offset
-            resumed[file.index] = offset
-            resumedBytes += offset
-            bytesDone += offset
+            tally.resumes(file.index, offset: offset, range: false)
         }
         let wholeDigest = offset == 0 || !checkHeldApart(file, fd: fd, from: 0, length: offset)
         guard step(file, .match) != nil else {
@@ -106,7 +104,7 @@ extension TransferSender {
             }
             delta.digest = digest
             delta.matched = true
-            self.sentAsDelta.insert(file.index)
+            self.tally.sentDelta(file.index)
             self.found(ops, file, delta)
         }
         return true
@@ -244,9 +242,7 @@ extension TransferSender {
         // State moves on before anything is written: a write may call back into `produce`.
         let start = index * UInt64(basis.blockSize)
         let bytes = min(UInt64(count) * UInt64(basis.blockSize), basis.size - min(start, basis.size))
-        bytesDone += bytes
-        counted[file.index] += bytes
-        matchedBytes += bytes
+        tally.matched(file.index, bytes)
         file.position += bytes
         delta.next += 1
         connection.send(Frame.copy(index: index, count: count).encoded)
@@ -254,9 +250,7 @@ extension TransferSender {
 
     /// `count` more literal bytes of the operation at hand (of `length`) were taken.
     private func tookLiteral(_ count: Int, of length: UInt64, _ file: OutgoingFile, _ delta: OutgoingDelta) {
-        bytesDone += UInt64(count)
-        counted[file.index] += UInt64(count)
-        bytesSentOfFiles += UInt64(count)
+        tally.sent(file.index, UInt64(count))
         file.position += UInt64(count)
         delta.doneInOp += UInt64(count)
         if delta.doneInOp == length {

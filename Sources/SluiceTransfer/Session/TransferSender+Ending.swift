@@ -14,25 +14,22 @@ extension TransferSender {
             cleanUp()
         }
         let error = how.error(operation: "send", subject: connection?.output.name, peer: "receiver")
-        for index in entries.indices where outcomes[index] == nil {
-            let reason = "not transferred: " + (error?.description ?? "no answer")
-            outcomes[index] = .failed(reason: reason, kind: .io)
-        }
-        let stored = entries.indices.filter { outcomes[$0] == .stored }
+        tally.unanswered("not transferred: " + (error?.description ?? "no answer"))
+        let stored = entries.indices.filter { tally.outcomes[$0] == .stored }
         var summary = TransferSummary(
             files: stored.filter { !entries[$0].isDirectory }.count,
             directories: stored.filter { entries[$0].isDirectory }.count,
-            bytes: bytesSentOfFiles, bytesSent: connection?.bytesWritten ?? 0, resumedBytes: resumedBytes,
+            bytes: tally.bytesSentOfFiles, bytesSent: connection?.bytesWritten ?? 0, resumedBytes: tally.resumedBytes,
             seconds: started == 0 ? 0 : Double(monotonicNanoseconds() - started) / 1e9,
             results: entries.indices.map(result), error: error,
             digest: machine.peerCapabilities.isEmpty ? nil : machine.digest)
-        summary.holeBytes = holeBytes
-        summary.vouchedBytes = vouchedBytes
+        summary.holeBytes = tally.holeBytes
+        summary.vouchedBytes = tally.vouchedBytes
         summary.bytesReceived = connection?.bytesRead ?? 0
-        summary.matchedBytes = matchedBytes
-        summary.removed = removed
-        summary.pruneFailures = pruneFailures
-        summary.pruneRefused = pruneRefused
+        summary.matchedBytes = tally.matchedBytes
+        summary.removed = tally.removed
+        summary.pruneFailures = tally.pruneFailures
+        summary.pruneRefused = tally.pruneRefused
         let done = completion
         completion = nil
         done?(summary)

@@ -5,8 +5,7 @@ extension TransferSender {
     func openEntry(_ index: Int) {
         let entry = entries[index]
         if machine.announcedAgain.contains(index) {
-            bytesDone -= counted[index]
-            counted[index] = 0
+            tally.announcedAgain(index)
         }
         switch entry.kind {
         case .directory, .symlink, .special:
@@ -31,7 +30,7 @@ extension TransferSender {
         case .failure(let failure):
             perform(machine.handle(.entryOpened(index, .failure(failure))))
         case .success(let opened):
-            sizes[index] = opened.size
+            tally.sized(index, opened.size)
             let file = OutgoingFile(
                 index: index, fd: opened.fd, stream: nil, size: opened.size, digest: machine.digest)
             file.openedMtime = opened.mtime
@@ -55,9 +54,7 @@ extension TransferSender {
         if let range, let fd = file.fd {
             file.range = range
             file.position = range.start + offset
-            resumed[index] += offset
-            resumedBytes += offset
-            bytesDone += offset
+            tally.resumes(index, offset: offset, range: true)
             guard offset > 0 else {
                 proceed(file, .start)
                 return
@@ -75,9 +72,7 @@ extension TransferSender {
             return
         }
         file.position = offset
-        resumed[index] = offset
-        resumedBytes += offset
-        bytesDone += offset
+        tally.resumes(index, offset: offset, range: false)
         if startHeldCheck(file, fd: fd, from: 0, length: offset) { return }
         guard step(file, .hashPrefix) != nil else { return }
         hasher.hashPrefix(file.digest, of: fd, length: offset) { [weak self] ok in
@@ -124,7 +119,7 @@ extension TransferSender {
     func checkHeldApart(_ file: OutgoingFile, fd: Int32, from start: UInt64, length: UInt64) -> Bool {
         guard machine.checksHeld, let heldHasher else { return false }
         if machine.heldVouched {
-            vouchedBytes += length
+            tally.vouched(length)
         } else {
             file.heldCheck = HeldCheck(worker: heldHasher, fd: fd, from: start, length: length)
         }

@@ -100,12 +100,8 @@ extension TransferSender {
         _ arrived: [OutgoingEntry], work: [SenderMachine.Work] = [], last: Bool, incomplete: Bool = false
     ) {
         let first = entries.count
-        let count = arrived.count
         entries += arrived
-        outcomes += Array(repeating: nil, count: count)
-        sizes += arrived.map(\.size)
-        resumed += Array(repeating: 0, count: count)
-        counted += Array(repeating: 0, count: count)
+        tally.arrived(arrived)
         let checksBefore = machine.checks.count
         machine.entriesArrived(
             Self.machineEntries(arrived), work: work,

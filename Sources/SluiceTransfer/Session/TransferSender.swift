@@ -57,19 +57,16 @@ public final class TransferSender: ProtocolRole {
     public var onWarning: ((String) -> Void)?
     /// With `delete`: called with each path the receiver removed (would remove, on a dry run).
     public var onRemoved: ((String) -> Void)?
-    private(set) var removed: [String] = []
-    private(set) var pruneFailures: [String] = []
-    /// One of `pruneFailures` was a refusal (the receiver did not allow removing).
-    private(set) var pruneRefused = false
 
     /// The entries listed so far (the walk adds to them while the transfer runs).
     var entries: [OutgoingEntry]
     /// The streams among the sources (`OutgoingEntry.Kind.stream`'s numbers).
     let streams: [ReadStream]
     var machine: SenderMachine
-    var outcomes: [TransferOutcome?]
-    var sizes: [UInt64?]
-    var resumed: [UInt64]
+    /// Each entry's outcome, size and held bytes, and the bytes counted (`SendTally`).
+    var tally: SendTally
+    /// With `checksum`: the digests to compute, and how many run (`TransferSender+Checksum`).
+    var checksums = SenderChecksums()
     var current: OutgoingFile?
     /// The connection's protocol loop and ending, with this sender as its role (from `start`).
     private(set) var session: ProtocolSession<TransferSender>?
@@ -85,14 +82,12 @@ public final class TransferSender: ProtocolRole {
     private(set) var heldHasher: DigestWorker?
     /// True while `advance` announces entries.
     private var advancing = false
-    /// Small files go in BATCHes to a receiver that offers `batch` (off only in tests, to play
-    /// a sender published before it).
-    var batches = true
+    /// Whether small files go in BATCHes, and the timer closing the open one
+    /// (`TransferSender+Batch`).
+    var batching = SenderBatching()
     /// A BATCH is being written: its header waits in the outbound buffer (`WireConnection.hold`)
-    /// for its length, until `closeBatch`, at the end of the loop's turn at the latest
-    /// (`batchTimer`).
+    /// for its length, until `closeBatch`, at the end of the loop's turn at the latest.
     var batchOpen: Bool { connection?.heldFrom != nil }
-    var batchTimer: LoopTimer?
     var completion: ((TransferSummary) -> Void)?
     private(set) var started: UInt64 = 0
     /// Ended before it started (cancelled).
@@ -114,25 +109,6 @@ public final class TransferSender: ProtocolRole {
     var openBatches = 0
     var waitingOpen: Int?
     var waitingForOpenRoom = false
-
-    var bytesDone: UInt64 = 0
-    /// Each entry's bytes in `bytesDone`: a file announced again (its receiver held part of
-    /// it) counts from what it held, not twice.
-    var counted: [UInt64]
-    var bytesSentOfFiles: UInt64 = 0
-    /// Bytes of holes not sent (sparse files).
-    var holeBytes: UInt64 = 0
-    /// Bytes of files sent as a delta that the receiver copied from its old copy (COPY).
-    var matchedBytes: UInt64 = 0
-    /// Entries sent as deltas.
-    var sentAsDelta: Set<Int> = []
-    /// With `checksum`: the digests to compute, the next, and how many run.
-    var checksumsStarted = false
-    var checksumQueue: [Int] = []
-    var checksumsRunning = 0
-    var resumedBytes: UInt64 = 0
-    /// Of those, the bytes the receiver said were written under their file's TOKEN.
-    var vouchedBytes: UInt64 = 0
 
     /// A sender of `paths` (files and directories). Checks the paths now: throws for one that
     /// does not exist (`stat "x": No such file or directory (errno 2)`), a directory that
@@ -172,10 +148,7 @@ public final class TransferSender: ProtocolRole {
         self.options = options
         self.entries = entries
         self.streams = streams
-        outcomes = Array(repeating: nil, count: entries.count)
-        sizes = entries.map(\.size)
-        resumed = Array(repeating: 0, count: entries.count)
-        counted = Array(repeating: 0, count: entries.count)
+        tally = SendTally(entries)
         machine = SenderMachine(
             entries: Self.machineEntries(entries),
             settings: .init(
@@ -237,7 +210,7 @@ public final class TransferSender: ProtocolRole {
     /// Bytes written to the connection.
     var bytesWritten: UInt64 { connection?.bytesWritten ?? 0 }
     /// Bytes of entry `index` the receiver held and were not sent again.
-    func resumedBytes(of index: Int) -> UInt64 { resumed[index] }
+    func resumedBytes(of index: Int) -> UInt64 { tally.resumed[index] }
 
     deinit {
         discardOpensAhead()
@@ -252,9 +225,9 @@ public final class TransferSender: ProtocolRole {
     public var progress: TransferProgress {
         let files = entries.indices.filter { !entries[$0].isDirectory }
         return TransferProgress(
-            bytesDone: bytesDone, bytesTotal: sizes.reduce(0) { $0 + ($1 ?? 0) },
+            bytesDone: tally.bytesDone, bytesTotal: tally.sizes.reduce(0) { $0 + ($1 ?? 0) },
             bytesSent: connection?.bytesWritten ?? 0,
-            filesDone: files.filter { outcomes[$0] != nil }.count, filesTotal: files.count,
+            filesDone: files.filter { tally.outcomes[$0] != nil }.count, filesTotal: files.count,
             currentPath: current.map { entries[$0.index].relative },
             seconds: started == 0 ? 0 : Double(monotonicNanoseconds() - started) / 1e9)
     }
@@ -303,7 +276,7 @@ public final class TransferSender: ProtocolRole {
     /// needs, and the entries the machine may now announce.
     func tookMessage() {
         if !warnedNoDeflate && machine.canProceed { warnAboutPeer() }
-        if !checksumsStarted && machine.syncing { startChecksums() }
+        if !checksums.started && machine.syncing { startChecksums() }
         advance()
     }
 
@@ -385,17 +358,18 @@ public final class TransferSender: ProtocolRole {
             case .stopData(let index):
                 if current?.index == index { closeCurrent() }
             case .settle(let index, let outcome):
-                outcomes[index] = outcome
+                tally.settled(index, outcome)
                 onSettle?(index, outcome)
                 onFileResult?(result(index))
             case .gone(_, let path):
-                removed.append(path)
+                tally.gone(path)
                 onRemoved?(path)
             case .pruned(let root, let outcome):
                 if !outcome.isStored {
-                    if case .refused = outcome { pruneRefused = true }
+                    var refused = false
+                    if case .refused = outcome { refused = true }
                     let failure = "\(entries[root].relative): nothing removed: \(outcome)"
-                    pruneFailures.append(failure)
+                    tally.pruneFailed(failure, refused: refused)
                     warn("--delete: " + failure)
                 }
             case .end(let how):
@@ -407,14 +381,15 @@ public final class TransferSender: ProtocolRole {
     func result(_ index: Int) -> TransferFileResult {
         let entry = entries[index]
         var result = TransferFileResult(
-            path: entry.relative, isDirectory: entry.isDirectory, size: sizes[index], resumedBytes: resumed[index],
-            outcome: outcomes[index] ?? .failed(reason: "not answered", kind: .io))
+            path: entry.relative, isDirectory: entry.isDirectory, size: tally.sizes[index],
+            resumedBytes: tally.resumed[index],
+            outcome: tally.outcomes[index] ?? .failed(reason: "not answered", kind: .io))
         Self.describeLink(&result, entry, entries, sentLinks: sentLinks)
         if machine.syncing {
             result.change = change(of: index)
             result.dryRun = options.dryRun
         }
-        result.sentAsDelta = sentAsDelta.contains(index)
+        result.sentAsDelta = tally.sentAsDelta.contains(index)
         return result
     }
 
