@@ -1,6 +1,7 @@
 import Testing
 
 @testable import Sluice
+@testable import SluiceTransfer
 
 /// The sender's file lifecycle, driven without sockets or disks.
 @Suite("A sent file's lifecycle")

@@ -46,6 +46,65 @@ final class OpenAhead {
     }
 }
 
+/// The entries a `TransferSender` opens ahead of their turn (`TransferSender+Reading`): those
+/// handed out, in the order of the work, how many jobs run, the entry the machine waits for, and
+/// whether a job waits for the pool's room. Loop thread only; changed only by its methods.
+struct SenderOpens {
+    /// Opened or being opened, in the order of the work.
+    private(set) var ahead: [OpenAhead] = []
+    /// Jobs opening some of them on the pool.
+    private(set) var jobs = 0
+    /// The entry the machine asked for and waits for.
+    private(set) var waiting: Int?
+    /// A job waits for the pool's room.
+    private(set) var waitingForRoom = false
+
+    /// The machine asks for entry `index`: those opened ahead of it are not wanted any more (all
+    /// of them, if it was not opened ahead).
+    mutating func ask(_ index: Int) {
+        if let position = ahead.firstIndex(where: { $0.index == index }) {
+            for skipped in ahead[..<position] { skipped.discard() }
+            ahead.removeFirst(position)
+        } else {
+            discardAll()
+        }
+        waiting = index
+    }
+
+    /// The entry waited for and its open's result, taken, once its open is done; nil before.
+    mutating func takeOpened() -> (Int, Result<OpenedSource, LocalFailure>)? {
+        guard let index = waiting, let first = ahead.first, first.index == index, let result = first.result else {
+            return nil
+        }
+        waiting = nil
+        ahead.removeFirst()
+        return (index, result)
+    }
+
+    /// Closes what was opened ahead and not taken; nothing is waited for.
+    mutating func discardAll() {
+        for item in ahead { item.discard() }
+        ahead.removeAll()
+        waiting = nil
+    }
+
+    /// A job of `batch` goes to the pool.
+    mutating func submitted(_ batch: [OpenAhead]) {
+        jobs += 1
+        ahead += batch
+    }
+
+    /// A job is done.
+    mutating func jobDone() {
+        jobs -= 1
+    }
+
+    /// The next job waits for the pool's room, or has it.
+    mutating func waitForRoom(_ waiting: Bool) {
+        waitingForRoom = waiting
+    }
+}
+
 extension TransferSender {
     /// Chunks of a file read ahead of its frames, on a worker (`SourceReader`): reads and
     /// socket writes overlap, within this many chunks of memory.
@@ -61,44 +120,33 @@ extension TransferSender {
     /// now on the worker (with the entries that follow); the machine hears once it is open.
     func openFileEntry(_ index: Int) {
         loop?.preconditionInLoop("TransferSender.openFileEntry")
-        if let position = opensAhead.firstIndex(where: { $0.index == index }) {
-            for skipped in opensAhead[..<position] { skipped.discard() }
-            opensAhead.removeFirst(position)
-        } else {
-            discardOpensAhead()
-        }
-        waitingOpen = index
+        opens.ask(index)
         takeOpened()
     }
 
     /// Hands the machine the entry it waits for, if its open is done; opens more ahead.
     private func takeOpened() {
-        guard let index = waitingOpen, let first = opensAhead.first, first.index == index,
-            let result = first.result
-        else {
+        guard let (index, result) = opens.takeOpened() else {
             queueOpens()
             return
         }
-        waitingOpen = nil
-        opensAhead.removeFirst()
         queueOpens()
         fileOpened(index, result)
     }
 
     /// Closes what was opened ahead and not taken.
     func discardOpensAhead() {
-        for item in opensAhead { item.discard() }
-        opensAhead.removeAll()
-        waitingOpen = nil
+        opens.discardAll()
     }
 
     /// Queues a job opening the entry the machine waits for, when none does, and those that
     /// follow it in the work while fewer than `opensAheadLimit` are open or opening — once the
     /// pool has room for it.
     private func queueOpens() {
-        guard let loop, !ended, !waitingForOpenRoom else { return }
-        let first = waitingOpen.flatMap { index in opensAhead.contains { $0.index == index } ? nil : index }
-        guard first != nil || openBatches < Self.openJobs else { return }
+        guard let loop, !ended, !opens.waitingForRoom else { return }
+        let opensAhead = opens.ahead
+        let first = opens.waiting.flatMap { index in opensAhead.contains { $0.index == index } ? nil : index }
+        guard first != nil || opens.jobs < Self.openJobs else { return }
         var batch: [OpenAhead] = []
         if let first, case .file(let path) = entries[first].kind {
             let asked = machine.next > 0 ? machine.work[machine.next - 1] : .entry(first)
@@ -124,24 +172,23 @@ extension TransferSender {
         // within it): not one job per file as the files are taken one by one.
         if first == nil, batch.count < Self.opensPerJob / 2, position < machine.work.count { return }
         guard openLane.workers.hasRoom else {
-            waitingForOpenRoom = true
+            opens.waitForRoom(true)
             openLane.workers.whenRoom(on: loop) { [weak self] in
                 guard let self else { return }
-                self.waitingForOpenRoom = false
+                self.opens.waitForRoom(false)
                 self.queueOpens()
             }
             return
         }
         let requests = batch.map { ($0.path, $0.preload) }
-        openBatches += 1
-        opensAhead += batch
+        opens.submitted(batch)
         openLane.submit({ requests.map { Self.openSource($0.0, preload: $0.1) } }, completingOn: loop) {
             [weak self] results in
             for (item, result) in zip(batch, results) { item.settle(result) }
             guard let self else { return }
-            self.openBatches -= 1
+            self.opens.jobDone()
             guard !self.ended else { return }
-            if self.waitingOpen != nil {
+            if self.opens.waiting != nil {
                 self.takeOpened()
                 self.advance()
             } else {

@@ -100,15 +100,11 @@ public final class TransferSender: ProtocolRole {
     var rawBuffer: ByteBuffer?
     private(set) lazy var sourceWatcher = SourceWatcher(self)
     /// Reads of the files' data, chunk after chunk, in order (`SourceReader`).
-    lazy var readLane = SerialLane(pool: .shared)
-    lazy var readBuffers = ReadBufferStock(capacity: options.chunkSize.bytes, keep: Self.readAhead)
-    /// Opens of the entries to come, in batches (`TransferSender+Reading`): those handed out,
-    /// in the order of the work, how many batches run, and the entry the machine waits for.
-    lazy var openLane = SerialLane(pool: .shared)
-    var opensAhead: [OpenAhead] = []
-    var openBatches = 0
-    var waitingOpen: Int?
-    var waitingForOpenRoom = false
+    private(set) lazy var readLane = SerialLane(pool: .shared)
+    private(set) lazy var readBuffers = ReadBufferStock(capacity: options.chunkSize.bytes, keep: Self.readAhead)
+    /// Opens of the entries to come, in batches (`TransferSender+Reading`), and what they opened.
+    private(set) lazy var openLane = SerialLane(pool: .shared)
+    var opens = SenderOpens()
 
     /// A sender of `paths` (files and directories). Checks the paths now: throws for one that
     /// does not exist (`stat "x": No such file or directory (errno 2)`), a directory that
