@@ -124,7 +124,7 @@ public final class ParallelTransferSender: TransferProgressSource {
         precondition((2...Wire.maxStreams).contains(streams), "streams must be 2...\(Wire.maxStreams)")
         self.options = options
         self.streams = streams
-        let walk = try SourceTree.Walk(sources, selection: options.selection, options: SourceTree.Options(options))
+        let walk = try SourceTree.Walk(sources, selection: options.selection, options: options.sourceOptions)
         prunesArriving = options.sync && options.delete && walk.mayPrune
         self.walk = SourceWalk(walk)
         walkWarning = warning

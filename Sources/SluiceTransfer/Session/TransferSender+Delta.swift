@@ -6,16 +6,68 @@ import Sluice
 
 /// A file sent as a delta: the receiver's signatures, then what the match found to send.
 final class OutgoingDelta {
-    var basis: DeltaBasis?
+    /// The receiver's signatures, as they come (`take`).
+    private(set) var basis: DeltaBasis?
     /// From the match: the operations, the next one, how far into a literal, and the digest.
-    var ops: [DeltaOp] = []
-    var next = 0
-    var doneInOp: UInt64 = 0
-    var digest: [UInt8] = []
+    private(set) var ops: [DeltaOp] = []
+    private(set) var next = 0
+    private(set) var doneInOp: UInt64 = 0
+    private(set) var digest: [UInt8] = []
     /// The match is done: `ops` is complete and `digest` set.
-    var matched = false
+    private(set) var matched = false
     /// Compressed: literal bytes went into the deflate stream since its last sync flush.
-    var unflushed = false
+    private(set) var unflushed = false
+
+    /// The operation to send next, or nil while the match has found none more.
+    var nextOp: DeltaOp? { next < ops.count ? ops[next] : nil }
+    /// Every operation the match found is out, and it found them all: END may go.
+    var allSent: Bool { matched && next == ops.count }
+
+    /// A batch of SIGS: kept when it is the next of the basis it announces (the first makes
+    /// the basis); false when out of order or not of that basis.
+    func take(_ batch: SignatureBatch) -> Bool {
+        var basis = self.basis ?? DeltaBasis(blockSize: batch.blockSize, size: batch.size)
+        guard basis.takes(batch) else { return false }
+        basis.add(batch.signatures)
+        self.basis = basis
+        return true
+    }
+
+    /// More operations from the match.
+    func found(_ more: [DeltaOp]) {
+        ops += more
+    }
+
+    /// The match is done: every operation found, and the digest of the whole file.
+    func matchDone(digest: [UInt8]) {
+        self.digest = digest
+        matched = true
+    }
+
+    /// The operation at hand (a COPY) went out.
+    func copied() {
+        next += 1
+        doneInOp = 0
+    }
+
+    /// `count` more bytes of the literal at hand (of `length`) went out; the next operation
+    /// comes once all of it did. Compressed, they went into the deflate stream.
+    func tookLiteral(_ count: Int, of length: UInt64, compressed: Bool) {
+        doneInOp += UInt64(count)
+        if compressed { unflushed = true }
+        if doneInOp == length {
+            next += 1
+            doneInOp = 0
+        }
+    }
+
+    /// The deflate stream was cut with a sync flush (before a COPY): true when literal bytes
+    /// went in since the last cut, so a flush was needed.
+    func cut() -> Bool {
+        defer { unflushed = false }
+        return unflushed
+    }
+
     /// The literal bytes to read next (on the worker, ahead of their frames): which operation,
     /// and how far into it.
     private var readOp = 0
@@ -48,13 +100,10 @@ extension TransferSender {
         guard let file = current, file.index == index else { return }
         let delta = file.delta ?? OutgoingDelta()
         file.delta = delta
-        var basis = delta.basis ?? DeltaBasis(blockSize: batch.blockSize, size: batch.size)
-        guard basis.takes(batch) else {
+        guard delta.take(batch) else {
             perform(machine.violated("SIGS out of order, or not of the basis announced"))
             return
         }
-        basis.add(batch.signatures)
-        delta.basis = basis
     }
 
     /// ACCEPT for a delta: the match runs on a worker over the file from ACCEPT's `offset`
@@ -102,8 +151,7 @@ extension TransferSender {
                 self.readFailed("read \(quoted(self.localPath(file))): cannot read it to find what changed")
                 return
             }
-            delta.digest = digest
-            delta.matched = true
+            delta.matchDone(digest: digest)
             self.tally.sentDelta(file.index)
             self.found(ops, file, delta)
         }
@@ -129,7 +177,7 @@ extension TransferSender {
     /// More operations from the match: out they go.
     private func found(_ ops: [DeltaOp], _ file: OutgoingFile, _ delta: OutgoingDelta) {
         guard current === file, !ended else { return }
-        delta.ops += ops
+        delta.found(ops)
         proceed(file, .opsFound)
     }
 
@@ -145,11 +193,11 @@ extension TransferSender {
             produceCompressedDelta(file, delta, basis, reader, deflate, connection)
             return
         }
-        while current === file, file.lifecycle.phase == .sending, delta.next < delta.ops.count,
+        while current === file, file.lifecycle.phase == .sending, let op = delta.nextOp,
             connection.outbound.readableBytes < chunk, connection.outbound.reserve(chunk + Wire.frameHeaderSize + 64)
         {
             // State moves on before anything is written: a write may call back into `produce`.
-            switch delta.ops[delta.next] {
+            switch op {
             case .copy(let index, let count):
                 sendCopy(index, count, file, delta, basis, connection)
             case .literal(_, let length):
@@ -161,9 +209,7 @@ extension TransferSender {
                 connection.flush()
             }
         }
-        guard current === file, file.lifecycle.phase == .sending, delta.matched, delta.next == delta.ops.count else {
-            return
-        }
+        guard current === file, file.lifecycle.phase == .sending, delta.allSent else { return }
         endDelta(file, delta)
     }
 
@@ -179,7 +225,7 @@ extension TransferSender {
         while current === file, file.lifecycle.phase == .sending, connection.outbound.readableBytes < chunk,
             connection.outbound.reserve(chunk + Wire.frameHeaderSize + 64), let raw = rawBuffer
         {
-            let op = delta.next < delta.ops.count ? delta.ops[delta.next] : nil
+            let op = delta.nextOp
             if raw.isEmpty, case .literal(_, let length) = op {
                 let want = Int(min(UInt64(raw.tailSpace), length - delta.doneInOp))
                 // Not read yet: what the stream has done goes out meanwhile, and `onPiece` calls again.
@@ -187,7 +233,6 @@ extension TransferSender {
                 case true?:
                     raw.produced(want)
                     tookLiteral(want, of: length, file, delta)
-                    delta.unflushed = true
                 case false?: break
                 case nil: return
                 }
@@ -195,8 +240,7 @@ extension TransferSender {
             var atCopy = false
             if raw.isEmpty, case .copy = op {
                 atCopy = true
-                if delta.unflushed { (deflate.stage as? ParallelDeflate)?.flush() }
-                delta.unflushed = false
+                if delta.cut() { (deflate.stage as? ParallelDeflate)?.flush() }
             }
             let ending = op == nil && delta.matched && raw.isEmpty
             let payload = connection.outbound.framePayload(chunk)
@@ -244,7 +288,7 @@ extension TransferSender {
         let bytes = min(UInt64(count) * UInt64(basis.blockSize), basis.size - min(start, basis.size))
         tally.matched(file.index, bytes)
         file.position += bytes
-        delta.next += 1
+        delta.copied()
         connection.send(Frame.copy(index: index, count: count).encoded)
     }
 
@@ -252,11 +296,7 @@ extension TransferSender {
     private func tookLiteral(_ count: Int, of length: UInt64, _ file: OutgoingFile, _ delta: OutgoingDelta) {
         tally.sent(file.index, UInt64(count))
         file.position += UInt64(count)
-        delta.doneInOp += UInt64(count)
-        if delta.doneInOp == length {
-            delta.next += 1
-            delta.doneInOp = 0
-        }
+        delta.tookLiteral(count, of: length, compressed: file.compressed)
     }
 
     /// The delta is all out: END with the size and the match's digest (with HELD before it

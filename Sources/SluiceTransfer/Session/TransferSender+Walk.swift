@@ -1,19 +1,4 @@
 import Sluice
-import Synchronization
-
-/// A `SourceTree.Walk` shared with the workers that step it, one step at a time.
-final class SourceWalk: Sendable {
-    private let walk: Mutex<SourceTree.Walk>
-
-    init(_ walk: SourceTree.Walk) {
-        self.walk = Mutex(walk)
-    }
-
-    /// The walk's next step (`SourceTree.Walk.next`).
-    func next(limit: Int) -> SourceTree.Batch {
-        walk.withLock { $0.next(limit: limit) }
-    }
-}
 
 /// The sender's walk: what lies below the sources is listed on a worker, a step of
 /// `walkStepEntries` at a time, while the transfer runs; each step's entries join the machine's

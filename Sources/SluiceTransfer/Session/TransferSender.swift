@@ -125,7 +125,7 @@ public final class TransferSender: ProtocolRole {
         sources: [TransferSource], options: TransferSendOptions = TransferSendOptions(),
         warning: ((String) -> Void)? = nil
     ) throws(SluiceError) {
-        let walk = try SourceTree.Walk(sources, selection: options.selection, options: SourceTree.Options(options))
+        let walk = try SourceTree.Walk(sources, selection: options.selection, options: options.sourceOptions)
         self.init(
             entries: [], streams: SourceTree.streams(sources), options: options, work: nil, join: nil,
             fallback: nil, listed: false, prunesArriving: options.sync && options.delete && walk.mayPrune)

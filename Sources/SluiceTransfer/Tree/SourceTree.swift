@@ -53,10 +53,6 @@ struct OutgoingEntry: Sendable {
 /// every file, naming the first (`hardLinkTo`). A `Walk` lists them a few at a time, for
 /// a sender that sends while it walks; `list` lists them all at once.
 enum SourceTree {
-    /// What the walk reads besides names and sizes: the sender's `SourceOptions`, under the
-    /// name the sessions use (`SourceTree.Options(options)`).
-    typealias Options = SourceOptions
-
     /// Lists `sources` whole, at once (`ParallelTransferSender` shares the entries out before it
     /// sends; and tests). Throws as `Walk.init` does; what cannot be listed below the sources is
     /// a warning, and `incomplete` says there was some.
@@ -494,10 +490,6 @@ enum SourceTree {
 }
 
 extension SourceOptions {
-    /// The sender's source options (`TransferSendOptions.sourceOptions`), for the sessions that
-    /// start a walk with `SourceTree.Options(options)`.
-    init(_ send: TransferSendOptions) { self = send.sourceOptions }
-
     /// The entry kind of a device, FIFO or socket `st` when it is to be sent (`.devices`,
     /// `.specials`).
     func special(_ st: stat) -> OutgoingEntry.Kind? {
