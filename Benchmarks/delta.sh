@@ -6,7 +6,8 @@
 # its 64 KiB blocks, chosen at random, rewritten with new random bytes; PERCENT=0 touches only
 # the mtime. Each round: each tool's copy of the old file is made fresh (`cp`, not timed),
 # then each tool brings it up to the new file, alternating which goes first (an even number of
-# rounds puts each first as often); the result is compared with `cmp`.
+# rounds puts each first as often; with OLD, a multiple of four); the result is compared with
+# `cmp`.
 #
 # Printed per round: seconds, and bytes on the wire both ways (sluice: its --stats=json
 # bytes_sent + bytes_received, the signatures included; rsync: "Total bytes sent" +
@@ -110,19 +111,26 @@ for round in $(seq "$ROUNDS"); do
         mkdir -p "$RUNS/$tool/src"
         cp --preserve=mode "$BEFORE" "$RUNS/$tool/src/file.bin"
     done
-    # Writeback of the copies (and of the last round's removal) out of the way first: on this
-    # VM whoever ran first after them paid for it.
-    sync
-    sleep "$SETTLE"
-    if [ $((round % 2)) = 1 ]; then
-        [ -z "$OTHER" ] || read -r ot ow < <(run_sluice old)
-        read -r st sw < <(run_sluice)
-        read -r rt rw < <(run_rsync)
+    # Two tools alternate which goes first; three take four orders in turn, so each is first,
+    # middle and last alike.
+    if [ -z "$OTHER" ]; then
+        order=("rsync sluice" "sluice rsync")
+        order=${order[$((round % 2))]}
     else
-        read -r rt rw < <(run_rsync)
-        read -r st sw < <(run_sluice)
-        [ -z "$OTHER" ] || read -r ot ow < <(run_sluice old)
+        order=("old sluice rsync" "rsync sluice old" "sluice old rsync" "rsync old sluice")
+        order=${order[$(((round - 1) % 4))]}
     fi
+    for tool in $order; do
+        # Writeback of the copies, the last round's removal and the tool before, out of the way
+        # before each tool: on this VM whoever ran first after them took up to 2.5× as long.
+        sync
+        sleep "$SETTLE"
+        case $tool in
+            sluice) read -r st sw < <(run_sluice) ;;
+            old) read -r ot ow < <(run_sluice old) ;;
+            rsync) read -r rt rw < <(run_rsync) ;;
+        esac
+    done
     ratios+=("$(awk -v a="$st" -v b="$rt" 'BEGIN {printf "%.2f", a / b}')")
     echo "round $round: sluice ${st}s, $sw bytes on the wire ($(percent "$sw")%); rsync ${rt}s, $rw bytes ($(percent "$rw")%)"
     if [ -n "$OTHER" ]; then

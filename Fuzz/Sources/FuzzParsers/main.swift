@@ -3,7 +3,8 @@
 // `ChunkSize.parseBytes`), a key file's text (`KeyFile.parse`), a pairing code as a person
 // types it (`PairingCode.parse`), and a partial file's range list as found in its
 // `user.sluice.ranges` attribute (`ReceiverStore.parseRanges`: anyone who can write the
-// directory can set it). Any text must give a value or a clean refusal, never a crash or an
+// directory can set it), a short code as a person types it (`WordCode.parse`), and a peer's
+// SPAKE2 share (`SPAKE2.finish(peerShare:)`: any bytes are a key or `invalidShare`). Any text must give a value or a clean refusal, never a crash or an
 // overflow; what is accepted must be in range and read back the same from its own written
 // form. (The CLI's endpoint parser lives in the executable target, which another package
 // cannot import: it has no target here.)
@@ -20,6 +21,8 @@ func fuzzParsers(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
     sizes(text)
     keyFile(text)
     pairingCode(text)
+    wordCode(text)
+    spakeShare(Array(bytes))
     // The file's size, from the seed byte: 0, small, far beyond any range's end, or at the
     // edges of what an offset and the field hold (0xfc, 0xfd, 0xfe: 2^63 - 1, 2^63, 2^64 - 1).
     let seed = UInt64(start[0])
@@ -60,6 +63,31 @@ func pairingCode(_ text: String) {
     expect(code.payload.utf8.count == PairingCode.payloadLength, "payload \(code.payload.debugDescription)")
     expect(PairingCode.parse(code.description) == .success(code), "\(code) does not read back")
     expect(PairingCode.parse(code.description.lowercased()) == .success(code), "\(code) lower-cased")
+}
+
+func wordCode(_ text: String) {
+    guard case .success(let code) = WordCode.parse(text) else { return }
+    expect(WordCode.wordCounts.contains(code.words.count), "\(code.words.count) words from \(text.debugDescription)")
+    expect(code.nameplate <= WordCode.maxNameplate, "nameplate \(code.nameplate) from \(text.debugDescription)")
+    expect(WordCode.parse(code.description) == .success(code), "\(code) does not read back")
+}
+
+/// One side of an exchange, made once (its w fixed: no scrypt per input); `finish` leaves it as
+/// it was, so every input meets the same side.
+nonisolated(unsafe) let spakeSide = try? SPAKE2(
+    role: .a, password: [UInt8](repeating: 7, count: 32), identityA: Array("sender".utf8), identityB: [])
+
+func spakeShare(_ bytes: [UInt8]) {
+    guard let spakeSide else {
+        expect(false, "SPAKE2 could not start")
+        return
+    }
+    switch Result(catching: { () throws(SPAKE2.Failure) in try spakeSide.finish(peerShare: bytes) }) {
+    case .success(let exchange):
+        expect(bytes.count == SPAKE2.shareBytes && exchange.key.count == 16, "a key from \(bytes.count) bytes")
+    case .failure(let failure):
+        expect(failure == .invalidShare, "\(failure) from \(bytes.count) bytes")
+    }
 }
 
 func ranges(_ bytes: [UInt8], size: UInt64) {
