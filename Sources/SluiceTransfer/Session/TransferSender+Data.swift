@@ -98,7 +98,7 @@ extension TransferSender {
                     withUnsafeBytes(of: length.bigEndian) { payload.copyMemory(from: $0) }
                     connection.outbound.commitFrame(.hole, length: 8)
                     hasher.updateHole(file.digest, length: length)
-                    file.position += length
+                    file.advance(length)
                     tally.hole(file.index, length)
                 case .end:
                     dataEnded(file)
@@ -139,7 +139,7 @@ extension TransferSender {
 
     private func noteRead(_ file: OutgoingFile, _ bytes: UnsafeRawBufferPointer) {
         hasher?.update(file.digest, bytes)
-        file.position += UInt64(bytes.count)
+        file.advance(UInt64(bytes.count))
         tally.sent(file.index, UInt64(bytes.count))
     }
 
@@ -156,7 +156,7 @@ extension TransferSender {
         var checkChange = false
         if let reader = file.reader, file.range == nil, file.delta == nil {
             if let changed = reader.changedAtEnd {
-                file.changed = changed
+                file.changeFound(changed)
             } else {
                 checkChange = true
             }
@@ -165,7 +165,7 @@ extension TransferSender {
         switch step(file, .dataOut(checkChange: checkChange)) {
         case .checkChange?:
             file.reader?.checkChanged { [weak self] changed in
-                file.changed = changed
+                file.changeFound(changed)
                 guard let self, self.current === file, !self.ended else { return }
                 if self.step(file, .changeChecked) == .finishDigest { self.finishDigest(file) }
             }

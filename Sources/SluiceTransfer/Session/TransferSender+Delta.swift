@@ -98,9 +98,7 @@ extension TransferSender {
     /// SIGS for the file announced as a delta: kept, in order, within the basis's blocks.
     func takeSignatures(_ index: Int, _ batch: SignatureBatch) {
         guard let file = current, file.index == index else { return }
-        let delta = file.delta ?? OutgoingDelta()
-        file.delta = delta
-        guard delta.take(batch) else {
+        guard file.deltaForSignatures().take(batch) else {
             perform(machine.violated("SIGS out of order, or not of the basis announced"))
             return
         }
@@ -123,10 +121,10 @@ extension TransferSender {
                 closeDescriptor(copy)
                 return true
             }
-            file.compressed = true
+            file.compressesDelta()
         }
         if offset > 0 {
-            file.position = offset
+            file.resumes(holding: offset)
             tally.resumes(file.index, offset: offset, range: false)
         }
         let wholeDigest = offset == 0 || !checkHeldApart(file, fd: fd, from: 0, length: offset)
@@ -170,7 +168,7 @@ extension TransferSender {
             guard let self, let file, self.current === file else { return }
             self.produce()
         }
-        file.reader = reader
+        file.reads(through: reader)
         return reader
     }
 
@@ -287,7 +285,7 @@ extension TransferSender {
         let start = index * UInt64(basis.blockSize)
         let bytes = min(UInt64(count) * UInt64(basis.blockSize), basis.size - min(start, basis.size))
         tally.matched(file.index, bytes)
-        file.position += bytes
+        file.advance(bytes)
         delta.copied()
         connection.send(Frame.copy(index: index, count: count).encoded)
     }
@@ -295,7 +293,7 @@ extension TransferSender {
     /// `count` more literal bytes of the operation at hand (of `length`) were taken.
     private func tookLiteral(_ count: Int, of length: UInt64, _ file: OutgoingFile, _ delta: OutgoingDelta) {
         tally.sent(file.index, UInt64(count))
-        file.position += UInt64(count)
+        file.advance(UInt64(count))
         delta.tookLiteral(count, of: length, compressed: file.compressed)
     }
 

@@ -32,10 +32,8 @@ extension TransferSender {
         case .success(let opened):
             tally.sized(index, opened.size)
             let file = OutgoingFile(
-                index: index, fd: opened.fd, stream: nil, size: opened.size, digest: machine.digest)
-            file.openedMtime = opened.mtime
-            file.preloaded = opened.bytes
-            file.changed = opened.changed
+                index: index, fd: opened.fd, stream: nil, size: opened.size, digest: machine.digest,
+                openedMtime: opened.mtime, preloaded: opened.bytes, changed: opened.changed)
             current = file
             let info = OpenedEntry(
                 size: opened.size, mode: opened.mode, mtimeSeconds: Int64(opened.mtime.tv_sec),
@@ -48,12 +46,10 @@ extension TransferSender {
     func startData(_ index: Int, offset: UInt64, compressed: Bool, range: ByteRange?) {
         guard let file = current, file.index == index, let hasher else { return }
         if machine.sendingDelta, startDelta(file, compressed: compressed, offset: offset) { return }
-        file.delta = nil
-        file.compressed = compressed
-        file.sparse = machine.sendingSparse && range == nil && file.fd != nil
+        let sparse = machine.sendingSparse && range == nil && file.fd != nil
         if let range, let fd = file.fd {
-            file.range = range
-            file.position = range.start + offset
+            file.accepted(compressed: compressed, sparse: sparse, range: range)
+            file.resumes(holding: offset)
             tally.resumes(index, offset: offset, range: true)
             guard offset > 0 else {
                 proceed(file, .start)
@@ -66,12 +62,13 @@ extension TransferSender {
             }
             return
         }
+        file.accepted(compressed: compressed, sparse: sparse, range: nil)
         if compressed, !startCompression(file) { return }
         guard offset > 0, let fd = file.fd else {
             proceed(file, .start)
             return
         }
-        file.position = offset
+        file.resumes(holding: offset)
         tally.resumes(index, offset: offset, range: false)
         if startHeldCheck(file, fd: fd, from: 0, length: offset) { return }
         guard step(file, .hashPrefix) != nil else { return }
@@ -121,7 +118,7 @@ extension TransferSender {
         if machine.heldVouched {
             tally.vouched(length)
         } else {
-            file.heldCheck = HeldCheck(worker: heldHasher, fd: fd, from: start, length: length)
+            file.checksHeld(HeldCheck(worker: heldHasher, fd: fd, from: start, length: length))
         }
         return true
     }

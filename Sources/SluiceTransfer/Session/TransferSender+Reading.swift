@@ -269,7 +269,7 @@ extension TransferSender {
             guard let self, let file, self.current === file else { return }
             self.produce()
         }
-        file.reader = reader
+        file.reads(through: reader)
         reader.fill()
         return reader
     }
