@@ -6,7 +6,7 @@ import Testing
     import Glibc
 #endif
 
-/// `send --exclude`, `--exclude-from`, `--files-from` (and `-0`) and `--shard I/N`.
+/// `send --exclude`, `--exclude-from`, `--files-from` (and `-0`), `--shard I/N` and `--shard auto`.
 @Suite(.ownThreads) struct SelectionCommandTests {
     /// A small tree under `root/src`.
     func tree(_ root: String) throws {
@@ -33,10 +33,15 @@ import Testing
         return out.sorted()
     }
 
-    func send(_ arguments: [String], into inbox: String) throws -> Outcome {
+    /// `send --insecure ARGUMENTS` into a receiver of its own at `inbox`, with `environment` set
+    /// and the launchers' variables of this test's own environment removed (`env -u`).
+    func send(_ arguments: [String], into inbox: String, environment: [String: String] = [:]) throws -> Outcome {
         let receiver = try ReceiverProcess(["--insecure", "--dir", inbox, "--once"])
-        let sent = try Running(sluiceBinary, ["send", "--insecure"] + arguments + [try receiver.address()]).wait(
-            within: .seconds(30))
+        let sent = try Running(
+            URL(fileURLWithPath: "/usr/bin/env"),
+            Self.clearedLaunchers + environment.map { "\($0)=\($1)" } + [sluiceBinary.path, "send", "--insecure"]
+                + arguments + [try receiver.address()]
+        ).wait(within: .seconds(30))
         _ = receiver.wait()
         return sent
     }
@@ -86,6 +91,70 @@ import Testing
             mkdir(whole, 0o755)
             #expect(try send(["\(dir)/src"], into: whole).status == 0)
             #expect(all.sorted() == files(whole))
+        }
+    }
+
+    /// `env` arguments that unset every variable `--shard auto` reads (CI may itself run in a job).
+    static let clearedLaunchers =
+        ["SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_STEP"].flatMap { ["-u", $0] }
+        + [
+            "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK",
+            "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "JOB_COMPLETION_INDEX",
+        ].flatMap { ["-u", $0] }
+
+    /// Three tasks as three launchers would start them, each with nothing but the same command
+    /// line and its own environment, cover the tree exactly once, as `--shard I/3` does.
+    @Test(
+        arguments: [
+            ("SLURM_PROCID", "SLURM_NTASKS"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+            ("JOB_COMPLETION_INDEX", nil),
+        ] as [(String, String?)])
+    func shardAutoTakesTheLaunchersTask(index variable: String, count: String?) throws {
+        try withTemporaryDirectory { dir in
+            try tree(dir)
+            var all: [String] = []
+            for index in 0..<3 {
+                let auto = "\(dir)/auto\(index)", fixed = "\(dir)/fixed\(index)"
+                mkdir(auto, 0o755)
+                mkdir(fixed, 0o755)
+                var environment = [variable: "\(index)"]
+                if let count { environment[count] = "3" }
+                let sent = try send(
+                    ["--shard", "auto"] + (count == nil ? ["--shard-count", "3"] : []) + ["\(dir)/src"], into: auto,
+                    environment: environment)
+                #expect(sent.status == 0, "\(sent.stderrText)")
+                #expect(try send(["--shard", "\(index)/3", "\(dir)/src"], into: fixed).status == 0)
+                #expect(files(auto) == files(fixed), "task \(index) sends shard \(index) of 3")
+                all += files(auto)
+            }
+            let whole = "\(dir)/whole"
+            mkdir(whole, 0o755)
+            #expect(try send(["\(dir)/src"], into: whole).status == 0)
+            #expect(all.sorted() == files(whole))
+        }
+    }
+
+    /// `--shard auto` with no launcher, a variable that is not a number, a Kubernetes index
+    /// without `--shard-count`, and `--shard-count` without `auto`: 64, and a line that says why.
+    @Test func shardAutoSaysWhatItLookedFor() throws {
+        let cases: [([String], [String: String], String)] = [
+            (["--shard", "auto"], [:], "looked for SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT, SLURM_PROCID"),
+            (["--shard", "auto"], ["SLURM_PROCID": "x1", "SLURM_NTASKS": "4"], "SLURM_PROCID='x1'"),
+            (["--shard", "auto"], ["JOB_COMPLETION_INDEX": "2"], "give --shard-count N"),
+            (["--shard", "auto"], ["PMI_RANK": "4", "PMI_SIZE": "4"], "PMI_RANK=4 is not below"),
+            (["--shard", "auto", "--shard-count", "5"], ["PMI_RANK": "1", "PMI_SIZE": "4"], "disagrees"),
+            (["--shard", "1/4", "--shard-count", "4"], [:], "goes with --shard auto"),
+            (["--shard", "every"], [:], "or auto"),
+        ]
+        for (arguments, environment, text) in cases {
+            let outcome = try Running(
+                URL(fileURLWithPath: "/usr/bin/env"),
+                Self.clearedLaunchers + environment.map { "\($0)=\($1)" }
+                    + [sluiceBinary.path, "send", "--insecure"] + arguments + ["/nonexistent", "127.0.0.1:1"]
+            ).wait()
+            #expect(outcome.status == 64, "\(arguments) \(environment): \(outcome.stderrText)")
+            #expect(outcome.stderrText.contains(text), "\(arguments) \(environment): \(outcome.stderrText)")
+            #expect(outcome.stderrText.hasPrefix("sluice: "), "\(outcome.stderrText)")
         }
     }
 

@@ -33,7 +33,8 @@ struct SendOptions: Sendable {
     var filesFrom: String?
     /// `-0`: the lists of `--files-from` and `--exclude-from` are NUL-separated.
     var nulSeparated = false
-    /// `--shard I/N`.
+    /// `--shard I/N`, or `--shard auto` read from the launcher's environment (with
+    /// `--shard-count N` where it does not say how many tasks there are).
     var shard: Shard?
     /// `-H`, `-X`, `--owner`, `--numeric-ids`, `--devices`, `--specials`, `-D`, `-a`
     /// (`SourceOptionFlags`).
@@ -82,11 +83,15 @@ struct SendOptions: Sendable {
     static let from0 = Flag(
         "from0", short: "0", help: "the lists of --files-from and --exclude-from\nare NUL-separated")
     static let shard = Option(
-        "shard", value: .required("I/N"),
+        "shard", value: .required("I/N|auto"),
         help:
             "send only shard I (0 to N-1) of N: the files whose\npath hashes to I, so N runs cover the tree\n"
-            + "exactly once",
+            + "exactly once; auto: I and N from the launcher\n(Slurm, MPI, a Kubernetes Indexed Job)",
         read: readShard)
+    static let shardCount = Option(
+        "shard-count", value: .required("N"),
+        help: "with --shard auto: how many tasks there are,\nwhere the launcher does not say (Kubernetes)",
+        read: Read.number(of: "tasks", in: 1...1 << 31))
     static let sync = Flag(
         "sync",
         help:
@@ -117,13 +122,14 @@ struct SendOptions: Sendable {
             CommonOptions.chunkSize, compress, CommonOptions.threads, CommonOptions.progress, CommonOptions.noProgress,
             CommonOptions.stats, CommonOptions.rateLimit, timeout, noResume, name, streams, codeFile,
             TransferAuth.keyFileOption, TransferAuth.insecureOption, exclude, excludeFrom, filesFrom, from0,
-            shard, sync, dryRun, delete, checksum, wholeFile, itemize,
+            shard, shardCount, sync, dryRun, delete, checksum, wholeFile, itemize,
         ] + SourceOptionFlags.table.map(\.flag) + [
             code, CommonOptions.quiet, CommonOptions.help, CommonOptions.version,
         ]
     )
 
-    init(_ parsed: ParsedArguments) throws(UsageError) {
+    /// Reads `parsed`; `--shard auto` looks up the launcher's variables with `environment`.
+    init(_ parsed: ParsedArguments, environment: (String) -> String? = Self.environment) throws(UsageError) {
         if let spelling = parsed.spelling(of: Self.code) {
             throw UsageError(
                 "\(spelling): a code on the command line can be read by other users; "
@@ -173,7 +179,7 @@ struct SendOptions: Sendable {
             }
             self.filesFrom = filesFrom.value
         }
-        shard = try parsed[Self.shard]
+        shard = try Self.shard(parsed, environment)
         sourceOptions = SourceOptionFlags.read(parsed)
         dryRun = parsed[Self.dryRun]
         delete = parsed[Self.delete]
@@ -198,12 +204,45 @@ struct SendOptions: Sendable {
         }
     }
 
-    private static func readShard(_ option: ParsedArguments.Occurrence) throws(UsageError) -> Shard {
+    /// What `--shard` says: a shard, or to ask the launcher.
+    enum ShardChoice: Sendable {
+        case fixed(Shard)
+        case auto
+    }
+
+    private static func readShard(_ option: ParsedArguments.Occurrence) throws(UsageError) -> ShardChoice {
         let text = option.value ?? ""
+        if text == "auto" { return .auto }
         guard let shard = Shard(parsing: text) else {
-            throw UsageError("\(option.spelling) '\(text)': must be I/N with I from 0 to N-1, like 0/4")
+            throw UsageError("\(option.spelling) '\(text)': must be I/N with I from 0 to N-1, like 0/4, or auto")
         }
-        return shard
+        return .fixed(shard)
+    }
+
+    /// The shard `--shard` and `--shard-count` name: `auto` from the launcher's environment.
+    private static func shard(_ parsed: ParsedArguments, _ environment: (String) -> String?) throws(UsageError)
+        -> Shard?
+    {
+        let count = try parsed.last(Self.shardCount)
+        guard let choice = try parsed.last(Self.shard) else {
+            if let count { throw UsageError("\(count.spelling) goes with --shard auto") }
+            return nil
+        }
+        switch choice.value {
+        case .fixed(let shard):
+            if let count { throw UsageError("\(count.spelling) goes with --shard auto, not --shard I/N") }
+            return shard
+        case .auto:
+            switch Shard.fromLauncher(environment: environment, count: count?.value) {
+            case .success(let found): return found.0
+            case .failure(let error): throw UsageError("\(choice.spelling) auto: \(error)")
+            }
+        }
+    }
+
+    /// The process's environment, for `--shard auto`.
+    static func environment(_ name: String) -> String? {
+        getenv(name).map { String(cString: $0) }
     }
 
     /// The selection the options name, reading the files they name: 66 for a file that cannot
