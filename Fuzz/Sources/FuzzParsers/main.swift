@@ -3,8 +3,9 @@
 // `ChunkSize.parseBytes`), a key file's text (`KeyFile.parse`), a pairing code as a person
 // types it (`PairingCode.parse`), and a partial file's range list as found in its
 // `user.sluice.ranges` attribute (`ReceiverStore.parseRanges`: anyone who can write the
-// directory can set it), a short code as a person types it (`WordCode.parse`), and a peer's
-// SPAKE2 share (`SPAKE2.finish(peerShare:)`: any bytes are a key or `invalidShare`). Any text must give a value or a clean refusal, never a crash or an
+// directory can set it), a short code as a person types it (`WordCode.parse`), a launcher's
+// task variables (`Shard.fromLauncher`, for `send --shard auto`), and a peer's SPAKE2 share
+// (`SPAKE2.finish(peerShare:)`: any bytes are a key or `invalidShare`). Any text must give a value or a clean refusal, never a crash or an
 // overflow; what is accepted must be in range and read back the same from its own written
 // form. (The CLI's endpoint parser lives in the executable target, which another package
 // cannot import: it has no target here.)
@@ -22,6 +23,7 @@ func fuzzParsers(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
     keyFile(text)
     pairingCode(text)
     wordCode(text)
+    launcher(text)
     spakeShare(Array(bytes))
     // The file's size, from the seed byte: 0, small, far beyond any range's end, or at the
     // edges of what an offset and the field hold (0xfc, 0xfd, 0xfe: 2^63 - 1, 2^63, 2^64 - 1).
@@ -70,6 +72,18 @@ func wordCode(_ text: String) {
     expect(WordCode.wordCounts.contains(code.words.count), "\(code.words.count) words from \(text.debugDescription)")
     expect(code.nameplate <= WordCode.maxNameplate, "nameplate \(code.nameplate) from \(text.debugDescription)")
     expect(WordCode.parse(code.description) == .success(code), "\(code) does not read back")
+}
+
+/// The text as every variable a launcher sets, then as the index alone (the count from the
+/// text's length): a shard in range, or a refusal.
+func launcher(_ text: String) {
+    for (name, count) in [(nil, nil), ("PMI_RANK", text.utf8.count + 1)] as [(String?, Int?)] {
+        let environment: (String) -> String? = { variable in name == nil || variable == name ? text : nil }
+        guard case .success(let (shard, _)) = Shard.fromLauncher(environment: environment, count: count) else {
+            continue
+        }
+        expect(shard.count >= 1 && (0..<shard.count).contains(shard.index), "\(shard) from \(text.debugDescription)")
+    }
 }
 
 /// One side of an exchange, made once (its w fixed: no scrypt per input); `finish` leaves it as
