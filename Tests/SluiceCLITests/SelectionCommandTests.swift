@@ -134,6 +134,32 @@ import Testing
         }
     }
 
+    /// A tree with one file larger than the rest together: three tasks balanced by bytes cover
+    /// it exactly once, the large file's task sends it alone, and each says its share.
+    @Test func shardsByBytesBalanceTheBytes() throws {
+        try withTemporaryDirectory { dir in
+            try tree(dir)
+            try write(Data(repeating: 7, count: 1 << 20), to: "\(dir)/src/a/large.bin")
+            var all: [String] = []
+            for index in 0..<3 {
+                let inbox = "\(dir)/in\(index)"
+                mkdir(inbox, 0o755)
+                let sent = try send(["--shard", "\(index)/3", "--shard-by", "bytes", "\(dir)/src"], into: inbox)
+                #expect(sent.status == 0, "\(sent.stderrText)")
+                #expect(sent.stderrText.contains("shard \(index)/3 by bytes: "), "\(sent.stderrText)")
+                let got = files(inbox)
+                if got.contains("src/a/large.bin") { #expect(got == ["src/a/large.bin"]) }
+                all += got
+            }
+            let whole = "\(dir)/whole"
+            mkdir(whole, 0o755)
+            #expect(try send(["\(dir)/src"], into: whole).status == 0)
+            #expect(all.sorted() == files(whole))
+            let alone = try sluice(["send", "--insecure", "--shard-by", "bytes", "\(dir)/src", "127.0.0.1:1"])
+            #expect(alone.status == 64 && alone.stderrText.contains("goes with --shard"), "\(alone.stderrText)")
+        }
+    }
+
     /// `--shard auto` with no launcher, a variable that is not a number, a Kubernetes index
     /// without `--shard-count`, and `--shard-count` without `auto`: 64, and a line that says why.
     @Test func shardAutoSaysWhatItLookedFor() throws {

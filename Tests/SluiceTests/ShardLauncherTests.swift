@@ -65,3 +65,36 @@ import Testing
                 == .failure(.badValue(variable: "SLURM_ARRAY_TASK_STEP", value: "0")))
     }
 }
+
+/// `Shard.balance`: shards balanced by bytes, the same for every task that lists the same files.
+@Suite struct ShardBalanceTests {
+    @Test("Largest first to the lightest shard: totals within one file of each other, whatever the input order")
+    func balance() {
+        var generator = SystemRandomNumberGenerator()
+        var files = (0..<500).map { (path: "f\($0)", size: UInt64.random(in: 1...100_000, using: &generator)) }
+        files.append((path: "huge", size: 10_000_000))
+        files += (0..<20).map { (path: "same\($0)", size: 4096) }  // ties, broken by path
+        for count in [1, 2, 3, 7] {
+            let assignment = Shard.balance(files, count: count)
+            #expect(assignment.allSatisfy { (0..<count).contains($0) })
+            var totals = [UInt64](repeating: 0, count: count)
+            for (file, shard) in zip(files, assignment) { totals[shard] += file.size }
+            // Each file went to the lightest shard: no two totals differ by more than the
+            // largest file, and with 7 shards (more than the rest fills) the huge one is alone.
+            #expect(totals.max()! - totals.min()! <= 10_000_000, "\(totals)")
+            if count == 7 {
+                let hugeShard = assignment[files.firstIndex { $0.path == "huge" }!]
+                #expect(totals[hugeShard] == 10_000_000, "\(totals)")
+            }
+            // Another order of the same files: the same shard for every path.
+            let shuffled = files.shuffled(using: &generator)
+            let again = Dictionary(
+                uniqueKeysWithValues: zip(shuffled.map(\.path), Shard.balance(shuffled, count: count)))
+            #expect(zip(files, assignment).allSatisfy { again[$0.0.path] == $0.1 })
+        }
+        #expect(Shard.balance([], count: 3).isEmpty)
+        // Ties: equal sizes go by path to shards in index order.
+        #expect(
+            Shard.balance([(path: "b", size: 1), (path: "a", size: 1), (path: "c", size: 1)], count: 3) == [1, 0, 2])
+    }
+}

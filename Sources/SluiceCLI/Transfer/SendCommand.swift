@@ -130,6 +130,23 @@ final class SendSession: Interruptible {
         case .success(let selection): library.selection = selection
         case .failure(let error): return error
         }
+        if options.shardByBytes, let shard = library.selection.shard {
+            let start = monotonicNanoseconds()
+            let balanced = Result { () throws(SluiceError) in
+                try library.selection.balancedByBytes(sources, options: library.sourceOptions)
+            }
+            switch balanced {
+            case .success(let (selection, share)):
+                library.selection = selection
+                let milliseconds = (monotonicNanoseconds() - start) / 1_000_000
+                if !options.quiet {
+                    say(
+                        "shard \(shard) by bytes: \(share.files) of \(share.totalFiles) files, "
+                            + "\(share.bytes) of \(share.totalBytes) bytes (metadata walked in \(milliseconds) ms)")
+                }
+            case .failure(let error): return Self.listingFailure(error)
+            }
+        }
         var single: TransferSender?
         if options.streams > 1 {
             let created = Result { () throws(SluiceError) in

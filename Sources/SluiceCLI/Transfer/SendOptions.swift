@@ -36,6 +36,8 @@ struct SendOptions: Sendable {
     /// `--shard I/N`, or `--shard auto` read from the launcher's environment (with
     /// `--shard-count N` where it does not say how many tasks there are).
     var shard: Shard?
+    /// `--shard-by bytes`: the shard's files chosen to balance bytes, not by path hash.
+    var shardByBytes = false
     /// `-H`, `-X`, `--owner`, `--numeric-ids`, `--devices`, `--specials`, `-D`, `-a`
     /// (`SourceOptionFlags`).
     var sourceOptions = SourceOptions()
@@ -88,6 +90,12 @@ struct SendOptions: Sendable {
             "send only shard I (0 to N-1) of N: the files whose\npath hashes to I, so N runs cover the tree\n"
             + "exactly once; auto: I and N from the launcher\n(Slurm, MPI, a Kubernetes Indexed Job)",
         read: readShard)
+    static let shardBy = Option(
+        "shard-by", value: .required("paths|bytes"),
+        help:
+            "how --shard shares out files: by a hash of each\npath (default), or bytes: every task walks the\n"
+            + "metadata and takes its balanced share",
+        read: readShardBy)
     static let shardCount = Option(
         "shard-count", value: .required("N"),
         help: "with --shard auto: how many tasks there are,\nwhere the launcher does not say (Kubernetes)",
@@ -122,7 +130,7 @@ struct SendOptions: Sendable {
             CommonOptions.chunkSize, compress, CommonOptions.threads, CommonOptions.progress, CommonOptions.noProgress,
             CommonOptions.stats, CommonOptions.rateLimit, timeout, noResume, name, streams, codeFile,
             TransferAuth.keyFileOption, TransferAuth.insecureOption, exclude, excludeFrom, filesFrom, from0,
-            shard, shardCount, sync, dryRun, delete, checksum, wholeFile, itemize,
+            shard, shardBy, shardCount, sync, dryRun, delete, checksum, wholeFile, itemize,
         ] + SourceOptionFlags.table.map(\.flag) + [
             code, CommonOptions.quiet, CommonOptions.help, CommonOptions.version,
         ]
@@ -180,6 +188,10 @@ struct SendOptions: Sendable {
             self.filesFrom = filesFrom.value
         }
         shard = try Self.shard(parsed, environment)
+        if let by = try parsed.last(Self.shardBy) {
+            guard shard != nil else { throw UsageError("\(by.spelling) goes with --shard") }
+            shardByBytes = by.value
+        }
         sourceOptions = SourceOptionFlags.read(parsed)
         dryRun = parsed[Self.dryRun]
         delete = parsed[Self.delete]
@@ -217,6 +229,15 @@ struct SendOptions: Sendable {
             throw UsageError("\(option.spelling) '\(text)': must be I/N with I from 0 to N-1, like 0/4, or auto")
         }
         return .fixed(shard)
+    }
+
+    /// `--shard-by`: true for bytes, false for paths.
+    private static func readShardBy(_ option: ParsedArguments.Occurrence) throws(UsageError) -> Bool {
+        switch option.value {
+        case "bytes": return true
+        case "paths": return false
+        default: throw UsageError("\(option.spelling) '\(option.value ?? "")': must be paths or bytes")
+        }
     }
 
     /// The shard `--shard` and `--shard-count` name: `auto` from the launcher's environment.

@@ -365,7 +365,7 @@ enum SourceTree {
                 batch.warnings.append("skipping \(quoted(path)): path longer than \(Wire.maxPathBytes) bytes")
                 return
             }
-            let inShard = walker.selection.shard?.contains(childRelative) ?? true
+            let inShard = walker.selection.inShard(childRelative)
             switch st.st_mode & S_IFMT {
             case S_IFREG:
                 if inShard { add(entry(.file(path), childRelative, st), st, path: path, &batch) }
@@ -458,7 +458,7 @@ enum SourceTree {
 
         /// Whether a file is sent: not excluded, and in the shard.
         func takesFile(_ below: [String], relative: String) -> Bool {
-            !selection.excludes(below, isDirectory: false) && (selection.shard?.contains(relative) ?? true)
+            !selection.excludes(below, isDirectory: false) && selection.inShard(relative)
         }
     }
 
