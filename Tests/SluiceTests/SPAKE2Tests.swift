@@ -161,10 +161,7 @@ import Testing
         #expect(try a.finish(peerShare: b.share).confirms(try b.finish(peerShare: a.share).confirmation))
     }
 
-    private func bytes(_ hex: String) -> [UInt8] {
-        let digits = Array(hex.utf8).map { $0 <= 57 ? $0 - 48 : $0 - 87 }
-        return stride(from: 0, to: digits.count, by: 2).map { digits[$0] << 4 | digits[$0 + 1] }
-    }
+    private func bytes(_ hex: String) -> [UInt8] { Hex.decode(hex) ?? [] }
 }
 
 /// The short code's words and its written form.

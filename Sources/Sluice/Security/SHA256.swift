@@ -65,13 +65,6 @@ public final class SHA256Digest: @unchecked Sendable {
 
     /// Lower-case hexadecimal.
     public static func hex<Bytes: Collection<UInt8>>(_ digest: Bytes) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out = [UInt8]()
-        out.reserveCapacity(digest.count * 2)
-        for byte in digest {
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 15)])
-        }
-        return String(decoding: out, as: UTF8.self)
+        Hex.encode(Array(digest))
     }
 }

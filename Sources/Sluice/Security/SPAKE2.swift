@@ -83,8 +83,8 @@ public final class SPAKE2 {
 
     /// The RFC's M and N for P-256, compressed (generated from the seeds "1.2.840.10045.3.1.7
     /// point generation seed (M)" and "(N)"; nobody knows their discrete logarithms).
-    static let pointM: [UInt8] = hexBytes("02886e2f97ace46e55ba9dd7242579f2993b64e16ef3dcab95afd497333d8fa12f")
-    static let pointN: [UInt8] = hexBytes("03d8bbd6c639c62937b04d997f38c3770719c629d7014d49a24b4f98baa1292b49")
+    static let pointM: [UInt8] = Hex.decode("02886e2f97ace46e55ba9dd7242579f2993b64e16ef3dcab95afd497333d8fa12f") ?? []
+    static let pointN: [UInt8] = Hex.decode("03d8bbd6c639c62937b04d997f38c3770719c629d7014d49a24b4f98baa1292b49") ?? []
 
     /// This side's share, pA or pB: send it to the peer.
     public private(set) var share: [UInt8] = []
@@ -256,11 +256,5 @@ public final class SPAKE2 {
         var out = [UInt8](repeating: 0, count: Self.shareBytes)
         let n = EC_POINT_point2oct(group, point, POINT_CONVERSION_UNCOMPRESSED, &out, out.count, context)
         return n == Self.shareBytes ? out : nil
-    }
-
-    /// Bytes from lower-case hexadecimal (the constants above).
-    private static func hexBytes(_ hex: String) -> [UInt8] {
-        let digits = Array(hex.utf8).map { $0 <= 57 ? $0 - 48 : $0 - 87 }
-        return stride(from: 0, to: digits.count, by: 2).map { digits[$0] << 4 | digits[$0 + 1] }
     }
 }
