@@ -5,7 +5,9 @@
 // `user.sluice.ranges` attribute (`ReceiverStore.parseRanges`: anyone who can write the
 // directory can set it), a short code as a person types it (`WordCode.parse`), a launcher's
 // task variables (`Shard.fromLauncher`, for `send --shard auto`), and a peer's SPAKE2 share
-// (`SPAKE2.finish(peerShare:)`: any bytes are a key or `invalidShare`). Any text must give a value or a clean refusal, never a crash or an
+// (`SPAKE2.finish(peerShare:)`: any bytes are a key or `invalidShare`); what a relay answers
+// (`RelayHello.parse(answer:)`), and a peer's sealed offer (`CodeKey.open`, `ReachOffer.parse`).
+// Any text must give a value or a clean refusal, never a crash or an
 // overflow; what is accepted must be in range and read back the same from its own written
 // form. (The CLI's endpoint parser lives in the executable target, which another package
 // cannot import: it has no target here.)
@@ -25,6 +27,8 @@ func fuzzParsers(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
     wordCode(text)
     launcher(text)
     spakeShare(Array(bytes))
+    relayAnswer(Array(bytes))
+    sealedOffer(Array(bytes))
     // The file's size, from the seed byte: 0, small, far beyond any range's end, or at the
     // edges of what an offset and the field hold (0xfc, 0xfd, 0xfe: 2^63 - 1, 2^63, 2^64 - 1).
     let seed = UInt64(start[0])
@@ -101,6 +105,33 @@ func spakeShare(_ bytes: [UInt8]) {
         expect(bytes.count == SPAKE2.shareBytes && exchange.key.count == 16, "a key from \(bytes.count) bytes")
     case .failure(let failure):
         expect(failure == .invalidShare, "\(failure) from \(bytes.count) bytes")
+    }
+}
+
+/// A relay's answer line: one of the answers, each of them in range, or nil.
+func relayAnswer(_ bytes: [UInt8]) {
+    switch RelayHello.parse(answer: bytes) {
+    case .nameplate(let n)?:
+        expect((1...WordCode.maxNameplate).contains(n), "nameplate \(n) from \(bytes)")
+    case .refused(.other(let reason))?:
+        expect(reason.utf8.count < RelayHello.maxLine, "a reason of \(reason.utf8.count) bytes")
+    case .paired?, .refused?, nil:
+        break
+    }
+}
+
+/// The key every input meets (fixed: the input is what a peer sealed, or forged).
+let offerKey = CodeKey(secret: [UInt8](repeating: 9, count: 16))
+
+/// A sealed offer: opened only when sealed with the key, and then an offer in range or nil;
+/// the bytes as a plain offer too.
+func sealedOffer(_ bytes: [UInt8]) {
+    if let opened = offerKey.open(bytes, from: .sender) {
+        expect(offerKey.seal(opened, from: .sender) == bytes, "a forged seal opened: \(bytes.count) bytes")
+    }
+    if let offer = ReachOffer.parse(bytes) {
+        expect((1...ReachOffer.maxStreams).contains(offer.streams), "\(offer.streams) streams")
+        expect(offer.encoded == bytes, "offer does not read back")
     }
 }
 

@@ -14,6 +14,7 @@ enum ReceiveCommand: Command {
     static var help: String {
         """
         Usage: sluice receive [options]
+               sluice receive [--relay HOST[:PORT]] [options] CODE
 
         Listen for 'sluice send' and store what is sent under DIR, serving any
         number of senders at once, until interrupted (or, with --once, after one
@@ -26,6 +27,10 @@ enum ReceiveCommand: Command {
         An interrupted file is kept (hidden, as .NAME.sluice-part) and continued
         when it is sent again. Prints the address it listens on, then a line per
         file stored, refused or failed.
+        With a CODE (printed by 'sluice send --relay'), nothing listens: the
+        receiver meets the sender through the relay (--relay, or
+        $SLUICE_RELAY), checks the code with SPAKE2, and receives one
+        transfer over TLS 1.3 as with --once.
 
         Options:
         \(ReceiveOptions.parser.helpLines().joined(separator: "\n"))
@@ -34,7 +39,8 @@ enum ReceiveCommand: Command {
           0 every file stored (--once); 64 usage error; 65 a file failed its
           integrity check (--once); 69 cannot listen on the address; 73 DIR
           missing or not writable, or a file refused (--once); 74 input/output
-          error or connection lost (--once); 129 hung up (SIGHUP);
+          error or connection lost (--once); 77 the CODE was wrong, or
+          someone else used it first; 129 hung up (SIGHUP);
           130 interrupted (SIGINT); 143 terminated (SIGTERM)
 
         """
@@ -64,6 +70,10 @@ final class ReceiveSession: Interruptible {
     private var acceptFailures = RepeatedFailureLog(operation: "accepting connections")
     private(set) var stats: ReceiveStatsReport
     private let started = monotonicNanoseconds()
+    /// `receive CODE`: the connections met at the relay (the first carried the code
+    /// exchange), and the key the code gave.
+    var relayed: [(ReadStream, WriteStream)] = []
+    var relayKey: PreSharedKey?
 
     init(options: ReceiveOptions, loop: EventLoop) {
         self.options = options
@@ -109,6 +119,7 @@ final class ReceiveSession: Interruptible {
         receiver.servesOneTransfer = options.once
         receiver.onEvent = { [weak self] event in self?.event(event) }
         receiver.onSessionEnd = { [weak self] report in self?.sessionEnded(report) }
+        if let relayKey, let relay = options.relay { return serveRelayed(receiver, key: relayKey, relay: relay) }
 
         let listening = Result { () throws(SluiceError) -> SocketListener in
             switch options.listen {
@@ -213,6 +224,25 @@ final class ReceiveSession: Interruptible {
         loop.stop()
     }
 
+    /// `receive CODE`: serves the connections met at `relay` as one transfer, with `key`.
+    private func serveRelayed(_ receiver: TransferReceiver, key: PreSharedKey, relay: RelayEndpoint) -> CLIError? {
+        receiver.servesOneTransfer = true
+        do {
+            try receiver.useTLS(preSharedKey: key)
+        } catch {
+            return CLIError(.ioError, "receive: TLS: \(error.reason)")
+        }
+        let address = "relay \(relay)"
+        stats.address = address
+        if !options.quiet { Terminal.report("receiving into \(options.directory) through \(address)") }
+        for (input, output) in relayed {
+            guard let id = receiver.serve(input: input, output: output, metAt: address, on: loop) else { continue }
+            onceServed.insert(id)
+        }
+        relayed = []
+        return nil
+    }
+
     /// Closes a connection that is not served (a second sender with `--once`).
     private static func refuse(_ input: ReadStream, _ output: WriteStream) {
         input.open()
@@ -312,8 +342,22 @@ final class ReceiveSession: Interruptible {
     // MARK: Running
 
     static func run(_ options: ReceiveOptions) -> ExitStatus {
+        var met: (Rendezvous, [(ReadStream, WriteStream)])?
+        if options.relay != nil {
+            // Before signals are routed: an interrupt while meeting ends the command at once.
+            switch meetAtRelay(options) {
+            case .success(let meeting): met = meeting
+            case .failure(let failure):
+                Terminal.report(failure.message)
+                return failure.status
+            }
+        }
         guard let loop = makeCommandLoop() else { return .ioError }
         let session = ReceiveSession(options: options, loop: loop)
+        if let (rendezvous, pairs) = met {
+            session.relayed = pairs
+            session.relayKey = rendezvous.key.preSharedKey
+        }
         SignalWatcher.shared.route(to: session, on: loop)
         if let failure = session.start() {
             SignalWatcher.shared.setHandler(nil)

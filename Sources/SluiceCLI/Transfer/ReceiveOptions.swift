@@ -3,7 +3,7 @@ import SluiceTransfer
 
 /// `sluice receive [options]`, validated.
 struct ReceiveOptions: Sendable {
-    static let usage = "usage: sluice receive [options]"
+    static let usage = "usage: sluice receive [options], or receive [--relay HOST] CODE"
     /// The idle limit without `--timeout`: five minutes.
     static let defaultIdleSeconds = 300.0
 
@@ -35,6 +35,10 @@ struct ReceiveOptions: Sendable {
     var keepModes = false
     /// Transfers a pairing code serves before a new one is printed (`--code-uses`).
     var codeUses = 1
+    /// `receive CODE`: the sender's short code, met through `relay` (`--relay` or
+    /// `$SLUICE_RELAY`); one transfer, as with `--once`.
+    var code: WordCode?
+    var relay: RelayEndpoint?
 
     static let listen = Option(
         "listen", short: "l", value: .required("ADDRESS"),
@@ -107,23 +111,47 @@ struct ReceiveOptions: Sendable {
     static let quiet = Flag(
         "quiet", short: "q", help: "print neither the address nor a line per file;\nonly errors (and --stats)")
 
+    static let relay = RelayChoice.option.withHelp(
+        "with CODE: meet the sender through the sluice\nrelay at HOST (port \(RelayHello.defaultPort) unless given; "
+            + "default\n$\(RelayChoice.variable))")
+
     /// The options, in the order `--help` lists them.
     static let parser = ArgumentParser([
-        listen, dir, once, overwrite, keepModes, sync, delete, noOwners, devices, maxSize, maxSessions,
+        relay, listen, dir, once, overwrite, keepModes, sync, delete, noOwners, devices, maxSize, maxSessions,
         noResume, noFsync, direct, noStreams, timeout, TransferAuth.keyFileOption, TransferAuth.insecureOption,
         codeUses, CommonOptions.stats, quiet, CommonOptions.help, CommonOptions.version,
     ])
 
-    init(_ parsed: ParsedArguments) throws(UsageError) {
+    init(_ parsed: ParsedArguments, environment: (String) -> String? = SendOptions.environment) throws(UsageError) {
+        if parsed.operands.count > 1 {
+            throw UsageError("receive: unexpected operand '\(parsed.operands[1])' (\(Self.usage))")
+        }
         if let operand = parsed.operands.first {
-            throw UsageError("receive: unexpected operand '\(operand)' (\(Self.usage))")
+            switch WordCode.parse(operand) {
+            case .success(let code): self.code = code
+            case .failure(let error): throw UsageError("receive: code '\(operand)': \(error)")
+            }
+            guard let relay = try RelayChoice.endpoint(parsed, environment: environment) else {
+                throw UsageError(
+                    "receive \(operand): no relay to meet the sender at: give --relay HOST[:PORT] or set "
+                        + RelayChoice.variable)
+            }
+            self.relay = relay
+            try RelayChoice.refuseOtherAuth(parsed)
+            for option: any CommandOption in [Self.listen, Self.codeUses] {
+                if let spelling = parsed.spelling(of: option) {
+                    throw UsageError("\(spelling): not with a CODE (the relay is met, nothing listens)")
+                }
+            }
+        } else if let spelling = parsed.spelling(of: Self.relay) {
+            throw UsageError("\(spelling): give the CODE the sender printed (\(Self.usage))")
         }
         auth = try TransferAuth(parsed)
         if let listen = try parsed[Self.listen] { self.listen = listen }
         // Plaintext is for trusted links: without a host it listens on loopback only.
         if auth == .insecure, case .tcp(nil, let port) = listen { listen = .tcp(host: "127.0.0.1", port: port) }
         if let directory = try parsed[Self.dir] { self.directory = directory }
-        once = parsed[Self.once]
+        once = parsed[Self.once] || code != nil
         overwrite = parsed[Self.overwrite]
         keepModes = parsed[Self.keepModes]
         keepOwners = !parsed[Self.noOwners]

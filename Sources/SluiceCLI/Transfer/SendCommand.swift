@@ -15,6 +15,7 @@ enum SendCommand: Command {
         """
         Usage: sluice send [options] PATH... [HOST:]PORT
                sluice send [options] - --name NAME [HOST:]PORT
+               sluice send --relay HOST[:PORT] [options] PATH...
 
         Send files and directories (recursively, under their base names) to a
         'sluice receive' at HOST:PORT (default host localhost; also [V6]:PORT,
@@ -27,6 +28,11 @@ enum SendCommand: Command {
         data and holes. With --sync, what the receiver has the same is not sent
         again. With the path -, standard input is sent as one file named NAME
         (never resumed).
+        With --relay, no address is needed: the relay gives a nameplate, send
+        prints a short code (NAMEPLATE-word-word-word) and waits for the
+        receiver who types it ('sluice receive --relay HOST CODE'); the code
+        is checked with SPAKE2 (one guess: a wrong code ends both sides with
+        77) and its key secures TLS 1.3 end to end.
 
         Options:
         \(SendOptions.parser.helpLines().joined(separator: "\n"))
@@ -36,7 +42,8 @@ enum SendCommand: Command {
           check; 66 a PATH is missing or unreadable; 69 cannot connect (refused,
           unknown host, timed out, receiver busy); 73 the receiver refused a
           file (it exists, too large, invalid name); 74 connection lost or
-          input/output error; 129 hung up (SIGHUP); 130 interrupted (SIGINT);
+          input/output error; 77 the code was wrong or someone tried to guess
+          it (--relay), or the receiver's key did not match; 129 hung up (SIGHUP); 130 interrupted (SIGINT);
           143 terminated (SIGTERM)
 
         """
@@ -71,6 +78,10 @@ final class SendSession: Interruptible {
     private var timeoutFailure: CLIError?
     private var progress: TransferProgressDisplay?
     private var watchdog: LoopTimer?
+    /// With `--relay`: the connections met there (the first carried the code exchange), each
+    /// taken by the transfer in turn, and the key the code gave.
+    var relayed: [(ReadStream, WriteStream)] = []
+    var relayKey: PreSharedKey?
 
     init(options: SendOptions, loop: EventLoop) {
         self.options = options
@@ -79,6 +90,7 @@ final class SendSession: Interruptible {
 
     /// The destination as messages name it.
     var destinationName: String {
+        if let relay = options.relay { return "the receiver (through relay \(relay))" }
         switch options.destination {
         case .tcp(let host, let port): return TransferAddress.tcp(host: host ?? "localhost", port: port).description
         case .unix(let path): return path
@@ -119,10 +131,12 @@ final class SendSession: Interruptible {
         }
         let onResult = { [weak self] (result: TransferFileResult) -> Void in self?.answered(result) }
         let onRemoved = { [weak self] (path: String) -> Void in self?.removed(path) }
-        let key: PreSharedKey?
-        switch TransferSecurity.senderKey(options.auth) {
-        case .success(let found): key = found
-        case .failure(let error): return error
+        var key = relayKey
+        if key == nil {
+            switch TransferSecurity.senderKey(options.auth) {
+            case .success(let found): key = found
+            case .failure(let error): return error
+            }
         }
         var library = options.libraryOptions
         if let key, library.resume { library.resumeKey = resumeKey(for: key, quiet: quiet) }
@@ -193,8 +207,15 @@ final class SendSession: Interruptible {
         }
         // Each connection, made the same way: every one runs its own TLS handshake.
         let destination = options.destination
+        var relayed = relayed
+        self.relayed = []
         let connect = { () -> (ReadStream, WriteStream) in
             var (input, output): (ReadStream, WriteStream)
+            if !relayed.isEmpty {
+                (input, output) = relayed.removeFirst()
+                if let context { (input, output) = TLS.secure((input, output), context: context) }
+                return (input, output)
+            }
             switch destination {
             case .tcp(let host, let port):
                 (input, output) = Socket.connect(host: host ?? "localhost", port: port, timeout: timeout)
@@ -340,8 +361,25 @@ final class SendSession: Interruptible {
     // MARK: Running
 
     static func run(_ options: SendOptions) -> ExitStatus {
+        var options = options
+        var met: (Rendezvous, [(ReadStream, WriteStream)])?
+        if options.relay != nil {
+            // Before signals are routed: an interrupt while waiting ends the command at once.
+            switch meetAtRelay(options) {
+            case .success(let meeting):
+                met = meeting
+                options.streams = meeting.1.count
+            case .failure(let failure):
+                Terminal.report(failure.message)
+                return failure.status
+            }
+        }
         guard let loop = makeCommandLoop() else { return .ioError }
         let session = SendSession(options: options, loop: loop)
+        if let (rendezvous, pairs) = met {
+            session.relayed = pairs
+            session.relayKey = rendezvous.key.preSharedKey
+        }
         SignalWatcher.shared.route(to: session, on: loop)
         if let failure = session.start() {
             SignalWatcher.shared.setHandler(nil)

@@ -7,7 +7,7 @@ import SluiceTransfer
 
 /// `sluice send [options] PATH... [HOST:]PORT`, validated.
 struct SendOptions: Sendable {
-    static let usage = "usage: sluice send [options] PATH... [HOST:]PORT"
+    static let usage = "usage: sluice send [options] PATH... [HOST:]PORT, or send --relay HOST PATH..."
 
     var paths: [String] = []
     var destination: TransferAddress
@@ -49,6 +49,11 @@ struct SendOptions: Sendable {
     var delete = false
     var checksum = false
     var wholeFile = false
+    /// `--relay`: meet the receiver through this relay with a short code (every operand is
+    /// a path then).
+    var relay: RelayEndpoint?
+    /// `--code-words`: words in the short code.
+    var codeWords = WordCode.defaultWordCount
 
     static let name = Option<String>(
         "name", value: .required("NAME"), help: "the name to store standard input under\n(with the path -)")
@@ -121,6 +126,9 @@ struct SendOptions: Sendable {
     static let itemize = Flag(
         "itemize", short: "i",
         help: "print a line per entry sent or changed, as\nrsync -i does (>f+++++++++ new, >f.st...... changed)")
+    static let relay = RelayChoice.option.withHelp(
+        "meet the receiver through the sluice relay at\nHOST (port \(RelayHello.defaultPort) unless given): print a "
+            + "short\ncode for 'sluice receive CODE', no address needed")
     /// Never a secret on the command line: other users can read it. Parsed only to say so.
     static let code = Option<String?>("code", value: .optional("[=CODE]"), help: "", read: { $0.value })
 
@@ -128,7 +136,8 @@ struct SendOptions: Sendable {
     static let parser = ArgumentParser(
         [
             CommonOptions.chunkSize, compress, CommonOptions.threads, CommonOptions.progress, CommonOptions.noProgress,
-            CommonOptions.stats, CommonOptions.rateLimit, timeout, noResume, name, streams, codeFile,
+            CommonOptions.stats, CommonOptions.rateLimit, timeout, noResume, name, streams, relay,
+            RelayChoice.codeWords, codeFile,
             TransferAuth.keyFileOption, TransferAuth.insecureOption, exclude, excludeFrom, filesFrom, from0,
             shard, shardBy, shardCount, sync, dryRun, delete, checksum, wholeFile, itemize,
         ] + SourceOptionFlags.table.map(\.flag) + [
@@ -146,14 +155,26 @@ struct SendOptions: Sendable {
         let codeFile = try parsed[Self.codeFile]
         auth = try TransferAuth(parsed, codeFile: codeFile)
         let operands = parsed.operands
-        guard let last = operands.last else {
-            throw UsageError("send: missing PATH and destination (\(Self.usage))")
+        relay = try parsed[Self.relay]
+        if let relay {
+            try RelayChoice.refuseOtherAuth(parsed, codeFile: codeFile != nil)
+            guard !operands.isEmpty else { throw UsageError("send --relay: missing PATH (\(Self.usage))") }
+            destination = .tcp(host: relay.host, port: relay.port)
+            paths = operands
+            if let words = try parsed[RelayChoice.codeWords] { codeWords = words }
+        } else {
+            guard let last = operands.last else {
+                throw UsageError("send: missing PATH and destination (\(Self.usage))")
+            }
+            guard operands.count >= 2 else {
+                throw UsageError("send: missing the destination [HOST:]PORT after '\(last)' (\(Self.usage))")
+            }
+            if let words = parsed.spelling(of: RelayChoice.codeWords) {
+                throw UsageError("\(words) goes with --relay")
+            }
+            destination = try TransferAddress(parsing: last, listening: false)
+            paths = Array(operands.dropLast())
         }
-        guard operands.count >= 2 else {
-            throw UsageError("send: missing the destination [HOST:]PORT after '\(last)' (\(Self.usage))")
-        }
-        destination = try TransferAddress(parsing: last, listening: false)
-        paths = Array(operands.dropLast())
         for path in paths where path.isEmpty {
             throw UsageError("send: empty path")
         }

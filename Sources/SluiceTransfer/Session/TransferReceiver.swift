@@ -171,6 +171,17 @@ public final class TransferReceiver {
         serve(input: input, output: output, peer: peer, on: loop, address: peer)
     }
 
+    /// Serves a connection this receiver made itself rather than accepted (one met through a
+    /// relay, `peer` naming it): over TLS after `useTLS(preSharedKey:)`, else in plaintext, as
+    /// `serve(input:output:from:on:)` does, without its throttle (the peer has no address of
+    /// its own to throttle). Returns the session's id.
+    @discardableResult
+    public func serve(input: ReadStream, output: WriteStream, metAt peer: String, on loop: EventLoop) -> Int? {
+        guard let context = tlsContext else { return serve(input: input, output: output, peer: peer, on: loop) }
+        let (reader, writer) = TLS.secure((input, output), context: context)
+        return serve(input: reader, output: writer, peer: peer, on: loop, address: peer)
+    }
+
     /// The address (`HandshakeLimiter.key(for:)`) of each session, for the throttle over TLS and
     /// for the caps of waiting connections.
     private var addresses: [Int: String] = [:]

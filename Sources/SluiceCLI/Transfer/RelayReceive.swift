@@ -1,0 +1,27 @@
+import Sluice
+import SluiceTransfer
+
+extension ReceiveSession {
+    /// `receive CODE`: joins the sender waiting under the code's nameplate at the relay, runs
+    /// the code exchange, and pairs the connections the sender offers (one unless the receiver
+    /// takes parallel streams); as stream pairs, the first first.
+    static func meetAtRelay(_ options: ReceiveOptions) -> Result<(Rendezvous, [(ReadStream, WriteStream)]), CLIError> {
+        guard let relay = options.relay, let code = options.code else {
+            return .failure(CLIError(.usage, "receive: no relay"))
+        }
+        let time =
+            options.idleSeconds == ReceiveOptions.defaultIdleSeconds
+            ? Rendezvous.exchangeTime : UInt64(options.idleSeconds * 1e9)
+        let meeting = Result { () throws(SluiceError) -> Rendezvous in
+            try Rendezvous.join(
+                relay: relay, code: code, maxStreams: options.streams ? ReachOffer.maxStreams : 1,
+                deadline: monotonicNanoseconds() &+ time)
+        }
+        switch meeting {
+        case .success(let rendezvous):
+            return RelayChoice.streams(rendezvous).map { (rendezvous, $0) }
+        case .failure(let error):
+            return .failure(RelayChoice.failure(error, "receive --relay \(relay)"))
+        }
+    }
+}

@@ -1,0 +1,45 @@
+import Sluice
+import SluiceTransfer
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+extension SendSession {
+    /// How long `send --relay` waits for the receiver at most: the relay ends the wait sooner
+    /// (its nameplates expire, by default after 10 minutes).
+    static let relayWait: UInt64 = 24 * 3600 * 1_000_000_000
+
+    /// `send --relay`: checks the paths, asks the relay for a nameplate, prints the code, waits
+    /// for the receiver who types it, and runs the code exchange; the connections met (as many
+    /// as the receiver accepts of `--streams`), as stream pairs, the first first.
+    static func meetAtRelay(_ options: SendOptions) -> Result<(Rendezvous, [(ReadStream, WriteStream)]), CLIError> {
+        guard let relay = options.relay else { return .failure(CLIError(.usage, "send: no relay")) }
+        // A path that is not there is said before anyone is asked to type a code.
+        for path in options.paths where path != "-" {
+            var info = stat()
+            guard lstat(path, &info) == 0 else {
+                return .failure(CLIError(.noInput, "\(path): \(String(cString: strerror(errno)))"))
+            }
+        }
+        let exchangeTime = options.timeoutSeconds.map { UInt64($0 * 1e9) } ?? Rendezvous.exchangeTime
+        let meeting = Result { () throws(SluiceError) -> Rendezvous in
+            let sender = try SenderRendezvous(
+                relay: relay, wordCount: options.codeWords, deadline: monotonicNanoseconds() &+ exchangeTime)
+            // The code is shown even with --quiet: without it no receiver can join.
+            Terminal.report("code: \(sender.code)")
+            if !options.quiet {
+                Terminal.report("on the receiving side: sluice receive --relay \(relay) \(sender.code)")
+            }
+            return try sender.waitForReceiver(
+                streams: options.streams, pairingDeadline: monotonicNanoseconds() &+ relayWait,
+                exchangeTime: exchangeTime)
+        }
+        switch meeting {
+        case .success(let rendezvous):
+            return RelayChoice.streams(rendezvous).map { (rendezvous, $0) }
+        case .failure(let error):
+            return .failure(RelayChoice.failure(error, "send --relay \(relay)"))
+        }
+    }
+}

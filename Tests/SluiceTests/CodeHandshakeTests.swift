@@ -1,0 +1,228 @@
+import Dispatch
+import Testing
+
+@testable import Sluice
+@testable import SluiceTransfer
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The code exchange (SPAKE2, then key confirmation) over real connected sockets, between two
+/// honest sides and against played peers that lie, stall or leave; the key it gives, and what
+/// a relay answers and a peer seals before TLS.
+@Suite("Code handshake", .serialized) struct CodeHandshakeTests {
+    static let right = [UInt8](repeating: 0x11, count: 32)
+    static let wrong = [UInt8](repeating: 0x22, count: 32)
+    static let context = Array("sluice relay v1 nameplate 7".utf8)
+
+    /// Two connected sockets (a Unix stream pair: the same code as TCP's for these calls).
+    static func socketPair() throws -> (BlockingSocket, BlockingSocket) {
+        var fds: [Int32] = [0, 0]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0)
+        return (try BlockingSocket(adopting: fds[0], name: "a"), try BlockingSocket(adopting: fds[1], name: "b"))
+    }
+
+    static func soon(_ seconds: Double = 10) -> UInt64 { monotonicNanoseconds() + UInt64(seconds * 1e9) }
+
+    /// Runs `body` on another thread; `wait()` gives its result.
+    final class Side<T: Sendable>: @unchecked Sendable {
+        private var result: Result<T, SluiceError>?
+        private let done = DispatchSemaphore(value: 0)
+
+        init(_ body: @escaping @Sendable () throws(SluiceError) -> T) {
+            DispatchQueue.global().async { [self] in
+                result = Result(catching: body)
+                done.signal()
+            }
+        }
+
+        func wait() -> Result<T, SluiceError> {
+            done.wait()
+            return result ?? .failure(SluiceError(.cancelled, operation: "test"))
+        }
+    }
+
+    static func exchange(_ senderPassword: [UInt8], _ receiverPassword: [UInt8]) throws -> (
+        Result<CodeKey, SluiceError>, Result<CodeKey, SluiceError>
+    ) {
+        let (a, b) = try socketPair()
+        let sendingSide = HandOver(a)
+        let other = Side { () throws(SluiceError) in
+            try CodeHandshake.run(
+                on: sendingSide.take(), password: senderPassword, role: .sender, context: context, deadline: soon())
+        }
+        let mine = Result { () throws(SluiceError) in
+            try CodeHandshake.run(
+                on: b, password: receiverPassword, role: .receiver, context: context, deadline: soon())
+        }
+        return (other.wait(), mine)
+    }
+
+    @Test func theSameCodeGivesBothSidesTheSameKey() throws {
+        let (sender, receiver) = try Self.exchange(Self.right, Self.right)
+        let a = try sender.get()
+        let b = try receiver.get()
+        #expect(a.preSharedKey == b.preSharedKey)
+        #expect(a.streamToken(1) == b.streamToken(1))
+        #expect(a.streamToken(1) != a.streamToken(2))
+        #expect(a.streamToken(1).count == 64)
+        // A second exchange with the same code gives another key (fresh secrets each time).
+        let (again, _) = try Self.exchange(Self.right, Self.right)
+        #expect(try again.get().preSharedKey != a.preSharedKey)
+    }
+
+    @Test func aWrongCodeFailsBothSides() throws {
+        let (sender, receiver) = try Self.exchange(Self.right, Self.wrong)
+        for side in [sender, receiver] {
+            guard case .failure(let error) = side else {
+                Issue.record("a wrong code gave a key")
+                continue
+            }
+            #expect(error.code == .authenticationFailed)
+            #expect(error.reason.contains("the code is wrong, or someone tried to guess it"))
+        }
+    }
+
+    @Test func aCodeFromAWordCodeAgreesOnlyUnderItsNameplate() throws {
+        let code = try WordCode.parse("7-acorn-tulip-pumice").get()
+        let sameWords = try WordCode.parse("8-acorn-tulip-pumice").get()
+        let w = try #require(code.passwordScalar)
+        #expect(try Self.exchange(w, w).0.get().preSharedKey.key.count == 32)
+        #expect(sameWords.passwordScalar != w)
+    }
+
+    /// A played peer: reads the honest side's hello, writes `message`, then ends its side; the
+    /// honest side must fail and send nothing more than `answered` bytes (its confirmation, when
+    /// it got as far as sending one) after its hello (magic and share).
+    func playedPeer(sends message: [UInt8], answered: Int = 0) throws -> SluiceError? {
+        let box: HandOver<BlockingSocket>
+        let played: BlockingSocket
+        do {
+            let (honest, other) = try Self.socketPair()
+            (box, played) = (HandOver(honest), other)
+        }
+        let side = Side { () throws(SluiceError) in
+            // The socket goes (closed) with this closure's scope: after the exchange, as in use.
+            try CodeHandshake.run(
+                on: box.take(), password: Self.right, role: .receiver, context: Self.context, deadline: Self.soon())
+        }
+        let hello = try played.read(exactly: CodeHandshake.magic.count + SPAKE2.shareBytes, deadline: Self.soon())
+        #expect(Array(hello.prefix(CodeHandshake.magic.count)) == CodeHandshake.magic)
+        try played.write(message, deadline: Self.soon())
+        let fd = played.takeDescriptor()
+        shutdown(fd, Int32(SHUT_WR))
+        let reader = try BlockingSocket(adopting: fd, name: "played")
+        guard case .failure(let error) = side.wait() else { return nil }
+        // The honest side said nothing more: its socket is closed after its hello.
+        var after: [UInt8] = []
+        while let byte = try? reader.read(exactly: 1, deadline: Self.soon()) { after += byte }
+        #expect(after.count == answered, "the honest side sent \(after.count) bytes after its hello")
+        return error
+    }
+
+    @Test func aShareOffTheCurveIsRefused() throws {
+        let off = [4] + [UInt8](repeating: 1, count: 64)
+        let error = try playedPeer(sends: CodeHandshake.magic + off)
+        #expect(error?.code == .authenticationFailed)
+        #expect(error?.reason.contains("not a point of the curve") == true)
+    }
+
+    @Test func theIdentityAndOtherEncodingsAreRefused() throws {
+        // The identity's encoding (0x00) padded to a share's length, and a compressed point.
+        for share in [[UInt8](repeating: 0, count: 65), [2] + [UInt8](repeating: 3, count: 64)] {
+            let error = try playedPeer(sends: CodeHandshake.magic + share)
+            #expect(error?.code == .authenticationFailed)
+        }
+    }
+
+    @Test func aPeerOfAnotherProtocolIsToldApart() throws {
+        let error = try playedPeer(sends: Array("GET / HTTP/1.1\r\n".utf8) + [UInt8](repeating: 4, count: 65))
+        #expect(error?.code == .authenticationFailed)
+        #expect(error?.reason.contains("does not speak") == true)
+    }
+
+    @Test func aTamperedShareFailsAtTheConfirmation() throws {
+        // A real share for another password, then a confirmation of 32 random-looking bytes.
+        let liar = try SPAKE2(
+            role: .a, password: Self.wrong, identityA: Array("sluice sender".utf8),
+            identityB: Array("sluice receiver".utf8), additionalData: Self.context)
+        let error = try playedPeer(
+            sends: CodeHandshake.magic + liar.share + [UInt8](repeating: 0x5A, count: SPAKE2.confirmationBytes),
+            answered: SPAKE2.confirmationBytes)
+        #expect(error?.code == .authenticationFailed)
+        #expect(error?.reason.contains("the code is wrong") == true)
+    }
+
+    @Test func aPeerThatLeavesMidwayFails() throws {
+        let error = try playedPeer(sends: CodeHandshake.magic + [4, 4, 4])
+        #expect(error?.code == .authenticationFailed)
+        #expect(error?.reason.contains("left before") == true)
+    }
+
+    @Test func aPeerThatNeverAnswersTimesOut() throws {
+        let (honest, played) = try Self.socketPair()
+        let started = monotonicNanoseconds()
+        let result = Result { () throws(SluiceError) in
+            try CodeHandshake.run(
+                on: honest, password: Self.right, role: .sender, context: Self.context, deadline: Self.soon(0.2))
+        }
+        guard case .failure(let error) = result else {
+            Issue.record("a silent peer gave a key")
+            return
+        }
+        #expect(error.code == .timedOut)
+        #expect(monotonicNanoseconds() - started < 5_000_000_000)
+        _ = played
+    }
+
+    @Test func aSealedMessageOpensOnlyWithItsKeyAndRole() throws {
+        let key = CodeKey(secret: [UInt8](repeating: 3, count: 16))
+        let offer = try #require(ReachOffer(streams: 4))
+        let sealed = try #require(key.seal(offer.encoded, from: .sender))
+        #expect(sealed.count == offer.encoded.count + 16)
+        #expect(key.open(sealed, from: .sender) == offer.encoded)
+        #expect(key.open(sealed, from: .receiver) == nil)
+        #expect(CodeKey(secret: [UInt8](repeating: 4, count: 16)).open(sealed, from: .sender) == nil)
+        for index in sealed.indices {
+            var flipped = sealed
+            flipped[index] ^= 1
+            #expect(key.open(flipped, from: .sender) == nil, "a flipped bit at \(index) opened")
+        }
+        #expect(key.open(Array(sealed.prefix(15)), from: .sender) == nil)
+    }
+
+    @Test func relayAnswersAndOffersParse() {
+        #expect(RelayHello.parse(answer: Array("PAIRED".utf8)) == .paired)
+        #expect(RelayHello.parse(answer: Array("NAMEPLATE 42".utf8)) == .nameplate(42))
+        #expect(RelayHello.parse(answer: Array("NAMEPLATE 99999".utf8)) == .nameplate(99_999))
+        for bad in [
+            "NAMEPLATE 0", "NAMEPLATE 100000", "NAMEPLATE -1", "NAMEPLATE +4", "NAMEPLATE ", "paired", "", "PAIRED ",
+        ] {
+            #expect(RelayHello.parse(answer: Array(bad.utf8)) == nil, "\(bad)")
+        }
+        #expect(RelayHello.parse(answer: Array("ERR claimed".utf8)) == .refused(.claimed))
+        #expect(RelayHello.parse(answer: Array("ERR busy".utf8)) == .refused(.busy))
+        #expect(RelayHello.parse(answer: Array("ERR expired".utf8)) == .refused(.expired))
+        #expect(RelayHello.parse(answer: Array("ERR unknown".utf8)) == .refused(.unknown))
+        #expect(RelayHello.parse(answer: Array("ERR bad hello".utf8)) == .refused(.other("bad hello")))
+        #expect(RelayHello.parse(answer: Array("ERR \u{1B}[2J".utf8)) == nil)
+        #expect(RelayHello.join(42) == Array("SLUICE-RELAY 1 JOIN 42\n".utf8))
+        #expect(ReachOffer.parse([1, 3]) == ReachOffer(streams: 3))
+        for bad: [UInt8] in [[1, 0], [1, 65], [2, 3], [1], [1, 3, 0], []] {
+            #expect(ReachOffer.parse(bad) == nil, "\(bad)")
+        }
+    }
+}
+
+/// Hands a non-Sendable value to another thread in a test, once: `take()` moves it out.
+final class HandOver<T>: @unchecked Sendable {
+    private var value: T?
+    init(_ value: T) { self.value = value }
+
+    func take() -> T {
+        defer { value = nil }
+        guard let value else { fatalError("taken twice") }
+        return value
+    }
+}
