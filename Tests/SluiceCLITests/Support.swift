@@ -30,7 +30,9 @@ let testKeyFile: String = {
 /// authenticate themselves.
 func withTestKey(_ arguments: [String]) -> [String] {
     guard let command = arguments.first, command == "send" || command == "receive" else { return arguments }
-    let chosen = arguments.contains { $0 == "--insecure" || $0.hasPrefix("--key-file") || $0.hasPrefix("--code-file") }
+    let chosen = arguments.contains {
+        $0 == "--insecure" || $0.hasPrefix("--key-file") || $0.hasPrefix("--code-file") || $0.hasPrefix("--relay")
+    }
     return chosen ? arguments : [command, "--key-file", testKeyFile] + arguments.dropFirst()
 }
 

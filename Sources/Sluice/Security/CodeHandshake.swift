@@ -103,6 +103,21 @@ package struct CodeKey: Sendable {
         Hex.encode(derive("sluice relay stream \(index)"))
     }
 
+    /// What `role` shows on direct connection `index` to prove it holds the key (a peer
+    /// reached directly may be anyone until it does).
+    package func proof(from role: CodeHandshake.Role, index: Int) -> [UInt8] {
+        derive("sluice direct proof from \(role == .sender ? "sender" : "receiver") \(index)")
+    }
+
+    /// Whether `shown` is `role`'s proof for connection `index` (compared in constant time).
+    package func checks(_ shown: [UInt8], from role: CodeHandshake.Role, index: Int) -> Bool {
+        let expected = proof(from: role, index: index)
+        guard shown.count == expected.count else { return false }
+        return shown.withUnsafeBytes { a in
+            expected.withUnsafeBytes { b in CRYPTO_memcmp(a.baseAddress, b.baseAddress, a.count) == 0 }
+        }
+    }
+
     /// `plaintext` sealed by `role` with AES-256-GCM (its own key per role; each key seals one
     /// message, so the nonce is fixed): the ciphertext and its 16-byte tag.
     package func seal(_ plaintext: [UInt8], from role: CodeHandshake.Role) -> [UInt8]? {

@@ -1,3 +1,5 @@
+import CSluiceLinux
+
 #if canImport(Glibc)
     import Glibc
 #elseif canImport(Musl)
@@ -44,6 +46,50 @@ package final class BlockingSocket {
             }
         }
         throw lastError
+    }
+
+    /// Connects to all of `addresses` at once and returns those that connected before
+    /// `deadline`, in the order they did (the first may be all a caller needs).
+    package static func connectAll(_ addresses: [SocketAddress], deadline: UInt64) -> [BlockingSocket] {
+        var pending: [(fd: Int32, address: SocketAddress)] = []
+        var connected: [BlockingSocket] = []
+        for address in addresses {
+            guard let fd = try? Socket.makeSocket(for: address) else { continue }
+            let started = (try? address.withSockAddr { sa, length throws(SluiceError) -> Int32 in
+                retryingOnInterrupt { Glibc.connect(fd, sa, length) } == 0 ? 0 : errno
+            }) ?? EINVAL
+            if started == 0, let socket = try? BlockingSocket(adopting: fd, name: address.description) {
+                connected.append(socket)
+            } else if started == EINPROGRESS {
+                pending.append((fd, address))
+            } else {
+                closeDescriptor(fd)
+            }
+        }
+        while !pending.isEmpty {
+            let now = monotonicNanoseconds()
+            guard now < deadline else { break }
+            var fds = pending.map { pollfd(fd: $0.fd, events: Int16(POLLOUT), revents: 0) }
+            let milliseconds = Int32(clamping: (deadline - now + 999_999) / 1_000_000)
+            guard retryingOnInterrupt({ poll(&fds, nfds_t(fds.count), milliseconds) }) >= 0 else { break }
+            var still: [(fd: Int32, address: SocketAddress)] = []
+            for (index, entry) in pending.enumerated() {
+                guard fds[index].revents != 0 else {
+                    still.append(entry)
+                    continue
+                }
+                let err = (try? Socket.option(entry.fd, SOL_SOCKET, SO_ERROR, entry.address.description)) ?? EIO
+                if err == 0, let socket = try? BlockingSocket(adopting: entry.fd, name: entry.address.description) {
+                    try? Socket.setOption(entry.fd, Int32(IPPROTO_TCP), TCP_NODELAY, 1, socket.name)
+                    connected.append(socket)
+                } else if err != 0 {
+                    closeDescriptor(entry.fd)
+                }
+            }
+            pending = still
+        }
+        for entry in pending { closeDescriptor(entry.fd) }
+        return connected
     }
 
     private static func connect(_ fd: Int32, to address: SocketAddress, deadline: UInt64) throws(SluiceError) {
@@ -114,6 +160,9 @@ package final class BlockingSocket {
         }
     }
 
+    /// The descriptor, to wait on (`BlockingSocket.readable`); still this socket's.
+    package var descriptor: Int32 { fd }
+
     /// The descriptor, for a stream pair to own: this socket no longer closes it.
     package func takeDescriptor() -> Int32 {
         let taken = fd
@@ -130,6 +179,87 @@ package final class BlockingSocket {
         guard now < deadline else { throw SluiceError(.timedOut, operation: operation, subject: subject) }
         let milliseconds = Int32(clamping: (deadline - now + 999_999) / 1_000_000)
         _ = try pollDescriptor(fd, events: events, timeoutMilliseconds: milliseconds)
+    }
+}
+
+extension BlockingSocket {
+    /// Which of `descriptors` can be read (or have ended) before `deadline`: all false when it
+    /// passed first.
+    package static func readable(_ descriptors: [Int32], deadline: UInt64) throws(SluiceError) -> [Bool] {
+        var fds = descriptors.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+        let now = monotonicNanoseconds()
+        guard now < deadline else { return descriptors.map { _ in false } }
+        let milliseconds = Int32(clamping: (deadline - now + 999_999) / 1_000_000)
+        _ = try syscallValue("poll") { poll(&fds, nfds_t(fds.count), milliseconds) }
+        return fds.map { $0.revents != 0 }
+    }
+}
+
+/// A TCP listener on every interface (IPv6 and IPv4 where the host has both) on a free port,
+/// accepting one connection at a time for `BlockingSocket` exchanges: the sender's door for
+/// a receiver that can reach it directly.
+package final class BlockingListener {
+    private let fd: Int32
+    /// The port the kernel chose.
+    package let port: UInt16
+
+    package init() throws(SluiceError) {
+        let type = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue)
+        var fd = Glibc.socket(AF_INET6, type, 0)
+        if fd >= 0 {
+            var off: Int32 = 0
+            _ = setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &off, socklen_t(MemoryLayout<Int32>.size))
+            var any = sockaddr_in6()
+            any.sin6_family = sa_family_t(AF_INET6)
+            let bound = withUnsafePointer(to: &any) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size))
+                }
+            }
+            if bound != 0 {
+                closeDescriptor(fd)
+                fd = -1
+            }
+        }
+        if fd < 0 {
+            fd = try syscallValue("socket", "direct listener") { Glibc.socket(AF_INET, type, 0) }
+            var any = sockaddr_in()
+            any.sin_family = sa_family_t(AF_INET)
+            let listening = fd
+            let bound = withUnsafePointer(to: &any) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    bind(listening, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                }
+            }
+            guard bound == 0 else {
+                let error = SluiceError(.system(.current), operation: "bind", subject: "direct listener")
+                closeDescriptor(fd)
+                throw error
+            }
+        }
+        self.fd = fd
+        do {
+            let listening = fd
+            try syscallValue("listen", "direct listener") { Glibc.listen(listening, 16) }
+            port = try SocketAddress.local(of: fd).port ?? 0
+        } catch {
+            closeDescriptor(fd)
+            throw error
+        }
+    }
+
+    deinit { closeDescriptor(fd) }
+
+    /// The descriptor, to wait on (`BlockingSocket.readable`).
+    package var descriptor: Int32 { fd }
+
+    /// A pending connection, or nil when none is.
+    package func accept() -> BlockingSocket? {
+        let flags = Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue)
+        let accepted = retryingOnInterrupt { accept4(fd, nil, nil, flags) }
+        guard accepted >= 0 else { return nil }
+        let name = (try? SocketAddress.peer(of: accepted))?.description ?? "a peer"
+        return try? BlockingSocket(adopting: accepted, name: name)
     }
 }
 

@@ -215,3 +215,66 @@ extension SocketAddress {
         try read("getpeername", "fd \(fd)") { getpeername(fd, $0, $1) }
     }
 }
+
+extension SocketAddress {
+    /// The raw address of an IPv4 (4 bytes) or IPv6 (16 bytes) address, network order; nil for
+    /// a Unix socket's.
+    package var addressBytes: [UInt8]? {
+        switch family {
+        case .ipv4:
+            var addr = bytes.withUnsafeBytes { $0.loadUnaligned(as: sockaddr_in.self) }.sin_addr
+            return withUnsafeBytes(of: &addr) { Array($0) }
+        case .ipv6:
+            var addr = bytes.withUnsafeBytes { $0.loadUnaligned(as: sockaddr_in6.self) }.sin6_addr
+            return withUnsafeBytes(of: &addr) { Array($0) }
+        case .unix:
+            return nil
+        }
+    }
+
+    /// An IPv4 (4 bytes) or IPv6 (16 bytes) address from its raw bytes and a port; nil for any
+    /// other length.
+    package init?(addressBytes raw: [UInt8], port: UInt16) {
+        switch raw.count {
+        case 4:
+            var sin = sockaddr_in()
+            sin.sin_family = sa_family_t(AF_INET)
+            sin.sin_port = port.bigEndian
+            withUnsafeMutableBytes(of: &sin.sin_addr) { $0.copyBytes(from: raw) }
+            self.init(copying: &sin)
+        case 16:
+            var sin6 = sockaddr_in6()
+            sin6.sin6_family = sa_family_t(AF_INET6)
+            sin6.sin6_port = port.bigEndian
+            withUnsafeMutableBytes(of: &sin6.sin6_addr) { $0.copyBytes(from: raw) }
+            self.init(copying: &sin6)
+        default:
+            return nil
+        }
+    }
+
+    /// The addresses of this host's interfaces that are up, with `port`: IPv4 and global IPv6,
+    /// without loopback and link-local ones (a peer elsewhere cannot reach those).
+    package static func interfaceAddresses(port: UInt16) -> [SocketAddress] {
+        var list: UnsafeMutablePointer<ifaddrs>?
+        guard getifaddrs(&list) == 0 else { return [] }
+        defer { freeifaddrs(list) }
+        var found: [SocketAddress] = []
+        var entry = list
+        while let current = entry {
+            defer { entry = current.pointee.ifa_next }
+            let flags = Int32(bitPattern: current.pointee.ifa_flags)
+            guard let sa = current.pointee.ifa_addr, flags & Int32(IFF_UP) != 0,
+                flags & Int32(IFF_LOOPBACK) == 0
+            else { continue }
+            let length = socklen_t(
+                Int32(sa.pointee.sa_family) == AF_INET6 ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size)
+            guard let address = SocketAddress(sockaddr: sa, length: length), let raw = address.addressBytes else { continue }
+            if address.family == .ipv6 && (raw[0] == 0xFE && raw[1] & 0xC0 == 0x80) { continue }  // fe80::/10
+            if address.family == .ipv4 && raw[0] == 169 && raw[1] == 254 { continue }  // 169.254/16
+            guard let withPort = SocketAddress(addressBytes: raw, port: port), !found.contains(withPort) else { continue }
+            found.append(withPort)
+        }
+        return found
+    }
+}

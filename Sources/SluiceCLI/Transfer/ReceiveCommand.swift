@@ -74,6 +74,8 @@ final class ReceiveSession: Interruptible {
     /// exchange), and the key the code gave.
     var relayed: [(ReadStream, WriteStream)] = []
     var relayKey: PreSharedKey?
+    /// Whether those connections go straight to the sender (else through the relay).
+    var relayDirect = false
 
     init(options: ReceiveOptions, loop: EventLoop) {
         self.options = options
@@ -232,9 +234,11 @@ final class ReceiveSession: Interruptible {
         } catch {
             return CLIError(.ioError, "receive: TLS: \(error.reason)")
         }
-        let address = "relay \(relay)"
+        let address = relayDirect ? "the sender, directly (met at relay \(relay))" : "relay \(relay)"
         stats.address = address
-        if !options.quiet { Terminal.report("receiving into \(options.directory) through \(address)") }
+        if !options.quiet {
+            Terminal.report("receiving into \(options.directory) \(relayDirect ? "from" : "through") \(address)")
+        }
         for (input, output) in relayed {
             guard let id = receiver.serve(input: input, output: output, metAt: address, on: loop) else { continue }
             onceServed.insert(id)
@@ -357,6 +361,7 @@ final class ReceiveSession: Interruptible {
         if let (rendezvous, pairs) = met {
             session.relayed = pairs
             session.relayKey = rendezvous.key.preSharedKey
+            session.relayDirect = rendezvous.direct
         }
         SignalWatcher.shared.route(to: session, on: loop)
         if let failure = session.start() {

@@ -39,6 +39,8 @@ struct ReceiveOptions: Sendable {
     /// `$SLUICE_RELAY`); one transfer, as with `--once`.
     var code: WordCode?
     var relay: RelayEndpoint?
+    /// `--no-direct`, `--no-relay`: the ways the connections may go after meeting at the relay.
+    var routes = ReachRoutes()
 
     static let listen = Option(
         "listen", short: "l", value: .required("ADDRESS"),
@@ -117,7 +119,7 @@ struct ReceiveOptions: Sendable {
 
     /// The options, in the order `--help` lists them.
     static let parser = ArgumentParser([
-        relay, listen, dir, once, overwrite, keepModes, sync, delete, noOwners, devices, maxSize, maxSessions,
+        relay, RelayChoice.noDirect, RelayChoice.noRelay, listen, dir, once, overwrite, keepModes, sync, delete, noOwners, devices, maxSize, maxSessions,
         noResume, noFsync, direct, noStreams, timeout, TransferAuth.keyFileOption, TransferAuth.insecureOption,
         codeUses, CommonOptions.stats, quiet, CommonOptions.help, CommonOptions.version,
     ])
@@ -146,6 +148,7 @@ struct ReceiveOptions: Sendable {
         } else if let spelling = parsed.spelling(of: Self.relay) {
             throw UsageError("\(spelling): give the CODE the sender printed (\(Self.usage))")
         }
+        routes = try RelayChoice.routes(parsed, relay: relay != nil)
         auth = try TransferAuth(parsed)
         if let listen = try parsed[Self.listen] { self.listen = listen }
         // Plaintext is for trusted links: without a host it listens on loopback only.

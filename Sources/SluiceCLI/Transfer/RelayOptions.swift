@@ -25,6 +25,22 @@ enum RelayChoice {
             + "\(WordCode.wordCounts.upperBound), 11 bits each;\ndefault \(WordCode.defaultWordCount))",
         read: Read.number(of: "words", in: WordCode.wordCounts))
 
+    static let noDirect = Flag(
+        "no-direct", help: "with a relay: never try to connect directly; every\nbyte goes through the relay")
+    static let noRelay = Flag(
+        "no-relay",
+        help: "with a relay: meet there, but move the files only\nover a direct connection (69 if none can be made)")
+
+    /// The ways `--no-direct` and `--no-relay` leave; a usage error for both, or either without
+    /// a relay.
+    static func routes(_ parsed: ParsedArguments, relay: Bool) throws(UsageError) -> ReachRoutes {
+        let noDirect = parsed.spelling(of: Self.noDirect)
+        let noRelay = parsed.spelling(of: Self.noRelay)
+        if !relay, let given = noDirect ?? noRelay { throw UsageError("\(given) goes with a relay") }
+        if let noDirect, let noRelay { throw UsageError("\(noDirect) and \(noRelay): the files would have no way to go") }
+        return ReachRoutes(direct: noDirect == nil, relay: noRelay == nil)
+    }
+
     /// Parses `HOST`, `HOST:PORT`, `[V6]:PORT` or `tcp:HOST:PORT`.
     static func endpoint(_ text: String, spelling: String) throws(UsageError) -> RelayEndpoint {
         let bare = text.hasPrefix("tcp:") ? String(text.dropFirst(4)) : text

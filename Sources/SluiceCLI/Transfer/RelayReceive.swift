@@ -1,6 +1,10 @@
 import Sluice
 import SluiceTransfer
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 extension ReceiveSession {
     /// `receive CODE`: joins the sender waiting under the code's nameplate at the relay, runs
     /// the code exchange, and pairs the connections the sender offers (one unless the receiver
@@ -9,12 +13,23 @@ extension ReceiveSession {
         guard let relay = options.relay, let code = options.code else {
             return .failure(CLIError(.usage, "receive: no relay"))
         }
+        // A directory that cannot take the files is said before the code is spent.
+        var info = stat()
+        var why: String?
+        if stat(options.directory, &info) != 0 {
+            why = String(cString: strerror(errno))
+        } else if info.st_mode & S_IFMT != S_IFDIR {
+            why = "not a directory"
+        } else if access(options.directory, W_OK | X_OK) != 0 {
+            why = String(cString: strerror(errno))
+        }
+        if let why { return .failure(CLIError(.cannotCreate, "receive into \(options.directory): \(why)")) }
         let time =
             options.idleSeconds == ReceiveOptions.defaultIdleSeconds
             ? Rendezvous.exchangeTime : UInt64(options.idleSeconds * 1e9)
         let meeting = Result { () throws(SluiceError) -> Rendezvous in
             try Rendezvous.join(
-                relay: relay, code: code, maxStreams: options.streams ? ReachOffer.maxStreams : 1,
+                relay: relay, code: code, maxStreams: options.streams ? ReachOffer.maxStreams : 1, routes: options.routes,
                 deadline: monotonicNanoseconds() &+ time)
         }
         switch meeting {

@@ -32,11 +32,19 @@ extension SendSession {
                 Terminal.report("on the receiving side: sluice receive --relay \(relay) \(sender.code)")
             }
             return try sender.waitForReceiver(
-                streams: options.streams, pairingDeadline: monotonicNanoseconds() &+ relayWait,
+                streams: options.streams, routes: options.routes, pairingDeadline: monotonicNanoseconds() &+ relayWait,
                 exchangeTime: exchangeTime)
         }
         switch meeting {
         case .success(let rendezvous):
+            if !options.quiet {
+                let count = rendezvous.sockets.count
+                let connections = count == 1 ? "one connection" : "\(count) connections"
+                Terminal.report(
+                    rendezvous.direct
+                        ? "the receiver connected directly (\(connections))"
+                        : "sending through the relay (\(connections))")
+            }
             return RelayChoice.streams(rendezvous).map { (rendezvous, $0) }
         case .failure(let error):
             return .failure(RelayChoice.failure(error, "send --relay \(relay)"))

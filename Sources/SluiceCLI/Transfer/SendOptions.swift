@@ -54,6 +54,8 @@ struct SendOptions: Sendable {
     var relay: RelayEndpoint?
     /// `--code-words`: words in the short code.
     var codeWords = WordCode.defaultWordCount
+    /// `--no-direct`, `--no-relay`: the ways the connections may go after meeting at the relay.
+    var routes = ReachRoutes()
 
     static let name = Option<String>(
         "name", value: .required("NAME"), help: "the name to store standard input under\n(with the path -)")
@@ -137,7 +139,7 @@ struct SendOptions: Sendable {
         [
             CommonOptions.chunkSize, compress, CommonOptions.threads, CommonOptions.progress, CommonOptions.noProgress,
             CommonOptions.stats, CommonOptions.rateLimit, timeout, noResume, name, streams, relay,
-            RelayChoice.codeWords, codeFile,
+            RelayChoice.codeWords, RelayChoice.noDirect, RelayChoice.noRelay, codeFile,
             TransferAuth.keyFileOption, TransferAuth.insecureOption, exclude, excludeFrom, filesFrom, from0,
             shard, shardBy, shardCount, sync, dryRun, delete, checksum, wholeFile, itemize,
         ] + SourceOptionFlags.table.map(\.flag) + [
@@ -175,6 +177,7 @@ struct SendOptions: Sendable {
             destination = try TransferAddress(parsing: last, listening: false)
             paths = Array(operands.dropLast())
         }
+        routes = try RelayChoice.routes(parsed, relay: relay != nil)
         for path in paths where path.isEmpty {
             throw UsageError("send: empty path")
         }

@@ -73,32 +73,96 @@ package enum RelayHello {
     }
 }
 
-/// The one message each side seals with the code's key before TLS starts: how many
-/// connections the transfer takes. The sender offers, the receiver answers with what it
-/// accepts (at most what was offered).
+/// The message the sender seals with the code's key before TLS starts: how many connections
+/// it would use, whether the relay may carry them, and where the receiver may reach it
+/// directly. Sealed, so nothing of it (the addresses least of all) reaches the relay.
 package struct ReachOffer: Equatable, Sendable {
     /// This version of the message.
     static let version: UInt8 = 1
     /// The most connections an offer may name.
     package static let maxStreams = 64
+    /// The most addresses an offer carries.
+    package static let maxAddresses = 16
     /// The most bytes a sealed message may take on the wire.
-    package static let maxSealed = 256
+    package static let maxSealed = 512
 
     /// Connections for the transfer: 1 to `maxStreams`.
     package var streams: Int
+    /// False with the sender's `--no-relay`: direct, or not at all.
+    package var relayAllowed: Bool
+    /// Where the sender listens for a direct connection (none with `--no-direct`).
+    package var addresses: [SocketAddress]
 
-    package init?(streams: Int) {
-        guard (1...Self.maxStreams).contains(streams) else { return nil }
-        self.streams = streams
+    package init?(streams: Int, relayAllowed: Bool = true, addresses: [SocketAddress] = []) {
+        guard (1...Self.maxStreams).contains(streams), addresses.count <= Self.maxAddresses,
+            addresses.allSatisfy({ $0.addressBytes != nil && $0.port != nil })
+        else { return nil }
+        (self.streams, self.relayAllowed, self.addresses) = (streams, relayAllowed, addresses)
     }
 
-    /// The message's bytes.
-    package var encoded: [UInt8] { [Self.version, UInt8(streams)] }
+    /// The message's bytes: version, streams, flags (1: relay allowed), the count of
+    /// addresses, and each as its length (4 or 16), its bytes and its port (big-endian).
+    package var encoded: [UInt8] {
+        var out: [UInt8] = [Self.version, UInt8(streams), relayAllowed ? 1 : 0, UInt8(addresses.count)]
+        for address in addresses {
+            let raw = address.addressBytes ?? []
+            let port = address.port ?? 0
+            out += [UInt8(raw.count)] + raw + [UInt8(port >> 8), UInt8(port & 0xFF)]
+        }
+        return out
+    }
 
-    /// Parses a message; nil for any other version, length or count out of range. A pure
-    /// function of the peer's bytes (which only the holder of the code could seal).
+    /// Parses a message; nil for any other version, a count or length out of range, or bytes
+    /// left over. A pure function of the peer's bytes (which only the holder of the code could
+    /// seal).
     package static func parse(_ bytes: [UInt8]) -> ReachOffer? {
-        guard bytes.count == 2, bytes[0] == version else { return nil }
-        return ReachOffer(streams: Int(bytes[1]))
+        guard bytes.count >= 4, bytes[0] == version, bytes[2] <= 1 else { return nil }
+        var addresses: [SocketAddress] = []
+        var at = 4
+        for _ in 0..<Int(bytes[3]) {
+            guard at < bytes.count else { return nil }
+            let length = Int(bytes[at])
+            guard length == 4 || length == 16, at + 1 + length + 2 <= bytes.count else { return nil }
+            let raw = Array(bytes[(at + 1)..<(at + 1 + length)])
+            let port = UInt16(bytes[at + 1 + length]) << 8 | UInt16(bytes[at + 2 + length])
+            guard port != 0, let address = SocketAddress(addressBytes: raw, port: port) else { return nil }
+            addresses.append(address)
+            at += 1 + length + 2
+        }
+        guard at == bytes.count else { return nil }
+        return ReachOffer(streams: Int(bytes[1]), relayAllowed: bytes[2] == 1, addresses: addresses)
+    }
+}
+
+/// The receiver's sealed answer to a `ReachOffer`: how many connections it takes (at most
+/// those offered) and which way they go.
+package struct ReachAnswer: Equatable, Sendable {
+    /// Which way the transfer's connections go.
+    package enum Route: UInt8, Sendable {
+        /// The receiver reached the sender directly: every connection goes that way.
+        case direct = 1
+        /// Through the relay.
+        case relay = 2
+        /// Neither: no direct connection, and the relay is not allowed (`--no-relay`).
+        case none = 3
+    }
+
+    package var streams: Int
+    package var route: Route
+
+    package init?(streams: Int, route: Route) {
+        guard (1...ReachOffer.maxStreams).contains(streams) else { return nil }
+        (self.streams, self.route) = (streams, route)
+    }
+
+    /// The message's bytes: version, streams, route.
+    package var encoded: [UInt8] { [ReachOffer.version, UInt8(streams), route.rawValue] }
+
+    /// Parses an answer; nil for any other version, length, count or route.
+    package static func parse(_ bytes: [UInt8]) -> ReachAnswer? {
+        guard bytes.count == 3, bytes[0] == ReachOffer.version, let route = Route(rawValue: bytes[2]) else {
+            return nil
+        }
+        return ReachAnswer(streams: Int(bytes[1]), route: route)
     }
 }

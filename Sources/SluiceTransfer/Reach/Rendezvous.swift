@@ -25,6 +25,8 @@ package struct Rendezvous {
     package var sockets: [BlockingSocket]
     /// The key the code gave.
     package var key: CodeKey
+    /// Whether the connections go directly between the peers (else through the relay).
+    package var direct: Bool
 
     /// How long the exchanges after pairing may take, unless the caller says otherwise.
     package static let exchangeTime: UInt64 = 30_000_000_000
@@ -56,42 +58,98 @@ package final class SenderRendezvous {
     }
 
     /// Waits (until `pairingDeadline`: the relay ends the wait sooner when the nameplate
-    /// expires) for the receiver, runs the code exchange, offers `streams` connections, and
-    /// pairs as many further ones as the receiver accepts, each before `deadline` counted from
-    /// the pairing (`exchangeTime` by default).
-    package func waitForReceiver(streams: Int, pairingDeadline: UInt64, exchangeTime: UInt64 = Rendezvous.exchangeTime)
-        throws(SluiceError) -> Rendezvous
-    {
+    /// expires) for the receiver, runs the code exchange, offers `streams` connections and, as
+    /// `routes` allows, a direct way to this host; then takes the connections the receiver
+    /// accepts, the way it chose: direct ones it makes to this host, or pairs at the relay.
+    /// Each step after the pairing before `exchangeTime` has passed.
+    package func waitForReceiver(
+        streams: Int, routes: ReachRoutes = ReachRoutes(), pairingDeadline: UInt64,
+        exchangeTime: UInt64 = Rendezvous.exchangeTime
+    ) throws(SluiceError) -> Rendezvous {
         let answer = try Rendezvous.answer(from: socket, relay: relay, deadline: pairingDeadline)
         guard answer == .paired else { throw Rendezvous.unexpected(answer, relay: relay, asking: "a receiver") }
         let deadline = monotonicNanoseconds() &+ exchangeTime
         let key = try CodeHandshake.run(
             on: socket, password: password, role: .sender, context: Rendezvous.context(code.nameplate),
             deadline: deadline)
-        guard let offer = ReachOffer(streams: streams), let sealed = key.seal(offer.encoded, from: .sender) else {
-            throw SluiceError(.invalidArgument, operation: "offer", detail: "\(streams) connections")
-        }
+        // The door for a direct connection: only once the code is confirmed, and its addresses
+        // only inside the sealed offer.
+        let door = routes.direct ? try? BlockingListener() : nil
+        let addresses = door.map { Array(SocketAddress.interfaceAddresses(port: $0.port).prefix(ReachOffer.maxAddresses)) }
+        guard let offer = ReachOffer(streams: streams, relayAllowed: routes.relay, addresses: addresses ?? []),
+            let sealed = key.seal(offer.encoded, from: .sender)
+        else { throw SluiceError(.invalidArgument, operation: "offer", detail: "\(streams) connections") }
         try Rendezvous.writeSealed(sealed, to: socket, deadline: deadline)
+        // While the receiver tries the door, its answer comes through the relay.
+        var direct: BlockingSocket?
+        while true {
+            let ready = try BlockingSocket.readable([socket.descriptor] + (door.map { [$0.descriptor] } ?? []), deadline: deadline)
+            if ready[0] { break }
+            if ready.count > 1, ready[1], let door {
+                if direct == nil {
+                    direct = Rendezvous.admit(door, key: key, index: 0, deadline: deadline)
+                } else {
+                    _ = door.accept()  // the receiver has its way in: anyone else is closed
+                }
+            }
+            guard ready.contains(true) else {
+                throw SluiceError(.timedOut, operation: "code exchange", detail: "no answer from the receiver")
+            }
+        }
         guard
-            let accepted = ReachOffer.parse(
+            let accepted = ReachAnswer.parse(
                 try Rendezvous.readSealed(from: socket, key: key, by: .receiver, deadline: deadline)),
             accepted.streams <= streams
         else { throw Rendezvous.badOffer }
-        var sockets = [socket]
-        for index in 1..<accepted.streams {
-            sockets.append(try Rendezvous.pairStream(index, key: key, relay: relay, deadline: deadline))
+        switch accepted.route {
+        case .direct:
+            guard let direct, let door else { throw Rendezvous.badOffer }
+            var sockets = [direct]
+            while sockets.count < accepted.streams {
+                let ready = try BlockingSocket.readable([door.descriptor], deadline: deadline)
+                guard ready[0] else {
+                    throw SluiceError(.timedOut, operation: "direct", detail: "the receiver's connections did not come")
+                }
+                if let more = Rendezvous.admit(door, key: key, index: sockets.count, deadline: deadline) {
+                    sockets.append(more)
+                }
+            }
+            return Rendezvous(sockets: sockets, key: key, direct: true)
+        case .relay:
+            guard routes.relay else { throw Rendezvous.badOffer }
+            var sockets = [socket]
+            for index in 1..<accepted.streams {
+                sockets.append(try Rendezvous.pairStream(index, key: key, relay: relay, deadline: deadline))
+            }
+            return Rendezvous(sockets: sockets, key: key, direct: false)
+        case .none:
+            throw Rendezvous.noRoute
         }
-        return Rendezvous(sockets: sockets, key: key)
+    }
+}
+
+/// Which ways a transfer's connections may go once the peers have met.
+package struct ReachRoutes: Sendable {
+    /// Try a direct connection first (not with `--no-direct`).
+    package var direct = true
+    /// Fall back to the relay (not with `--no-relay`).
+    package var relay = true
+    /// How long the receiver tries the sender's addresses.
+    package var directWindow: UInt64 = 2_000_000_000
+
+    package init(direct: Bool = true, relay: Bool = true) {
+        (self.direct, self.relay) = (direct, relay)
     }
 }
 
 extension Rendezvous {
     /// Joins the sender waiting under `code`'s nameplate at `relay`, runs the code exchange,
-    /// accepts at most `maxStreams` of the connections offered and pairs them, all before
+    /// accepts at most `maxStreams` of the connections offered, tries the sender's addresses
+    /// as `routes` allows, and makes them, direct or paired at the relay, all before
     /// `deadline`.
-    package static func join(relay: RelayEndpoint, code: WordCode, maxStreams: Int, deadline: UInt64)
-        throws(SluiceError) -> Rendezvous
-    {
+    package static func join(
+        relay: RelayEndpoint, code: WordCode, maxStreams: Int, routes: ReachRoutes = ReachRoutes(), deadline: UInt64
+    ) throws(SluiceError) -> Rendezvous {
         guard let password = code.passwordScalar else {
             throw SluiceError(.unavailable, operation: "code", detail: "libcrypto failed (out of memory?)")
         }
@@ -103,16 +161,79 @@ extension Rendezvous {
         }
         let key = try CodeHandshake.run(
             on: socket, password: password, role: .receiver, context: context(code.nameplate), deadline: deadline)
-        guard let offer = ReachOffer.parse(try readSealed(from: socket, key: key, by: .sender, deadline: deadline)),
-            let accepted = ReachOffer(streams: min(offer.streams, max(1, maxStreams))),
+        guard let offer = ReachOffer.parse(try readSealed(from: socket, key: key, by: .sender, deadline: deadline))
+        else { throw badOffer }
+        let streams = min(offer.streams, max(1, maxStreams))
+        var direct: (socket: BlockingSocket, address: SocketAddress)?
+        if routes.direct && !offer.addresses.isEmpty {
+            direct = reach(offer.addresses, key: key, deadline: min(deadline, monotonicNanoseconds() &+ routes.directWindow))
+        }
+        let route: ReachAnswer.Route = direct != nil ? .direct : routes.relay && offer.relayAllowed ? .relay : .none
+        guard let accepted = ReachAnswer(streams: streams, route: route),
             let sealed = key.seal(accepted.encoded, from: .receiver)
         else { throw badOffer }
         try writeSealed(sealed, to: socket, deadline: deadline)
-        var sockets = [socket]
-        for index in 1..<accepted.streams {
-            sockets.append(try pairStream(index, key: key, relay: relay, deadline: deadline))
+        switch route {
+        case .direct:
+            guard let direct else { throw badOffer }
+            var sockets = [direct.socket]
+            for index in 1..<streams {
+                guard let more = reach([direct.address], key: key, index: index, deadline: deadline) else {
+                    throw SluiceError(
+                        .unavailable, operation: "direct", subject: direct.address.description,
+                        detail: "connection \(index + 1) could not be made")
+                }
+                sockets.append(more.socket)
+            }
+            return Rendezvous(sockets: sockets, key: key, direct: true)
+        case .relay:
+            var sockets = [socket]
+            for index in 1..<streams {
+                sockets.append(try pairStream(index, key: key, relay: relay, deadline: deadline))
+            }
+            return Rendezvous(sockets: sockets, key: key, direct: false)
+        case .none:
+            throw noRoute
         }
-        return Rendezvous(sockets: sockets, key: key)
+    }
+
+    static let noRoute = SluiceError(
+        .unavailable, operation: "direct",
+        detail: "no direct connection could be made, and --no-relay keeps the transfer off the relay")
+
+    /// The first of `addresses` that connects and proves to be the sender (connection
+    /// `index`'s proofs, each way) before `deadline`.
+    static func reach(_ addresses: [SocketAddress], key: CodeKey, index: Int = 0, deadline: UInt64) -> (
+        socket: BlockingSocket, address: SocketAddress
+    )? {
+        for socket in BlockingSocket.connectAll(addresses, deadline: deadline) {
+            let proven = Result { () throws(SluiceError) -> Bool in
+                try socket.write(key.proof(from: .receiver, index: index), deadline: deadline)
+                return key.checks(try socket.read(exactly: 32, deadline: deadline), from: .sender, index: index)
+            }
+            guard case .success(true) = proven,
+                let address = addresses.first(where: { $0.description == socket.name })
+            else { continue }
+            return (socket, address)
+        }
+        return nil
+    }
+
+    /// A connection at the sender's door that proves to be the receiver's connection `index`
+    /// (answered with the sender's proof); nil for anyone else, who is closed.
+    static func admit(_ door: BlockingListener, key: CodeKey, index: Int, deadline: UInt64) -> BlockingSocket? {
+        guard let socket = door.accept() else { return nil }
+        // A stranger at the door gets a second at most, not the exchange's whole time.
+        let soon = min(deadline, monotonicNanoseconds() &+ 1_000_000_000)
+        let proven = Result { () throws(SluiceError) -> Bool in
+            guard key.checks(try socket.read(exactly: 32, deadline: soon), from: .receiver, index: index) else {
+                return false
+            }
+            try socket.write(key.proof(from: .sender, index: index), deadline: soon)
+            return true
+        }
+        guard case .success(true) = proven else { return nil }
+        return socket
     }
 
     /// What binds the key to this meeting: the protocol and the nameplate.
