@@ -18,11 +18,20 @@ final class LiveSluice: @unchecked Sendable {
 
     /// Starts `sluice ARGUMENTS` (with the tests' key file for send and receive, unless they
     /// authenticate otherwise or `keyed` is false).
-    init(_ arguments: [String], environment: [String: String] = [:], keyed: Bool = true) throws {
+    /// `inside` runs it through another program first (`ip netns exec NAME`).
+    init(_ arguments: [String], environment: [String: String] = [:], keyed: Bool = true, inside: [String] = [])
+        throws
+    {
         precondition(brokenPipesIgnored)
-        process.executableURL = sluiceBinary
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        process.arguments = keyed ? withTestKey(arguments) : arguments
+        let arguments = keyed ? withTestKey(arguments) : arguments
+        if let program = inside.first {
+            process.executableURL = URL(fileURLWithPath: program)
+            process.arguments = Array(inside.dropFirst()) + [sluiceBinary.path] + arguments
+        } else {
+            process.executableURL = sluiceBinary
+            process.arguments = arguments
+        }
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = output
         process.standardError = errors
@@ -74,15 +83,17 @@ final class LiveSluice: @unchecked Sendable {
 final class RelayProcess: @unchecked Sendable {
     let live: LiveSluice
     let port: UInt16
+    let host: String
 
-    init(_ arguments: [String] = []) throws {
-        live = try LiveSluice(["relay", "--listen", "127.0.0.1:0"] + arguments)
-        let text = try live.line(/relaying on 127\.0\.0\.1:([0-9]+)/)
+    /// `sluice relay --listen HOST:0 ARGUMENTS`, run `inside` another program if given.
+    init(_ arguments: [String] = [], host: String = "127.0.0.1", inside: [String] = []) throws {
+        live = try LiveSluice(["relay", "--listen", "\(host):0"] + arguments, inside: inside)
+        let text = try live.line(/relaying on [0-9.]+:([0-9]+)/)
         guard let port = UInt16(text) else { throw ReceiverError(message: "relay port '\(text)'") }
-        self.port = port
+        (self.port, self.host) = (port, host)
     }
 
-    var address: String { "127.0.0.1:\(port)" }
+    var address: String { "\(host):\(port)" }
 
     /// Stops it (SIGTERM) and returns how it ended and what it printed on stdout.
     func stop() -> (status: Int32, stderr: String, stdout: String) {
@@ -161,10 +172,10 @@ final class CapturingProxy: @unchecked Sendable {
 }
 
 /// `sluice send --relay ADDRESS ARGUMENTS`, running, and the code it printed.
-func relaySender(_ relay: String, _ arguments: [String], environment: [String: String] = [:]) throws -> (
-    LiveSluice, String
-) {
-    let sender = try LiveSluice(["send", "--relay", relay] + arguments, environment: environment)
+func relaySender(
+    _ relay: String, _ arguments: [String], environment: [String: String] = [:], inside: [String] = []
+) throws -> (LiveSluice, String) {
+    let sender = try LiveSluice(["send", "--relay", relay] + arguments, environment: environment, inside: inside)
     let code = try sender.line(/code: ([0-9]+-[a-z-]+)\n/)
     return (sender, code)
 }
