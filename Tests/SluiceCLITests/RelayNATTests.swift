@@ -17,8 +17,11 @@ final class NATLab: @unchecked Sendable {
             return "\(tool) is not installed (iproute2, nftables)"
         }
         let probe = "sluice-probe-\(getpid())"
-        guard (try? NATLab.run("ip netns add \(probe) && ip -n \(probe) link add b0 type bridge && "
-            + "ip netns exec \(probe) nft add table ip nat; status=$?; ip netns del \(probe); exit $status")) == 0
+        guard
+            (try? NATLab.run(
+                "ip netns add \(probe) && ip -n \(probe) link add b0 type bridge && "
+                    + "ip netns exec \(probe) nft add table ip nat; status=$?; ip netns del \(probe); exit $status"))
+                == 0
         else { return "cannot make a network namespace with a bridge and an nftables table here" }
         return nil
     }()
@@ -27,7 +30,8 @@ final class NATLab: @unchecked Sendable {
     let pub: String
     let homeA: String
     let homeB: String
-    private let routers: [String]
+    /// The two routers, each also a host on the public network (a LAN of two machines).
+    let routers: [String]
     /// The relay's address on the public network.
     static let relayHost = "203.0.113.1"
 
@@ -140,6 +144,31 @@ final class NATLab: @unchecked Sendable {
             #expect(neighbour.wait(seconds: 60).status == 0)
             #expect(try treesIdentical(dir + "/src", dir + "/same/src"))
             _ = relay.stop()
+        }
+    }
+
+    @Test(.disabled(if: NATLab.unavailable != nil, Comment(rawValue: NATLab.unavailable ?? "")))
+    func twoHostsOnOneNetworkFindEachOtherWithNoServer() throws {
+        let lab = try NATLab()
+        try withTemporaryDirectory { dir in
+            try FileManager.default.createDirectory(atPath: dir + "/src", withIntermediateDirectories: true)
+            try write(randomBytes(1 << 20, seed: 12), to: dir + "/src/data.bin")
+            try FileManager.default.createDirectory(atPath: dir + "/dst", withIntermediateDirectories: true)
+            // No relay anywhere: the sender announces its nameplate in broadcasts on the
+            // network both routers' public sides share; the receiver, another host, hears it.
+            let port = "\(UInt16.random(in: 20_000...60_000))"
+            let (sender, code) = try relaySender(
+                "", [], environment: [:], inside: lab.inside(lab.routers[0]),
+                command: ["send", "--lan-port", port, dir + "/src"])
+            let received = try LiveSluice(
+                ["receive", "--lan-port", port, "-C", dir + "/dst", code], keyed: false,
+                inside: lab.inside(lab.routers[1])
+            ).wait(seconds: 60)
+            let sent = sender.wait(seconds: 60)
+            #expect(received.status == 0, "\(received.stderr)")
+            #expect(sent.status == 0, "\(sent.stderr)")
+            #expect(received.stderr.contains("found on the local network"))
+            #expect(try treesIdentical(dir + "/src", dir + "/dst/src"))
         }
     }
 }

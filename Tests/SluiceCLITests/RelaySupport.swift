@@ -172,10 +172,13 @@ final class CapturingProxy: @unchecked Sendable {
 }
 
 /// `sluice send --relay ADDRESS ARGUMENTS`, running, and the code it printed.
+/// `command` replaces `send --relay ADDRESS ARGUMENTS` (a sender with no relay).
 func relaySender(
-    _ relay: String, _ arguments: [String], environment: [String: String] = [:], inside: [String] = []
+    _ relay: String, _ arguments: [String], environment: [String: String] = [:], inside: [String] = [],
+    command: [String]? = nil
 ) throws -> (LiveSluice, String) {
-    let sender = try LiveSluice(["send", "--relay", relay] + arguments, environment: environment, inside: inside)
+    let sender = try LiveSluice(
+        command ?? ["send", "--relay", relay] + arguments, environment: environment, keyed: false, inside: inside)
     let code = try sender.line(/code: ([0-9]+-[a-z-]+)\n/)
     return (sender, code)
 }

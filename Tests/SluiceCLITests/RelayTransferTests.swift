@@ -191,9 +191,61 @@ import Testing
         }
     }
 
+    /// A UDP port free on this host now (bound to port 0, then let go).
+    func freeUDPPort() throws -> String {
+        let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+        defer { close(fd) }
+        var any = sockaddr_in()
+        any.sin_family = sa_family_t(AF_INET)
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let ok = withUnsafeMutablePointer(to: &any) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
+            }
+        }
+        guard ok else { throw POSIXError(.EADDRINUSE) }
+        return "\(UInt16(bigEndian: any.sin_port))"
+    }
+
+    @Test func withNoRelayTheSenderIsFoundOnTheLocalNetworkAndOneGuessHoldsThere() throws {
+        try withTemporaryDirectory { dir in
+            try makeTree(dir + "/src")
+            try FileManager.default.createDirectory(atPath: dir + "/dst", withIntermediateDirectories: true)
+            let port = try freeUDPPort()
+            // No --relay and no address: a short code, announced on the local network.
+            let (sender, code) = try relaySender(
+                "", [], command: ["send", "--lan-port", port, "--streams", "2", dir + "/src"])
+            let received = try LiveSluice(["receive", "--lan-port", port, "-C", dir + "/dst", code], keyed: false)
+                .wait()
+            let sent = sender.wait()
+            #expect(received.status == 0, "\(received.stderr)")
+            #expect(sent.status == 0, "\(sent.stderr)")
+            #expect(received.stderr.contains("found on the local network"))
+            #expect(sent.stderr.contains("the receiver connected directly (2 connections)"))
+            #expect(try treesIdentical(dir + "/src", dir + "/dst/src"))
+            // A wrong guess at the door ends both with 77, and the sender stops announcing.
+            let (second, secondCode) = try relaySender("", [], command: ["send", "--lan-port", port, dir + "/src"])
+            let nameplate = secondCode.split(separator: "-")[0]
+            let guess = try LiveSluice(
+                ["receive", "--lan-port", port, "-C", dir + "/dst", "\(nameplate)-acorn-acorn-acorn"], keyed: false
+            ).wait()
+            #expect(guess.status == 77, "\(guess.stderr)")
+            #expect(second.wait().status == 77)
+            // Nobody announces a nameplate: the receiver gives up after --timeout with 69.
+            let alone = try LiveSluice(
+                ["receive", "--lan-port", port, "--timeout", "1", "-C", dir + "/dst", "99-acorn-acorn-acorn"],
+                keyed: false
+            ).wait()
+            #expect(alone.status == 69, "\(alone.stderr)")
+            #expect(alone.stderr.contains("no sender announced it on this network"))
+        }
+    }
+
     @Test func usageErrors() throws {
         let cases: [[String]] = [
-            ["receive", "7-acorn-acorn-acorn"],
+            ["receive", "--relay", "127.0.0.1:1", "--lan-port", "9", "7-acorn-acorn-acorn"],
+            ["receive", "--lan-port", "9"],
+            ["send", "--lan-port", "9", ".", "127.0.0.1:1"],
             ["receive", "--relay", "127.0.0.1:1"],
             ["receive", "--relay", "127.0.0.1:1", "7-acorn-nope-acorn"],
             ["receive", "--relay", "127.0.0.1:1", "--listen", "0", "7-acorn-acorn-acorn"],

@@ -192,7 +192,7 @@ import Testing
         #expect(key.open(Array(sealed.prefix(15)), from: .sender) == nil)
     }
 
-    @Test func relayAnswersAndOffersParse() {
+    @Test func relayAnswersAndOffersParse() throws {
         #expect(RelayHello.parse(answer: Array("PAIRED".utf8)) == .paired)
         #expect(RelayHello.parse(answer: Array("NAMEPLATE 42".utf8)) == .nameplate(42))
         #expect(RelayHello.parse(answer: Array("NAMEPLATE 99999".utf8)) == .nameplate(99_999))
@@ -208,9 +208,35 @@ import Testing
         #expect(RelayHello.parse(answer: Array("ERR bad hello".utf8)) == .refused(.other("bad hello")))
         #expect(RelayHello.parse(answer: Array("ERR \u{1B}[2J".utf8)) == nil)
         #expect(RelayHello.join(42) == Array("SLUICE-RELAY 1 JOIN 42\n".utf8))
-        #expect(ReachOffer.parse([1, 3]) == ReachOffer(streams: 3))
-        for bad: [UInt8] in [[1, 0], [1, 65], [2, 3], [1], [1, 3, 0], []] {
+        #expect(ReachOffer.parse([1, 3, 1, 0]) == ReachOffer(streams: 3))
+        for bad: [UInt8] in [
+            [1, 0, 1, 0], [1, 65, 1, 0], [2, 3, 1, 0], [1, 3, 2, 0], [1, 3, 1], [1, 3, 1, 1], [],
+        ] {
             #expect(ReachOffer.parse(bad) == nil, "\(bad)")
+        }
+        // Addresses: 4 or 16 bytes and a port, exactly; anything left over is refused.
+        let v4 = try #require(SocketAddress(numericHost: "192.0.2.7", port: 4242))
+        let v6 = try #require(SocketAddress(numericHost: "2001:db8::9", port: 80))
+        let offer = try #require(ReachOffer(streams: 2, relayAllowed: false, addresses: [v4, v6]))
+        #expect(ReachOffer.parse(offer.encoded) == offer)
+        #expect(ReachOffer.parse(offer.encoded + [0]) == nil)
+        #expect(ReachOffer.parse(Array(offer.encoded.dropLast())) == nil)
+        var zeroPort = offer.encoded
+        zeroPort[4 + 1 + 4] = 0
+        zeroPort[4 + 1 + 4 + 1] = 0
+        #expect(ReachOffer.parse(zeroPort) == nil)
+        #expect(ReachAnswer.parse([1, 2, 1]) == ReachAnswer(streams: 2, route: .direct))
+        for bad: [UInt8] in [[1, 2, 0], [1, 2, 4], [1, 0, 1], [2, 2, 1], [1, 2]] {
+            #expect(ReachAnswer.parse(bad) == nil, "\(bad)")
+        }
+        // A stranger's datagram: an announcement, exactly.
+        let heard = try #require(LocalAnnounce.parse(LocalAnnounce.message(nameplate: 4821, port: 40000)))
+        #expect(heard.nameplate == 4821 && heard.port == 40000)
+        for bad in [
+            "SLUICE-ANNOUNCE 1 4821 40000", "SLUICE-ANNOUNCE 2 4821 40000\n", "SLUICE-ANNOUNCE 1 0 40000\n",
+            "SLUICE-ANNOUNCE 1 4821 70000\n", "SLUICE-ANNOUNCE 1 4821  40000\n", "SLUICE-ANNOUNCE 1 +4821 40000\n",
+        ] {
+            #expect(LocalAnnounce.parse(Array(bad.utf8)) == nil, "\(bad)")
         }
     }
 }

@@ -6,7 +6,9 @@
 // directory can set it), a short code as a person types it (`WordCode.parse`), a launcher's
 // task variables (`Shard.fromLauncher`, for `send --shard auto`), and a peer's SPAKE2 share
 // (`SPAKE2.finish(peerShare:)`: any bytes are a key or `invalidShare`); what a relay answers
-// (`RelayHello.parse(answer:)`), and a peer's sealed offer (`CodeKey.open`, `ReachOffer.parse`).
+// (`RelayHello.parse(answer:)`), a stranger's datagram on the local network
+// (`LocalAnnounce.parse`), and a peer's sealed offer and answer (`CodeKey.open`,
+// `ReachOffer.parse`, `ReachAnswer.parse`).
 // Any text must give a value or a clean refusal, never a crash or an
 // overflow; what is accepted must be in range and read back the same from its own written
 // form. (The CLI's endpoint parser lives in the executable target, which another package
@@ -28,6 +30,7 @@ func fuzzParsers(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
     launcher(text)
     spakeShare(Array(bytes))
     relayAnswer(Array(bytes))
+    announcement(Array(bytes))
     sealedOffer(Array(bytes))
     // The file's size, from the seed byte: 0, small, far beyond any range's end, or at the
     // edges of what an offset and the field hold (0xfc, 0xfd, 0xfe: 2^63 - 1, 2^63, 2^64 - 1).
@@ -120,6 +123,13 @@ func relayAnswer(_ bytes: [UInt8]) {
     }
 }
 
+/// An announcement: a nameplate and a port in range that read back the same, or nil.
+func announcement(_ bytes: [UInt8]) {
+    guard let (nameplate, port) = LocalAnnounce.parse(bytes) else { return }
+    expect((1...WordCode.maxNameplate).contains(nameplate) && port != 0, "\(nameplate) \(port)")
+    expect(LocalAnnounce.message(nameplate: nameplate, port: port) == bytes, "announcement does not read back")
+}
+
 /// The key every input meets (fixed: the input is what a peer sealed, or forged).
 let offerKey = CodeKey(secret: [UInt8](repeating: 9, count: 16))
 
@@ -131,7 +141,11 @@ func sealedOffer(_ bytes: [UInt8]) {
     }
     if let offer = ReachOffer.parse(bytes) {
         expect((1...ReachOffer.maxStreams).contains(offer.streams), "\(offer.streams) streams")
+        expect(offer.addresses.count <= ReachOffer.maxAddresses, "\(offer.addresses.count) addresses")
         expect(offer.encoded == bytes, "offer does not read back")
+    }
+    if let answer = ReachAnswer.parse(bytes) {
+        expect(answer.encoded == bytes, "answer does not read back")
     }
 }
 

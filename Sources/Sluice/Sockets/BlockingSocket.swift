@@ -55,9 +55,10 @@ package final class BlockingSocket {
         var connected: [BlockingSocket] = []
         for address in addresses {
             guard let fd = try? Socket.makeSocket(for: address) else { continue }
-            let started = (try? address.withSockAddr { sa, length throws(SluiceError) -> Int32 in
-                retryingOnInterrupt { Glibc.connect(fd, sa, length) } == 0 ? 0 : errno
-            }) ?? EINVAL
+            let started =
+                (try? address.withSockAddr { sa, length throws(SluiceError) -> Int32 in
+                    retryingOnInterrupt { Glibc.connect(fd, sa, length) } == 0 ? 0 : errno
+                }) ?? EINVAL
             if started == 0, let socket = try? BlockingSocket(adopting: fd, name: address.description) {
                 connected.append(socket)
             } else if started == EINPROGRESS {

@@ -154,7 +154,8 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Calls `body` with the `sockaddr` and its length, for `connect` and `bind`.
-    func withSockAddr<R>(_ body: (UnsafePointer<sockaddr>, socklen_t) throws(SluiceError) -> R) throws(SluiceError)
+    package func withSockAddr<R>(_ body: (UnsafePointer<sockaddr>, socklen_t) throws(SluiceError) -> R)
+        throws(SluiceError)
         -> R
     {
         // Copy into a sockaddr_storage so the pointer is suitably aligned for the kernel's reads.
@@ -268,11 +269,46 @@ extension SocketAddress {
                 flags & Int32(IFF_LOOPBACK) == 0
             else { continue }
             let length = socklen_t(
-                Int32(sa.pointee.sa_family) == AF_INET6 ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size)
-            guard let address = SocketAddress(sockaddr: sa, length: length), let raw = address.addressBytes else { continue }
+                Int32(sa.pointee.sa_family) == AF_INET6
+                    ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size)
+            guard let address = SocketAddress(sockaddr: sa, length: length), let raw = address.addressBytes else {
+                continue
+            }
             if address.family == .ipv6 && (raw[0] == 0xFE && raw[1] & 0xC0 == 0x80) { continue }  // fe80::/10
             if address.family == .ipv4 && raw[0] == 169 && raw[1] == 254 { continue }  // 169.254/16
-            guard let withPort = SocketAddress(addressBytes: raw, port: port), !found.contains(withPort) else { continue }
+            guard let withPort = SocketAddress(addressBytes: raw, port: port), !found.contains(withPort) else {
+                continue
+            }
+            found.append(withPort)
+        }
+        return found
+    }
+}
+
+extension SocketAddress {
+    /// The broadcast addresses of this host's IPv4 interfaces that are up, with `port`: where a
+    /// datagram reaches every host of each local network (`255.255.255.255` needs a route that
+    /// a host without a default route lacks).
+    package static func broadcastAddresses(port: UInt16) -> [SocketAddress] {
+        var list: UnsafeMutablePointer<ifaddrs>?
+        guard getifaddrs(&list) == 0 else { return [] }
+        defer { freeifaddrs(list) }
+        var found: [SocketAddress] = []
+        var entry = list
+        while let current = entry {
+            defer { entry = current.pointee.ifa_next }
+            let flags = Int32(bitPattern: current.pointee.ifa_flags)
+            let length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            // The network's address with every host bit set (the interface's own broadcast
+            // address may be unset).
+            guard flags & Int32(IFF_UP) != 0, flags & Int32(IFF_BROADCAST) != 0,
+                let address = current.pointee.ifa_addr, Int32(address.pointee.sa_family) == AF_INET,
+                let mask = current.pointee.ifa_netmask,
+                let host = SocketAddress(sockaddr: address, length: length)?.addressBytes,
+                let bits = SocketAddress(sockaddr: mask, length: length)?.addressBytes, bits.count == host.count,
+                let withPort = SocketAddress(addressBytes: zip(host, bits).map { $0 | ~$1 }, port: port),
+                !found.contains(withPort)
+            else { continue }
             found.append(withPort)
         }
         return found

@@ -29,7 +29,8 @@ enum ReceiveCommand: Command {
         file stored, refused or failed.
         With a CODE (printed by 'sluice send --relay'), nothing listens: the
         receiver meets the sender through the relay (--relay, or
-        $SLUICE_RELAY), checks the code with SPAKE2, and receives one
+        $SLUICE_RELAY; without one, it finds the sender's announcement on
+        the local network), checks the code with SPAKE2, and receives one
         transfer over TLS 1.3 as with --once.
 
         Options:
@@ -121,7 +122,7 @@ final class ReceiveSession: Interruptible {
         receiver.servesOneTransfer = options.once
         receiver.onEvent = { [weak self] event in self?.event(event) }
         receiver.onSessionEnd = { [weak self] report in self?.sessionEnded(report) }
-        if let relayKey, let relay = options.relay { return serveRelayed(receiver, key: relayKey, relay: relay) }
+        if let relayKey { return serveRelayed(receiver, key: relayKey, relay: options.relay) }
 
         let listening = Result { () throws(SluiceError) -> SocketListener in
             switch options.listen {
@@ -226,15 +227,17 @@ final class ReceiveSession: Interruptible {
         loop.stop()
     }
 
-    /// `receive CODE`: serves the connections met at `relay` as one transfer, with `key`.
-    private func serveRelayed(_ receiver: TransferReceiver, key: PreSharedKey, relay: RelayEndpoint) -> CLIError? {
+    /// `receive CODE`: serves the connections met at `relay` (or on the local network) as one
+    /// transfer, with `key`.
+    private func serveRelayed(_ receiver: TransferReceiver, key: PreSharedKey, relay: RelayEndpoint?) -> CLIError? {
         receiver.servesOneTransfer = true
         do {
             try receiver.useTLS(preSharedKey: key)
         } catch {
             return CLIError(.ioError, "receive: TLS: \(error.reason)")
         }
-        let address = relayDirect ? "the sender, directly (met at relay \(relay))" : "relay \(relay)"
+        let met = relay.map { "met at relay \($0)" } ?? "found on the local network"
+        let address = relayDirect ? "the sender, directly (\(met))" : "relay \(relay?.description ?? "")"
         stats.address = address
         if !options.quiet {
             Terminal.report("receiving into \(options.directory) \(relayDirect ? "from" : "through") \(address)")
@@ -347,7 +350,7 @@ final class ReceiveSession: Interruptible {
 
     static func run(_ options: ReceiveOptions) -> ExitStatus {
         var met: (Rendezvous, [(ReadStream, WriteStream)])?
-        if options.relay != nil {
+        if options.code != nil {
             // Before signals are routed: an interrupt while meeting ends the command at once.
             switch meetAtRelay(options) {
             case .success(let meeting): met = meeting

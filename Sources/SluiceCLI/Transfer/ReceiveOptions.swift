@@ -39,6 +39,8 @@ struct ReceiveOptions: Sendable {
     /// `$SLUICE_RELAY`); one transfer, as with `--once`.
     var code: WordCode?
     var relay: RelayEndpoint?
+    /// With a CODE and no relay: the UDP port to hear the sender's announcement on.
+    var lanPort = LocalAnnounce.defaultPort
     /// `--no-direct`, `--no-relay`: the ways the connections may go after meeting at the relay.
     var routes = ReachRoutes()
 
@@ -119,7 +121,8 @@ struct ReceiveOptions: Sendable {
 
     /// The options, in the order `--help` lists them.
     static let parser = ArgumentParser([
-        relay, RelayChoice.noDirect, RelayChoice.noRelay, listen, dir, once, overwrite, keepModes, sync, delete, noOwners, devices, maxSize, maxSessions,
+        relay, RelayChoice.lanPort, RelayChoice.noDirect, RelayChoice.noRelay, listen, dir, once, overwrite, keepModes,
+        sync, delete, noOwners, devices, maxSize, maxSessions,
         noResume, noFsync, direct, noStreams, timeout, TransferAuth.keyFileOption, TransferAuth.insecureOption,
         codeUses, CommonOptions.stats, quiet, CommonOptions.help, CommonOptions.version,
     ])
@@ -133,19 +136,19 @@ struct ReceiveOptions: Sendable {
             case .success(let code): self.code = code
             case .failure(let error): throw UsageError("receive: code '\(operand)': \(error)")
             }
-            guard let relay = try RelayChoice.endpoint(parsed, environment: environment) else {
-                throw UsageError(
-                    "receive \(operand): no relay to meet the sender at: give --relay HOST[:PORT] or set "
-                        + RelayChoice.variable)
+            // Without a relay, the sender is looked for on the local network.
+            relay = try RelayChoice.endpoint(parsed, environment: environment)
+            if let port = try parsed[RelayChoice.lanPort] {
+                guard relay == nil else { throw UsageError("--lan-port: not with a relay") }
+                lanPort = port
             }
-            self.relay = relay
             try RelayChoice.refuseOtherAuth(parsed)
             for option: any CommandOption in [Self.listen, Self.codeUses] {
                 if let spelling = parsed.spelling(of: option) {
                     throw UsageError("\(spelling): not with a CODE (the relay is met, nothing listens)")
                 }
             }
-        } else if let spelling = parsed.spelling(of: Self.relay) {
+        } else if let spelling = parsed.spelling(of: Self.relay) ?? parsed.spelling(of: RelayChoice.lanPort) {
             throw UsageError("\(spelling): give the CODE the sender printed (\(Self.usage))")
         }
         routes = try RelayChoice.routes(parsed, relay: relay != nil)

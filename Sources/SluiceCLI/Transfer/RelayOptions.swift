@@ -25,6 +25,15 @@ enum RelayChoice {
             + "\(WordCode.wordCounts.upperBound), 11 bits each;\ndefault \(WordCode.defaultWordCount))",
         read: Read.number(of: "words", in: WordCode.wordCounts))
 
+    static let lanPort = Option(
+        "lan-port", value: .required("PORT"),
+        help:
+            "with a short code and no relay: the UDP port the\nsender announces its nameplate on "
+            + "(default \(LocalAnnounce.defaultPort))",
+        read: { occurrence throws(UsageError) -> UInt16 in
+            UInt16(try Read.number(of: "a port", in: 1...65535)(occurrence))
+        })
+
     static let noDirect = Flag(
         "no-direct", help: "with a relay: never try to connect directly; every\nbyte goes through the relay")
     static let noRelay = Flag(
@@ -37,7 +46,9 @@ enum RelayChoice {
         let noDirect = parsed.spelling(of: Self.noDirect)
         let noRelay = parsed.spelling(of: Self.noRelay)
         if !relay, let given = noDirect ?? noRelay { throw UsageError("\(given) goes with a relay") }
-        if let noDirect, let noRelay { throw UsageError("\(noDirect) and \(noRelay): the files would have no way to go") }
+        if let noDirect, let noRelay {
+            throw UsageError("\(noDirect) and \(noRelay): the files would have no way to go")
+        }
         return ReachRoutes(direct: noDirect == nil, relay: noRelay == nil)
     }
 

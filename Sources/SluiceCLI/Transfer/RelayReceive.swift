@@ -10,9 +10,8 @@ extension ReceiveSession {
     /// the code exchange, and pairs the connections the sender offers (one unless the receiver
     /// takes parallel streams); as stream pairs, the first first.
     static func meetAtRelay(_ options: ReceiveOptions) -> Result<(Rendezvous, [(ReadStream, WriteStream)]), CLIError> {
-        guard let relay = options.relay, let code = options.code else {
-            return .failure(CLIError(.usage, "receive: no relay"))
-        }
+        guard let code = options.code else { return .failure(CLIError(.usage, "receive: no code")) }
+        let relay = options.relay
         // A directory that cannot take the files is said before the code is spent.
         var info = stat()
         var why: String?
@@ -28,15 +27,20 @@ extension ReceiveSession {
             options.idleSeconds == ReceiveOptions.defaultIdleSeconds
             ? Rendezvous.exchangeTime : UInt64(options.idleSeconds * 1e9)
         let meeting = Result { () throws(SluiceError) -> Rendezvous in
-            try Rendezvous.join(
-                relay: relay, code: code, maxStreams: options.streams ? ReachOffer.maxStreams : 1, routes: options.routes,
-                deadline: monotonicNanoseconds() &+ time)
+            let maxStreams = options.streams ? ReachOffer.maxStreams : 1
+            let deadline = monotonicNanoseconds() &+ time
+            guard let relay else {
+                return try Rendezvous.findLocal(
+                    code: code, announcePort: options.lanPort, maxStreams: maxStreams, deadline: deadline)
+            }
+            return try Rendezvous.join(
+                relay: relay, code: code, maxStreams: maxStreams, routes: options.routes, deadline: deadline)
         }
         switch meeting {
         case .success(let rendezvous):
             return RelayChoice.streams(rendezvous).map { (rendezvous, $0) }
         case .failure(let error):
-            return .failure(RelayChoice.failure(error, "receive --relay \(relay)"))
+            return .failure(RelayChoice.failure(error, relay.map { "receive --relay \($0)" } ?? "receive"))
         }
     }
 }

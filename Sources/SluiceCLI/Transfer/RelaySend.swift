@@ -14,7 +14,6 @@ extension SendSession {
     /// for the receiver who types it, and runs the code exchange; the connections met (as many
     /// as the receiver accepts of `--streams`), as stream pairs, the first first.
     static func meetAtRelay(_ options: SendOptions) -> Result<(Rendezvous, [(ReadStream, WriteStream)]), CLIError> {
-        guard let relay = options.relay else { return .failure(CLIError(.usage, "send: no relay")) }
         // A path that is not there is said before anyone is asked to type a code.
         for path in options.paths where path != "-" {
             var info = stat()
@@ -23,16 +22,28 @@ extension SendSession {
             }
         }
         let exchangeTime = options.timeoutSeconds.map { UInt64($0 * 1e9) } ?? Rendezvous.exchangeTime
+        let relay = options.relay
         let meeting = Result { () throws(SluiceError) -> Rendezvous in
+            let pairingDeadline = monotonicNanoseconds() &+ relayWait
+            guard let relay else {
+                let sender = try SenderRendezvous.local(wordCount: options.codeWords, announcePort: options.lanPort)
+                // The code is shown even with --quiet: without it no receiver can join.
+                Terminal.report("code: \(sender.code)")
+                if !options.quiet {
+                    let port = options.lanPort == LocalAnnounce.defaultPort ? "" : "--lan-port \(options.lanPort) "
+                    Terminal.report("on the receiving side (this network): sluice receive \(port)\(sender.code)")
+                }
+                return try sender.waitForReceiver(
+                    streams: options.streams, pairingDeadline: pairingDeadline, exchangeTime: exchangeTime)
+            }
             let sender = try SenderRendezvous(
                 relay: relay, wordCount: options.codeWords, deadline: monotonicNanoseconds() &+ exchangeTime)
-            // The code is shown even with --quiet: without it no receiver can join.
             Terminal.report("code: \(sender.code)")
             if !options.quiet {
                 Terminal.report("on the receiving side: sluice receive --relay \(relay) \(sender.code)")
             }
             return try sender.waitForReceiver(
-                streams: options.streams, routes: options.routes, pairingDeadline: monotonicNanoseconds() &+ relayWait,
+                streams: options.streams, routes: options.routes, pairingDeadline: pairingDeadline,
                 exchangeTime: exchangeTime)
         }
         switch meeting {
@@ -47,7 +58,7 @@ extension SendSession {
             }
             return RelayChoice.streams(rendezvous).map { (rendezvous, $0) }
         case .failure(let error):
-            return .failure(RelayChoice.failure(error, "send --relay \(relay)"))
+            return .failure(RelayChoice.failure(error, relay.map { "send --relay \($0)" } ?? "send"))
         }
     }
 }

@@ -15,7 +15,7 @@ enum SendCommand: Command {
         """
         Usage: sluice send [options] PATH... [HOST:]PORT
                sluice send [options] - --name NAME [HOST:]PORT
-               sluice send --relay HOST[:PORT] [options] PATH...
+               sluice send [--relay HOST[:PORT]] [options] PATH...
 
         Send files and directories (recursively, under their base names) to a
         'sluice receive' at HOST:PORT (default host localhost; also [V6]:PORT,
@@ -32,7 +32,9 @@ enum SendCommand: Command {
         prints a short code (NAMEPLATE-word-word-word) and waits for the
         receiver who types it ('sluice receive --relay HOST CODE'); the code
         is checked with SPAKE2 (one guess: a wrong code ends both sides with
-        77) and its key secures TLS 1.3 end to end.
+        77) and its key secures TLS 1.3 end to end. With no relay ($SLUICE_RELAY
+        unset) and no address last, the code's nameplate is announced on the
+        local network for 'sluice receive CODE' to find.
 
         Options:
         \(SendOptions.parser.helpLines().joined(separator: "\n"))
@@ -91,6 +93,7 @@ final class SendSession: Interruptible {
     /// The destination as messages name it.
     var destinationName: String {
         if let relay = options.relay { return "the receiver (through relay \(relay))" }
+        if options.local { return "the receiver (on the local network)" }
         switch options.destination {
         case .tcp(let host, let port): return TransferAddress.tcp(host: host ?? "localhost", port: port).description
         case .unix(let path): return path
@@ -363,7 +366,7 @@ final class SendSession: Interruptible {
     static func run(_ options: SendOptions) -> ExitStatus {
         var options = options
         var met: (Rendezvous, [(ReadStream, WriteStream)])?
-        if options.relay != nil {
+        if options.relay != nil || options.local {
             // Before signals are routed: an interrupt while waiting ends the command at once.
             switch meetAtRelay(options) {
             case .success(let meeting):

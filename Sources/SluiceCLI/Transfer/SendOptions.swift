@@ -7,7 +7,7 @@ import SluiceTransfer
 
 /// `sluice send [options] PATH... [HOST:]PORT`, validated.
 struct SendOptions: Sendable {
-    static let usage = "usage: sluice send [options] PATH... [HOST:]PORT, or send --relay HOST PATH..."
+    static let usage = "usage: sluice send [options] PATH... [HOST:]PORT, or send [--relay HOST] PATH..."
 
     var paths: [String] = []
     var destination: TransferAddress
@@ -52,6 +52,9 @@ struct SendOptions: Sendable {
     /// `--relay`: meet the receiver through this relay with a short code (every operand is
     /// a path then).
     var relay: RelayEndpoint?
+    /// No relay and no address: a short code, announced on the local network (`--lan-port`).
+    var local = false
+    var lanPort = LocalAnnounce.defaultPort
     /// `--code-words`: words in the short code.
     var codeWords = WordCode.defaultWordCount
     /// `--no-direct`, `--no-relay`: the ways the connections may go after meeting at the relay.
@@ -139,7 +142,7 @@ struct SendOptions: Sendable {
         [
             CommonOptions.chunkSize, compress, CommonOptions.threads, CommonOptions.progress, CommonOptions.noProgress,
             CommonOptions.stats, CommonOptions.rateLimit, timeout, noResume, name, streams, relay,
-            RelayChoice.codeWords, RelayChoice.noDirect, RelayChoice.noRelay, codeFile,
+            RelayChoice.codeWords, RelayChoice.lanPort, RelayChoice.noDirect, RelayChoice.noRelay, codeFile,
             TransferAuth.keyFileOption, TransferAuth.insecureOption, exclude, excludeFrom, filesFrom, from0,
             shard, shardBy, shardCount, sync, dryRun, delete, checksum, wholeFile, itemize,
         ] + SourceOptionFlags.table.map(\.flag) + [
@@ -158,12 +161,23 @@ struct SendOptions: Sendable {
         auth = try TransferAuth(parsed, codeFile: codeFile)
         let operands = parsed.operands
         relay = try parsed[Self.relay]
-        if let relay {
+        // No --relay and no address last (and no other way to authenticate asked for): a short
+        // code, through $SLUICE_RELAY if set, else on the local network.
+        let chosenAuth = auth != .code(file: nil) || codeFile != nil
+        let addressLast =
+            operands.count >= 2
+            && (try? TransferAddress(parsing: operands[operands.count - 1], listening: false)) != nil
+        if relay == nil, !operands.isEmpty, !addressLast, !chosenAuth {
+            relay = try RelayChoice.endpoint(parsed, environment: environment)
+            local = relay == nil
+        }
+        if relay != nil || local {
             try RelayChoice.refuseOtherAuth(parsed, codeFile: codeFile != nil)
             guard !operands.isEmpty else { throw UsageError("send --relay: missing PATH (\(Self.usage))") }
-            destination = .tcp(host: relay.host, port: relay.port)
+            destination = relay.map { .tcp(host: $0.host, port: $0.port) } ?? .tcp(host: nil, port: lanPort)
             paths = operands
             if let words = try parsed[RelayChoice.codeWords] { codeWords = words }
+            if let port = try parsed[RelayChoice.lanPort] { lanPort = port }
         } else {
             guard let last = operands.last else {
                 throw UsageError("send: missing PATH and destination (\(Self.usage))")
@@ -171,8 +185,8 @@ struct SendOptions: Sendable {
             guard operands.count >= 2 else {
                 throw UsageError("send: missing the destination [HOST:]PORT after '\(last)' (\(Self.usage))")
             }
-            if let words = parsed.spelling(of: RelayChoice.codeWords) {
-                throw UsageError("\(words) goes with --relay")
+            for option: any CommandOption in [RelayChoice.codeWords, RelayChoice.lanPort] {
+                if let spelling = parsed.spelling(of: option) { throw UsageError("\(spelling) goes with a short code") }
             }
             destination = try TransferAddress(parsing: last, listening: false)
             paths = Array(operands.dropLast())

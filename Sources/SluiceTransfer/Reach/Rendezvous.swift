@@ -75,7 +75,9 @@ package final class SenderRendezvous {
         // The door for a direct connection: only once the code is confirmed, and its addresses
         // only inside the sealed offer.
         let door = routes.direct ? try? BlockingListener() : nil
-        let addresses = door.map { Array(SocketAddress.interfaceAddresses(port: $0.port).prefix(ReachOffer.maxAddresses)) }
+        let addresses = door.map {
+            Array(SocketAddress.interfaceAddresses(port: $0.port).prefix(ReachOffer.maxAddresses))
+        }
         guard let offer = ReachOffer(streams: streams, relayAllowed: routes.relay, addresses: addresses ?? []),
             let sealed = key.seal(offer.encoded, from: .sender)
         else { throw SluiceError(.invalidArgument, operation: "offer", detail: "\(streams) connections") }
@@ -83,7 +85,8 @@ package final class SenderRendezvous {
         // While the receiver tries the door, its answer comes through the relay.
         var direct: BlockingSocket?
         while true {
-            let ready = try BlockingSocket.readable([socket.descriptor] + (door.map { [$0.descriptor] } ?? []), deadline: deadline)
+            let ready = try BlockingSocket.readable(
+                [socket.descriptor] + (door.map { [$0.descriptor] } ?? []), deadline: deadline)
             if ready[0] { break }
             if ready.count > 1, ready[1], let door {
                 if direct == nil {
@@ -166,7 +169,8 @@ extension Rendezvous {
         let streams = min(offer.streams, max(1, maxStreams))
         var direct: (socket: BlockingSocket, address: SocketAddress)?
         if routes.direct && !offer.addresses.isEmpty {
-            direct = reach(offer.addresses, key: key, deadline: min(deadline, monotonicNanoseconds() &+ routes.directWindow))
+            direct = reach(
+                offer.addresses, key: key, deadline: min(deadline, monotonicNanoseconds() &+ routes.directWindow))
         }
         let route: ReachAnswer.Route = direct != nil ? .direct : routes.relay && offer.relayAllowed ? .relay : .none
         guard let accepted = ReachAnswer(streams: streams, route: route),

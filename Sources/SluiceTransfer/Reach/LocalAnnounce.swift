@@ -1,0 +1,223 @@
+import Sluice
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Meeting on one network with no server at all: a sender with no relay announces its
+/// nameplate and the port it listens on in UDP broadcasts (`SLUICE-ANNOUNCE 1 NAMEPLATE PORT`,
+/// nothing secret: the words never leave either side), and `receive CODE` waits for the
+/// announcement of its nameplate and connects to where it came from. The code exchange that
+/// follows decides whether it found the right sender.
+package enum LocalAnnounce {
+    /// The UDP port announcements go to unless told otherwise (`--lan-port`).
+    package static let defaultPort: UInt16 = 9009
+    /// How often the sender announces.
+    package static let interval: UInt64 = 500_000_000
+    /// The longest announcement.
+    static let maxBytes = 64
+
+    /// An announcement's bytes.
+    package static func message(nameplate: UInt32, port: UInt16) -> [UInt8] {
+        Array("SLUICE-ANNOUNCE 1 \(nameplate) \(port)\n".utf8)
+    }
+
+    /// Parses an announcement: its nameplate and TCP port, or nil. A pure function of a
+    /// stranger's datagram.
+    package static func parse(_ bytes: [UInt8]) -> (nameplate: UInt32, port: UInt16)? {
+        guard bytes.count <= maxBytes, bytes.last == UInt8(ascii: "\n") else { return nil }
+        let fields = bytes.dropLast().split(separator: UInt8(ascii: " "), omittingEmptySubsequences: false)
+        guard fields.count == 4, Array(fields[0]) == Array("SLUICE-ANNOUNCE".utf8), Array(fields[1]) == [0x31],
+            let nameplate = number(fields[2], digits: 5), (1...WordCode.maxNameplate).contains(nameplate),
+            let port = number(fields[3], digits: 5), (1...65535).contains(port)
+        else { return nil }
+        return (nameplate, UInt16(port))
+    }
+
+    private static func number(_ field: ArraySlice<UInt8>, digits: Int) -> UInt32? {
+        guard (1...digits).contains(field.count), field.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
+        return field.reduce(0) { $0 * 10 + UInt32($1 - 0x30) }
+    }
+
+    /// A UDP socket for announcements: bound to `port` to hear them (several receivers may
+    /// share it), or unbound with broadcast allowed to send them.
+    static func socket(hearing port: UInt16?) throws(SluiceError) -> Int32 {
+        let type = Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue)
+        let fd = try syscallValue("socket", "announcements") { Glibc.socket(AF_INET, type, 0) }
+        var on: Int32 = 1
+        let size = socklen_t(MemoryLayout<Int32>.size)
+        _ = setsockopt(fd, SOL_SOCKET, SO_BROADCAST, &on, size)
+        guard let port else { return fd }
+        _ = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, size)
+        _ = setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, size)
+        var any = sockaddr_in()
+        any.sin_family = sa_family_t(AF_INET)
+        any.sin_port = port.bigEndian
+        let bound = withUnsafePointer(to: &any) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard bound == 0 else {
+            let error = SluiceError(.system(.current), operation: "bind", subject: "UDP port \(port) (announcements)")
+            close(fd)
+            throw error
+        }
+        return fd
+    }
+
+    /// Sends `message` on `port` to each local network's broadcast address, to
+    /// 255.255.255.255, and to this host (a receiver on the same machine hears it even where
+    /// broadcasts do not come back).
+    static func send(_ message: [UInt8], from fd: Int32, to port: UInt16) {
+        let everyone = ["255.255.255.255", "127.0.0.1"].compactMap { SocketAddress(numericHost: $0, port: port) }
+        for address in SocketAddress.broadcastAddresses(port: port) + everyone {
+            _ = try? address.withSockAddr { sa, length throws(SluiceError) -> Int in
+                message.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), sa, length) }
+            }
+        }
+    }
+
+    /// Waits (until `deadline`) for the announcement of `nameplate` on `port`; the address it
+    /// came from with the port it names.
+    package static func find(nameplate: UInt32, port: UInt16, deadline: UInt64) throws(SluiceError) -> SocketAddress {
+        let fd = try socket(hearing: port)
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: maxBytes + 1)
+        while true {
+            guard try BlockingSocket.readable([fd], deadline: deadline)[0] else {
+                throw SluiceError(
+                    .timedOut, operation: "find", subject: "nameplate \(nameplate)",
+                    detail: "no sender announced it on this network (for one elsewhere, give --relay)")
+            }
+            var from = sockaddr_in()
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            let n = withUnsafeMutablePointer(to: &from) { pointer in
+                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
+                    buffer.withUnsafeMutableBytes { recvfrom(fd, $0.baseAddress, $0.count, 0, sa, &length) }
+                }
+            }
+            guard n > 0, let heard = parse(Array(buffer[0..<n])), heard.nameplate == nameplate else { continue }
+            var raw = [UInt8](repeating: 0, count: 4)
+            withUnsafeBytes(of: &from.sin_addr) { raw = Array($0) }
+            if let address = SocketAddress(addressBytes: raw, port: heard.port) { return address }
+        }
+    }
+}
+
+extension SenderRendezvous {
+    /// `send` with no relay: a nameplate of its own, a door on every interface, and
+    /// announcements on the local network until the receiver comes through the door with the
+    /// code (`waitForLocalReceiver`).
+    package static func local(wordCount: Int, announcePort: UInt16) throws(SluiceError) -> LocalSender {
+        let door = try BlockingListener()
+        let fd = try LocalAnnounce.socket(hearing: nil)
+        guard let code = WordCode.generate(nameplate: UInt32.random(in: 1...9999), wordCount: wordCount),
+            let password = code.passwordScalar
+        else {
+            close(fd)
+            throw SluiceError(.unavailable, operation: "code", detail: "no random bytes, or libcrypto failed")
+        }
+        return LocalSender(code: code, password: password, door: door, announcer: fd, port: announcePort)
+    }
+}
+
+/// The sender's side of meeting on the local network (`SenderRendezvous.local`).
+package final class LocalSender {
+    /// The code to show.
+    package let code: WordCode
+    private let password: [UInt8]
+    private let door: BlockingListener
+    private let announcer: Int32
+    private let port: UInt16
+
+    init(code: WordCode, password: [UInt8], door: BlockingListener, announcer: Int32, port: UInt16) {
+        (self.code, self.password, self.door, self.announcer, self.port) = (code, password, door, announcer, port)
+    }
+
+    deinit { close(announcer) }
+
+    /// Announces until a receiver comes through the door (until `pairingDeadline`), runs the
+    /// code exchange with it (the first to come has the one guess), offers `streams`
+    /// connections and takes as many as it accepts, all direct.
+    package func waitForReceiver(streams: Int, pairingDeadline: UInt64, exchangeTime: UInt64 = Rendezvous.exchangeTime)
+        throws(SluiceError) -> Rendezvous
+    {
+        let announcement = LocalAnnounce.message(nameplate: code.nameplate, port: door.port)
+        var socket: BlockingSocket?
+        while socket == nil {
+            LocalAnnounce.send(announcement, from: announcer, to: port)
+            let next = min(pairingDeadline, monotonicNanoseconds() &+ LocalAnnounce.interval)
+            if try BlockingSocket.readable([door.descriptor], deadline: next)[0] {
+                socket = door.accept()
+            } else if monotonicNanoseconds() >= pairingDeadline {
+                throw SluiceError(.timedOut, operation: "announce", detail: "no receiver came for the code")
+            }
+        }
+        guard let socket else { throw SluiceError(.cancelled, operation: "announce") }
+        let deadline = monotonicNanoseconds() &+ exchangeTime
+        let key = try CodeHandshake.run(
+            on: socket, password: password, role: .sender, context: Rendezvous.localContext(code.nameplate),
+            deadline: deadline)
+        guard let offer = ReachOffer(streams: streams, relayAllowed: false),
+            let sealed = key.seal(offer.encoded, from: .sender)
+        else { throw SluiceError(.invalidArgument, operation: "offer", detail: "\(streams) connections") }
+        try Rendezvous.writeSealed(sealed, to: socket, deadline: deadline)
+        guard
+            let accepted = ReachAnswer.parse(
+                try Rendezvous.readSealed(from: socket, key: key, by: .receiver, deadline: deadline)),
+            accepted.streams <= streams, accepted.route == .direct
+        else { throw Rendezvous.badOffer }
+        var sockets = [socket]
+        while sockets.count < accepted.streams {
+            guard try BlockingSocket.readable([door.descriptor], deadline: deadline)[0] else {
+                throw SluiceError(.timedOut, operation: "direct", detail: "the receiver's connections did not come")
+            }
+            if let more = Rendezvous.admit(door, key: key, index: sockets.count, deadline: deadline) {
+                sockets.append(more)
+            }
+        }
+        return Rendezvous(sockets: sockets, key: key, direct: true)
+    }
+}
+
+extension Rendezvous {
+    /// What binds a key made on the local network: the protocol and the nameplate (another
+    /// context than a relay's, so a code cannot be replayed from one to the other).
+    static func localContext(_ nameplate: UInt32) -> [UInt8] {
+        Array("sluice local v1 nameplate \(nameplate)".utf8)
+    }
+
+    /// `receive CODE` with no relay: finds the sender's announcement of the code's nameplate on
+    /// `announcePort`, connects to it, runs the code exchange, and makes as many of the offered
+    /// connections as it takes (at most `maxStreams`), all before `deadline`.
+    package static func findLocal(code: WordCode, announcePort: UInt16, maxStreams: Int, deadline: UInt64)
+        throws(SluiceError) -> Rendezvous
+    {
+        guard let password = code.passwordScalar else {
+            throw SluiceError(.unavailable, operation: "code", detail: "libcrypto failed (out of memory?)")
+        }
+        let address = try LocalAnnounce.find(nameplate: code.nameplate, port: announcePort, deadline: deadline)
+        guard let socket = BlockingSocket.connectAll([address], deadline: deadline).first else {
+            throw SluiceError(
+                .unavailable, operation: "connect", subject: address.description, detail: "the sender announced it")
+        }
+        let key = try CodeHandshake.run(
+            on: socket, password: password, role: .receiver, context: localContext(code.nameplate), deadline: deadline)
+        guard let offer = ReachOffer.parse(try readSealed(from: socket, key: key, by: .sender, deadline: deadline)),
+            let accepted = ReachAnswer(streams: min(offer.streams, max(1, maxStreams)), route: .direct),
+            let sealed = key.seal(accepted.encoded, from: .receiver)
+        else { throw badOffer }
+        try writeSealed(sealed, to: socket, deadline: deadline)
+        var sockets = [socket]
+        for index in 1..<accepted.streams {
+            guard let more = reach([address], key: key, index: index, deadline: deadline) else {
+                throw SluiceError(
+                    .unavailable, operation: "direct", subject: address.description,
+                    detail: "connection \(index + 1) could not be made")
+            }
+            sockets.append(more.socket)
+        }
+        return Rendezvous(sockets: sockets, key: key, direct: true)
+    }
+}
