@@ -254,28 +254,43 @@ extension SocketAddress {
         }
     }
 
-    /// The addresses of this host's interfaces that are up, with `port`: IPv4 and global IPv6,
-    /// without loopback and link-local ones (a peer elsewhere cannot reach those).
-    package static func interfaceAddresses(port: UInt16) -> [SocketAddress] {
+    /// One interface address of this host that is up: its address (raw bytes, 4 or 16), its
+    /// netmask's, and its flags (`IFF_*`).
+    private struct Interface {
+        var address: SocketAddress
+        var mask: [UInt8]?
+        var flags: Int32
+    }
+
+    /// The addresses of this host's interfaces that are up (`getifaddrs`), IPv4 and IPv6.
+    private static func interfaces() -> [Interface] {
         var list: UnsafeMutablePointer<ifaddrs>?
         guard getifaddrs(&list) == 0 else { return [] }
         defer { freeifaddrs(list) }
-        var found: [SocketAddress] = []
+        var found: [Interface] = []
         var entry = list
         while let current = entry {
             defer { entry = current.pointee.ifa_next }
             let flags = Int32(bitPattern: current.pointee.ifa_flags)
-            guard let sa = current.pointee.ifa_addr, flags & Int32(IFF_UP) != 0,
-                flags & Int32(IFF_LOOPBACK) == 0
-            else { continue }
+            guard let sa = current.pointee.ifa_addr, flags & Int32(IFF_UP) != 0 else { continue }
             let length = socklen_t(
                 Int32(sa.pointee.sa_family) == AF_INET6
                     ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size)
-            guard let address = SocketAddress(sockaddr: sa, length: length), let raw = address.addressBytes else {
-                continue
-            }
-            if address.family == .ipv6 && (raw[0] == 0xFE && raw[1] & 0xC0 == 0x80) { continue }  // fe80::/10
-            if address.family == .ipv4 && raw[0] == 169 && raw[1] == 254 { continue }  // 169.254/16
+            guard let address = SocketAddress(sockaddr: sa, length: length), address.family != .unix else { continue }
+            let mask = current.pointee.ifa_netmask.flatMap { SocketAddress(sockaddr: $0, length: length)?.addressBytes }
+            found.append(Interface(address: address, mask: mask, flags: flags))
+        }
+        return found
+    }
+
+    /// The addresses of this host's interfaces that are up, with `port`: IPv4 and global IPv6,
+    /// without loopback and link-local ones (a peer elsewhere cannot reach those).
+    package static func interfaceAddresses(port: UInt16) -> [SocketAddress] {
+        var found: [SocketAddress] = []
+        for interface in interfaces() where interface.flags & Int32(IFF_LOOPBACK) == 0 {
+            guard let raw = interface.address.addressBytes else { continue }
+            if interface.address.family == .ipv6 && (raw[0] == 0xFE && raw[1] & 0xC0 == 0x80) { continue }  // fe80::/10
+            if interface.address.family == .ipv4 && raw[0] == 169 && raw[1] == 254 { continue }  // 169.254/16
             guard let withPort = SocketAddress(addressBytes: raw, port: port), !found.contains(withPort) else {
                 continue
             }
@@ -283,29 +298,15 @@ extension SocketAddress {
         }
         return found
     }
-}
 
-extension SocketAddress {
-    /// The broadcast addresses of this host's IPv4 interfaces that are up, with `port`: where a
-    /// datagram reaches every host of each local network (`255.255.255.255` needs a route that
-    /// a host without a default route lacks).
+    /// The broadcast addresses of this host's IPv4 interfaces that are up, with `port`: each
+    /// network's address with every host bit set (the interface's own broadcast address may be
+    /// unset, and `255.255.255.255` needs a route that a host without a default route lacks).
     package static func broadcastAddresses(port: UInt16) -> [SocketAddress] {
-        var list: UnsafeMutablePointer<ifaddrs>?
-        guard getifaddrs(&list) == 0 else { return [] }
-        defer { freeifaddrs(list) }
         var found: [SocketAddress] = []
-        var entry = list
-        while let current = entry {
-            defer { entry = current.pointee.ifa_next }
-            let flags = Int32(bitPattern: current.pointee.ifa_flags)
-            let length = socklen_t(MemoryLayout<sockaddr_in>.size)
-            // The network's address with every host bit set (the interface's own broadcast
-            // address may be unset).
-            guard flags & Int32(IFF_UP) != 0, flags & Int32(IFF_BROADCAST) != 0,
-                let address = current.pointee.ifa_addr, Int32(address.pointee.sa_family) == AF_INET,
-                let mask = current.pointee.ifa_netmask,
-                let host = SocketAddress(sockaddr: address, length: length)?.addressBytes,
-                let bits = SocketAddress(sockaddr: mask, length: length)?.addressBytes, bits.count == host.count,
+        for interface in interfaces()
+        where interface.flags & Int32(IFF_BROADCAST) != 0 && interface.address.family == .ipv4 {
+            guard let host = interface.address.addressBytes, let bits = interface.mask, bits.count == host.count,
                 let withPort = SocketAddress(addressBytes: zip(host, bits).map { $0 | ~$1 }, port: port),
                 !found.contains(withPort)
             else { continue }
