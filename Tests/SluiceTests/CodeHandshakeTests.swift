@@ -176,6 +176,38 @@ import Testing
         _ = played
     }
 
+    @Test func theSendersDoorAdmitsOnlyAConnectionThatProvesTheKey() throws {
+        let key = CodeKey(secret: [UInt8](repeating: 5, count: 16))
+        let door = try BlockingListener()
+        let here = try #require(SocketAddress(numericHost: "127.0.0.1", port: door.port))
+        // A stranger: 32 bytes that are not the proof; closed without an answer.
+        let stranger = try #require(BlockingSocket.connectAll([here], deadline: Self.soon()).first)
+        try stranger.write([UInt8](repeating: 0x42, count: 32), deadline: Self.soon())
+        #expect(try BlockingSocket.readable([door.descriptor], deadline: Self.soon())[0])
+        #expect(Rendezvous.admit(door, key: key, index: 0, deadline: Self.soon()) == nil)
+        #expect(throws: SluiceError.self) { try stranger.read(exactly: 1, deadline: Self.soon()) }
+        // A proof for another connection's index is no proof for this one.
+        let wrongIndex = try #require(BlockingSocket.connectAll([here], deadline: Self.soon()).first)
+        try wrongIndex.write(key.proof(from: .receiver, index: 1), deadline: Self.soon())
+        #expect(Rendezvous.admit(door, key: key, index: 0, deadline: Self.soon()) == nil)
+        // The receiver: its proof, answered with the sender's, which it checks.
+        let box = HandOver(key)
+        let reached = Side { () throws(SluiceError) -> Bool in
+            Rendezvous.reach([here], key: box.take(), index: 2, deadline: Self.soon()) != nil
+        }
+        #expect(try BlockingSocket.readable([door.descriptor], deadline: Self.soon())[0])
+        #expect(Rendezvous.admit(door, key: key, index: 2, deadline: Self.soon()) != nil)
+        #expect(try reached.wait().get())
+        // A receiver with another key is turned away, and hears nothing back.
+        let liar = Side { () throws(SluiceError) -> Bool in
+            Rendezvous.reach([here], key: CodeKey(secret: [UInt8](repeating: 6, count: 16)), deadline: Self.soon())
+                != nil
+        }
+        #expect(try BlockingSocket.readable([door.descriptor], deadline: Self.soon())[0])
+        #expect(Rendezvous.admit(door, key: key, index: 0, deadline: Self.soon()) == nil)
+        #expect(try liar.wait().get() == false)
+    }
+
     @Test func aSealedMessageOpensOnlyWithItsKeyAndRole() throws {
         let key = CodeKey(secret: [UInt8](repeating: 3, count: 16))
         let offer = try #require(ReachOffer(streams: 4))
