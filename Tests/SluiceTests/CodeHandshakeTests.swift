@@ -225,21 +225,21 @@ import Testing
     }
 
     @Test func relayAnswersAndOffersParse() throws {
-        #expect(RelayHello.parse(answer: Array("PAIRED".utf8)) == .paired)
-        #expect(RelayHello.parse(answer: Array("NAMEPLATE 42".utf8)) == .nameplate(42))
-        #expect(RelayHello.parse(answer: Array("NAMEPLATE 99999".utf8)) == .nameplate(99_999))
+        #expect(RelayClient.parse(answer: Array("PAIRED".utf8)) == .paired)
+        #expect(RelayClient.parse(answer: Array("NAMEPLATE 42".utf8)) == .nameplate(42))
+        #expect(RelayClient.parse(answer: Array("NAMEPLATE 99999".utf8)) == .nameplate(99_999))
         for bad in [
             "NAMEPLATE 0", "NAMEPLATE 100000", "NAMEPLATE -1", "NAMEPLATE +4", "NAMEPLATE ", "paired", "", "PAIRED ",
         ] {
-            #expect(RelayHello.parse(answer: Array(bad.utf8)) == nil, "\(bad)")
+            #expect(RelayClient.parse(answer: Array(bad.utf8)) == nil, "\(bad)")
         }
-        #expect(RelayHello.parse(answer: Array("ERR claimed".utf8)) == .refused(.claimed))
-        #expect(RelayHello.parse(answer: Array("ERR busy".utf8)) == .refused(.busy))
-        #expect(RelayHello.parse(answer: Array("ERR expired".utf8)) == .refused(.expired))
-        #expect(RelayHello.parse(answer: Array("ERR unknown".utf8)) == .refused(.unknown))
-        #expect(RelayHello.parse(answer: Array("ERR bad hello".utf8)) == .refused(.other("bad hello")))
-        #expect(RelayHello.parse(answer: Array("ERR \u{1B}[2J".utf8)) == nil)
-        #expect(RelayHello.join(42) == Array("SLUICE-RELAY 1 JOIN 42\n".utf8))
+        #expect(RelayClient.parse(answer: Array("ERR claimed".utf8)) == .refused(.claimed))
+        #expect(RelayClient.parse(answer: Array("ERR busy".utf8)) == .refused(.busy))
+        #expect(RelayClient.parse(answer: Array("ERR expired".utf8)) == .refused(.expired))
+        #expect(RelayClient.parse(answer: Array("ERR unknown".utf8)) == .refused(.unknown))
+        #expect(RelayClient.parse(answer: Array("ERR bad hello".utf8)) == .refused(.other("bad hello")))
+        #expect(RelayClient.parse(answer: Array("ERR \u{1B}[2J".utf8)) == nil)
+        #expect(RelayClient.join(42) == Array("SLUICE-RELAY 1 JOIN 42\n".utf8))
         #expect(ReachOffer.parse([1, 3, 1, 0]) == ReachOffer(streams: 3))
         for bad: [UInt8] in [
             [1, 0, 1, 0], [1, 65, 1, 0], [2, 3, 1, 0], [1, 3, 2, 0], [1, 3, 1], [1, 3, 1, 1], [],

@@ -6,7 +6,7 @@
 // directory can set it), a short code as a person types it (`WordCode.parse`), a launcher's
 // task variables (`Shard.fromLauncher`, for `send --shard auto`), and a peer's SPAKE2 share
 // (`SPAKE2.finish(peerShare:)`: any bytes are a key or `invalidShare`); what a relay answers
-// (`RelayHello.parse(answer:)`), a stranger's datagram on the local network
+// (`RelayClient.parse(answer:)`), a stranger's datagram on the local network
 // (`LocalAnnounce.parse`), and a peer's sealed offer and answer (`CodeKey.open`,
 // `ReachOffer.parse`, `ReachAnswer.parse`).
 // Any text must give a value or a clean refusal, never a crash or an
@@ -113,11 +113,11 @@ func spakeShare(_ bytes: [UInt8]) {
 
 /// A relay's answer line: one of the answers, each of them in range, or nil.
 func relayAnswer(_ bytes: [UInt8]) {
-    switch RelayHello.parse(answer: bytes) {
+    switch RelayClient.parse(answer: bytes) {
     case .nameplate(let n)?:
         expect((1...WordCode.maxNameplate).contains(n), "nameplate \(n) from \(bytes)")
     case .refused(.other(let reason))?:
-        expect(reason.utf8.count < RelayHello.maxLine, "a reason of \(reason.utf8.count) bytes")
+        expect(reason.utf8.count < RelayClient.maxLine, "a reason of \(reason.utf8.count) bytes")
     case .paired?, .refused?, nil:
         break
     }

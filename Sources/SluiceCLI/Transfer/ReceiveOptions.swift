@@ -116,7 +116,7 @@ struct ReceiveOptions: Sendable {
         "quiet", short: "q", help: "print neither the address nor a line per file;\nonly errors (and --stats)")
 
     static let relay = RelayChoice.option.withHelp(
-        "with CODE: meet the sender through the sluice\nrelay at HOST (port \(RelayHello.defaultPort) unless given; "
+        "with CODE: meet the sender through the sluice\nrelay at HOST (port \(RelayClient.defaultPort) unless given; "
             + "default\n$\(RelayChoice.variable))")
 
     /// The options, in the order `--help` lists them.

@@ -14,7 +14,7 @@ enum RelayChoice {
     static let option = Option(
         "relay", value: .required("HOST[:PORT]"),
         help:
-            "meet the other side through the sluice relay at\nHOST (port \(RelayHello.defaultPort) unless given; "
+            "meet the other side through the sluice relay at\nHOST (port \(RelayClient.defaultPort) unless given; "
             + "default\n$\(variable)) with a short code (see RELAY)",
         read: { occurrence throws(UsageError) in try endpoint(occurrence.value ?? "", spelling: occurrence.spelling) })
 

@@ -132,7 +132,7 @@ struct SendOptions: Sendable {
         "itemize", short: "i",
         help: "print a line per entry sent or changed, as\nrsync -i does (>f+++++++++ new, >f.st...... changed)")
     static let relay = RelayChoice.option.withHelp(
-        "meet the receiver through the sluice relay at\nHOST (port \(RelayHello.defaultPort) unless given): print a "
+        "meet the receiver through the sluice relay at\nHOST (port \(RelayClient.defaultPort) unless given): print a "
             + "short\ncode for 'sluice receive CODE', no address needed")
     /// Never a secret on the command line: other users can read it. Parsed only to say so.
     static let code = Option<String?>("code", value: .optional("[=CODE]"), help: "", read: { $0.value })

@@ -9,7 +9,7 @@ package struct RelayEndpoint: Hashable, Sendable, CustomStringConvertible {
     package var host: String
     package var port: UInt16
 
-    package init(host: String, port: UInt16 = RelayHello.defaultPort) {
+    package init(host: String, port: UInt16 = RelayClient.defaultPort) {
         self.host = host
         self.port = port
     }
@@ -46,7 +46,7 @@ package final class SenderRendezvous {
     package init(relay: RelayEndpoint, wordCount: Int, deadline: UInt64) throws(SluiceError) {
         self.relay = relay
         socket = try BlockingSocket.connect(host: relay.host, port: relay.port, deadline: deadline)
-        try socket.write(RelayHello.open, deadline: deadline)
+        try socket.write(RelayClient.open, deadline: deadline)
         let answer = try Rendezvous.answer(from: socket, relay: relay, deadline: deadline)
         guard case .nameplate(let nameplate) = answer else {
             throw Rendezvous.unexpected(answer, relay: relay, asking: "a nameplate")
@@ -157,7 +157,7 @@ extension Rendezvous {
             throw SluiceError(.unavailable, operation: "code", detail: "libcrypto failed (out of memory?)")
         }
         let socket = try BlockingSocket.connect(host: relay.host, port: relay.port, deadline: deadline)
-        try socket.write(RelayHello.join(code.nameplate), deadline: deadline)
+        try socket.write(RelayClient.join(code.nameplate), deadline: deadline)
         let answer = try Self.answer(from: socket, relay: relay, deadline: deadline)
         guard answer == .paired else {
             throw unexpected(answer, relay: relay, asking: "the sender of nameplate \(code.nameplate)")
@@ -250,7 +250,7 @@ extension Rendezvous {
         throws(SluiceError) -> BlockingSocket
     {
         let socket = try BlockingSocket.connect(host: relay.host, port: relay.port, deadline: deadline)
-        try socket.write(RelayHello.stream(key.streamToken(index)), deadline: deadline)
+        try socket.write(RelayClient.stream(key.streamToken(index)), deadline: deadline)
         let answer = try Self.answer(from: socket, relay: relay, deadline: deadline)
         guard answer == .paired else { throw unexpected(answer, relay: relay, asking: "connection \(index + 1)") }
         return socket
@@ -281,17 +281,17 @@ extension Rendezvous {
 
     /// Reads the relay's answer line.
     static func answer(from socket: BlockingSocket, relay: RelayEndpoint, deadline: UInt64)
-        throws(SluiceError) -> RelayHello.Answer
+        throws(SluiceError) -> RelayClient.Answer
     {
         let line: [UInt8]
         do {
-            line = try socket.readLine(limit: RelayHello.maxLine, deadline: deadline)
+            line = try socket.readLine(limit: RelayClient.maxLine, deadline: deadline)
         } catch {
             guard error.code == .truncatedData else { throw error }
             throw SluiceError(
                 .unavailable, operation: "relay", subject: relay.description, detail: "it closed the connection")
         }
-        guard let answer = RelayHello.parse(answer: line) else {
+        guard let answer = RelayClient.parse(answer: line) else {
             throw SluiceError(
                 .protocolViolation, operation: "relay", subject: relay.description,
                 detail: "not a sluice relay (an answer it does not speak)")
@@ -300,7 +300,7 @@ extension Rendezvous {
     }
 
     /// The error for an answer that is not the one waited for.
-    static func unexpected(_ answer: RelayHello.Answer, relay: RelayEndpoint, asking: String) -> SluiceError {
+    static func unexpected(_ answer: RelayClient.Answer, relay: RelayEndpoint, asking: String) -> SluiceError {
         let subject = relay.description
         switch answer {
         case .refused(.busy):

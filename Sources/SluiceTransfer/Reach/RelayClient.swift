@@ -3,7 +3,7 @@ import Sluice
 /// What a client of `sluice relay` says and hears before it is paired (the relay protocol,
 /// version 1; sluice(1), RELAY): one hello line out, one answer line in, then nothing until
 /// `PAIRED`. The relay learns a nameplate or a token, never a peer's address or a secret.
-package enum RelayHello {
+package enum RelayClient {
     /// The relay's port when an address names none.
     package static let defaultPort: UInt16 = 9009
     /// The longest line either side sends, newline included.
