@@ -133,6 +133,19 @@ final class NATLab: @unchecked Sendable {
             ).wait(seconds: 60)
             #expect(refused.status == 69, "\(refused.stderr)")
             #expect(direct.wait(seconds: 60).status == 69)
+            // A sender behind NAT and a receiver on the public side: the receiver cannot reach
+            // the sender, so the sender dials the receiver's door (sealed to it), and they go
+            // direct.
+            try FileManager.default.createDirectory(atPath: dir + "/public", withIntermediateDirectories: true)
+            let (behind, fourth) = try relaySender(
+                relay.address, ["--streams", "2", dir + "/src"], inside: lab.inside(lab.homeA))
+            let open = try LiveSluice(
+                ["receive", "--relay", relay.address, "-C", dir + "/public", fourth], inside: lab.inside(lab.routers[1])
+            ).wait(seconds: 60)
+            let dialed = behind.wait(seconds: 60)
+            #expect(open.status == 0, "\(open.stderr)")
+            #expect(dialed.stderr.contains("sending directly to the receiver (2 connections)"), "\(dialed.stderr)")
+            #expect(try treesIdentical(dir + "/src", dir + "/public/src"))
             // Two peers in one home reach each other: the relay carries only the meeting.
             try FileManager.default.createDirectory(atPath: dir + "/same", withIntermediateDirectories: true)
             let (neighbour, third) = try relaySender(relay.address, [dir + "/src"], inside: lab.inside(lab.homeA))

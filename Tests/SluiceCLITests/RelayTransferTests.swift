@@ -85,7 +85,7 @@ import Testing
             #expect(received.status == 0, "\(received.stderr)")
             #expect(sent.status == 0, "\(sent.stderr)")
             #expect(received.stderr.contains("from the sender, directly"))
-            #expect(sent.stderr.contains("the receiver connected directly (2 connections)"))
+            #expect(sent.stderr.contains("sending directly to the receiver (2 connections)"))
             #expect(try treesIdentical(dir + "/src", dir + "/dst/src"))
             // The relay saw the hellos, the code exchange and the sealed offer and answer.
             let captured = proxy.captured
@@ -221,7 +221,7 @@ import Testing
             #expect(received.status == 0, "\(received.stderr)")
             #expect(sent.status == 0, "\(sent.stderr)")
             #expect(received.stderr.contains("found on the local network"))
-            #expect(sent.stderr.contains("the receiver connected directly (2 connections)"))
+            #expect(sent.stderr.contains("sending directly to the receiver (2 connections)"))
             #expect(try treesIdentical(dir + "/src", dir + "/dst/src"))
             // A wrong guess at the door ends both with 77, and the sender stops announcing.
             let (second, secondCode) = try relaySender("", [], command: ["send", "--lan-port", port, dir + "/src"])

@@ -215,6 +215,9 @@ import Testing
         #expect(sealed.count == offer.encoded.count + 16)
         #expect(key.open(sealed, from: .sender) == offer.encoded)
         #expect(key.open(sealed, from: .receiver) == nil)
+        // Each message its own key: the second the sender seals is not the first.
+        #expect(key.open(sealed, from: .sender, number: 1) == nil)
+        #expect(key.seal(offer.encoded, from: .sender, number: 1) != sealed)
         #expect(CodeKey(secret: [UInt8](repeating: 4, count: 16)).open(sealed, from: .sender) == nil)
         for index in sealed.indices {
             var flipped = sealed
@@ -240,9 +243,9 @@ import Testing
         #expect(RelayClient.parse(answer: Array("ERR bad hello".utf8)) == .refused(.other("bad hello")))
         #expect(RelayClient.parse(answer: Array("ERR \u{1B}[2J".utf8)) == nil)
         #expect(RelayClient.join(42) == Array("SLUICE-RELAY 1 JOIN 42\n".utf8))
-        #expect(ReachOffer.parse([1, 3, 1, 0]) == ReachOffer(streams: 3))
+        #expect(ReachOffer.parse([1, 3, 3, 0]) == ReachOffer(streams: 3))
         for bad: [UInt8] in [
-            [1, 0, 1, 0], [1, 65, 1, 0], [2, 3, 1, 0], [1, 3, 2, 0], [1, 3, 1], [1, 3, 1, 1], [],
+            [1, 0, 3, 0], [1, 65, 3, 0], [2, 3, 3, 0], [1, 3, 4, 0], [1, 3, 3], [1, 3, 3, 1], [1, 3, 3, 17], [],
         ] {
             #expect(ReachOffer.parse(bad) == nil, "\(bad)")
         }
@@ -257,10 +260,16 @@ import Testing
         zeroPort[4 + 1 + 4] = 0
         zeroPort[4 + 1 + 4 + 1] = 0
         #expect(ReachOffer.parse(zeroPort) == nil)
-        #expect(ReachAnswer.parse([1, 2, 1]) == ReachAnswer(streams: 2, route: .direct))
-        for bad: [UInt8] in [[1, 2, 0], [1, 2, 4], [1, 0, 1], [2, 2, 1], [1, 2]] {
+        #expect(ReachAnswer.parse([1, 2, 1, 1, 0]) == ReachAnswer(streams: 2, route: .direct))
+        for bad: [UInt8] in [
+            [1, 2, 0, 1, 0], [1, 2, 5, 1, 0], [1, 0, 1, 1, 0], [2, 2, 1, 1, 0], [1, 2, 1, 2, 0], [1, 2, 1, 1],
+        ] {
             #expect(ReachAnswer.parse(bad) == nil, "\(bad)")
         }
+        let reverse = try #require(ReachAnswer(streams: 3, route: .reverse, relayAllowed: false, addresses: [v6, v4]))
+        #expect(ReachAnswer.parse(reverse.encoded) == reverse)
+        #expect(ReachOffer.parse([1, 3, 3, 0]) == ReachOffer(streams: 3, relayAllowed: true, directAllowed: true))
+        #expect(ReachOffer.parse([1, 3, 0, 0]) == ReachOffer(streams: 3, relayAllowed: false, directAllowed: false))
         // A stranger's datagram: an announcement, exactly.
         let heard = try #require(LocalAnnounce.parse(LocalAnnounce.message(nameplate: 4821, port: 40000)))
         #expect(heard.nameplate == 4821 && heard.port == 40000)

@@ -118,20 +118,22 @@ package struct CodeKey: Sendable {
         }
     }
 
-    /// `plaintext` sealed by `role` with AES-256-GCM (its own key per role; each key seals one
-    /// message, so the nonce is fixed): the ciphertext and its 16-byte tag.
-    package func seal(_ plaintext: [UInt8], from role: CodeHandshake.Role) -> [UInt8]? {
-        Self.gcm(encrypt: true, key: derive(Self.sealLabel(role)), plaintext)
+    /// `plaintext` sealed by `role` as its message `number` (0, 1, …) with AES-256-GCM: a key of
+    /// its own per role and number, each sealing one message, so the nonce can be fixed. The
+    /// ciphertext and its 16-byte tag.
+    package func seal(_ plaintext: [UInt8], from role: CodeHandshake.Role, number: Int = 0) -> [UInt8]? {
+        Self.gcm(encrypt: true, key: derive(Self.sealLabel(role, number)), plaintext)
     }
 
-    /// What `seal(_:from:)` sealed; nil when it was not sealed with this key by `role`.
-    package func open(_ sealed: [UInt8], from role: CodeHandshake.Role) -> [UInt8]? {
+    /// What `seal(_:from:number:)` sealed; nil when it was not sealed with this key by `role` as
+    /// message `number`.
+    package func open(_ sealed: [UInt8], from role: CodeHandshake.Role, number: Int = 0) -> [UInt8]? {
         guard sealed.count >= 16 else { return nil }
-        return Self.gcm(encrypt: false, key: derive(Self.sealLabel(role)), sealed)
+        return Self.gcm(encrypt: false, key: derive(Self.sealLabel(role, number)), sealed)
     }
 
-    private static func sealLabel(_ role: CodeHandshake.Role) -> String {
-        role == .sender ? "sluice sealed from sender" : "sluice sealed from receiver"
+    private static func sealLabel(_ role: CodeHandshake.Role, _ number: Int) -> String {
+        "sluice sealed from \(role == .sender ? "sender" : "receiver") \(number)"
     }
 
     private static func gcm(encrypt: Bool, key: [UInt8], _ input: [UInt8]) -> [UInt8]? {

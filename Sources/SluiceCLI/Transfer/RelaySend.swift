@@ -53,7 +53,7 @@ extension SendSession {
                 let connections = count == 1 ? "one connection" : "\(count) connections"
                 Terminal.report(
                     rendezvous.direct
-                        ? "the receiver connected directly (\(connections))"
+                        ? "sending directly to the receiver (\(connections))"
                         : "sending through the relay (\(connections))")
             }
             return RelayChoice.streams(rendezvous).map { (rendezvous, $0) }

@@ -90,20 +90,43 @@ package struct ReachOffer: Equatable, Sendable {
     package var streams: Int
     /// False with the sender's `--no-relay`: direct, or not at all.
     package var relayAllowed: Bool
+    /// False with the sender's `--no-direct`: it neither listens nor dials.
+    package var directAllowed: Bool
     /// Where the sender listens for a direct connection (none with `--no-direct`).
     package var addresses: [SocketAddress]
 
-    package init?(streams: Int, relayAllowed: Bool = true, addresses: [SocketAddress] = []) {
+    package init?(
+        streams: Int, relayAllowed: Bool = true, directAllowed: Bool = true, addresses: [SocketAddress] = []
+    ) {
         guard (1...Self.maxStreams).contains(streams), addresses.count <= Self.maxAddresses,
             addresses.allSatisfy({ $0.addressBytes != nil && $0.port != nil })
         else { return nil }
-        (self.streams, self.relayAllowed, self.addresses) = (streams, relayAllowed, addresses)
+        (self.streams, self.relayAllowed, self.directAllowed) = (streams, relayAllowed, directAllowed)
+        self.addresses = addresses
     }
 
-    /// The message's bytes: version, streams, flags (1: relay allowed), the count of
-    /// addresses, and each as its length (4 or 16), its bytes and its port (big-endian).
+    /// The message's bytes: version, streams, flags (1: relay allowed, 2: direct allowed), then
+    /// the addresses (`encode(_:)`).
     package var encoded: [UInt8] {
-        var out: [UInt8] = [Self.version, UInt8(streams), relayAllowed ? 1 : 0, UInt8(addresses.count)]
+        [Self.version, UInt8(streams), (relayAllowed ? 1 : 0) | (directAllowed ? 2 : 0)] + Self.encode(addresses)
+    }
+
+    /// Parses a message; nil for any other version, a count or length out of range, or bytes
+    /// left over. A pure function of the peer's bytes (which only the holder of the code could
+    /// seal).
+    package static func parse(_ bytes: [UInt8]) -> ReachOffer? {
+        guard bytes.count >= 4, bytes[0] == version, bytes[2] <= 3, let addresses = addresses(bytes, from: 3) else {
+            return nil
+        }
+        return ReachOffer(
+            streams: Int(bytes[1]), relayAllowed: bytes[2] & 1 != 0, directAllowed: bytes[2] & 2 != 0,
+            addresses: addresses)
+    }
+
+    /// A list of addresses: its count, then each as its length (4 or 16), its bytes and its
+    /// port (big-endian).
+    static func encode(_ addresses: [SocketAddress]) -> [UInt8] {
+        var out: [UInt8] = [UInt8(addresses.count)]
         for address in addresses {
             let raw = address.addressBytes ?? []
             let port = address.port ?? 0
@@ -112,14 +135,13 @@ package struct ReachOffer: Equatable, Sendable {
         return out
     }
 
-    /// Parses a message; nil for any other version, a count or length out of range, or bytes
-    /// left over. A pure function of the peer's bytes (which only the holder of the code could
-    /// seal).
-    package static func parse(_ bytes: [UInt8]) -> ReachOffer? {
-        guard bytes.count >= 4, bytes[0] == version, bytes[2] <= 1 else { return nil }
+    /// The list of addresses at `start`, which must run to the end of `bytes`; nil for a count
+    /// over `maxAddresses`, a length or port out of range, or bytes left over.
+    static func addresses(_ bytes: [UInt8], from start: Int) -> [SocketAddress]? {
+        guard start < bytes.count, Int(bytes[start]) <= maxAddresses else { return nil }
         var addresses: [SocketAddress] = []
-        var at = 4
-        for _ in 0..<Int(bytes[3]) {
+        var at = start + 1
+        for _ in 0..<Int(bytes[start]) {
             guard at < bytes.count else { return nil }
             let length = Int(bytes[at])
             guard length == 4 || length == 16, at + 1 + length + 2 <= bytes.count else { return nil }
@@ -129,40 +151,50 @@ package struct ReachOffer: Equatable, Sendable {
             addresses.append(address)
             at += 1 + length + 2
         }
-        guard at == bytes.count else { return nil }
-        return ReachOffer(streams: Int(bytes[1]), relayAllowed: bytes[2] == 1, addresses: addresses)
+        return at == bytes.count ? addresses : nil
     }
 }
 
-/// The receiver's sealed answer to a `ReachOffer`: how many connections it takes (at most
-/// those offered) and which way they go.
+/// The receiver's sealed answer to a `ReachOffer`, and the sender's sealed decision after a
+/// `reverse` answer: how many connections (at most those offered) and which way they go.
 package struct ReachAnswer: Equatable, Sendable {
     /// Which way the transfer's connections go.
     package enum Route: UInt8, Sendable {
-        /// The receiver reached the sender directly: every connection goes that way.
+        /// Direct: the dialer reached the other side's door.
         case direct = 1
         /// Through the relay.
         case relay = 2
         /// Neither: no direct connection, and the relay is not allowed (`--no-relay`).
         case none = 3
+        /// The receiver could not reach the sender: the sender is to try the receiver's
+        /// `addresses`, then decide (an answer only).
+        case reverse = 4
     }
 
     package var streams: Int
     package var route: Route
+    /// False with the receiver's `--no-relay`.
+    package var relayAllowed: Bool
+    /// With `reverse`: where the receiver listens.
+    package var addresses: [SocketAddress]
 
-    package init?(streams: Int, route: Route) {
-        guard (1...ReachOffer.maxStreams).contains(streams) else { return nil }
-        (self.streams, self.route) = (streams, route)
+    package init?(streams: Int, route: Route, relayAllowed: Bool = true, addresses: [SocketAddress] = []) {
+        guard (1...ReachOffer.maxStreams).contains(streams), addresses.count <= ReachOffer.maxAddresses,
+            addresses.allSatisfy({ $0.addressBytes != nil && $0.port != nil })
+        else { return nil }
+        (self.streams, self.route, self.relayAllowed, self.addresses) = (streams, route, relayAllowed, addresses)
     }
 
-    /// The message's bytes: version, streams, route.
-    package var encoded: [UInt8] { [ReachOffer.version, UInt8(streams), route.rawValue] }
+    /// The message's bytes: version, streams, route, flags (1: relay allowed), addresses.
+    package var encoded: [UInt8] {
+        [ReachOffer.version, UInt8(streams), route.rawValue, relayAllowed ? 1 : 0] + ReachOffer.encode(addresses)
+    }
 
-    /// Parses an answer; nil for any other version, length, count or route.
+    /// Parses an answer; nil for any other version, a count, route or length out of range.
     package static func parse(_ bytes: [UInt8]) -> ReachAnswer? {
-        guard bytes.count == 3, bytes[0] == ReachOffer.version, let route = Route(rawValue: bytes[2]) else {
-            return nil
-        }
-        return ReachAnswer(streams: Int(bytes[1]), route: route)
+        guard bytes.count >= 5, bytes[0] == ReachOffer.version, let route = Route(rawValue: bytes[2]), bytes[3] <= 1,
+            let addresses = ReachOffer.addresses(bytes, from: 4)
+        else { return nil }
+        return ReachAnswer(streams: Int(bytes[1]), route: route, relayAllowed: bytes[3] == 1, addresses: addresses)
     }
 }

@@ -78,27 +78,14 @@ package final class SenderRendezvous {
         let addresses = door.map {
             Array(SocketAddress.interfaceAddresses(port: $0.port).prefix(ReachOffer.maxAddresses))
         }
-        guard let offer = ReachOffer(streams: streams, relayAllowed: routes.relay, addresses: addresses ?? []),
+        guard
+            let offer = ReachOffer(
+                streams: streams, relayAllowed: routes.relay, directAllowed: routes.direct, addresses: addresses ?? []),
             let sealed = key.seal(offer.encoded, from: .sender)
         else { throw SluiceError(.invalidArgument, operation: "offer", detail: "\(streams) connections") }
         try Rendezvous.writeSealed(sealed, to: socket, deadline: deadline)
         // While the receiver tries the door, its answer comes through the relay.
-        var direct: BlockingSocket?
-        while true {
-            let ready = try BlockingSocket.readable(
-                [socket.descriptor] + (door.map { [$0.descriptor] } ?? []), deadline: deadline)
-            if ready[0] { break }
-            if ready.count > 1, ready[1], let door {
-                if direct == nil {
-                    direct = Rendezvous.admit(door, key: key, index: 0, deadline: deadline)
-                } else {
-                    _ = door.accept()  // the receiver has its way in: anyone else is closed
-                }
-            }
-            guard ready.contains(true) else {
-                throw SluiceError(.timedOut, operation: "code exchange", detail: "no answer from the receiver")
-            }
-        }
+        let direct = try Rendezvous.waitAtDoor(door, answerOn: socket, key: key, dialer: .receiver, deadline: deadline)
         guard
             let accepted = ReachAnswer.parse(
                 try Rendezvous.readSealed(from: socket, key: key, by: .receiver, deadline: deadline)),
@@ -107,26 +94,37 @@ package final class SenderRendezvous {
         switch accepted.route {
         case .direct:
             guard let direct, let door else { throw Rendezvous.badOffer }
-            var sockets = [direct]
-            while sockets.count < accepted.streams {
-                let ready = try BlockingSocket.readable([door.descriptor], deadline: deadline)
-                guard ready[0] else {
-                    throw SluiceError(.timedOut, operation: "direct", detail: "the receiver's connections did not come")
-                }
-                if let more = Rendezvous.admit(door, key: key, index: sockets.count, deadline: deadline) {
-                    sockets.append(more)
-                }
-            }
+            let sockets = try Rendezvous.admitRest(
+                door, first: direct, count: accepted.streams, key: key, deadline: deadline)
             return Rendezvous(sockets: sockets, key: key, direct: true)
         case .relay:
             guard routes.relay else { throw Rendezvous.badOffer }
-            var sockets = [socket]
-            for index in 1..<accepted.streams {
-                sockets.append(try Rendezvous.pairStream(index, key: key, relay: relay, deadline: deadline))
-            }
-            return Rendezvous(sockets: sockets, key: key, direct: false)
+            return try Rendezvous.pairRest(socket, count: accepted.streams, key: key, relay: relay, deadline: deadline)
         case .none:
             throw Rendezvous.noRoute
+        case .reverse:
+            // The receiver could not reach this host: this host tries the receiver's door, and
+            // says (sealed) which way it went.
+            guard routes.direct else { throw Rendezvous.badOffer }
+            let window = min(deadline, monotonicNanoseconds() &+ routes.directWindow)
+            let reached = Rendezvous.reach(accepted.addresses, key: key, dialer: .sender, deadline: window)
+            let route: ReachAnswer.Route =
+                reached != nil ? .direct : routes.relay && accepted.relayAllowed ? .relay : .none
+            guard let decision = ReachAnswer(streams: accepted.streams, route: route),
+                let sealed = key.seal(decision.encoded, from: .sender, number: 1)
+            else { throw Rendezvous.badOffer }
+            try Rendezvous.writeSealed(sealed, to: socket, deadline: deadline)
+            switch (route, reached) {
+            case (.direct, let reached?):
+                let sockets = try Rendezvous.dialRest(
+                    reached, count: accepted.streams, key: key, dialer: .sender, deadline: deadline)
+                return Rendezvous(sockets: sockets, key: key, direct: true)
+            case (.relay, _):
+                return try Rendezvous.pairRest(
+                    socket, count: accepted.streams, key: key, relay: relay, deadline: deadline)
+            default:
+                throw Rendezvous.noRoute
+            }
         }
     }
 }
@@ -167,53 +165,144 @@ extension Rendezvous {
         guard let offer = ReachOffer.parse(try readSealed(from: socket, key: key, by: .sender, deadline: deadline))
         else { throw badOffer }
         let streams = min(offer.streams, max(1, maxStreams))
+        let relayAllowed = routes.relay && offer.relayAllowed
         var direct: (socket: BlockingSocket, address: SocketAddress)?
         if routes.direct && !offer.addresses.isEmpty {
             direct = reach(
-                offer.addresses, key: key, deadline: min(deadline, monotonicNanoseconds() &+ routes.directWindow))
+                offer.addresses, key: key, dialer: .receiver,
+                deadline: min(deadline, monotonicNanoseconds() &+ routes.directWindow))
         }
-        let route: ReachAnswer.Route = direct != nil ? .direct : routes.relay && offer.relayAllowed ? .relay : .none
-        guard let accepted = ReachAnswer(streams: streams, route: route),
-            let sealed = key.seal(accepted.encoded, from: .receiver)
-        else { throw badOffer }
-        try writeSealed(sealed, to: socket, deadline: deadline)
-        switch route {
-        case .direct:
-            guard let direct else { throw badOffer }
-            var sockets = [direct.socket]
-            for index in 1..<streams {
-                guard let more = reach([direct.address], key: key, index: index, deadline: deadline) else {
-                    throw SluiceError(
-                        .unavailable, operation: "direct", subject: direct.address.description,
-                        detail: "connection \(index + 1) could not be made")
-                }
-                sockets.append(more.socket)
-            }
+        if let direct {
+            try sendAnswer(ReachAnswer(streams: streams, route: .direct), on: socket, key: key, deadline: deadline)
+            let sockets = try dialRest(direct, count: streams, key: key, dialer: .receiver, deadline: deadline)
             return Rendezvous(sockets: sockets, key: key, direct: true)
-        case .relay:
-            var sockets = [socket]
-            for index in 1..<streams {
-                sockets.append(try pairStream(index, key: key, relay: relay, deadline: deadline))
-            }
-            return Rendezvous(sockets: sockets, key: key, direct: false)
-        case .none:
-            throw noRoute
         }
+        guard routes.direct, offer.directAllowed, let door = try? BlockingListener() else {
+            try sendAnswer(
+                ReachAnswer(streams: streams, route: relayAllowed ? .relay : .none), on: socket, key: key,
+                deadline: deadline)
+            guard relayAllowed else { throw noRoute }
+            return try pairRest(socket, count: streams, key: key, relay: relay, deadline: deadline)
+        }
+        // This host could not reach the sender: it opens a door of its own and lets the sender
+        // try it (the addresses sealed), then follows the sender's decision.
+        let addresses = Array(SocketAddress.interfaceAddresses(port: door.port).prefix(ReachOffer.maxAddresses))
+        try sendAnswer(
+            ReachAnswer(streams: streams, route: .reverse, relayAllowed: relayAllowed, addresses: addresses),
+            on: socket,
+            key: key, deadline: deadline)
+        let admitted = try waitAtDoor(door, answerOn: socket, key: key, dialer: .sender, deadline: deadline)
+        guard
+            let decision = ReachAnswer.parse(
+                try readSealed(from: socket, key: key, by: .sender, number: 1, deadline: deadline)),
+            decision.streams == streams
+        else { throw badOffer }
+        switch (decision.route, admitted) {
+        case (.direct, let admitted?):
+            let sockets = try admitRest(
+                door, first: admitted, count: streams, key: key, dialer: .sender, deadline: deadline)
+            return Rendezvous(sockets: sockets, key: key, direct: true)
+        case (.relay, _) where relayAllowed:
+            return try pairRest(socket, count: streams, key: key, relay: relay, deadline: deadline)
+        case (.none, _):
+            throw noRoute
+        default:
+            throw badOffer
+        }
+    }
+
+    /// Seals `message` (nil: out of range) as the receiver's answer and writes it.
+    private static func sendAnswer(_ message: ReachAnswer?, on socket: BlockingSocket, key: CodeKey, deadline: UInt64)
+        throws(SluiceError)
+    {
+        guard let message, let sealed = key.seal(message.encoded, from: .receiver) else { throw badOffer }
+        try writeSealed(sealed, to: socket, deadline: deadline)
+    }
+
+    /// Until the peer's next message is on `socket`, admits (`admit`) the first connection at
+    /// `door` that proves to be `dialer`'s connection 0, and closes anyone else who comes.
+    static func waitAtDoor(
+        _ door: BlockingListener?, answerOn socket: BlockingSocket, key: CodeKey, dialer: CodeHandshake.Role,
+        deadline: UInt64
+    ) throws(SluiceError) -> BlockingSocket? {
+        var admitted: BlockingSocket?
+        while true {
+            let ready = try BlockingSocket.readable(
+                [socket.descriptor] + (door.map { [$0.descriptor] } ?? []), deadline: deadline)
+            if ready[0] { return admitted }
+            guard ready.contains(true) else {
+                throw SluiceError(.timedOut, operation: "code exchange", detail: "no answer from the peer")
+            }
+            guard let door else { continue }
+            if admitted == nil {
+                admitted = admit(door, key: key, index: 0, dialer: dialer, deadline: deadline)
+            } else {
+                _ = door.accept()  // the peer has its way in: anyone else is closed
+            }
+        }
+    }
+
+    /// `first`, then the peer's connections 1 to `count - 1` as they prove themselves at `door`.
+    static func admitRest(
+        _ door: BlockingListener, first: BlockingSocket, count: Int, key: CodeKey,
+        dialer: CodeHandshake.Role = .receiver, deadline: UInt64
+    ) throws(SluiceError) -> [BlockingSocket] {
+        var sockets = [first]
+        while sockets.count < count {
+            guard try BlockingSocket.readable([door.descriptor], deadline: deadline)[0] else {
+                throw SluiceError(.timedOut, operation: "direct", detail: "the peer's connections did not come")
+            }
+            if let more = admit(door, key: key, index: sockets.count, dialer: dialer, deadline: deadline) {
+                sockets.append(more)
+            }
+        }
+        return sockets
+    }
+
+    /// `first`, then connections 1 to `count - 1` made to the same address, each proved.
+    static func dialRest(
+        _ first: (socket: BlockingSocket, address: SocketAddress), count: Int, key: CodeKey,
+        dialer: CodeHandshake.Role, deadline: UInt64
+    ) throws(SluiceError) -> [BlockingSocket] {
+        var sockets = [first.socket]
+        for index in 1..<count {
+            guard let more = reach([first.address], key: key, index: index, dialer: dialer, deadline: deadline) else {
+                throw SluiceError(
+                    .unavailable, operation: "direct", subject: first.address.description,
+                    detail: "connection \(index + 1) could not be made")
+            }
+            sockets.append(more.socket)
+        }
+        return sockets
+    }
+
+    /// `socket` (the relay connection the code went over), then connections 1 to `count - 1`
+    /// paired at the relay.
+    static func pairRest(_ socket: BlockingSocket, count: Int, key: CodeKey, relay: RelayEndpoint, deadline: UInt64)
+        throws(SluiceError) -> Rendezvous
+    {
+        var sockets = [socket]
+        for index in 1..<count {
+            sockets.append(try pairStream(index, key: key, relay: relay, deadline: deadline))
+        }
+        return Rendezvous(sockets: sockets, key: key, direct: false)
     }
 
     static let noRoute = SluiceError(
         .unavailable, operation: "direct",
         detail: "no direct connection could be made, and --no-relay keeps the transfer off the relay")
 
-    /// The first of `addresses` that connects and proves to be the sender (connection
-    /// `index`'s proofs, each way) before `deadline`.
-    static func reach(_ addresses: [SocketAddress], key: CodeKey, index: Int = 0, deadline: UInt64) -> (
-        socket: BlockingSocket, address: SocketAddress
-    )? {
+    /// The first of `addresses` that connects and proves to be the peer's door (connection
+    /// `index`'s proofs, each way: `dialer`'s first) before `deadline`.
+    static func reach(
+        _ addresses: [SocketAddress], key: CodeKey, index: Int = 0, dialer: CodeHandshake.Role = .receiver,
+        deadline: UInt64
+    ) -> (socket: BlockingSocket, address: SocketAddress)? {
+        let door: CodeHandshake.Role = dialer == .sender ? .receiver : .sender
         for socket in BlockingSocket.connectAll(addresses, deadline: deadline) {
             let proven = Result { () throws(SluiceError) -> Bool in
-                try socket.write(key.proof(from: .receiver, index: index), deadline: deadline)
-                return key.checks(try socket.read(exactly: 32, deadline: deadline), from: .sender, index: index)
+                try socket.write(key.proof(from: dialer, index: index), deadline: deadline)
+                return key.checks(try socket.read(exactly: 32, deadline: deadline), from: door, index: index)
             }
             guard case .success(true) = proven,
                 let address = addresses.first(where: { $0.description == socket.name })
@@ -223,17 +312,20 @@ extension Rendezvous {
         return nil
     }
 
-    /// A connection at the sender's door that proves to be the receiver's connection `index`
-    /// (answered with the sender's proof); nil for anyone else, who is closed.
-    static func admit(_ door: BlockingListener, key: CodeKey, index: Int, deadline: UInt64) -> BlockingSocket? {
+    /// A connection at `door` that proves to be `dialer`'s connection `index` (answered with
+    /// this side's proof); nil for anyone else, who is closed.
+    static func admit(
+        _ door: BlockingListener, key: CodeKey, index: Int, dialer: CodeHandshake.Role = .receiver, deadline: UInt64
+    ) -> BlockingSocket? {
+        let holder: CodeHandshake.Role = dialer == .sender ? .receiver : .sender
         guard let socket = door.accept() else { return nil }
         // A stranger at the door gets a second at most, not the exchange's whole time.
         let soon = min(deadline, monotonicNanoseconds() &+ 1_000_000_000)
         let proven = Result { () throws(SluiceError) -> Bool in
-            guard key.checks(try socket.read(exactly: 32, deadline: soon), from: .receiver, index: index) else {
+            guard key.checks(try socket.read(exactly: 32, deadline: soon), from: dialer, index: index) else {
                 return false
             }
-            try socket.write(key.proof(from: .sender, index: index), deadline: soon)
+            try socket.write(key.proof(from: holder, index: index), deadline: soon)
             return true
         }
         guard case .success(true) = proven else { return nil }
@@ -268,12 +360,13 @@ extension Rendezvous {
     /// Reads one sealed message and opens it; a length out of bounds or a message not sealed
     /// by the holder of the key is a failed exchange.
     static func readSealed(
-        from socket: BlockingSocket, key: CodeKey, by role: CodeHandshake.Role, deadline: UInt64
+        from socket: BlockingSocket, key: CodeKey, by role: CodeHandshake.Role, number: Int = 0, deadline: UInt64
     ) throws(SluiceError) -> [UInt8] {
         let header = try socket.read(exactly: 2, deadline: deadline)
         let length = Int(header[0]) << 8 | Int(header[1])
         guard (16...ReachOffer.maxSealed).contains(length) else { throw badOffer }
-        guard let opened = key.open(try socket.read(exactly: length, deadline: deadline), from: role) else {
+        guard let opened = key.open(try socket.read(exactly: length, deadline: deadline), from: role, number: number)
+        else {
             throw badOffer
         }
         return opened
