@@ -5,7 +5,8 @@
 // `user.sluice.ranges` attribute (`ReceiverStore.parseRanges`: anyone who can write the
 // directory can set it), a short code as a person types it (`WordCode.parse`), a launcher's
 // task variables (`Shard.fromLauncher`, for `send --shard auto`), and a peer's SPAKE2 share
-// (`SPAKE2.finish(peerShare:)`: any bytes are a key or `invalidShare`). Any text must give a value or a clean refusal, never a crash or an
+// (`SPAKE2.finish(peerShare:)`: any bytes are a key or `invalidShare`), and the first line a
+// stranger sends `sluice relay` (`RelayHello.parse`). Any text must give a value or a clean refusal, never a crash or an
 // overflow; what is accepted must be in range and read back the same from its own written
 // form. (The CLI's endpoint parser lives in the executable target, which another package
 // cannot import: it has no target here.)
@@ -25,6 +26,7 @@ func fuzzParsers(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
     wordCode(text)
     launcher(text)
     spakeShare(Array(bytes))
+    relayHello(Array(bytes))
     // The file's size, from the seed byte: 0, small, far beyond any range's end, or at the
     // edges of what an offset and the field hold (0xfc, 0xfd, 0xfe: 2^63 - 1, 2^63, 2^64 - 1).
     let seed = UInt64(start[0])
@@ -101,6 +103,25 @@ func spakeShare(_ bytes: [UInt8]) {
         expect(bytes.count == SPAKE2.shareBytes && exchange.key.count == 16, "a key from \(bytes.count) bytes")
     case .failure(let failure):
         expect(failure == .invalidShare, "\(failure) from \(bytes.count) bytes")
+    }
+}
+
+/// A relay hello: incomplete, bad, or a hello that ends within the bytes and within the longest
+/// line, and reads back from its own line; and fed a byte at a time, the same answer.
+func relayHello(_ bytes: [UInt8]) {
+    let parsed = RelayHello.parse(bytes)
+    if case .hello(let hello, let length) = parsed {
+        expect(length <= bytes.count && length <= RelayHello.maximumLength, "hello of \(length) bytes")
+        expect(Array(hello.line.utf8) == Array(bytes[..<length]), "\(hello) does not read back")
+        if case .join(let nameplate) = hello { expect((1...RelayHello.maximumNameplate).contains(nameplate), "\(hello)") }
+    }
+    if case .incomplete = parsed { expect(bytes.count < RelayHello.maximumLength, "incomplete at \(bytes.count)") }
+    // A prefix never decides otherwise than the whole, unless it is still incomplete.
+    for end in 0..<min(bytes.count, RelayHello.maximumLength) {
+        let early = RelayHello.parse(bytes[..<end])
+        guard early != .incomplete else { continue }
+        expect(early == parsed, "\(end) bytes decide \(early), all \(parsed)")
+        break
     }
 }
 
