@@ -81,4 +81,8 @@ printf '\xfd%s' '9223372036854775807+1=1,9223372036854775808+0=0' >"$corpus/pars
 printf '\xfe%s' '18446744073709551614+1=1,9223372036854775808+9223372036854775807=3' >"$corpus/parsers/ranges-edge-max"
 printf '\0%s' '18446744073709551615' >"$corpus/parsers/size-edge-max"
 printf '\0%s' '9223372036854775808G' >"$corpus/parsers/size-edge-units"
+# The three relay hellos (`RelayHello.parse`), one with a byte past its newline.
+printf '\0%s\n' 'SLUICE-RELAY 1 OPEN' >"$corpus/parsers/relay-open"
+printf '\0%s\nx' 'SLUICE-RELAY 1 JOIN 4711' >"$corpus/parsers/relay-join"
+printf '\0%s\n' "SLUICE-RELAY 1 STREAM $(printf '0123456789abcdef%.0s' 1 2 3 4)" >"$corpus/parsers/relay-stream"
 for dir in "$corpus"/*; do echo "make-seeds: $(ls "$dir" | wc -l) seeds in ${dir#"$fuzz"/}"; done

@@ -112,7 +112,7 @@ final class NATLab: @unchecked Sendable {
             try write(randomBytes(2 << 20, seed: 11), to: dir + "/src/big.bin")
             try write(Data("behind NAT\n".utf8), to: dir + "/src/sub/note.txt")
             try FileManager.default.createDirectory(atPath: dir + "/dst", withIntermediateDirectories: true)
-            let relay = try RelayProcess(host: NATLab.relayHost, inside: lab.inside(lab.pub))
+            let relay = try RunningRelay(host: NATLab.relayHost, inside: lab.inside(lab.pub))
             // The relay is reachable from a home; a home is not reachable from the other.
             let (sender, code) = try relaySender(
                 relay.address, ["--streams", "2", dir + "/src"], inside: lab.inside(lab.homeA))
@@ -144,7 +144,9 @@ final class NATLab: @unchecked Sendable {
             ).wait(seconds: 60)
             let dialed = behind.wait(seconds: 60)
             #expect(open.status == 0, "\(open.stderr)")
-            #expect(dialed.stderr.contains("sending directly to the receiver (2 connections)"), "\(dialed.stderr)")
+            #expect(
+                dialed.stderr.contains("sending directly to the receiver (2 connections)"),
+                "\(dialed.stderr) \(open.stderr)")
             #expect(try treesIdentical(dir + "/src", dir + "/public/src"))
             // Two peers in one home reach each other: the relay carries only the meeting.
             try FileManager.default.createDirectory(atPath: dir + "/same", withIntermediateDirectories: true)

@@ -80,7 +80,7 @@ final class LiveSluice: @unchecked Sendable {
 }
 
 /// A `sluice relay` on a free port of 127.0.0.1.
-final class RelayProcess: @unchecked Sendable {
+final class RunningRelay: @unchecked Sendable {
     let live: LiveSluice
     let port: UInt16
     let host: String

@@ -20,7 +20,7 @@ import Testing
         try withTemporaryDirectory { dir in
             try makeTree(dir + "/src")
             try FileManager.default.createDirectory(atPath: dir + "/dst", withIntermediateDirectories: true)
-            let relay = try RelayProcess()
+            let relay = try RunningRelay()
             // Everything the relay receives and sends passes the proxy first.
             let proxy = try CapturingProxy(to: relay.port)
             let via = "127.0.0.1:\(proxy.port)"
@@ -75,7 +75,7 @@ import Testing
         try withTemporaryDirectory { dir in
             try makeTree(dir + "/src")
             try FileManager.default.createDirectory(atPath: dir + "/dst", withIntermediateDirectories: true)
-            let relay = try RelayProcess()
+            let relay = try RunningRelay()
             let proxy = try CapturingProxy(to: relay.port)
             let via = "127.0.0.1:\(proxy.port)"
             let (sender, code) = try relaySender(via, ["--streams", "2", dir + "/src"])
@@ -112,7 +112,7 @@ import Testing
         try withTemporaryDirectory { dir in
             try makeTree(dir + "/src", size: 6 << 20)
             try FileManager.default.createDirectory(atPath: dir + "/dst", withIntermediateDirectories: true)
-            let relay = try RelayProcess()
+            let relay = try RunningRelay()
             let (sender, code) = try relaySender(
                 relay.address, ["--no-direct", "-z", "--streams", "3", "--sync", dir + "/src"])
             let receiver = try LiveSluice([
@@ -142,7 +142,7 @@ import Testing
         try withTemporaryDirectory { dir in
             try makeTree(dir + "/src")
             try FileManager.default.createDirectory(atPath: dir + "/dst", withIntermediateDirectories: true)
-            let relay = try RelayProcess()
+            let relay = try RunningRelay()
             let (sender, code) = try relaySender(relay.address, [dir + "/src"])
             let nameplate = code.split(separator: "-")[0]
             // The right nameplate, the wrong words: one guess, and it is spent.
@@ -168,7 +168,7 @@ import Testing
         try withTemporaryDirectory { dir in
             try makeTree(dir + "/src", size: 1000)
             try FileManager.default.createDirectory(atPath: dir + "/dst", withIntermediateDirectories: true)
-            let relay = try RelayProcess()
+            let relay = try RunningRelay()
             let (sender, code) = try relaySender(relay.address, ["--code-words", "5", dir + "/src"])
             #expect(code.split(separator: "-").count == 6)
             let receiver = try LiveSluice(

@@ -5,7 +5,8 @@
 // `user.sluice.ranges` attribute (`ReceiverStore.parseRanges`: anyone who can write the
 // directory can set it), a short code as a person types it (`WordCode.parse`), a launcher's
 // task variables (`Shard.fromLauncher`, for `send --shard auto`), and a peer's SPAKE2 share
-// (`SPAKE2.finish(peerShare:)`: any bytes are a key or `invalidShare`); what a relay answers
+// (`SPAKE2.finish(peerShare:)`: any bytes are a key or `invalidShare`); the first line a
+// stranger sends `sluice relay` (`RelayHello.parse`) and what a relay answers
 // (`RelayClient.parse(answer:)`), a stranger's datagram on the local network
 // (`LocalAnnounce.parse`), and a peer's sealed offer and answer (`CodeKey.open`,
 // `ReachOffer.parse`, `ReachAnswer.parse`).
@@ -29,6 +30,7 @@ func fuzzParsers(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
     wordCode(text)
     launcher(text)
     spakeShare(Array(bytes))
+    relayHello(Array(bytes))
     relayAnswer(Array(bytes))
     announcement(Array(bytes))
     sealedOffer(Array(bytes))
@@ -119,6 +121,27 @@ func relayAnswer(_ bytes: [UInt8]) {
     case .refused(.other(let reason))?:
         expect(reason.utf8.count < RelayClient.maxLine, "a reason of \(reason.utf8.count) bytes")
     case .paired?, .refused?, nil:
+        break
+    }
+}
+
+/// A relay hello: incomplete, bad, or a hello that ends within the bytes and within the longest
+/// line, and reads back from its own line; and fed a byte at a time, the same answer.
+func relayHello(_ bytes: [UInt8]) {
+    let parsed = RelayHello.parse(bytes)
+    if case .hello(let hello, let length) = parsed {
+        expect(length <= bytes.count && length <= RelayHello.maximumLength, "hello of \(length) bytes")
+        expect(Array(hello.line.utf8) == Array(bytes[..<length]), "\(hello) does not read back")
+        if case .join(let nameplate) = hello {
+            expect((1...RelayHello.maximumNameplate).contains(nameplate), "\(hello)")
+        }
+    }
+    if case .incomplete = parsed { expect(bytes.count < RelayHello.maximumLength, "incomplete at \(bytes.count)") }
+    // A prefix never decides otherwise than the whole, unless it is still incomplete.
+    for end in 0..<min(bytes.count, RelayHello.maximumLength) {
+        let early = RelayHello.parse(bytes[..<end])
+        guard early != .incomplete else { continue }
+        expect(early == parsed, "\(end) bytes decide \(early), all \(parsed)")
         break
     }
 }

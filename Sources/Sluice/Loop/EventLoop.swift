@@ -10,6 +10,13 @@ protocol FDHandler: AnyObject {
     func fdReady(_ readiness: Readiness)
 }
 
+/// An `FDHandler` that calls a closure: what `EventLoop.watch(fd:interest:ready:)` registers.
+private final class ClosureFDHandler: FDHandler {
+    private let ready: (Readiness) -> Void
+    init(_ ready: @escaping (Readiness) -> Void) { self.ready = ready }
+    func fdReady(_ readiness: Readiness) { ready(readiness) }
+}
+
 /// Something served from the loop's ready queue: streams that epoll cannot watch (regular
 /// files, memory, bound pairs) and anything with events to deliver.
 protocol ReadyClient: AnyObject {
@@ -309,8 +316,15 @@ public final class EventLoop: @unchecked Sendable {
         watchedCount += 1
     }
 
+    /// Starts watching `fd` with `interest` for a layer above the core (the relay, which moves
+    /// raw descriptors): `ready` is called on the loop with each readiness the selector reports,
+    /// until `unwatch(fd:)`. Throws EPERM for descriptors epoll cannot watch.
+    package func watch(fd: Int32, interest: Interest, ready: @escaping (Readiness) -> Void) throws(SluiceError) {
+        try watch(fd: fd, interest: interest, handler: ClosureFDHandler(ready))
+    }
+
     /// Changes what `fd` is watched for; a no-op when unchanged.
-    func setInterest(fd: Int32, _ interest: Interest) {
+    package func setInterest(fd: Int32, _ interest: Interest) {
         let index = Int(fd)
         guard index < handlers.count, handlers[index] != nil, interests[index] != interest else { return }
         do {
@@ -328,7 +342,7 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     /// Stops watching `fd`. Call before closing it.
-    func unwatch(fd: Int32) {
+    package func unwatch(fd: Int32) {
         preconditionInLoop("EventLoop.\(#function)")
         let index = Int(fd)
         guard index < handlers.count, handlers[index] != nil else { return }

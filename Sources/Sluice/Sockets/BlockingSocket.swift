@@ -48,8 +48,11 @@ package final class BlockingSocket {
         throw lastError
     }
 
-    /// Connects to all of `addresses` at once and returns those that connected before
-    /// `deadline`, in the order they did (the first may be all a caller needs).
+    /// Connects to all of `addresses` at once and returns as soon as some have connected (or
+    /// `deadline` passes, or every attempt failed): those connected, in the order they did.
+    /// The attempts still going are given up: an address that never answers (its packets
+    /// dropped, or the ICMP error that would refuse it rate-limited) costs nothing once another
+    /// has answered.
     package static func connectAll(_ addresses: [SocketAddress], deadline: UInt64) -> [BlockingSocket] {
         var pending: [(fd: Int32, address: SocketAddress)] = []
         var connected: [BlockingSocket] = []
@@ -67,7 +70,7 @@ package final class BlockingSocket {
                 closeDescriptor(fd)
             }
         }
-        while !pending.isEmpty {
+        while !pending.isEmpty && connected.isEmpty {
             let now = monotonicNanoseconds()
             guard now < deadline else { break }
             var fds = pending.map { pollfd(fd: $0.fd, events: Int16(POLLOUT), revents: 0) }

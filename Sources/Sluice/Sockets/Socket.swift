@@ -95,7 +95,7 @@ public enum Socket {
         try resolve(host: host, port: port, passive: false)
     }
 
-    static func resolve(host: String?, port: UInt16, passive: Bool) throws(SluiceError) -> [SocketAddress] {
+    package static func resolve(host: String?, port: UInt16, passive: Bool) throws(SluiceError) -> [SocketAddress] {
         var host = host
         if let h = host, h.hasPrefix("[") && h.hasSuffix("]") { host = String(h.dropFirst().dropLast()) }
         if let host, let address = SocketAddress(numericHost: host, port: port) { return [address] }
@@ -148,14 +148,14 @@ public enum Socket {
     }
 
     /// A non-blocking, close-on-exec stream socket for `address`'s family.
-    static func makeSocket(for address: SocketAddress) throws(SluiceError) -> Int32 {
+    package static func makeSocket(for address: SocketAddress) throws(SluiceError) -> Int32 {
         let type = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue)
         let family = address.addressFamily
         return try syscallValue("socket", address.description) { Glibc.socket(family, type, 0) }
     }
 
     /// Sets an integer socket option (`setsockopt`).
-    static func setOption(_ fd: Int32, _ level: Int32, _ option: Int32, _ value: Int32, _ name: String)
+    package static func setOption(_ fd: Int32, _ level: Int32, _ option: Int32, _ value: Int32, _ name: String)
         throws(SluiceError)
     {
         var v = value

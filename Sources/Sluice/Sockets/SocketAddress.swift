@@ -28,7 +28,7 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
 
     /// Wraps a `sockaddr` of `length` bytes filled by the kernel (`accept`, `getsockname`,
     /// `getaddrinfo`). Returns nil for families sluice does not use.
-    init?(sockaddr pointer: UnsafeRawPointer, length: socklen_t) {
+    package init?(sockaddr pointer: UnsafeRawPointer, length: socklen_t) {
         guard Int(length) >= MemoryLayout<sa_family_t>.size else { return nil }
         let rawFamily = Int32(pointer.loadUnaligned(as: sa_family_t.self))
         switch rawFamily {
@@ -207,7 +207,7 @@ extension SocketAddress {
     }
 
     /// The local address of socket `fd` (`getsockname`).
-    static func local(of fd: Int32) throws(SluiceError) -> SocketAddress {
+    package static func local(of fd: Int32) throws(SluiceError) -> SocketAddress {
         try read("getsockname", "fd \(fd)") { getsockname(fd, $0, $1) }
     }
 

@@ -27,7 +27,7 @@ func sendFile(_ source: Int32, _ sink: Int32, count: Int, subject: String, suppr
 /// `splice(2)` with `SPLICE_F_NONBLOCK`: up to `count` bytes from `source` to `sink`, one of
 /// which is a pipe. The pipe end never blocks; a socket end does not block when it is
 /// non-blocking (as every watched descriptor is).
-func spliceBytes(_ source: Int32, _ sink: Int32, count: Int, subject: String, suppressingSIGPIPE: Bool)
+package func spliceBytes(_ source: Int32, _ sink: Int32, count: Int, subject: String, suppressingSIGPIPE: Bool)
     throws(SluiceError) -> IOResult<Int>
 {
     let flags = UInt32(SPLICE_F_NONBLOCK | SPLICE_F_MOVE)
@@ -40,7 +40,9 @@ func spliceBytes(_ source: Int32, _ sink: Int32, count: Int, subject: String, su
 /// about `capacity` bytes where the kernel allows it (`F_SETPIPE_SZ`; an unprivileged process
 /// is held to /proc/sys/fs/pipe-max-size, so smaller sizes are tried down to what the pipe
 /// has). Returns the ends and the capacity it got (`F_GETPIPE_SZ`).
-func makeKernelPipe(capacity: Int, subject: String) throws(SluiceError) -> (read: Int32, write: Int32, capacity: Int) {
+package func makeKernelPipe(capacity: Int, subject: String) throws(SluiceError) -> (
+    read: Int32, write: Int32, capacity: Int
+) {
     var ends: [Int32] = [-1, -1]
     try syscallValue("pipe2", subject) {
         ends.withUnsafeMutableBufferPointer { pipe2($0.baseAddress, O_CLOEXEC | O_NONBLOCK) }
@@ -88,7 +90,7 @@ func runSuppressingSIGPIPE(_ suppress: Bool, _ call: () -> Int) -> Int {
 /// True when `SIGPIPE` is ignored by the process (as the `sluice` command ignores it): a write
 /// to a pipe or socket whose reader is gone then fails with EPIPE and nothing else happens, so
 /// there is no signal to keep off.
-func isSIGPIPEIgnored() -> Bool {
+package func isSIGPIPEIgnored() -> Bool {
     var current = sigaction()
     guard sigaction(SIGPIPE, nil, &current) == 0 else { return false }
     // Handlers are C function pointers, which Swift does not compare: compare their addresses.

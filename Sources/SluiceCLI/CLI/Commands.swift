@@ -19,7 +19,8 @@ enum SluiceCommand {
 
     /// The commands, in the order `--help` lists them. Add new commands here.
     static let commands: [any Command.Type] = [
-        CopyCommand.self, SendCommand.self, ReceiveCommand.self, BenchCommand.self, KeygenCommand.self,
+        CopyCommand.self, SendCommand.self, ReceiveCommand.self, RelayCommand.self, BenchCommand.self,
+        KeygenCommand.self,
     ]
 
     static let endpointsHelp = """
@@ -64,6 +65,7 @@ enum SluiceCommand {
               sluice copy [options] SOURCE DEST
               sluice send [options] PATH... [HOST:]PORT
               sluice receive [options]
+              sluice relay [options]
               sluice bench [options] [tcp:HOST:PORT | --listen [HOST:]PORT]
               sluice keygen FILE
               sluice help [COMMAND]

@@ -220,25 +220,23 @@ extension Rendezvous {
     }
 
     /// Until the peer's next message is on `socket`, admits (`admit`) the first connection at
-    /// `door` that proves to be `dialer`'s connection 0, and closes anyone else who comes.
+    /// `door` that proves to be `dialer`'s connection 0 (strangers before it are closed). Once
+    /// it is in, the door is left alone: the peer's next connections may come before its
+    /// message does (the direct way is the shorter), and are admitted after it.
     static func waitAtDoor(
         _ door: BlockingListener?, answerOn socket: BlockingSocket, key: CodeKey, dialer: CodeHandshake.Role,
         deadline: UInt64
     ) throws(SluiceError) -> BlockingSocket? {
         var admitted: BlockingSocket?
         while true {
+            let watching = admitted == nil ? door : nil
             let ready = try BlockingSocket.readable(
-                [socket.descriptor] + (door.map { [$0.descriptor] } ?? []), deadline: deadline)
+                [socket.descriptor] + (watching.map { [$0.descriptor] } ?? []), deadline: deadline)
             if ready[0] { return admitted }
             guard ready.contains(true) else {
                 throw SluiceError(.timedOut, operation: "code exchange", detail: "no answer from the peer")
             }
-            guard let door else { continue }
-            if admitted == nil {
-                admitted = admit(door, key: key, index: 0, dialer: dialer, deadline: deadline)
-            } else {
-                _ = door.accept()  // the peer has its way in: anyone else is closed
-            }
+            if let watching { admitted = admit(watching, key: key, index: 0, dialer: dialer, deadline: deadline) }
         }
     }
 
@@ -299,15 +297,22 @@ extension Rendezvous {
         deadline: UInt64
     ) -> (socket: BlockingSocket, address: SocketAddress)? {
         let door: CodeHandshake.Role = dialer == .sender ? .receiver : .sender
-        for socket in BlockingSocket.connectAll(addresses, deadline: deadline) {
-            let proven = Result { () throws(SluiceError) -> Bool in
-                try socket.write(key.proof(from: dialer, index: index), deadline: deadline)
-                return key.checks(try socket.read(exactly: 32, deadline: deadline), from: door, index: index)
+        var untried = addresses
+        // The first to connect is tried first; if it is not the peer, the others again.
+        while !untried.isEmpty && monotonicNanoseconds() < deadline {
+            let connected = BlockingSocket.connectAll(untried, deadline: deadline)
+            guard !connected.isEmpty else { return nil }
+            for socket in connected {
+                untried.removeAll { $0.description == socket.name }
+                let proven = Result { () throws(SluiceError) -> Bool in
+                    try socket.write(key.proof(from: dialer, index: index), deadline: deadline)
+                    return key.checks(try socket.read(exactly: 32, deadline: deadline), from: door, index: index)
+                }
+                guard case .success(true) = proven,
+                    let address = addresses.first(where: { $0.description == socket.name })
+                else { continue }
+                return (socket, address)
             }
-            guard case .success(true) = proven,
-                let address = addresses.first(where: { $0.description == socket.name })
-            else { continue }
-            return (socket, address)
         }
         return nil
     }
