@@ -537,7 +537,8 @@ func relayMove(_ bytes: [UInt8], from: RelayTestClient, to: RelayTestClient) -> 
 /// first differ.
 func expectSameBytes(_ received: [UInt8], _ expected: [UInt8]) {
     if received == expected { return }
-    let first = zip(received, expected).enumerated().first { $0.element.0 != $0.element.1 }?.offset
+    let first =
+        zip(received, expected).enumerated().first { $0.element.0 != $0.element.1 }?.offset
         ?? min(received.count, expected.count)
     Issue.record("\(received.count) bytes received, \(expected.count) expected; first difference at \(first)")
 }
