@@ -463,11 +463,33 @@ func relayMove(_ bytes: [UInt8], from: RelayTestClient, to: RelayTestClient) -> 
         #expect(relay.server.statistics.peakConnections == 4)
     }
 
+    /// A client that pairs with itself and hangs up, again and again, burns nameplates without
+    /// holding connections: the nameplates one address holds (waiting or used) are capped too.
+    @Test func oneAddressCannotBurnNameplatesWithoutEnd() throws {
+        let relay = try RelayUnderTest { $0.maxKeysPerAddress = 2 }
+        defer { relay.finish() }
+        for _ in 0..<2 {
+            let sender = RelayTestClient(port: relay.port, from: "127.0.0.10")!
+            let nameplate = try #require(sender.open())
+            let receiver = RelayTestClient(port: relay.port, from: "127.0.0.10")!
+            receiver.send("SLUICE-RELAY 1 JOIN \(nameplate)\n")
+            #expect(receiver.line() == "PAIRED\n")
+            #expect(sender.line() == "PAIRED\n")
+        }
+        #expect(relay.waitFor { $0.pairsEnded == 2 })
+        let third = RelayTestClient(port: relay.port, from: "127.0.0.10")!
+        third.send("SLUICE-RELAY 1 OPEN\n")
+        #expect(third.line() == "ERR busy\n")
+        let other = RelayTestClient(port: relay.port, from: "127.0.0.11")!
+        #expect(other.open() != nil)
+    }
+
     /// 1,000 senders wait on nameplates; a real pair still pairs and moves its bytes.
     @Test func aThousandWaitingNameplatesDoNotStopARealPair() throws {
         #expect(raiseDescriptorLimit())
         let relay = try RelayUnderTest {
             $0.maxPerAddress = 2000
+            $0.maxKeysPerAddress = 2000
         }
         defer { relay.finish() }
         var waiting: [RelayTestClient] = []

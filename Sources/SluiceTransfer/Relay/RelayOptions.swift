@@ -16,6 +16,10 @@ public struct RelayOptions: Sendable, Hashable {
     public var maxConnections = 4096
     /// Connections held at once from one source address. Default 64.
     public var maxPerAddress = 64
+    /// Nameplates and stream tokens one source address may hold at once, waiting or used (a
+    /// used one is held until it would have expired): without it, a client pairing with itself
+    /// and hanging up in a loop could use up all 99,999 nameplates. Default 256.
+    public var maxKeysPerAddress = 256
     /// Bytes a second each pair may move (both directions together); nil for no limit.
     public var rateLimit: Int?
     /// Bytes a second the relay moves in all; nil for no limit.
