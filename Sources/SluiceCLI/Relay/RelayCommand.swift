@@ -52,8 +52,7 @@ enum RelayCommand: Command {
     static var parser: ArgumentParser {
         ArgumentParser([
             listen, expire, idle, maxConnections, maxPerAddress, maxNameplatesPerAddress, rateLimit, rateLimitTotal,
-            stats, quiet,
-            CommonOptions.help,
+            stats, quiet, CommonOptions.help, CommonOptions.version,
         ])
     }
 
