@@ -146,11 +146,13 @@ final class RelayPeer {
             shutdown(s.fd, Int32(SHUT_WR))
             sent.signal()
         }
-        #expect(receiver.readToEnd() == Array(data))
+        let forwardSame = receiver.readToEnd() == Array(data)
+        #expect(forwardSame, "the bytes through the relay differ")
         sent.wait()
         receiver.send(reply)
         shutdown(receiver.fd, Int32(SHUT_WR))
-        #expect(sender.readToEnd() == reply)
+        let replySame = sender.readToEnd() == reply
+        #expect(replySame, "the reply differs")
         #expect(relay.waitForLine(containing: "ended nameplate \(nameplate): 127.0.0.1:"))
         #expect(relay.stderrText.contains("\(data.count) bytes ->, \(reply.count) bytes <-"))
         #expect(relay.stderrText.contains("paired nameplate \(nameplate): 127.0.0.1:"))
@@ -193,7 +195,7 @@ final class RelayPeer {
     /// pairs among them; a waiting nameplate expires with its line in the log.
     @Test func aThousandWaitingNameplatesFitIn32MiB() throws {
         #expect(testDescriptorsRaised)
-        let relay = try RelayProcess(["--max-per-address", "2000", "--expire", "20s"])
+        let relay = try RelayProcess(["--max-per-address", "2000", "--max-nameplates-per-address", "2000", "--expire", "20s"])
         let port = try relay.port()
         var waiting: [RelayPeer] = []
         for _ in 0..<1000 {

@@ -273,12 +273,12 @@ func relayMove(_ bytes: [UInt8], from: RelayTestClient, to: RelayTestClient) -> 
             backReceived = s.readToEnd()
             back.signal()
         }
-        #expect(relayMove(forward, from: sender, to: receiver) == forward)
+        expectSameBytes(relayMove(forward, from: sender, to: receiver), forward)
         // The forward direction ended; the backward one still carries bytes.
         r.send(backward)
         r.shutdownWrite()
         back.wait()
-        #expect(backReceived == backward)
+        expectSameBytes(backReceived, backward)
         #expect(relay.waitFor { $0.pairsEnded == 1 })
         let stats = relay.server.statistics
         #expect(stats.pairsMade == 1)
@@ -335,7 +335,7 @@ func relayMove(_ bytes: [UInt8], from: RelayTestClient, to: RelayTestClient) -> 
         third.send(hello)
         #expect(third.line() == "ERR claimed\n")
         let data = randomBytes(1 << 20, seed: 3)
-        #expect(relayMove(data, from: second, to: first) == data)
+        expectSameBytes(relayMove(data, from: second, to: first), data)
         #expect(relay.lines.contains { $0.hasPrefix("paired stream: ") })
     }
 
@@ -432,7 +432,7 @@ func relayMove(_ bytes: [UInt8], from: RelayTestClient, to: RelayTestClient) -> 
             return
         }
         let data = randomBytes(2 << 20, seed: 4)
-        #expect(relayMove(data, from: sender, to: receiver) == data)
+        expectSameBytes(relayMove(data, from: sender, to: receiver), data)
         // The stuck pair is still there, and what its receiver reads now is what was sent.
         var first: [UInt8] = []
         #expect(readMore(stuckReceiver.fd, into: &first))
@@ -463,11 +463,33 @@ func relayMove(_ bytes: [UInt8], from: RelayTestClient, to: RelayTestClient) -> 
         #expect(relay.server.statistics.peakConnections == 4)
     }
 
+    /// A client that pairs with itself and hangs up, again and again, burns nameplates without
+    /// holding connections: the nameplates one address holds (waiting or used) are capped too.
+    @Test func oneAddressCannotBurnNameplatesWithoutEnd() throws {
+        let relay = try RelayUnderTest { $0.maxKeysPerAddress = 2 }
+        defer { relay.finish() }
+        for _ in 0..<2 {
+            let sender = RelayTestClient(port: relay.port, from: "127.0.0.10")!
+            let nameplate = try #require(sender.open())
+            let receiver = RelayTestClient(port: relay.port, from: "127.0.0.10")!
+            receiver.send("SLUICE-RELAY 1 JOIN \(nameplate)\n")
+            #expect(receiver.line() == "PAIRED\n")
+            #expect(sender.line() == "PAIRED\n")
+        }
+        #expect(relay.waitFor { $0.pairsEnded == 2 })
+        let third = RelayTestClient(port: relay.port, from: "127.0.0.10")!
+        third.send("SLUICE-RELAY 1 OPEN\n")
+        #expect(third.line() == "ERR busy\n")
+        let other = RelayTestClient(port: relay.port, from: "127.0.0.11")!
+        #expect(other.open() != nil)
+    }
+
     /// 1,000 senders wait on nameplates; a real pair still pairs and moves its bytes.
     @Test func aThousandWaitingNameplatesDoNotStopARealPair() throws {
         #expect(raiseDescriptorLimit())
         let relay = try RelayUnderTest {
             $0.maxPerAddress = 2000
+            $0.maxKeysPerAddress = 2000
         }
         defer { relay.finish() }
         var waiting: [RelayTestClient] = []
@@ -487,7 +509,7 @@ func relayMove(_ bytes: [UInt8], from: RelayTestClient, to: RelayTestClient) -> 
         }
         #expect(!nameplates.contains(nameplate))
         let data = randomBytes(1 << 20, seed: 5)
-        #expect(relayMove(data, from: sender, to: receiver) == data)
+        expectSameBytes(relayMove(data, from: sender, to: receiver), data)
         #expect(relay.server.statistics.nameplatesOpened == 1001)
     }
 
@@ -505,7 +527,7 @@ func relayMove(_ bytes: [UInt8], from: RelayTestClient, to: RelayTestClient) -> 
         }
         let data = randomBytes(1 << 20, seed: 6)
         let start = ContinuousClock.now
-        #expect(relayMove(data, from: sender, to: receiver) == data)
+        expectSameBytes(relayMove(data, from: sender, to: receiver), data)
         let elapsed = ContinuousClock.now - start
         // The bucket starts with a twentieth of a second's worth and holds at most a tenth:
         // 1 MiB at 2 MiB/s takes at least 0.45 s; allow for a coarse clock.
@@ -530,6 +552,17 @@ func relayMove(_ bytes: [UInt8], from: RelayTestClient, to: RelayTestClient) -> 
         #expect(stats.pairsEnded == 1)
         #expect(stats.bytesRelayed == 5)
     }
+}
+
+/// Records an issue unless `received` is `expected`, without a diff of megabytes in the failure
+/// (Swift Testing would compute one, for minutes, and print it): the counts, and where they
+/// first differ.
+func expectSameBytes(_ received: [UInt8], _ expected: [UInt8]) {
+    if received == expected { return }
+    let first =
+        zip(received, expected).enumerated().first { $0.element.0 != $0.element.1 }?.offset
+        ?? min(received.count, expected.count)
+    Issue.record("\(received.count) bytes received, \(expected.count) expected; first difference at \(first)")
 }
 
 /// Raises this process's open-file limit to its hard limit (the relay tests hold thousands of

@@ -33,6 +33,11 @@ enum RelayCommand: Command {
         "max-per-address", value: .required("N"),
         help: "hold at most N connections from one address\n(default 64)",
         read: Read.number(of: "connections", in: 1...1_000_000))
+    static let maxNameplatesPerAddress = Option(
+        "max-nameplates-per-address", value: .required("N"),
+        help:
+            "hand one address at most N nameplates and\nstream tokens at once, waiting or used (a used\none counts until it would have expired;\ndefault 256)",
+        read: Read.number(of: "nameplates", in: 1...1_000_000))
     static let rateLimit = CommonOptions.rateLimit.withHelp(
         "each pair moves at most RATE bytes a second\n(both ways together), like 500K, 10M")
     static let rateLimitTotal = Option(
@@ -46,8 +51,8 @@ enum RelayCommand: Command {
 
     static var parser: ArgumentParser {
         ArgumentParser([
-            listen, expire, idle, maxConnections, maxPerAddress, rateLimit, rateLimitTotal, stats, quiet,
-            CommonOptions.help,
+            listen, expire, idle, maxConnections, maxPerAddress, maxNameplatesPerAddress, rateLimit, rateLimitTotal,
+            stats, quiet, CommonOptions.help, CommonOptions.version,
         ])
     }
 
@@ -118,11 +123,13 @@ enum RelayCommand: Command {
         if let idle = try parsed[idle] { options.idle = idle }
         if let n = try parsed[maxConnections] { options.maxConnections = n }
         if let n = try parsed[maxPerAddress] { options.maxPerAddress = n }
+        if let n = try parsed[maxNameplatesPerAddress] { options.maxKeysPerAddress = n }
         options.rateLimit = try parsed[rateLimit]
         options.rateLimitTotal = try parsed[rateLimitTotal]
         return (options, try parsed[stats], parsed[quiet])
     }
 
+    /// Listens, serves until a signal, and prints `--stats`.
     static func run(_ parsed: ParsedArguments) -> ExitStatus {
         let options: RelayOptions
         let statsFormat: StatsFormat?

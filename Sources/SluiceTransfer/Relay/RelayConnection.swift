@@ -37,6 +37,8 @@ final class RelayConnection {
     private unowned let loop: EventLoop
     private let ready: (RelayConnection, Readiness) -> Void
 
+    /// A connection just accepted: `fd` (non-blocking), the peer as seen, and what to call with
+    /// each readiness the loop reports for it.
     init(
         id: UInt64, fd: Int32, peer: String, host: String, loop: EventLoop,
         ready: @escaping (RelayConnection, Readiness) -> Void
@@ -98,7 +100,7 @@ final class RelayConnection {
         return sent == count
     }
 
-    /// Reads what is there (at most `limit` bytes) without blocking.
+    /// What a non-blocking read found.
     enum Received {
         case bytes([UInt8])
         case end
@@ -106,6 +108,7 @@ final class RelayConnection {
         case failed
     }
 
+    /// Reads what is there (at most `limit` bytes) without blocking.
     func receive(upTo limit: Int) -> Received {
         guard limit > 0 else { return .nothing }
         var buffer = [UInt8](repeating: 0, count: limit)

@@ -27,6 +27,7 @@ final class RelayFlow {
     /// Bytes moved out of the pipe into the destination.
     var bytes: UInt64 = 0
 
+    /// A flow with a pipe of its own, holding about `wanted` bytes (`makeKernelPipe`).
     init(capacity wanted: Int) throws(SluiceError) {
         let made = try makeKernelPipe(capacity: wanted, subject: "relay pipe")
         pipeRead = made.read
@@ -37,6 +38,7 @@ final class RelayFlow {
     /// Whether more may be read from the source now.
     var canTakeIn: Bool { !sourceEnded && !pipeFull && !rateWaiting && held < capacity }
 
+    /// Closes the pipe.
     func close() {
         closeDescriptor(pipeRead)
         closeDescriptor(pipeWrite)
@@ -77,6 +79,8 @@ final class RelayPair {
     private(set) var isClosed = false
     private unowned let server: RelayServer
 
+    /// Pairs `a` and `b` (paired by `key`), with a pipe per direction; throws when the kernel
+    /// gives no pipe (out of descriptors).
     init(_ a: RelayConnection, _ b: RelayConnection, key: RelayRendezvous.Key, server: RelayServer) throws(SluiceError)
     {
         let first = try RelayFlow(capacity: server.options.pipeCapacity)

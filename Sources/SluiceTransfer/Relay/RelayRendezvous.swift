@@ -61,6 +61,7 @@ struct RelayRendezvous {
     /// How long a waiting key lives, in nanoseconds.
     let lifetime: UInt64
 
+    /// An empty table whose keys wait (and are remembered) `lifetime` nanoseconds.
     init(lifetime: UInt64) {
         self.lifetime = lifetime
     }
@@ -83,6 +84,7 @@ struct RelayRendezvous {
         return nameplate
     }
 
+    /// A nameplate not in use, or nil when all 99,999 are.
     private func freeNameplate(using random: inout some RandomNumberGenerator) -> Int? {
         let maximum = RelayHello.maximumNameplate
         guard nameplatesInUse < maximum else { return nil }
@@ -148,11 +150,13 @@ struct RelayRendezvous {
         }
     }
 
+    /// Puts `slot` under `key`, counting a new nameplate.
     private mutating func insert(_ key: Key, _ slot: Slot) {
         if case .nameplate = key, slots[key] == nil { nameplatesInUse += 1 }
         slots[key] = slot
     }
 
+    /// Forgets `key`, counting a nameplate freed.
     private mutating func remove(_ key: Key) {
         guard slots.removeValue(forKey: key) != nil else { return }
         if case .nameplate = key { nameplatesInUse -= 1 }

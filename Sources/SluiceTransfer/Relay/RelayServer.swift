@@ -41,6 +41,10 @@ public final class RelayServer: @unchecked Sendable {
     private var connections: [UInt64: RelayConnection] = [:]
     private var perAddress: [String: Int] = [:]
     private var expiryTimers: [RelayRendezvous.Key: LoopTimer] = [:]
+    /// Who opened each nameplate or first waited on each token (its host), and how many of
+    /// those each host holds, waiting or burned: `maxKeysPerAddress` bounds them.
+    private var keyOwners: [RelayRendezvous.Key: String] = [:]
+    private var keysByHost: [String: Int] = [:]
     private var nextID: UInt64 = 0
     private var acceptPause: LoopTimer?
     private var stopping = false
@@ -80,6 +84,7 @@ public final class RelayServer: @unchecked Sendable {
         closeDescriptor(listenFD)
     }
 
+    /// The relay's own event loop.
     private static func makeLoop() throws(SluiceError) -> EventLoop {
         switch Result(catching: { try EventLoop() }) {
         case .success(let loop): return loop
@@ -127,10 +132,13 @@ public final class RelayServer: @unchecked Sendable {
         return snapshot
     }
 
+    /// Updates the statistics (under their lock: `statistics` is read from any thread).
     private func count(_ change: (inout RelayStatistics) -> Void) {
         counters.withLock { change(&$0) }
     }
 
+    /// On the loop, as `run` starts: keeps the loop running, makes the total rate limiter, and
+    /// starts accepting.
     private func start() {
         loop.retainSource()
         if let total = options.rateLimitTotal {
@@ -141,6 +149,7 @@ public final class RelayServer: @unchecked Sendable {
         if !watchListener() { log("cannot watch the listening socket; stopping") }
     }
 
+    /// Watches the listening socket; false (and the relay stops) when the loop refuses it.
     private func watchListener() -> Bool {
         let result = Result { () throws(SluiceError) in
             try loop.watch(fd: listenFD, interest: .read) { [weak self] _ in self?.acceptAll() }
@@ -150,6 +159,7 @@ public final class RelayServer: @unchecked Sendable {
         return false
     }
 
+    /// Stops accepting, closes every connection (pairs end as `.stopped`) and ends `run`.
     private func shutDown() {
         guard !stopping else { return }
         stopping = true
@@ -203,6 +213,8 @@ public final class RelayServer: @unchecked Sendable {
         }
     }
 
+    /// Stops accepting for 100 ms (out of descriptors or memory), so that closing connections
+    /// can free some.
     private func pauseAccepting() {
         guard acceptPause == nil else { return }
         loop.setInterest(fd: listenFD, [])
@@ -250,12 +262,16 @@ public final class RelayServer: @unchecked Sendable {
     private func drop(_ connection: RelayConnection) {
         if case .waiting(let key) = connection.phase {
             rendezvous.leave(key, connection: connection.id)
-            if rendezvous.slots[key] == nil { expiryTimers.removeValue(forKey: key)?.cancel() }
+            if rendezvous.slots[key] == nil {
+                expiryTimers.removeValue(forKey: key)?.cancel()
+                released(key)
+            }
         }
         connection.close()
         forget(connection)
     }
 
+    /// Drops `connection` from the tables and the per-address count.
     private func forget(_ connection: RelayConnection) {
         guard connections.removeValue(forKey: connection.id) != nil else { return }
         let left = perAddress[connection.host, default: 1] - 1
@@ -264,6 +280,7 @@ public final class RelayServer: @unchecked Sendable {
 
     // MARK: Events
 
+    /// Readiness of a connection, handled as its phase says.
     private func ready(_ connection: RelayConnection, _ readiness: Readiness) {
         switch connection.phase {
         case .hello(let received):
@@ -288,6 +305,8 @@ public final class RelayServer: @unchecked Sendable {
         }
     }
 
+    /// Reads more of a hello (never past what the longest hello needs) and acts on it once
+    /// complete.
     private func readHello(_ connection: RelayConnection, _ received: [UInt8]) {
         var buffer = received
         switch connection.receive(upTo: RelayHello.maximumLength - buffer.count) {
@@ -320,6 +339,7 @@ public final class RelayServer: @unchecked Sendable {
         }
     }
 
+    /// Answers `connection` with an `ERR` line and closes it.
     private func refuse(_ connection: RelayConnection, _ line: String) {
         connection.stopWatching()
         connection.helloTimer?.cancel()
@@ -329,10 +349,17 @@ public final class RelayServer: @unchecked Sendable {
         RelayConnection.refuse(fd: connection.fd, with: line)
     }
 
+    /// Acts on a complete hello: OPEN, JOIN or STREAM.
     private func serve(_ connection: RelayConnection, _ hello: RelayHello) {
         let now = monotonicNanoseconds()
         switch hello {
         case .open:
+            guard keysByHost[connection.host, default: 0] < options.maxKeysPerAddress else {
+                count { $0.busyRefused += 1 }
+                log("refused \(connection.peer): busy (\(options.maxKeysPerAddress) nameplates from it in use)")
+                refuse(connection, "ERR busy\n")
+                return
+            }
             guard let nameplate = rendezvous.open(connection: connection.id, now: now, using: &random) else {
                 count { $0.busyRefused += 1 }
                 log("refused \(connection.peer): busy (no nameplate free)")
@@ -340,6 +367,7 @@ public final class RelayServer: @unchecked Sendable {
                 return
             }
             let key = RelayRendezvous.Key.nameplate(nameplate)
+            own(key, connection.host)
             connection.phase = .waiting(key)
             count { $0.nameplatesOpened += 1 }
             scheduleExpiry(key)
@@ -348,10 +376,17 @@ public final class RelayServer: @unchecked Sendable {
             claimed(connection, .nameplate(nameplate), rendezvous.join(nameplate: nameplate, connection: connection.id))
         case .stream(let token):
             let key = RelayRendezvous.Key.stream(token)
+            if rendezvous.slots[key] == nil && keysByHost[connection.host, default: 0] >= options.maxKeysPerAddress {
+                count { $0.busyRefused += 1 }
+                log("refused \(connection.peer): busy (\(options.maxKeysPerAddress) nameplates from it in use)")
+                refuse(connection, "ERR busy\n")
+                return
+            }
             claimed(connection, key, rendezvous.stream(token: token, connection: connection.id, now: now))
         }
     }
 
+    /// Does what a JOIN or STREAM came to: pair, wait, or refuse.
     private func claimed(_ connection: RelayConnection, _ key: RelayRendezvous.Key, _ claim: RelayRendezvous.Claim) {
         switch claim {
         case .paired(let waiterID):
@@ -361,6 +396,7 @@ public final class RelayServer: @unchecked Sendable {
             }
             pair(waiter, connection, key)
         case .waiting:
+            own(key, connection.host)
             connection.phase = .waiting(key)
             scheduleExpiry(key)
         case .claimed:
@@ -374,6 +410,7 @@ public final class RelayServer: @unchecked Sendable {
         }
     }
 
+    /// Sets the timer that expires `key` after `--expire`.
     private func scheduleExpiry(_ key: RelayRendezvous.Key) {
         expiryTimers.removeValue(forKey: key)?.cancel()
         expiryTimers[key] = loop.schedule(after: options.expire) { [weak self] in
@@ -381,9 +418,12 @@ public final class RelayServer: @unchecked Sendable {
         }
     }
 
+    /// `key`'s timer fired: a waiter is told `ERR expired`, a burned key forgotten.
     private func expire(_ key: RelayRendezvous.Key) {
         expiryTimers.removeValue(forKey: key)
-        switch rendezvous.expire(key, now: monotonicNanoseconds()) {
+        let expiry = rendezvous.expire(key, now: monotonicNanoseconds())
+        if expiry != .nothing { released(key) }
+        switch expiry {
         case .waiterExpired(let id):
             guard let connection = connections[id] else { return }
             count { $0.expired += 1 }
@@ -394,8 +434,22 @@ public final class RelayServer: @unchecked Sendable {
         }
     }
 
+    /// `key` was opened (or first waited on) from `host`.
+    private func own(_ key: RelayRendezvous.Key, _ host: String) {
+        keyOwners[key] = host
+        keysByHost[host, default: 0] += 1
+    }
+
+    /// `key` is free again: its host holds one fewer.
+    private func released(_ key: RelayRendezvous.Key) {
+        guard let host = keyOwners.removeValue(forKey: key) else { return }
+        let left = keysByHost[host, default: 1] - 1
+        keysByHost[host] = left > 0 ? left : nil
+    }
+
     // MARK: Pairs
 
+    /// Pairs two connections: `PAIRED` to both, then their bytes are spliced.
     private func pair(_ first: RelayConnection, _ second: RelayConnection, _ key: RelayRendezvous.Key) {
         let made = Result { () throws(SluiceError) in try RelayPair(first, second, key: key, server: self) }
         guard case .success(let pair) = made else {
@@ -423,6 +477,8 @@ public final class RelayServer: @unchecked Sendable {
         pair.updateInterest()
     }
 
+    /// Checks `pair` for idleness after `delay`: cut when nothing moved for `--idle`, else
+    /// checked again when it could next be.
     private func scheduleIdleCheck(_ pair: RelayPair, after delay: Duration) {
         pair.idleTimer = loop.schedule(after: delay) { [weak self, weak pair] in
             guard let self, let pair, !pair.isClosed else { return }
@@ -465,6 +521,7 @@ public final class RelayServer: @unchecked Sendable {
         totalWaiters[ObjectIdentifier(pair)] = pair
     }
 
+    /// The total rate limiter's wait is over: every pair that waited for it reads again.
     private func resumeTotalWaiters() {
         let waiting = totalWaiters.values
         totalWaiters.removeAll()
