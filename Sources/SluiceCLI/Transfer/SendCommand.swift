@@ -364,7 +364,8 @@ final class SendSession: Interruptible {
         if let format = options.stats {
             let streams = session.parallel.map { Array($0.bytesPerStream.prefix($0.streamsUsed)) }
             let report = SendStatsReport(
-                summary: summary, destination: session.destinationName, options: options, streamBytes: streams)
+                summary: summary, destination: session.destinationName, options: options, streamBytes: streams,
+                share: session.shardShare)
             Terminal.write(format == .json ? report.json + "\n" : report.text, to: 2)
         }
         return outcome.status
