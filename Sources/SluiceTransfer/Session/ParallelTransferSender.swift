@@ -342,7 +342,7 @@ public final class ParallelTransferSender: TransferProgressSource {
 
     /// A task's ranges of the files split across the group's tasks replace the work planned
     /// for those files: one connection after another (the ranges of one file on different
-    /// connections, as there are enough). A file whose size is not the one its ranges were
+    /// connections, as there are enough), each before the connection's files. A file whose size is not the one its ranges were
     /// planned for (it changed since) fails: the tasks would not agree on its ranges.
     private func placeShardRanges(_ batch: [OutgoingEntry], first: Int, in plan: inout [[SenderMachine.Work]]) {
         var split: [Int: [ByteRange]] = [:]
@@ -360,8 +360,12 @@ public final class ParallelTransferSender: TransferProgressSource {
                 finish(index, .failed(reason: reason, kind: .io))
                 continue
             }
+            // Before the connection's other files (after its directories): the ranges of a
+            // large file are the job's long pole, and a task's range is under way at once.
             for range in ranges {
-                plan[next % streams].append(.range(index, range, fileSize: size))
+                let k = next % streams
+                let at = plan[k].prefix { entries[$0.index].isDirectory }.count
+                plan[k].insert(.range(index, range, fileSize: size), at: at)
                 next += 1
             }
         }
