@@ -23,17 +23,10 @@ struct TaskGroupTests {
         MessageWriter.rangeEnd(length: UInt64(bytes.count), digest: SHA256Digest.hash(bytes), fileDigest: whole)
     }
 
-    private func exchange(_ harness: TransferHarness, _ payload: [UInt8]) -> [(UInt8, String)] {
-        let sessionsBefore = harness.reports.count
-        let client = SocketExchange(Socket.connect(host: "127.0.0.1", port: harness.port), payload: payload)
-        client.start(on: harness.loop)
-        runLoop(harness.loop, for: .seconds(10)) { client.done && harness.reports.count > sessionsBefore }
-        #expect(client.done)
-        return RawWire.messages(client.received).map { ($0.0, PeerText.sanitized($0.1)) }
-            .filter {
-                [Wire.MessageType.stored.rawValue, Wire.MessageType.refused.rawValue, Wire.MessageType.failed.rawValue]
-                    .contains($0.0)
-            }
+    /// The answers (STORED, REFUSED, FAILED) to `payload` played over one connection.
+    private func exchange(_ harness: TransferHarness, _ payload: [UInt8]) throws -> [(UInt8, String)] {
+        let answers = [Wire.MessageType.stored, .refused, .failed].map(\.rawValue)
+        return try TransferStreamsTests().exchange(harness, payload).filter { answers.contains($0.0) }
     }
 
     @Test("Two tasks at different times make one file; bad ranges and a lying digest never reach the final name")
@@ -50,7 +43,7 @@ struct TaskGroupTests {
             first += range("x", 90, 20, 100)
             first += range("x", 0, 60, 100) + RawWire.data(Array(data[0..<60]))
             first += Self.rangeEnd(Array(data[0..<60]), whole: whole) + RawWire.bye
-            let answers = exchange(harness, first)
+            let answers = try exchange(harness, first)
             #expect(answers.map(\.0) == [Wire.MessageType.refused.rawValue, Wire.MessageType.stored.rawValue])
             #expect(!fileExists(root + "/x"))
             #expect(harness.reports.last?.taskGroup?.incompleteFiles == 1)
@@ -64,7 +57,7 @@ struct TaskGroupTests {
             second += Self.rangeEnd(Array(data[60..<100]), whole: SHA256Digest.hash(Array("lies".utf8)))
             second += range("x", 60, 40, 100) + RawWire.data(Array(data[60..<100]))
             second += Self.rangeEnd(Array(data[60..<100]), whole: whole) + RawWire.bye
-            let later = exchange(harness, second)
+            let later = try exchange(harness, second)
             #expect(
                 later.map(\.0)
                     == [
@@ -92,7 +85,7 @@ struct TaskGroupTests {
                 payload += TransferStreamsTests.range("y", start: UInt64(start), length: UInt64(end - start), size: 100)
                 payload += RawWire.data(Array(data[start..<end])) + Self.rangeEnd(Array(data[start..<end]), whole: lie)
             }
-            let answers = exchange(harness, payload + RawWire.bye)
+            let answers = try exchange(harness, payload + RawWire.bye)
             #expect(answers.last?.0 == Wire.MessageType.failed.rawValue, "\(answers)")
             #expect(answers.last?.1.contains("mismatch (whole file)") == true, "\(answers)")
             #expect(!fileExists(root + "/y"))
@@ -111,12 +104,12 @@ struct TaskGroupTests {
             payload +=
                 TransferStreamsTests.range("z", start: 0, length: 50, size: 100) + RawWire.data(Array(data[0..<50]))
             payload += Self.rangeEnd(Array(data[0..<50]), whole: SHA256Digest.hash(data)) + RawWire.bye
-            #expect(exchange(harness, payload).map(\.0) == [Wire.MessageType.stored.rawValue])
+            #expect(try exchange(harness, payload).map(\.0) == [Wire.MessageType.stored.rawValue])
             #expect(harness.reports.last?.taskGroup?.incompleteFiles == 1)
             #expect(!fileExists(root + "/z"))
             // A second group past the bound of one: the idle one ends, its partial kept
             // (closed, its range listed) for a resume; the new group is served.
-            _ = exchange(harness, hello + Self.join(task: 0, tasks: 1, name: "next") + RawWire.bye)
+            _ = try exchange(harness, hello + Self.join(task: 0, tasks: 1, name: "next") + RawWire.bye)
             #expect(harness.reports.last?.error == nil, "\(String(describing: harness.reports.last?.error))")
             harness.receiver.finishDiskWork()
             #expect(!fileExists(root + "/z"))
