@@ -381,6 +381,14 @@ public struct TransferReceiveOptions: Sendable {
     var offersSyncAttributes = true
     /// Offer `batch` (with `eager`): off only in tests, to play a receiver published before it.
     var offersBatch = true
+    /// How long a task group (`send --group`) outlives its last connection, its unfinished
+    /// files open and their verified ranges remembered, for the group's other tasks (or a task
+    /// rerun by the scheduler) to go on with; past it (found at the next JOIN or session end,
+    /// or when the receiver stops), its unfinished files are closed and kept for a resume.
+    public var taskGroupLinger: Duration = .seconds(3600)
+    /// The most task groups a receiver keeps at once: a new one past it puts an end to the
+    /// one idle longest (or is told `busy` when every one has a connection).
+    public var maxTaskGroups = 8
 
     public init(
         overwrite: Bool = false, maxSize: UInt64? = nil, resume: Bool = true, fsync: Bool = true,
@@ -420,9 +428,26 @@ public struct TransferSessionReport: Sendable {
     public var error: SluiceError?
     /// For a connection of a transfer over several (`send --streams`): which one it was.
     public var streamIndex: Int? = nil
+    /// For a connection of a task group (`send --group`): what it was part of, as the session
+    /// ended.
+    public var taskGroup: TaskGroupReport? = nil
 
     /// Files stored.
     public var files: Int { tally.files }
+}
+
+/// A receiver's session that was part of a task group (`send --group`): which group and task,
+/// and the group as the session ended.
+public struct TaskGroupReport: Sendable, Equatable {
+    /// The group's name, as its JOIN carried it (printable: no control characters).
+    public var name: String
+    /// Which task of how many the session's sender said it was.
+    public var task: Int
+    public var tasks: Int
+    /// The group's files received in ranges that are not complete yet (ranges still to come).
+    public var incompleteFiles: Int
+    /// The tasks whose ranges of the group's files were verified so far.
+    public var rangeTasks: [Int]
 }
 
 /// The answers of a receiver's session, counted by kind and outcome.

@@ -233,7 +233,7 @@ struct TransferStreamsTests {
             length: UInt64(bytes.count), digest: SHA256Digest.hash(bytes), fileDigest: SHA256Digest.hash([]))
     }
 
-    private func exchange(_ harness: TransferHarness, _ payload: [UInt8]) throws -> [(UInt8, String)] {
+    func exchange(_ harness: TransferHarness, _ payload: [UInt8]) throws -> [(UInt8, String)] {
         let sessionsBefore = harness.reports.count
         let client = SocketExchange(Socket.connect(host: "127.0.0.1", port: harness.port), payload: payload)
         client.start(on: harness.loop)

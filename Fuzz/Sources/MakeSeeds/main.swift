@@ -239,6 +239,18 @@ func sessions() -> [(String, [UInt8])] {
         $0.file("notes.txt", text)
         $0.frame(.bye)
     }
+    add("groups-range") {
+        // A task group's longer JOIN (task 1 of 4), its range, then the same range again.
+        $0.hello(["sha256", "resume", "streams", "groups"])
+        $0.frame(
+            .join(
+                TransferJoin(
+                    id: Array(repeating: 0x6B, count: Wire.transferIDBytes), index: 0, count: 1,
+                    group: TaskGroupJoin(task: 1, tasks: 4, name: Array("slurm-4242".utf8)))))
+        $0.range("movie.mkv", binary, ByteRange(start: 0, length: UInt64(binary.count / 2)))
+        $0.range("movie.mkv", binary, ByteRange(start: 0, length: UInt64(binary.count / 2)))
+        $0.frame(.bye)
+    }
     add("streams-bad-ranges") {
         $0.hello(["sha256", "streams"])
         $0.frame(.join(TransferJoin(id: Array(repeating: 0x5A, count: Wire.transferIDBytes), index: 1, count: 4)))

@@ -75,6 +75,8 @@ final class SendSession: Interruptible {
     /// With `--streams`: the sender of several connections.
     private(set) var parallel: ParallelTransferSender?
     private(set) var summary: TransferSummary?
+    /// With `--shard-by bytes`: what this task's shard holds of the tree.
+    private(set) var shardShare: ShardShare?
     private var signal: Int32?
     /// Set when `--timeout` ends the transfer: the status and message to report.
     private var timeoutFailure: CLIError?
@@ -150,25 +152,28 @@ final class SendSession: Interruptible {
         if options.shardByBytes, let shard = library.selection.shard {
             let start = monotonicNanoseconds()
             let balanced = Result { () throws(SluiceError) in
-                try library.selection.balancedByBytes(sources, options: library.sourceOptions)
+                try library.selection.balancedByBytes(
+                    sources, options: library.sourceOptions, splitting: options.group != nil)
             }
             switch balanced {
             case .success(let (selection, share)):
                 library.selection = selection
+                shardShare = share
                 let milliseconds = (monotonicNanoseconds() - start) / 1_000_000
                 if !options.quiet {
+                    let ranges = share.ranges > 0 ? " (\(share.ranges) ranges of files split across tasks)" : ""
                     say(
-                        "shard \(shard) by bytes: \(share.files) of \(share.totalFiles) files, "
+                        "shard \(shard) by bytes: \(share.files) of \(share.totalFiles) files\(ranges), "
                             + "\(share.bytes) of \(share.totalBytes) bytes (metadata walked in \(milliseconds) ms)")
                 }
             case .failure(let error): return Self.listingFailure(error)
             }
         }
         var single: TransferSender?
-        if options.streams > 1 {
+        if options.streams > 1 || options.group != nil {
             let created = Result { () throws(SluiceError) in
                 try ParallelTransferSender(
-                    sources: sources, streams: options.streams, options: library,
+                    sources: sources, streams: options.streams, options: library, group: options.group,
                     warning: listingWarning)
             }
             switch created {
@@ -400,7 +405,8 @@ final class SendSession: Interruptible {
         if let format = options.stats {
             let streams = session.parallel.map { Array($0.bytesPerStream.prefix($0.streamsUsed)) }
             let report = SendStatsReport(
-                summary: summary, destination: session.destinationName, options: options, streamBytes: streams)
+                summary: summary, destination: session.destinationName, options: options, streamBytes: streams,
+                share: session.shardShare)
             Terminal.write(format == .json ? report.json + "\n" : report.text, to: 2)
         }
         return outcome.status

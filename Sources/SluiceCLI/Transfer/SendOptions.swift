@@ -38,6 +38,9 @@ struct SendOptions: Sendable {
     var shard: Shard?
     /// `--shard-by bytes`: the shard's files chosen to balance bytes, not by path hash.
     var shardByBytes = false
+    /// With a shard: the task group (`--group ID`, else the job's id from a Slurm environment)
+    /// the receiver puts this task's ranges of split files together in; nil without.
+    var group: TaskGroup?
     /// `-H`, `-X`, `--owner`, `--numeric-ids`, `--devices`, `--specials`, `-D`, `-a`
     /// (`SourceOptionFlags`).
     var sourceOptions = SourceOptions()
@@ -110,6 +113,12 @@ struct SendOptions: Sendable {
         "shard-count", value: .required("N"),
         help: "with --shard auto: how many tasks there are,\nwhere the launcher does not say (Kubernetes)",
         read: Read.number(of: "tasks", in: 1...1 << 31))
+    static let group = Option(
+        "group", value: .required("ID"),
+        help:
+            "with --shard: send as one task of the task group\nID (default: the Slurm job's id); with\n"
+            + "--shard-by bytes a file larger than a share is\nsplit by range across the tasks",
+        read: { $0.value })
     static let sync = Flag(
         "sync",
         help:
@@ -144,7 +153,7 @@ struct SendOptions: Sendable {
             CommonOptions.stats, CommonOptions.rateLimit, timeout, noResume, name, streams, relay,
             RelayChoice.codeWords, RelayChoice.lanPort, RelayChoice.noDirect, RelayChoice.noRelay, codeFile,
             TransferAuth.keyFileOption, TransferAuth.insecureOption, exclude, excludeFrom, filesFrom, from0,
-            shard, shardBy, shardCount, sync, dryRun, delete, checksum, wholeFile, itemize,
+            shard, shardBy, shardCount, group, sync, dryRun, delete, checksum, wholeFile, itemize,
         ] + SourceOptionFlags.table.map(\.flag) + [
             code, CommonOptions.quiet, CommonOptions.help, CommonOptions.version,
         ]
@@ -229,6 +238,14 @@ struct SendOptions: Sendable {
         if let by = try parsed.last(Self.shardBy) {
             guard shard != nil else { throw UsageError("\(by.spelling) goes with --shard") }
             shardByBytes = by.value
+        }
+        let groupName = try parsed.last(Self.group)
+        if let groupName, shard == nil { throw UsageError("\(groupName.spelling) goes with --shard") }
+        if let shard, let name = groupName?.value ?? TaskGroup.nameFromJob(environment: environment) {
+            guard let made = TaskGroup(name: name, task: shard.index, tasks: shard.count) else {
+                throw UsageError("--group: '\(name)' is not 1 to 64 bytes without control characters")
+            }
+            group = made
         }
         sourceOptions = SourceOptionFlags.read(parsed)
         dryRun = parsed[Self.dryRun]

@@ -176,9 +176,22 @@ struct SendStatsReport {
     var rateLimit: Int?
     /// With `--streams`: the bytes written to each connection used.
     var streamBytes: [UInt64]?
+    /// With `--shard`: which, how it was balanced, and (by bytes) what it held; with a group,
+    /// the group's name.
+    var shard: Shard?
+    var shardByBytes = false
+    var share: ShardShare?
+    var group: String?
 
-    init(summary: TransferSummary, destination: String, options: SendOptions, streamBytes: [UInt64]? = nil) {
+    init(
+        summary: TransferSummary, destination: String, options: SendOptions, streamBytes: [UInt64]? = nil,
+        share: ShardShare? = nil
+    ) {
         self.summary = summary
+        shard = options.shard
+        shardByBytes = options.shardByBytes
+        self.share = share
+        group = options.group?.name
         self.streamBytes = streamBytes
         self.destination = destination
         chunkSize = options.chunkSize
@@ -255,7 +268,31 @@ struct SendStatsReport {
             fields.append(("streams", "\(streamBytes.count)"))
             fields.append(("stream_bytes", "[" + streamBytes.map(String.init).joined(separator: ",") + "]"))
         }
+        fields += shardFields
         return "{" + fields.map { "\(Format.jsonString($0.0)):\($0.1)" }.joined(separator: ",") + "}"
+    }
+
+    /// The shard's fields of the JSON report (none without `--shard`).
+    private var shardFields: [(String, String)] {
+        guard let shard else { return [] }
+        var fields: [(String, String)] = [
+            ("shard", Format.jsonString(shard.description)),
+            ("shard_by", Format.jsonString(shardByBytes ? "bytes" : "paths")),
+        ]
+        if let group { fields.append(("group", Format.jsonString(group))) }
+        if let share {
+            fields.append(("shard_files", "\(share.files)"))
+            fields.append(("shard_bytes", "\(share.bytes)"))
+            fields.append(("shard_ranges", "\(share.ranges)"))
+            fields.append(("total_files", "\(share.totalFiles)"))
+            fields.append(("total_bytes", "\(share.totalBytes)"))
+            fields.append(("split_files", "\(share.splitFiles)"))
+        }
+        let sent = summary.results.filter { !$0.isDirectory && $0.outcome == .stored }.map {
+            Format.jsonString($0.path)
+        }
+        fields.append(("shard_paths", "[" + sent.joined(separator: ",") + "]"))
+        return fields
     }
 
     var text: String {
@@ -294,6 +331,15 @@ struct SendStatsReport {
             let each = streamBytes.map { Format.bytes($0) }.joined(separator: ", ")
             rows.append(("streams", "\(streamBytes.count) (on the wire: \(each))"))
         }
+        if let shard {
+            var line = "\(shard) by \(shardByBytes ? "bytes" : "paths")"
+            if let share {
+                line += ": \(share.files) of \(share.totalFiles) files (\(share.ranges) ranges), "
+                line += "\(Format.bytes(share.bytes)) of \(Format.bytes(share.totalBytes))"
+            }
+            rows.append(("shard", line))
+            if let group { rows.append(("group", group)) }
+        }
         return StatsTable.render(rows)
     }
 }
@@ -307,6 +353,42 @@ struct ReceiveStatsReport {
     var tally = TransferTally()
     var bytes: UInt64 = 0
     var seconds = 0.0
+    /// Task groups (`send --group`) served, by name, in the order first seen.
+    var groups: [GroupStats] = []
+
+    /// What the sessions of one task group did.
+    struct GroupStats {
+        var name: String
+        var tasks: Int
+        var tasksSeen: Set<Int> = []
+        var sessions = 0
+        var files = 0
+        var bytes: UInt64 = 0
+        var ranges = 0
+        /// As the group's last session ended.
+        var incompleteFiles = 0
+        var rangeTasks: [Int] = []
+
+        var json: String {
+            let fields: [(String, String)] = [
+                ("name", Format.jsonString(name)),
+                ("tasks", "\(tasks)"),
+                ("tasks_seen", "\(tasksSeen.count)"),
+                ("sessions", "\(sessions)"),
+                ("files", "\(files)"),
+                ("bytes", "\(bytes)"),
+                ("ranges", "\(ranges)"),
+                ("range_tasks", "[" + rangeTasks.map(String.init).joined(separator: ",") + "]"),
+                ("incomplete_files", "\(incompleteFiles)"),
+            ]
+            return "{" + fields.map { "\(Format.jsonString($0.0)):\($0.1)" }.joined(separator: ",") + "}"
+        }
+
+        var text: String {
+            "\(files) files, \(Format.bytes(bytes)), \(ranges) ranges; tasks seen \(tasksSeen.count) of \(tasks) "
+                + "(\(sessions) sessions); \(incompleteFiles) incomplete"
+        }
+    }
 
     var files: Int { tally.files }
     var links: Int { tally.links }
@@ -321,6 +403,20 @@ struct ReceiveStatsReport {
         sessions += 1
         bytes += report.bytes
         tally.add(report.tally)
+        guard let group = report.taskGroup else { return }
+        var index = groups.firstIndex { $0.name == group.name }
+        if index == nil {
+            groups.append(GroupStats(name: group.name, tasks: group.tasks))
+            index = groups.count - 1
+        }
+        guard let index else { return }
+        groups[index].tasksSeen.insert(group.task)
+        groups[index].sessions += 1
+        groups[index].files += report.tally.files
+        groups[index].bytes += report.bytes
+        groups[index].ranges += report.tally.ranges
+        groups[index].incompleteFiles = group.incompleteFiles
+        groups[index].rangeTasks = group.rangeTasks
     }
 
     var rate: Double { seconds > 0 ? Double(bytes) / seconds : 0 }
@@ -341,24 +437,26 @@ struct ReceiveStatsReport {
             ("resumed_bytes", "\(resumedBytes)"),
             ("seconds", Format.jsonNumber(seconds)),
             ("rate", Format.jsonNumber(rate)),
+            ("groups", "[" + groups.map(\.json).joined(separator: ",") + "]"),
         ]
         return "{" + fields.map { "\(Format.jsonString($0.0)):\($0.1)" }.joined(separator: ",") + "}"
     }
 
     var text: String {
-        StatsTable.render([
-            ("directory", directory),
-            ("address", address),
-            ("sessions", "\(sessions)"),
-            ("files", "\(files) stored, \(refused) refused, \(failed) failed"),
-            ("links", "\(links) (among the files)"),
-            ("specials", "\(devices) devices, \(specials) FIFOs and sockets (among the files)"),
-            ("directories", "\(directories)"),
-            ("bytes", "\(bytes) (\(Format.bytes(bytes)))"),
-            ("resumed bytes", "\(resumedBytes) (\(Format.bytes(resumedBytes)))"),
-            ("seconds", Format.fixed(seconds, 3)),
-            ("rate", Format.rate(rate)),
-        ])
+        StatsTable.render(
+            [
+                ("directory", directory),
+                ("address", address),
+                ("sessions", "\(sessions)"),
+                ("files", "\(files) stored, \(refused) refused, \(failed) failed"),
+                ("links", "\(links) (among the files)"),
+                ("specials", "\(devices) devices, \(specials) FIFOs and sockets (among the files)"),
+                ("directories", "\(directories)"),
+                ("bytes", "\(bytes) (\(Format.bytes(bytes)))"),
+                ("resumed bytes", "\(resumedBytes) (\(Format.bytes(resumedBytes)))"),
+                ("seconds", Format.fixed(seconds, 3)),
+                ("rate", Format.rate(rate)),
+            ] + groups.map { ("group \($0.name)", $0.text) })
     }
 }
 

@@ -20,6 +20,8 @@ struct ReceiverMachine: Sendable {
         var resume = true
         /// Offer the `streams` capability (one transfer over several connections).
         var streams = false
+        /// With `streams`: offer `groups` (a JOIN may name a task group).
+        var groups = true
         /// Offer the `eager` and `eager-resume` capabilities (a file's data follows its FILE
         /// without waiting for ACCEPT).
         var eager = true
@@ -195,6 +197,7 @@ struct ReceiverMachine: Sendable {
             set.formUnion([Wire.Capability.resume, Wire.Capability.heldSHA256, Wire.Capability.resumeToken])
         }
         if settings.streams { set.insert(Wire.Capability.streams) }
+        if settings.streams && settings.groups { set.insert(Wire.Capability.groups) }
         if settings.eager { set.formUnion([Wire.Capability.eager, Wire.Capability.eagerResume]) }
         if settings.eager && settings.batch { set.insert(Wire.Capability.batch) }
         if settings.links { set.insert(Wire.Capability.links) }
@@ -423,6 +426,9 @@ struct ReceiverMachine: Sendable {
         case (.idle, .join(let join)):
             guard settings.streams else { return violation("JOIN: this receiver does not offer streams") }
             guard joined == nil, entriesAnnounced == 0 else { return violation("JOIN after the transfer began") }
+            guard join.group == nil || settings.groups else {
+                return violation("JOIN of a task group: this receiver does not offer groups")
+            }
             state = .joining(join)
             return [.joinTransfer(join)]
         case (.idle, .token(let token)):

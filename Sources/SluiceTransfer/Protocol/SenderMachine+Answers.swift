@@ -52,6 +52,9 @@ extension SenderMachine {
                 state = .ready
                 return [.streamsDeclined]
             }
+            guard join.group == nil || capabilities.contains(Wire.Capability.groups) else {
+                return violation("the receiver does not offer task groups (--group)")
+            }
             state = .joining
             return [.send(.join(join))]
         case (.joining, .joined):

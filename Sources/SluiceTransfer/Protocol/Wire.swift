@@ -40,6 +40,10 @@ enum Wire {
     /// transfer id.
     static let maxStreams = 64
     static let transferIDBytes = 16
+    /// The longest task group's name a JOIN carries (`groups`).
+    static let maxGroupNameBytes = 64
+    /// The most tasks a task group may say it has.
+    static let maxGroupTasks = 1 << 20
     /// TOKEN's payload: an HMAC-SHA256 (`ResumeKey`).
     static let resumeTokenBytes = 32
     /// ACCEPT's optional flags byte (`resume-token`): the held bytes were written under the
@@ -55,6 +59,10 @@ enum Wire {
         static let resume = "resume"
         /// One transfer over several connections: JOIN, RANGE, RANGE-END and JOINED.
         static let streams = "streams"
+        /// With `streams`: a JOIN may name a task group (its longer form): the connections of
+        /// several senders (a scheduler's tasks, at once or one after another) send ranges of
+        /// the same files into one transfer that outlives each of them (`TaskGroupJoin`).
+        static let groups = "groups"
         /// A FILE flagged eager may be followed by its DATA and END at once, without waiting for
         /// ACCEPT (which the receiver does not send for it).
         static let eager = "eager"
@@ -185,7 +193,7 @@ enum Wire {
             case .file, .directory: return Wire.maxControlPayload
             case .end: return 8 + TransferDigest.sha256.byteCount
             case .accept: return 9
-            case .join: return Wire.transferIDBytes + 4
+            case .join: return Wire.transferIDBytes + 4 + 9 + Wire.maxGroupNameBytes
             case .range: return 16 + Wire.maxControlPayload
             case .rangeEnd: return 8 + 2 * TransferDigest.sha256.byteCount
             case .held: return SHA256Digest.byteCount
@@ -519,11 +527,23 @@ struct ExtendedAttribute: Equatable, Sendable {
 }
 
 /// Which connection of a transfer over several this is (JOIN): the transfer's random id, the
-/// connection's index and the number of connections.
+/// connection's index and the number of connections; for a connection of a task group
+/// (`groups`), which task of how many sends it, and the group's name.
 struct TransferJoin: Hashable, Sendable {
     var id: [UInt8]
     var index: Int
     var count: Int
+    /// Nil for a transfer of one sender; else the task group this connection's sender is part of.
+    var group: TaskGroupJoin? = nil
+}
+
+/// The longer JOIN's part (`groups`): task `task` of `tasks` of the group named `name` (its
+/// id, the JOIN's, is drawn from the name by the senders: every task names the same group).
+struct TaskGroupJoin: Hashable, Sendable {
+    var task: Int
+    var tasks: Int
+    /// 1 to `Wire.maxGroupNameBytes` bytes, none of them a control character.
+    var name: [UInt8]
 }
 
 /// Bytes `start ..< start + length` of a file.

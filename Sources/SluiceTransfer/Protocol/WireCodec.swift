@@ -51,6 +51,12 @@ struct MessageWriter {
             w.raw(join.id)
             w.u16(UInt16(join.index))
             w.u16(UInt16(join.count))
+            if let group = join.group {
+                w.u32(UInt32(group.task))
+                w.u32(UInt32(group.tasks))
+                w.u8(UInt8(group.name.count))
+                w.raw(group.name)
+            }
         }
     }
 
@@ -228,13 +234,25 @@ struct MessageReader {
     }
 
     /// A JOIN payload: exactly the id, an index below the count, a count of 2 to
-    /// `Wire.maxStreams`.
+    /// `Wire.maxStreams`; or (`groups`) the same with a count of 1 to `Wire.maxStreams`, then a
+    /// task below the tasks, the tasks (1 to `Wire.maxGroupTasks`) and the group's name (1 to
+    /// `Wire.maxGroupNameBytes` bytes, no control character), and nothing after it.
     static func join(_ payload: UnsafeRawBufferPointer) -> TransferJoin? {
         var r = MessageReader(payload)
-        guard payload.count == Wire.MessageType.join.maxPayload, let id = r.raw(Wire.transferIDBytes),
-            let index = r.u16(), let count = r.u16(), (2...Wire.maxStreams).contains(Int(count)), index < count
+        guard let id = r.raw(Wire.transferIDBytes), let index = r.u16(), let count = r.u16(), index < count,
+            Int(count) <= Wire.maxStreams
         else { return nil }
-        return TransferJoin(id: id, index: Int(index), count: Int(count))
+        guard !r.atEnd else {
+            guard count >= 2 else { return nil }
+            return TransferJoin(id: id, index: Int(index), count: Int(count))
+        }
+        guard let task = r.u32(), let tasks = r.u32(), task < tasks, Int(tasks) <= Wire.maxGroupTasks,
+            let length = r.u8(), length >= 1, Int(length) <= Wire.maxGroupNameBytes, let name = r.raw(Int(length)),
+            r.atEnd, name.allSatisfy({ $0 >= 0x20 && $0 != 0x7F })
+        else { return nil }
+        return TransferJoin(
+            id: id, index: Int(index), count: Int(count),
+            group: TaskGroupJoin(task: Int(task), tasks: Int(tasks), name: name))
     }
 
     /// A RANGE payload: start and length, then a FILE payload. The range itself is checked

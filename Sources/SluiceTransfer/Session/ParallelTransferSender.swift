@@ -37,10 +37,19 @@ extension TransferSender: TransferProgressSource {}
 /// fails only its own ranges and files; the receiver keeps what every range holds, and the
 /// next send of the same files resumes each range where it stopped. A receiver that does not
 /// offer streams gets everything over the first connection, as from a `TransferSender`.
+///
+/// As one task of a task group (`group`: `sluice send --group`), its connections join the group
+/// the receiver keeps for all the tasks (by an id drawn from the group's name, so every task
+/// names the same), and the files the shard splits across tasks
+/// (`FileSelection.balancedByBytes` with `splitting`) go as this task's ranges of them, each
+/// with the whole file's digest (every task holding a range reads the whole file for it), which
+/// the receiver checks when the last range of the file, whichever task sends it, is in.
 public final class ParallelTransferSender: TransferProgressSource {
     public let options: TransferSendOptions
     /// Connections asked for.
     public let streams: Int
+    /// The task group this sender is a task of, if any.
+    public let group: TaskGroup?
     /// Warnings found while listing the sources.
     public private(set) var warnings: [String] = []
     /// Called as each entry is answered (a file in ranges once all its ranges are).
@@ -117,13 +126,17 @@ public final class ParallelTransferSender: TransferProgressSource {
 
     /// A sender of `sources` over `streams` connections (2 to 64; streams of unknown size go
     /// whole over the first).
+    ///
+    /// As a task of `group`, `streams` may be 1.
     public init(
         sources: [TransferSource], streams: Int, options: TransferSendOptions = TransferSendOptions(),
-        warning: ((String) -> Void)? = nil
+        group: TaskGroup? = nil, warning: ((String) -> Void)? = nil
     ) throws(SluiceError) {
-        precondition((2...Wire.maxStreams).contains(streams), "streams must be 2...\(Wire.maxStreams)")
+        precondition(
+            ((group == nil ? 2 : 1)...Wire.maxStreams).contains(streams), "streams must be 2...\(Wire.maxStreams)")
         self.options = options
         self.streams = streams
+        self.group = group
         let walk = try SourceTree.Walk(sources, selection: options.selection, options: options.sourceOptions)
         prunesArriving = options.sync && options.delete && walk.mayPrune
         self.walk = SourceWalk(walk)
@@ -170,19 +183,27 @@ public final class ParallelTransferSender: TransferProgressSource {
         digestWorker = DigestWorker(loop: loop)
         // The system generator is the kernel's CSPRNG (getrandom): an id nobody can guess.
         var random = SystemRandomNumberGenerator()
-        let id = (0..<Wire.transferIDBytes).map { _ in UInt8.random(in: 0...255, using: &random) }
+        let id = group?.id ?? (0..<Wire.transferIDBytes).map { _ in UInt8.random(in: 0...255, using: &random) }
         transferID = id
         // What the walk has listed goes with the next step; a receiver without streams gets
-        // every entry over this connection (`takeEveryEntry`).
+        // every entry over this connection (`takeEveryEntry`) — but a task of a group, whose
+        // ranges only a group puts together, ends with the reason.
         let first = TransferSender(
             entries: [], streams: streamSources, options: options, work: [],
-            join: TransferJoin(id: id, index: 0, count: streams), fallback: [], listed: false,
+            join: join(index: 0, id: id), fallback: group == nil ? [] : nil, listed: false,
             prunesArriving: prunesArriving)
         first.holdGoodbye = true
         first.onJoined = { [weak self] in self?.take(.joined) }
         first.onStreamsDeclined = { [weak self] in self?.take(.declined) }
         run(first, index: 0)
         walkMore()
+    }
+
+    /// The JOIN of connection `index`.
+    private func join(index: Int, id: [UInt8]) -> TransferJoin {
+        TransferJoin(
+            id: id, index: index, count: streams,
+            group: group.map { TaskGroupJoin(task: $0.task, tasks: $0.tasks, name: Array($0.name.utf8)) })
     }
 
     /// Stops every connection; files cut off are kept by the receiver for a resume.
@@ -242,10 +263,12 @@ public final class ParallelTransferSender: TransferProgressSource {
     /// directories it needs are answered, `release`).
     private func startOthers() {
         guard let id = transferID else { return }
+        // A task of a group over one connection: it says goodbye when its work is done.
+        if streams == 1 { senders.first?.holdGoodbye = false }
         for index in 1..<streams {
             let sender = TransferSender(
                 entries: entries, streams: streamSources, options: options, work: [],
-                join: TransferJoin(id: id, index: index, count: streams), fallback: nil, listed: false,
+                join: join(index: index, id: id), fallback: nil, listed: false,
                 prunesArriving: prunesArriving, listingIncomplete: listingIncomplete)
             sender.onJoined = { [weak self] in self?.onStreamJoined?(index) }
             run(sender, index: index)
@@ -299,8 +322,9 @@ public final class ParallelTransferSender: TransferProgressSource {
             needs.append(directoriesListed)
             if entry.isDirectory { directoriesListed += 1 }
         }
-        let plan = planner.place(
+        var plan = planner.place(
             TransferSender.machineEntries(batch.entries), sizes: batch.entries.map(\.size), first: first)
+        if group != nil && options.selection.sendsRanges { placeShardRanges(batch.entries, first: first, in: &plan) }
         for case .range(let index, _, _) in plan.joined() { rangeCounts[index, default: 0] += 1 }
         for k in 1..<streams {
             held[k] += plan[k].map { ($0, needs[$0.index - first]) }
@@ -314,6 +338,37 @@ public final class ParallelTransferSender: TransferProgressSource {
         release()
         onWalkStep?(batch.entries.count)
         walkMore()
+    }
+
+    /// A task's ranges of the files split across the group's tasks replace the work planned
+    /// for those files: one connection after another (the ranges of one file on different
+    /// connections, as there are enough), each before the connection's files. A file whose size is not the one its ranges were
+    /// planned for (it changed since) fails: the tasks would not agree on its ranges.
+    private func placeShardRanges(_ batch: [OutgoingEntry], first: Int, in plan: inout [[SenderMachine.Work]]) {
+        var split: [Int: [ByteRange]] = [:]
+        for (offset, entry) in batch.enumerated() where !entry.isDirectory {
+            guard let ranges = options.selection.ranges(of: entry.relative, size: entry.size) else { continue }
+            split[first + offset] = ranges
+        }
+        guard !split.isEmpty else { return }
+        for k in plan.indices { plan[k].removeAll { split[$0.index] != nil } }
+        var next = 0
+        for index in split.keys.sorted() {
+            let ranges = split[index] ?? []
+            guard let size = entries[index].size, !ranges.isEmpty else {
+                let reason = "changed since the shards were planned (its size is not the one every task split)"
+                finish(index, .failed(reason: reason, kind: .io))
+                continue
+            }
+            // Before the connection's other files (after its directories): the ranges of a
+            // large file are the job's long pole, and a task's range is under way at once.
+            for range in ranges {
+                let k = next % streams
+                let at = plan[k].prefix { entries[$0.index].isDirectory }.count
+                plan[k].insert(.range(index, range, fileSize: size), at: at)
+                next += 1
+            }
+        }
     }
 
     /// Hands each started connection the work whose directories are answered (and, once the

@@ -37,6 +37,7 @@ extension ReceiverSession {
             }
             shared = SharedFile(
                 relative: request.relative, header: request.header, token: request.attributes.resumeToken)
+            shared.readmits = group.isTaskGroup
             group.files[request.relative] = shared
             let store = self.store
             let (overwrite, resume, continueHeld) = (
@@ -57,7 +58,10 @@ extension ReceiverSession {
             return
         }
         shared.whenOpen { [self] in
-            guard !ended else { return }
+            guard !ended else {
+                shared.note(range, holds: shared.heldBytes(of: range))
+                return
+            }
             guard let opened = shared.opened else {
                 perform(machine.handle(.fileOpened(.failure(shared.failure ?? .failed(.io, "cannot open the file")))))
                 pump()
@@ -75,7 +79,9 @@ extension ReceiverSession {
                 return
             }
             if machine.checksHeld {
-                let vouched = opened.vouched && shared.token != nil && request.attributes.resumeToken == shared.token
+                let vouched =
+                    opened.vouched && shared.token != nil && request.attributes.resumeToken == shared.token
+                    && shared.mayVouch(range)
                 if !vouched {
                     file.heldCheck = HeldCheck(worker: heldHasher, fd: opened.fd, from: range.start, length: held)
                 }
@@ -126,7 +132,13 @@ extension ReceiverSession {
         // as the digest it left wrong.
         let writeFailure = file.target.failure.map { EntryRejection.failed(.io, $0.description) }
         let mismatch = computed == digest ? nil : EntryRejection.failed(.data, "\(machine.digest) mismatch (\(range))")
-        if let rejection = writeFailure ?? heldFailure ?? mismatch {
+        // Every range of the file must carry the same digest of the whole file: ranges sent by
+        // different tasks that read different contents never make one file.
+        var failure = writeFailure ?? heldFailure ?? mismatch
+        if failure == nil && !shared.agree(on: fileDigest) {
+            failure = .failed(.data, "\(range): another range of the file carried another digest of the whole file")
+        }
+        if let rejection = failure {
             guard advance(file, .failed) != nil else { return }
             self.file = nil
             releaseRange(file, holding: 0)
@@ -134,6 +146,7 @@ extension ReceiverSession {
             pump()
             return
         }
+        if let group, let task = group.taskOfSession[id] { group.rangeTasks.insert(task) }
         guard shared.verify(range) else {
             guard advance(file, .stored) != nil else { return }
             self.file = nil
@@ -151,6 +164,8 @@ extension ReceiverSession {
             guard computed == fileDigest else {
                 _ = advance(file, .failed)
                 if self.file === file { self.file = nil }
+                // A task group's next attempt starts the file over, rather than finding it failed.
+                if let group, group.files[shared.relative] === shared { group.files[shared.relative] = nil }
                 let opened = file.opened
                 store.pool.submit { [store] in store.abandon(opened, keep: false) }
                 guard !ended else { return }

@@ -474,10 +474,11 @@ final class ReceiverSession: ProtocolRole {
         }
         guard ended else { return }
         if let summary = warnings.summary { receiver?.emit(.warning(sessionID: id, summary)) }
-        let report = TransferSessionReport(
+        var report = TransferSessionReport(
             id: id, peer: peer, tally: tally, bytes: bytesStored,
             seconds: Double(monotonicNanoseconds() - started) / 1e9, error: session.error(how, subject: peer),
             streamIndex: machine.joined?.index)
+        report.taskGroup = group?.report(of: id)
         receiver?.sessionEnded(self, report: report)
     }
 }

@@ -272,6 +272,7 @@ public final class TransferReceiver {
     /// and removed, or kept for a resume with their unused reserved blocks given back. Call once
     /// the loop has stopped, before the process exits; the receiver stores nothing afterwards.
     public func finishDiskWork() {
+        expireTaskGroups(all: true)
         store.handingOn.wait()
         store.pool.shutdown()
     }
@@ -327,6 +328,8 @@ public final class TransferReceiver {
                 + "ask the receiver for its new one"
         }
         if let join, join.index > 0 { return nil }
+        // A task group is one transfer, however many tasks join it.
+        if let join, join.group != nil, groups[join.id]?.isTaskGroup == true { return nil }
         guard transfersOnKey < limit else {
             let served = limit == 1 ? "transfer" : "\(limit) transfers"
             return "\(Wire.expiredPrefix) this pairing code has served its \(served); ask the receiver for its new one"
@@ -376,7 +379,26 @@ public final class TransferReceiver {
             }
         }
         let group: TransferGroup
-        if join.index == 0 {
+        if let named = join.group {
+            expireTaskGroups()
+            if let found = groups[join.id] {
+                group = found
+            } else {
+                let taskGroups = groups.values.filter(\.isTaskGroup)
+                if taskGroups.count >= options.maxTaskGroups {
+                    // The one idle longest makes room; with every one busy, this one waits.
+                    let idle = taskGroups.compactMap { group in group.idleSince.map { (group, $0) } }
+                    guard let idlest = idle.min(by: { $0.1 < $1.1 })?.0 else {
+                        return .failure(
+                            JoinRefusal(
+                                "\(Wire.busyPrefix) this receiver serves \(options.maxTaskGroups) task groups at once"))
+                    }
+                    close(idlest)
+                }
+                group = TransferGroup(id: join.id, count: join.count, group: named)
+                groups[join.id] = group
+            }
+        } else if join.index == 0 {
             guard groups[join.id] == nil else { return .failure(JoinRefusal("JOIN: transfer id already in use")) }
             guard join.count <= options.maxSessions else {
                 return .failure(
@@ -398,8 +420,16 @@ public final class TransferReceiver {
     /// The session left its transfer; the last one out closes the files it left unfinished
     /// (kept for a resume where they may be).
     private func leaveTransfer(_ session: Int) {
+        defer { expireTaskGroups() }
         guard let group = groupOfSession.removeValue(forKey: session), group.leave(session) else { return }
-        groups[group.id] = nil
+        // A task group waits for its other tasks (until it expires).
+        guard !group.isTaskGroup else { return }
+        close(group)
+    }
+
+    /// Ends transfer `group`: the files it left unfinished are closed, kept for a resume.
+    private func close(_ group: TransferGroup) {
+        if groups[group.id] === group { groups[group.id] = nil }
         for file in group.files.values where !file.finished {
             file.finished = true
             guard let opened = file.opened else { continue }
@@ -409,9 +439,23 @@ public final class TransferReceiver {
         group.files.removeAll()
     }
 
+    /// Closes the task groups idle for longer than `taskGroupLinger` (all idle ones when
+    /// `all`, as the receiver stops).
+    func expireTaskGroups(all: Bool = false) {
+        let linger = options.taskGroupLinger.components
+        let nanoseconds =
+            UInt64(max(0, linger.seconds)) &* 1_000_000_000 &+ UInt64(max(0, linger.attoseconds / 1_000_000_000))
+        let now = monotonicNanoseconds()
+        for group in Array(groups.values) {
+            guard let since = group.idleSince, all || now &- since >= nanoseconds else { continue }
+            close(group)
+        }
+    }
+
     /// Ends every session (interrupted files keep their partial data for a later resume).
     public func closeAllSessions() {
         for session in Array(sessions.values) { session.cancel() }
+        expireTaskGroups(all: true)
     }
 
     func sessionEnded(_ session: ReceiverSession, report: TransferSessionReport) {

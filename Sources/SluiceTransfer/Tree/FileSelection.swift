@@ -21,6 +21,15 @@ public struct FileSelection: Sendable, Hashable {
     /// The files of `shard` when it is balanced by bytes (`balancedByBytes`): by their paths on
     /// the wire. Nil: a file is in the shard its path hashes to.
     public private(set) var shardFiles: Set<String>?
+    /// The ranges of files split across shards that this shard sends (`balancedByBytes` with
+    /// `splitting`), by path on the wire, with the size the file had when they were planned.
+    private(set) var shardRanges: [String: PlannedRanges] = [:]
+
+    /// The ranges of one file a shard sends, and the file's size when they were planned.
+    struct PlannedRanges: Sendable, Hashable {
+        var size: UInt64
+        var ranges: [ByteRange]
+    }
 
     public init(excludes: [ExcludePattern] = [], only: [String]? = nil, shard: Shard? = nil) {
         self.excludes = excludes
@@ -30,7 +39,7 @@ public struct FileSelection: Sendable, Hashable {
 
     /// Whether the file sent as `relative` is in the shard (every file is, without one).
     func inShard(_ relative: String) -> Bool {
-        if let shardFiles { return shardFiles.contains(relative) }
+        if let shardFiles { return shardFiles.contains(relative) || shardRanges[relative] != nil }
         return shard?.contains(relative) ?? true
     }
 
@@ -40,24 +49,59 @@ public struct FileSelection: Sendable, Hashable {
     /// that walk the same tree compute the same assignment with no word between them and each
     /// moves about 1/N of the bytes; with what this shard holds of them. Without a shard, the
     /// selection as it is. Throws as the walk does.
-    public func balancedByBytes(_ sources: [TransferSource], options: SourceOptions = [])
+    ///
+    /// With `splitting` (`send --group`, whose receiver puts a file's ranges together), a file
+    /// larger than a share is split into ranges given to several shards (`Shard.balanceInRanges`).
+    public func balancedByBytes(_ sources: [TransferSource], options: SourceOptions = [], splitting: Bool = false)
         throws(SluiceError) -> (selection: FileSelection, share: ShardShare)
     {
         guard let shard else { return (self, ShardShare(files: 0, bytes: 0, totalFiles: 0, totalBytes: 0)) }
         var all = self
         all.shard = nil
         all.shardFiles = nil
+        all.shardRanges = [:]
         let entries = try SourceTree.entries(sources, selection: all, options: options) { _ in }
-        let files = entries.filter { !$0.isDirectory }.map { (path: $0.relative, size: $0.size ?? 0) }
-        let assignment = Shard.balance(files, count: shard.count)
-        let mine = zip(files, assignment).filter { $0.1 == shard.index }.map(\.0)
+        // Files of unknown size or that cannot be read in place (a FIFO named on the command
+        // line, say) are never split.
+        let listed = entries.filter { !$0.isDirectory }
+        let files = listed.map { (path: $0.relative, size: $0.size ?? 0) }
+        let splittable = listed.map { entry in
+            guard splitting, entry.size != nil, case .file = entry.kind else { return false }
+            return entry.hardLinkTo == nil && !entry.linked && !entry.sparse
+        }
+        let pieces = Shard.balanceInRanges(files, count: shard.count, splittable: splittable)
         var balanced = self
-        balanced.shardFiles = Set(mine.map(\.path))
+        var whole: Set<String> = []
+        var ranges: [String: PlannedRanges] = [:]
+        var bytes: UInt64 = 0
+        for piece in pieces where piece.shard == shard.index {
+            let file = files[piece.file]
+            bytes &+= piece.length
+            if piece.whole {
+                whole.insert(file.path)
+            } else {
+                ranges[file.path, default: PlannedRanges(size: file.size, ranges: [])].ranges.append(
+                    ByteRange(start: piece.start, length: piece.length))
+            }
+        }
+        balanced.shardFiles = whole
+        balanced.shardRanges = ranges
         let share = ShardShare(
-            files: mine.count, bytes: mine.reduce(0) { $0 &+ $1.size }, totalFiles: files.count,
-            totalBytes: files.reduce(0) { $0 &+ $1.size })
+            files: whole.count + ranges.count, bytes: bytes, totalFiles: files.count,
+            totalBytes: files.reduce(0) { $0 &+ $1.size }, ranges: ranges.values.reduce(0) { $0 + $1.ranges.count },
+            splitFiles: Set(pieces.filter { !$0.whole }.map { $0.file }).count)
         return (balanced, share)
     }
+
+    /// The ranges this shard sends of the file sent as `relative`, if it was split across
+    /// shards and still has the size it had when they were planned (nil: send it as it is).
+    func ranges(of relative: String, size: UInt64?) -> [ByteRange]? {
+        guard let planned = shardRanges[relative] else { return nil }
+        return planned.size == size ? planned.ranges : []
+    }
+
+    /// Whether this shard sends any file in ranges.
+    var sendsRanges: Bool { !shardRanges.isEmpty }
 
     /// Whether an entry whose path below the directory sent is `components` is excluded.
     func excludes(_ components: [String], isDirectory: Bool) -> Bool {
@@ -73,6 +117,32 @@ public struct ShardShare: Sendable, Hashable {
     /// Files and bytes of all shards together.
     public let totalFiles: Int
     public let totalBytes: UInt64
+    /// Ranges of files split across shards that this shard holds (among `files` and `bytes`),
+    /// and how many files were split across shards in all.
+    public var ranges = 0
+    public var splitFiles = 0
+
+    public init(
+        files: Int, bytes: UInt64, totalFiles: Int, totalBytes: UInt64, ranges: Int = 0, splitFiles: Int = 0
+    ) {
+        self.files = files
+        self.bytes = bytes
+        self.totalFiles = totalFiles
+        self.totalBytes = totalBytes
+        self.ranges = ranges
+        self.splitFiles = splitFiles
+    }
+}
+
+/// A file, or one range of it, given to a shard (`Shard.balanceInRanges`).
+public struct ShardPiece: Sendable, Hashable {
+    /// The file's index in the list balanced.
+    public let file: Int
+    /// Bytes `start ..< start + length` of it; the whole file when `whole`.
+    public let start: UInt64
+    public let length: UInt64
+    public let whole: Bool
+    public let shard: Int
 }
 
 /// One of N disjoint parts of a set of files, chosen by a hash of each file's path: N runs with
@@ -115,6 +185,66 @@ public struct Shard: Sendable, Hashable, CustomStringConvertible {
             assignment[index] = lightest.add(files[index].size)
         }
         return assignment
+    }
+
+    /// The pieces of `files` given to `count` shards when a file larger than a share (the total
+    /// over `count`, rounded up) may be split (where `splittable` says so): such a file is cut
+    /// into as many ranges as it holds shares (at most `count`), of equal length rounded up to
+    /// 64 KiB (none shorter than two `minimumRange`s is split), and each range goes, largest
+    /// first (ties by path, then by start), to the lightest shard that holds no range of the
+    /// file yet (ties to the lowest index); then the other files go whole as `balance` gives
+    /// them, onto those loads. A pure function of its input: every task that lists the same
+    /// files gets the same pieces, and the pieces of a file cover it exactly once.
+    public static func balanceInRanges(
+        _ files: [(path: String, size: UInt64)], count: Int, splittable: [Bool],
+        minimumRange: UInt64 = 256 << 10
+    ) -> [ShardPiece] {
+        let shards = max(count, 1)
+        let total = files.reduce(UInt64(0)) { $0.addingReportingOverflow($1.size).overflow ? .max : $0 + $1.size }
+        let share = max(total / UInt64(shards) + (total % UInt64(shards) == 0 ? 0 : 1), 1)
+        var ranged: [(file: Int, range: ByteRange)] = []
+        var whole: [Int] = []
+        for (index, file) in files.enumerated() {
+            guard shards > 1, index < splittable.count, splittable[index], file.size > share,
+                file.size >= 2 * max(minimumRange, 1)
+            else {
+                whole.append(index)
+                continue
+            }
+            let pieces = min(UInt64(shards), file.size / share + (file.size % share == 0 ? 0 : 1))
+            for range in StreamPlan.ranges(of: file.size, streams: Int(pieces), minimumRange: minimumRange) {
+                ranged.append((index, range))
+            }
+        }
+        ranged.sort { a, b in
+            if a.range.length != b.range.length { return a.range.length > b.range.length }
+            if a.file != b.file {
+                return files[a.file].path.utf8.lexicographicallyPrecedes(files[b.file].path.utf8)
+            }
+            return a.range.start < b.range.start
+        }
+        var loads = Array(repeating: UInt64(0), count: shards)
+        var holding: [Int: Set<Int>] = [:]
+        var pieces: [ShardPiece] = []
+        for (file, range) in ranged {
+            let taken = holding[file, default: []]
+            let candidates = loads.indices.filter { !taken.contains($0) }
+            let target = (candidates.isEmpty ? Array(loads.indices) : candidates).min { loads[$0] < loads[$1] } ?? 0
+            loads[target] &+= range.length
+            holding[file, default: []].insert(target)
+            pieces.append(
+                ShardPiece(file: file, start: range.start, length: range.length, whole: false, shard: target))
+        }
+        let order = whole.sorted { a, b in
+            files[a].size != files[b].size
+                ? files[a].size > files[b].size : files[a].path.utf8.lexicographicallyPrecedes(files[b].path.utf8)
+        }
+        var lightest = LoadHeap(loads: loads)
+        for index in order {
+            let shard = lightest.add(files[index].size)
+            pieces.append(ShardPiece(file: index, start: 0, length: files[index].size, whole: true, shard: shard))
+        }
+        return pieces
     }
 
     /// Whether the file sent as `relative` (its path on the wire) belongs to this shard: by the
@@ -209,6 +339,12 @@ private struct LoadHeap {
 
     init(count: Int) {
         heap = (0..<count).map { (0, $0) }  // already a heap: equal loads, indices in order
+    }
+
+    /// Shards holding `loads` already.
+    init(loads: [UInt64]) {
+        // Sorted lightest first (ties by index): a sorted array is a heap.
+        heap = loads.enumerated().map { ($0.element, $0.offset) }.sorted { ($0.0, $0.1) < ($1.0, $1.1) }
     }
 
     /// Adds `size` to the lightest shard; returns it.
