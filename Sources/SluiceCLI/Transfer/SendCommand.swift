@@ -71,6 +71,8 @@ final class SendSession: Interruptible {
     private var timeoutFailure: CLIError?
     private var progress: TransferProgressDisplay?
     private var watchdog: LoopTimer?
+    /// With `--watch`: the watch running (`SendWatch`).
+    private var watch: TransferWatch?
 
     init(options: SendOptions, loop: EventLoop) {
         self.options = options
@@ -148,7 +150,17 @@ final class SendSession: Interruptible {
             }
         }
         var single: TransferSender?
-        if options.streams > 1 {
+        if options.watch {
+            switch SendWatch.make(
+                options, library: library, listingWarning: listingWarning, warning: onWarning, result: onResult,
+                removed: onRemoved)
+            {
+            case .success(let made):
+                (watch, sender, cancelTransfer) = (made, made.sender, { [weak made] in made?.sender.cancel() })
+                listingIncomplete = { [weak made] in made?.sender.listingIncomplete ?? false }
+            case .failure(let error): return Self.listingFailure(error)
+            }
+        } else if options.streams > 1 {
             let created = Result { () throws(SluiceError) in
                 try ParallelTransferSender(
                     sources: sources, streams: options.streams, options: library,
@@ -208,7 +220,10 @@ final class SendSession: Interruptible {
             progress = TransferProgressDisplay(
                 sender: sender, sizeKnown: !options.paths.contains("-"), output: { Terminal.write($0, to: 2) })
         }
-        if let single {
+        if let watch {
+            let (input, output) = connect()
+            watch.start(input: input, output: output, on: loop) { [weak self] summary in self?.finished(summary) }
+        } else if let single {
             let (input, output) = connect()
             single.start(input: input, output: output, on: loop) { [weak self] summary in self?.finished(summary) }
         } else if let parallel {
@@ -257,7 +272,7 @@ final class SendSession: Interruptible {
     }
 
     private func startWatchdog() {
-        guard let limit = options.timeoutSeconds else { return }
+        guard let limit = options.timeoutSeconds, !options.watch else { return }
         let tick = Duration.milliseconds(Int64(min(1000, max(10, limit * 250))))
         var last: UInt64 = 0
         var lastChange = monotonicNanoseconds()
@@ -286,6 +301,8 @@ final class SendSession: Interruptible {
 
     /// SIGINT, SIGTERM or SIGHUP: stop sending; the receiver keeps what it has for a resume.
     func interrupt(_ signal: Int32) {
+        // A watch ends on a signal: what is in flight is answered, then goodbye (a second stops at once).
+        if let watch, summary == nil, !watch.stopping { return watch.stop() }
         guard summary == nil, self.signal == nil else { return }
         self.signal = signal
         cancelTransfer?()

@@ -49,6 +49,10 @@ struct SendOptions: Sendable {
     var delete = false
     var checksum = false
     var wholeFile = false
+    /// `--watch` (implies `--sync`): the session stays open and changes are sent as they
+    /// happen; `--settle MS`: how long a file written but not closed must be quiet first.
+    var watch = false
+    var settleMilliseconds = 50
 
     static let name = Option<String>(
         "name", value: .required("NAME"), help: "the name to store standard input under\n(with the path -)")
@@ -121,6 +125,15 @@ struct SendOptions: Sendable {
     static let itemize = Flag(
         "itemize", short: "i",
         help: "print a line per entry sent or changed, as\nrsync -i does (>f+++++++++ new, >f.st...... changed)")
+    static let watch = Flag(
+        "watch",
+        help:
+            "with --sync (implied): after the first pass, stay\nconnected and send what changes under the\n"
+            + "directories as it happens (renames as renames;\nremovals with --delete) until SIGINT or SIGTERM")
+    static let settle = Option(
+        "settle", value: .required("MS"),
+        help: "with --watch: send a file written but not closed\nonce quiet for MS milliseconds (default 50)",
+        read: Read.number(of: "milliseconds", in: 0...60000))
     /// Never a secret on the command line: other users can read it. Parsed only to say so.
     static let code = Option<String?>("code", value: .optional("[=CODE]"), help: "", read: { $0.value })
 
@@ -130,7 +143,7 @@ struct SendOptions: Sendable {
             CommonOptions.chunkSize, compress, CommonOptions.threads, CommonOptions.progress, CommonOptions.noProgress,
             CommonOptions.stats, CommonOptions.rateLimit, timeout, noResume, name, streams, codeFile,
             TransferAuth.keyFileOption, TransferAuth.insecureOption, exclude, excludeFrom, filesFrom, from0,
-            shard, shardBy, shardCount, sync, dryRun, delete, checksum, wholeFile, itemize,
+            shard, shardBy, shardCount, sync, dryRun, delete, checksum, wholeFile, itemize, watch, settle,
         ] + SourceOptionFlags.table.map(\.flag) + [
             code, CommonOptions.quiet, CommonOptions.help, CommonOptions.version,
         ]
@@ -197,7 +210,9 @@ struct SendOptions: Sendable {
         delete = parsed[Self.delete]
         wholeFile = parsed[Self.wholeFile]
         checksum = parsed[Self.checksum]
-        sync = parsed[Self.sync] || dryRun || delete || checksum
+        watch = parsed[Self.watch]
+        sync = parsed[Self.sync] || dryRun || delete || checksum || watch
+        try readWatch(parsed)
         if delete, let spelling = parsed.spelling(of: Self.delete),
             !excludes.isEmpty || !excludeFiles.isEmpty || filesFrom != nil || shard != nil
         {
