@@ -150,8 +150,8 @@ struct WatchTests {
             let before = watch.sender.bytesWritten
             let stored = watch.sender.progress.filesDone
             #expect(rename(src + "/big", src + "/moved") == 0)
-            #expect(Self.settles(src, dst + "/tree", harness), "\(treeDifferences(src, dst + "/tree"))")
             #expect(runLoop(harness.loop, for: .seconds(20)) { watch.moves == 1 && watch.lastChange != nil })
+            #expect(Self.settles(src, dst + "/tree", harness), "\(treeDifferences(src, dst + "/tree"))")
             let wire = watch.sender.bytesWritten - before
             #expect(wire < 4096, "\(wire) bytes for a rename")
             #expect(watch.sender.progress.filesDone == stored, "no file sent again")

@@ -71,6 +71,10 @@ public final class TransferWatch {
     public private(set) var overflows = 0
     /// The paths fed and not answered yet, with when their change was seen.
     private var inFlight: [String: UInt64] = [:]
+    /// Entries fed and not answered yet, by path: a path is never fed twice at once (two
+    /// files of one name in one BATCH, two CHECKs that both found it absent); a change to one
+    /// of them waits for its answer.
+    private var unanswered: [String: Int] = [:]
     /// The last change answered: its path and how long from its event to its answer.
     public private(set) var lastChange: (path: String, seconds: Double)?
     /// For tests: called once the first pass is over and changes are fed.
@@ -133,7 +137,7 @@ public final class TransferWatch {
         let previous = sender.onFileResult
         sender.onFileResult = { [weak self] result in
             previous?(result)
-            self?.answered(result.path)
+            self?.answered(result.path, entry: true)
         }
         sender.start(input: input, output: output, on: loop) { [weak self] summary in
             self?.ended()
@@ -382,7 +386,15 @@ public final class TransferWatch {
             } else {
                 unsent.remove(path)
             }
-            entries += listed(local, relative: path, below: below)
+            for entry in listed(local, relative: path, below: below) {
+                if unanswered[entry.relative] != nil {
+                    // Fed already and not answered: looked at again once it is.
+                    pending[entry.relative] = monotonicNanoseconds() + UInt64(settle.nanoseconds)
+                    continue
+                }
+                unanswered[entry.relative] = 1
+                entries.append(entry)
+            }
             inFlight[path] = monotonicNanoseconds()
             changesSent += 1
         }
@@ -416,8 +428,9 @@ public final class TransferWatch {
         }
     }
 
-    /// An entry fed was answered: the latency of its change.
-    private func answered(_ path: String) {
+    /// An entry fed (`entry`), or a MOVE or REMOVE, was answered: the latency of its change.
+    private func answered(_ path: String, entry: Bool = false) {
+        if entry { unanswered[path] = nil }
         guard let seen = inFlight.removeValue(forKey: path) else { return }
         lastChange = (path, Double(monotonicNanoseconds() - seen) / 1e9)
     }
