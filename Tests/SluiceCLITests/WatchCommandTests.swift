@@ -122,6 +122,34 @@ import Testing
         }
     }
 
+    /// The receiver goes away mid-watch and comes back on the same port: the sender connects
+    /// again (with backoff), makes a --sync pass, and what changed meanwhile arrives.
+    @Test func aReceiverRestartIsCaughtUp() throws {
+        try withTemporaryDirectory { dir in
+            let tree = "\(dir)/tree"
+            let inbox = "\(dir)/in"
+            let copy = "\(inbox)/tree"
+            try FileManager.default.createDirectory(atPath: tree, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: true)
+            try write(Data("one".utf8), to: tree + "/a")
+            let (first, sender) = try start(tree, inbox)
+            let port = try first.port()
+            #expect(try eventually { try treesIdentical(tree, copy) }, "the first pass")
+            _ = first.stop()
+            try write(Data("while away".utf8), to: tree + "/b")
+            try write(Data("two".utf8), to: tree + "/a")
+            let second = try ReceiverProcess(["--dir", inbox, "--sync", "--delete", "--listen", "127.0.0.1:\(port)"])
+            #expect(try eventually { try treesIdentical(tree, copy) }, "caught up after the restart")
+            try write(Data("after".utf8), to: tree + "/c")
+            #expect(try eventually { try treesIdentical(tree, copy) }, "watching again")
+            sender.signal(SIGINT)
+            let outcome = sender.wait(within: .seconds(30))
+            #expect(outcome.status == 0, "\(outcome.stderrText)")
+            #expect(outcome.stderrText.contains("connection lost"), "\(outcome.stderrText)")
+            _ = second.stop()
+        }
+    }
+
     @Test func watchUsageErrors() throws {
         try withTemporaryDirectory { dir in
             try write(Data("f".utf8), to: dir + "/file")

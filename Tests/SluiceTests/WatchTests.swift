@@ -188,4 +188,23 @@ struct WatchTests {
             #expect(runLoop(harness.loop, for: .seconds(20)) { box.summary != nil })
         }
     }
+
+    @Test("A directory that could not be watched is gone through again as --sync does, until its changes are in")
+    func unwatchedDirectoryIsPassedOver() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: src + "/sub", withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            let harness = try TransferHarness(directory: dst)
+            let (watch, box) = try Self.startWatch(src, harness)
+            watch.unwatchedPass = .milliseconds(100)
+            watch.dropsEvents = true
+            watch.simulateUnwatched("tree/sub")
+            try writeFile(src + "/sub/new", [1, 2, 3])
+            #expect(Self.settles(src, dst + "/tree", harness), "\(treeDifferences(src, dst + "/tree"))")
+            watch.stop()
+            #expect(runLoop(harness.loop, for: .seconds(20)) { box.summary != nil })
+        }
+    }
 }

@@ -216,11 +216,14 @@ final class SendSession: Interruptible {
             return (input, output)
         }
         startWatchdog()
-        if CopySession.showsProgress(options.progress, stderrIsTerminal: Terminal.isTerminal(2)), let sender {
+        if CopySession.showsProgress(options.progress, stderrIsTerminal: Terminal.isTerminal(2)), let sender,
+            watch == nil
+        {
             progress = TransferProgressDisplay(
                 sender: sender, sizeKnown: !options.paths.contains("-"), output: { Terminal.write($0, to: 2) })
         }
         if let watch {
+            watch.reconnect = connect
             let (input, output) = connect()
             watch.start(input: input, output: output, on: loop) { [weak self] summary in self?.finished(summary) }
         } else if let single {

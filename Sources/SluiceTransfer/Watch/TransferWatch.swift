@@ -41,8 +41,28 @@ import Sluice
 public final class TransferWatch {
     /// How long a file must be quiet (no write) before it goes when nobody closed it.
     public let settle: Duration
-    /// The session: the first pass and every change (its `onFileResult`, `progress`…).
-    public let sender: TransferSender
+    /// The session: the first pass and every change (its `onFileResult`, `progress`…); a new
+    /// one after each reconnection (`reconnect`), with the same callbacks.
+    public private(set) var sender: TransferSender
+    /// Reopens a dropped connection: with it, a session that ends with an error once a first
+    /// pass was over is started again after a delay (250 ms, doubling up to 30 s, back to
+    /// 250 ms once a first pass is over again), beginning with a `--sync` pass (a file cut off
+    /// is resumed as usual). Nil: a dropped connection ends the watch.
+    public var reconnect: (() -> (ReadStream, WriteStream))?
+    /// Called before each reconnection: why the session ended, and the delay.
+    public var onReconnecting: ((String, Duration) -> Void)?
+    /// Reconnections so far.
+    public private(set) var reconnections = 0
+    /// Called once the watch has started (its loop), and once it has ended, before its
+    /// completion: for a status line.
+    public var onStarted: ((EventLoop) -> Void)?
+    public var onEnded: (() -> Void)?
+    /// Directories that could not be watched: each gone through again, as `--sync` does,
+    /// every `unwatchedPass` (for tests, sooner).
+    private(set) var unwatched: Set<String> = []
+    private var unwatchedTimer: LoopTimer?
+    private var warnedLimit = false
+    var unwatchedPass = Duration.seconds(10)
     /// Called for problems that fail nothing: a directory that cannot be watched, a name
     /// that is not UTF-8.
     public var onWarning: ((String) -> Void)?
@@ -112,9 +132,24 @@ public final class TransferWatch {
         self.options = options
         self.roots = roots
         self.settle = settle
+        self.paths = paths
+        self.listingWarning = warning
         sender = try TransferSender(paths: paths, options: options, warning: warning)
         sender.watching = true
     }
+
+    private let paths: [String]
+    private let listingWarning: ((String) -> Void)?
+    /// What the caller set on the first session, for each one after it.
+    private var resultHandler: ((TransferFileResult) -> Void)?
+    private var completion: ((TransferSummary) -> Void)?
+    /// A first pass was over once: a session that drops after it is reopened.
+    private var passedOnce = false
+    private var backoff = TransferWatch.firstBackoff
+    private var retry: LoopTimer?
+    private var lastSummary: TransferSummary?
+    static let firstBackoff = Duration.milliseconds(250)
+    static let longestBackoff = Duration.seconds(30)
 
     /// Watches the trees, then starts the session's first pass over `input`/`output` on
     /// `loop` (as `TransferSender.start`). `completion` runs once the session ends: after
@@ -132,17 +167,69 @@ public final class TransferWatch {
         } catch {
             warn("inotify: \(error.reason): changes are not watched")
         }
+        self.completion = completion
+        resultHandler = sender.onFileResult
+        onStarted?(loop)
+        run(sender, input: input, output: output)
+    }
+
+    /// Starts `sender`'s session (the first, or one after a reconnection).
+    private func run(_ sender: TransferSender, input: ReadStream, output: WriteStream) {
+        guard let loop else { return }
         sender.watch.onPassDone = { [weak self] in self?.passDone() }
         sender.watch.onOperated = { [weak self] kind, outcome in self?.operated(kind, outcome) }
-        let previous = sender.onFileResult
+        let previous = resultHandler
         sender.onFileResult = { [weak self] result in
             previous?(result)
             self?.answered(result.path, entry: true)
         }
         sender.start(input: input, output: output, on: loop) { [weak self] summary in
-            self?.ended()
-            completion(summary)
+            self?.sessionEnded(summary)
         }
+    }
+
+    /// A session ended: after `stop`, the watch ends; dropped after a first pass, with
+    /// `reconnect`, another starts after the backoff.
+    private func sessionEnded(_ summary: TransferSummary) {
+        lastSummary = summary
+        guard !stopping, let error = summary.error, passedOnce, reconnect != nil, let loop else {
+            ended()
+            completion?(summary)
+            completion = nil
+            return
+        }
+        let delay = backoff
+        backoff = min(backoff * 2, Self.longestBackoff)
+        onReconnecting?(error.description, delay)
+        inFlight = [:]
+        unanswered = [:]
+        timer?.cancel()
+        timer = nil
+        retry = loop.schedule(after: delay) { [weak self] in self?.reopen() }
+    }
+
+    /// Starts a new session: a `--sync` pass, then the changes pending.
+    private func reopen() {
+        retry = nil
+        guard !stopping, let reconnect else { return }
+        let made = Result { () throws(SluiceError) in
+            try TransferSender(paths: paths, options: options, warning: listingWarning)
+        }
+        guard case .success(let next) = made else {
+            if case .failure(let error) = made, var summary = lastSummary {
+                summary.error = error
+                stopping = true
+                sessionEnded(summary)
+            }
+            return
+        }
+        next.watching = true
+        next.onWarning = sender.onWarning
+        next.onRemoved = sender.onRemoved
+        sender = next
+        reconnections += 1
+        let (input, output) = reconnect()
+        run(next, input: input, output: output)
     }
 
     /// How many directories are watched.
@@ -158,6 +245,13 @@ public final class TransferWatch {
         stopping = true
         watcher?.close()
         watcher = nil
+        if let retry, let summary = lastSummary {
+            // Between sessions: nothing is open to say goodbye on.
+            retry.cancel()
+            self.retry = nil
+            sessionEnded(summary)
+            return
+        }
         if sender.firstPassDone { flush(all: true) }
         timer?.cancel()
         sender.stopWatching()
@@ -171,13 +265,19 @@ public final class TransferWatch {
     func watchTree(_ path: String, relative: String) {
         guard let watcher else { return }
         if let error = watcher.add(path, relative: relative) {
+            guard error.rawValue != ENOENT && error.rawValue != ENOTDIR else { return }
             if error.rawValue == ENOSPC {
-                warn(
-                    "cannot watch \(quoted(path)): the limit of inotify watches is reached "
-                        + "(raise fs.inotify.max_user_watches, e.g. sysctl fs.inotify.max_user_watches=524288)")
-            } else if error.rawValue != ENOENT && error.rawValue != ENOTDIR {
-                warn("cannot watch \(quoted(path)): \(error)")
+                if !warnedLimit {
+                    warnedLimit = true
+                    warn(
+                        "cannot watch \(quoted(path)) and more: the limit of inotify watches is reached "
+                            + "(raise fs.inotify.max_user_watches, e.g. sysctl fs.inotify.max_user_watches=524288); "
+                            + "what is not watched is gone through again every \(unwatchedPass)")
+                }
+            } else {
+                warn("cannot watch \(quoted(path)): \(error): it is gone through again every \(unwatchedPass)")
             }
+            notWatched(relative)
             return
         }
         guard let dir = opendir(path) else { return }
@@ -197,6 +297,29 @@ public final class TransferWatch {
             watchTree(child, relative: childRelative)
         }
     }
+
+    /// `relative` could not be watched: it (with what it holds) is gone through as `--sync`
+    /// does every `unwatchedPass`, until it is gone.
+    private func notWatched(_ relative: String) {
+        unwatched.insert(relative)
+        guard unwatchedTimer == nil, let loop else { return }
+        unwatchedTimer = loop.schedule(after: unwatchedPass, repeating: unwatchedPass) { [weak self] in
+            guard let self, !self.stopping else { return }
+            let now = monotonicNanoseconds()
+            for path in self.unwatched {
+                var st = stat()
+                if let (local, _) = self.local(path), lstat(local, &st) == 0, st.st_mode & S_IFMT == S_IFDIR {
+                    self.pending[path] = now
+                } else {
+                    self.unwatched.remove(path)
+                }
+            }
+            self.schedule()
+        }
+    }
+
+    /// For tests: as if `relative` could not be watched.
+    func simulateUnwatched(_ relative: String) { notWatched(relative) }
 
     /// The path here of `relative` (as sent), and its components below its tree.
     func local(_ relative: String) -> (path: String, below: [String])? {
@@ -335,6 +458,8 @@ public final class TransferWatch {
 
     /// The first pass is answered: what changed meanwhile goes.
     private func passDone() {
+        passedOnce = true
+        backoff = Self.firstBackoff
         if stopping { return }
         onPassDone?()
         schedule()
@@ -454,6 +579,12 @@ public final class TransferWatch {
     }
 
     private func ended() {
+        unwatchedTimer?.cancel()
+        unwatchedTimer = nil
+        onEnded?()
+        onEnded = nil
+        retry?.cancel()
+        retry = nil
         timer?.cancel()
         timer = nil
         watcher?.close()
