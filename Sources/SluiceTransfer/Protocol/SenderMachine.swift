@@ -304,8 +304,10 @@ struct SenderMachine: Sendable {
                     || checksumFailed.contains(index)
             }
             // An entry goes once its HAVE is in.
+            // (Every entry but a stream is checked where the work is every entry: no scan of
+            // the checks, which grow with each change a watch sends.)
             if next < work.count, next < barrier, haves[work[next].index] == nil,
-                checks.contains(work[next].index)
+                workIsEveryEntry ? isChecked(work[next].index) : checks.contains(work[next].index)
             {
                 return false
             }
