@@ -38,7 +38,7 @@ extension SenderMachine {
                     let resumable = settings.resume && peerCapabilities.contains(Wire.Capability.resume)
                     var flags = Wire.FileFlags.sizeKnown
                     if resumable { flags |= Wire.FileFlags.resumable }
-                    if flagsReplace(index) { flags |= Wire.FileFlags.replace }
+                    if replaces(index) { flags |= Wire.FileFlags.replace }
                     let header = EntryHeader(
                         flags: flags, size: planned, mode: info.mode, mtimeSeconds: info.mtimeSeconds,
                         mtimeNanoseconds: info.mtimeNanoseconds, path: Array(entry.relative.utf8))
@@ -78,7 +78,7 @@ extension SenderMachine {
                     !delta && entry.sparse && entry.seekable && !compressed && info.size != nil
                     && peerCapabilities.contains(Wire.Capability.holes)
                 if sparse { flags |= Wire.FileFlags.sparse }
-                if flagsReplace(index) { flags |= Wire.FileFlags.replace }
+                if replaces(index) { flags |= Wire.FileFlags.replace }
                 if delta { flags |= Wire.FileFlags.delta }
                 let header = EntryHeader(
                     flags: flags, size: info.size ?? 0, mode: info.mode, mtimeSeconds: info.mtimeSeconds,

@@ -38,13 +38,6 @@ extension SenderMachine {
             && prunesSent >= pruneRoots.count && pruning.isEmpty && awaitingHave.isEmpty
     }
 
-    /// Whether entry `index` goes flagged replace: HAVE said it differs; or, watching once the
-    /// first pass is listed, whatever HAVE said (the CHECKs run ahead of the entries, so a
-    /// path found absent may be made meanwhile by an earlier entry fed for the same path).
-    func flagsReplace(_ index: Int) -> Bool {
-        replaces(index) || (passListed && syncing && haves[index] != nil)
-    }
-
     /// Whether the first queued operation may go now: every entry before it answered, the
     /// first pass's PRUNEs answered.
     var operationMayGo: Bool {

@@ -552,7 +552,7 @@ struct SenderMachine: Sendable {
             unanswered.append(index)
             let link = LinkHeader(
                 kind: .symbolic, mtimeSeconds: entry.mtimeSeconds, mtimeNanoseconds: entry.mtimeNanoseconds,
-                path: Array(entry.relative.utf8), target: target, replace: flagsReplace(index))
+                path: Array(entry.relative.utf8), target: target, replace: replaces(index))
             return attributeMessages(index, link: true) + [.send(.link(link))]
         }
         if let special = entry.special {
@@ -565,7 +565,7 @@ struct SenderMachine: Sendable {
             let header = SpecialHeader(
                 mode: special.type.rawValue | entry.mode & 0o7777, mtimeSeconds: entry.mtimeSeconds,
                 mtimeNanoseconds: entry.mtimeNanoseconds, major: special.major, minor: special.minor,
-                path: Array(entry.relative.utf8), replace: flagsReplace(index))
+                path: Array(entry.relative.utf8), replace: replaces(index))
             return attributeMessages(index, link: true) + [.send(.special(header))]
         }
         if let target = linkTarget(of: index) {

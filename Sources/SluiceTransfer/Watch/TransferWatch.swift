@@ -18,8 +18,8 @@ import Sluice
 /// `--sync` (with `--delete`, its PRUNEs too). Once it is answered, the session stays open and
 /// each change goes as it settles:
 ///
-/// - A file goes once it is closed after writing (`IN_CLOSE_WRITE`, at the end of the read
-///   that saw it: a rename right behind it is seen first), or once it has been quiet for
+/// - A file goes once it is closed after writing (`IN_CLOSE_WRITE`, 2 ms later at most, so
+///   that a rename right behind it is seen first), or once it has been quiet for
 ///   `settle` after its last write or change of attributes: a burst of writes sends it once,
 ///   and a file being written slowly is sent when it is closed, whole. It goes as any entry
 ///   of `--sync` does: checked, and sent (as a delta where it is large and the receiver has a
@@ -89,6 +89,9 @@ public final class TransferWatch {
     public private(set) var changesSent = 0
     public private(set) var moves = 0
     public private(set) var overflows = 0
+    /// Paths fed that failed because they were gone before they could be read: left out of
+    /// the summary (not failures of the watch).
+    private var vanished: Set<String> = []
     /// The paths fed and not answered yet, with when their change was seen.
     private var inFlight: [String: UInt64] = [:]
     /// Entries fed and not answered yet, by path: a path is never fed twice at once (two
@@ -149,6 +152,8 @@ public final class TransferWatch {
     private var retry: LoopTimer?
     private var lastSummary: TransferSummary?
     static let firstBackoff = Duration.milliseconds(250)
+    /// How long a file closed waits for a rename that may follow (nanoseconds).
+    static let closeGrace: UInt64 = 2_000_000
     static let longestBackoff = Duration.seconds(30)
 
     /// Watches the trees, then starts the session's first pass over `input`/`output` on
@@ -180,8 +185,15 @@ public final class TransferWatch {
         sender.watch.onOperated = { [weak self] kind, outcome in self?.operated(kind, outcome) }
         let previous = resultHandler
         sender.onFileResult = { [weak self] result in
+            guard let self else { return }
+            self.answered(result.path, entry: true)
+            // A file fed and gone before it could be read (an editor's temporary renamed over
+            // the file it saves): not a failure; what became of it is another change.
+            if self.passedOnce, case .failed = result.outcome, self.isGone(result.path) {
+                self.vanished.insert(result.path)
+                return
+            }
             previous?(result)
-            self?.answered(result.path, entry: true)
         }
         sender.start(input: input, output: output, on: loop) { [weak self] summary in
             self?.sessionEnded(summary)
@@ -190,7 +202,13 @@ public final class TransferWatch {
 
     /// A session ended: after `stop`, the watch ends; dropped after a first pass, with
     /// `reconnect`, another starts after the backoff.
-    private func sessionEnded(_ summary: TransferSummary) {
+    private func sessionEnded(_ finished: TransferSummary) {
+        var summary = finished
+        summary.results.removeAll { result in
+            guard case .failed = result.outcome else { return false }
+            return vanished.contains(result.path)
+        }
+        vanished = []
         lastSummary = summary
         guard !stopping, let error = summary.error, passedOnce, reconnect != nil, let loop else {
             ended()
@@ -329,6 +347,13 @@ public final class TransferWatch {
         return (below.isEmpty ? root : root + "/" + below.joined(separator: "/"), below)
     }
 
+    /// Whether nothing is at `relative` here now.
+    func isGone(_ relative: String) -> Bool {
+        guard let (local, _) = local(relative) else { return true }
+        var st = stat()
+        return lstat(local, &st) != 0 && errno == ENOENT
+    }
+
     /// Whether the selection leaves `relative` out.
     func excluded(_ relative: String, isDirectory: Bool) -> Bool {
         guard let (_, below) = local(relative), !below.isEmpty else { return false }
@@ -344,6 +369,10 @@ public final class TransferWatch {
         guard !stopping, !dropsEvents else { return }
         let now = monotonicNanoseconds()
         let quiet = now + UInt64(settle.nanoseconds)
+        // A file closed goes at once but for a breath (at most the settle time), so that the
+        // rename of an editor's temporary over the file it saves, which follows its close within
+        // microseconds, is seen first: the temporary is never sent, the file is.
+        let closed = now + min(UInt64(settle.nanoseconds), Self.closeGrace)
         var movedFrom: [UInt32: (path: String, isDirectory: Bool)] = [:]
         for event in events {
             if event.has(IN_Q_OVERFLOW) {
@@ -377,7 +406,7 @@ public final class TransferWatch {
                     change(path, at: quiet)
                 }
             } else if event.has(IN_CLOSE_WRITE) {
-                change(path, at: now)
+                change(path, at: closed)
             } else if event.has(IN_MODIFY) || event.has(IN_ATTRIB) {
                 change(path, at: quiet)
             } else if event.has(IN_DELETE) {
