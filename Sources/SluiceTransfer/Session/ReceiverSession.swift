@@ -126,6 +126,8 @@ final class ReceiverSession: ProtocolRole {
     static let laneDepth = 64
     /// Commits the staged files once the sender has been quiet for `quietCommit`.
     var quietTimer: LoopTimer?
+    /// A MOVE or REMOVE came (`send --watch`): directories created may be gone at goodbye.
+    var movedOrRemoved = false
 
     var isEnded: Bool { ended }
     /// The file's data path waits for the hasher to free a slot.
@@ -465,6 +467,7 @@ final class ReceiverSession: ProtocolRole {
 
     /// MOVE on the lane, after the checks before it (`send --watch`).
     private func move(from: [String], to: [String], replace: Bool) {
+        movedOrRemoved = true
         let store = self.store
         lane.submit({ store.move(from: from, to: to, replace: replace) }, completingOn: loop) { [self] rejection in
             guard !ended else { return }
@@ -475,6 +478,7 @@ final class ReceiverSession: ProtocolRole {
 
     /// REMOVE on the lane (`send --watch --delete`); every path removed is reported.
     private func remove(_ components: [String]) {
+        movedOrRemoved = true
         let store = self.store
         lane.submit({ store.remove(components) }, completingOn: loop) { [self] gone, rejection in
             guard !ended else { return }

@@ -186,8 +186,6 @@ final class Destination: @unchecked Sendable {
             case .success(let (next, _)):
                 closeDescriptor(current)
                 current = next
-            case .failure(.system(_, let error)) where error.rawValue == ENOENT:
-                return nil  // gone since (`send --watch` moved or removed it): nothing to settle
             case .failure:
                 return "cannot reopen \(quoted(display(relative)))"
             }
