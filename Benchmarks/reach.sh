@@ -34,7 +34,7 @@ RELAY_PID=$!
 PIDS+=("$RELAY_PID")
 RELAY=
 for _ in $(seq 500); do
-    RELAY=$(grep -o '127.0.0.1:[0-9]*' "$OUT/relay.log" | head -1 || true)
+    RELAY=$(grep -o '127.0.0.1:[0-9][0-9]*' "$OUT/relay.log" | head -1 || true)
     [ -n "$RELAY" ] && break
     sleep 0.01
 done
@@ -71,7 +71,7 @@ run_direct() {  # prints seconds
     local r=$!
     local port=
     for _ in $(seq 500); do
-        port=$(grep -o '127.0.0.1:[0-9]*' "$OUT/recv.log" | head -1 | cut -d: -f2 || true)
+        port=$(grep -o '127.0.0.1:[0-9][0-9]*' "$OUT/recv.log" | head -1 | cut -d: -f2 || true)
         [ -n "$port" ] && break
         sleep 0.005
     done

@@ -258,6 +258,7 @@ import Testing
             ["send", "--relay", "127.0.0.1:1", "--no-direct", "--no-relay", "."],
             ["send", "--no-direct", ".", "127.0.0.1:1"],
             ["receive", "--no-relay"],
+            ["send", "--watch", "--relay", "127.0.0.1:1", "."],
         ]
         for arguments in cases {
             let outcome = try LiveSluice(arguments, environment: ["SLUICE_RELAY": ""], keyed: false).wait()

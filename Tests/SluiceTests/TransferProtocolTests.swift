@@ -279,6 +279,15 @@ struct MachineDriver {
         }
     }
 
+    /// Checks a path the machine hands to the store, as `check` checks a request's.
+    mutating func checkComponents(_ components: [String]) {
+        let relative = components.joined(separator: "/")
+        check(
+            EntryRequest(
+                components: components, relative: relative,
+                header: EntryHeader(mode: 0, mtimeSeconds: 0, mtimeNanoseconds: 0, path: Array(relative.utf8))))
+    }
+
     mutating func run(_ actions: [ReceiverAction]) {
         var queue = actions
         while !queue.isEmpty {
@@ -289,7 +298,7 @@ struct MachineDriver {
                 case .stored, .refused, .failed: answersSent += 1
                 case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined,
                     .held, .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token,
-                    .special, .batch:
+                    .special, .batch, .move, .remove:
                     break
                 }
             case .makeDirectory(let request):
@@ -315,6 +324,13 @@ struct MachineDriver {
                         header: EntryHeader(
                             mode: 0, mtimeSeconds: 0, mtimeNanoseconds: 0,
                             path: Array(components.joined(separator: "/").utf8))))
+                queue += machine.handle(.pruned(gone: [], nil))
+            case .move(let from, let to, _):
+                // Both paths checked as the PRUNE's below is.
+                for components in [from, to] { checkComponents(components) }
+                queue += machine.handle(.pruned(gone: [], nil))
+            case .remove(let components):
+                checkComponents(components)
                 queue += machine.handle(.pruned(gone: [], nil))
             case .checkEntry(let components, _, _):
                 // Answered by the session in order (HAVE); nothing the machine waits for.

@@ -129,7 +129,7 @@ func roundTrip(_ frame: Frame, _ direction: FrameDirection) {
         return
     case .file, .directory, .end, .bye, .accept, .stored, .abort, .refused, .failed, .error, .join, .range, .rangeEnd,
         .joined, .held, .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token,
-        .special:
+        .special, .move, .remove:
         break
     }
     var decoder = FrameDecoder(direction: direction)
@@ -154,7 +154,7 @@ func roundTrip(_ frame: Frame, _ direction: FrameDirection) {
     }
     switch frame {
     case .file, .directory, .end, .bye, .accept, .stored, .join, .range, .rangeEnd, .joined, .held, .link, .hole,
-        .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token, .special, .batch:
+        .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token, .special, .batch, .move, .remove:
         expect(again == frame, "\(frame) re-encodes as \(again)")
     case .hello, .abort, .refused, .failed, .error:
         expect(again.type == frame.type, "\(frame) re-encodes as \(again)")

@@ -8,8 +8,9 @@
 // (`SPAKE2.finish(peerShare:)`: any bytes are a key or `invalidShare`); the first line a
 // stranger sends `sluice relay` (`RelayHello.parse`) and what a relay answers
 // (`RelayClient.parse(answer:)`), a stranger's datagram on the local network
-// (`LocalAnnounce.parse`), and a peer's sealed offer and answer (`CodeKey.open`,
-// `ReachOffer.parse`, `ReachAnswer.parse`).
+// (`LocalAnnounce.parse`), a peer's sealed offer and answer (`CodeKey.open`,
+// `ReachOffer.parse`, `ReachAnswer.parse`), and what an inotify descriptor reads
+// (`InotifyEvent.parse`, for `send --watch`: whole events or a refusal).
 // Any text must give a value or a clean refusal, never a crash or an
 // overflow; what is accepted must be in range and read back the same from its own written
 // form. (The CLI's endpoint parser lives in the executable target, which another package
@@ -34,6 +35,7 @@ func fuzzParsers(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
     relayAnswer(Array(bytes))
     announcement(Array(bytes))
     sealedOffer(Array(bytes))
+    inotifyEvents(Array(bytes))
     // The file's size, from the seed byte: 0, small, far beyond any range's end, or at the
     // edges of what an offset and the field hold (0xfc, 0xfd, 0xfe: 2^63 - 1, 2^63, 2^64 - 1).
     let seed = UInt64(start[0])
@@ -192,3 +194,20 @@ func ranges(_ bytes: [UInt8], size: UInt64) {
 }
 
 runLibFuzzer(fuzzParsers)
+
+/// Any bytes as an inotify read: whole events, each name within the bytes and without a `/`;
+/// a complete parse reads back the same from the events' own layout (names NUL-padded alike).
+func inotifyEvents(_ bytes: [UInt8]) {
+    let (events, complete) = bytes.withUnsafeBytes { InotifyEvent.parse($0) }
+    for event in events {
+        expect(!(event.name ?? "").contains("/"), "an inotify name with a slash")
+        expect(event.name == nil || !event.undecodable, "a name both read and undecodable")
+    }
+    guard complete, events.allSatisfy({ !$0.undecodable }) else { return }
+    let again = InotifyEvent.encode(events).withUnsafeBytes { InotifyEvent.parse($0) }
+    expect(again.complete, "inotify events do not read back whole")
+    expect(
+        again.events.map { [$0.watch, Int32(bitPattern: $0.mask), Int32(bitPattern: $0.cookie)] }
+            == events.map { [$0.watch, Int32(bitPattern: $0.mask), Int32(bitPattern: $0.cookie)] },
+        "inotify events do not read back the same")
+}

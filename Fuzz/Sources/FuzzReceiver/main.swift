@@ -203,6 +203,27 @@ final class Session {
                 let gone = store.files.keys.filter { $0.hasPrefix(prefix) }.sorted()
                 for path in gone { store.files[path] = nil }
                 handle(.pruned(gone: gone, diskFails() ? .failed(.io, "unlinkat: Permission denied") : nil))
+            case .move(let from, let to, _):
+                // Both paths checked, never one inside the other, only with sync.
+                for components in [from, to] {
+                    check(
+                        EntryRequest(
+                            components: components, relative: components.joined(separator: "/"),
+                            header: EntryHeader(
+                                mode: 0, mtimeSeconds: 0, mtimeNanoseconds: 0,
+                                path: Array(components.joined(separator: "/").utf8))))
+                }
+                expect(machine.settings.sync, "MOVE taken without sync")
+                expect(!to.starts(with: from), "a MOVE into itself taken")
+                let moved = store.files.removeValue(forKey: from.joined(separator: "/"))
+                if let moved { store.files[to.joined(separator: "/")] = moved }
+                handle(.pruned(gone: [], moved == nil ? .failed(.io, "nothing there to move") : nil))
+            case .remove(let components):
+                expect(machine.peerDeletes && machine.mayRemove, "REMOVE taken without sync and delete")
+                let path = components.joined(separator: "/")
+                let gone = store.files.keys.filter { $0 == path || $0.hasPrefix(path + "/") }.sorted()
+                for path in gone { store.files[path] = nil }
+                handle(.pruned(gone: gone, diskFails() ? .failed(.io, "unlinkat: Permission denied") : nil))
             case .checkEntry(let components, let header, let attributes):
                 // The session answers in order, without the machine waiting: HAVE from the store.
                 expect(machine.settings.sync, "CHECK taken without the capability")
@@ -331,7 +352,8 @@ final class Session {
         switch frame {
         case .stored, .refused, .failed: answersSent += 1
         case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined, .held,
-            .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token, .special, .batch:
+            .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token, .special, .batch,
+            .move, .remove:
             break
         }
         expectDecodes(frame, by: &answers, side: "receiver")

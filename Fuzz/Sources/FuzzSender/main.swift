@@ -238,6 +238,9 @@ final class Session {
             case .gone(let root, let path):
                 expect(machine.settings.pruneRoots.contains(root), "GONE taken for \(root), never pruned")
                 expect(path.hasPrefix(machine.entries[root].relative + "/"), "GONE \(path) outside \(root)")
+            case .operated, .removed:
+                // Only a watching sender queues MOVE and REMOVE; none is queued here.
+                expect(false, "a MOVE or REMOVE answered, none sent")
             case .pruned(let root, _):
                 expect(!pruned.contains(root), "\(root) pruned twice")
                 expect(settled.count == Set(machine.work.map(\.index)).count, "PRUNE before every entry settled")

@@ -51,7 +51,7 @@ enum Edges {
             batch.first = maybe(batch.first, &choices)
             return .signatures(batch)
         case .hello, .directory, .abort, .bye, .join, .held, .link, .xattr, .owner, .prune, .gone, .token, .special,
-            .batch, .joined, .stored, .refused, .failed, .have, .error:
+            .batch, .joined, .stored, .refused, .failed, .have, .error, .move, .remove:
             return frame
         }
     }

@@ -86,6 +86,8 @@ final class SendSession: Interruptible {
     /// taken by the transfer in turn, and the key the code gave.
     var relayed: [(ReadStream, WriteStream)] = []
     var relayKey: PreSharedKey?
+    /// With `--watch`: the watch running (`SendWatch`).
+    private var watch: TransferWatch?
 
     init(options: SendOptions, loop: EventLoop) {
         self.options = options
@@ -170,7 +172,17 @@ final class SendSession: Interruptible {
             }
         }
         var single: TransferSender?
-        if options.streams > 1 || options.group != nil {
+        if options.watch {
+            switch SendWatch.make(
+                options, library: library, listingWarning: listingWarning, warning: onWarning, result: onResult,
+                removed: onRemoved)
+            {
+            case .success(let made):
+                (watch, sender, cancelTransfer) = (made, made.sender, { [weak made] in made?.sender.cancel() })
+                listingIncomplete = { [weak made] in made?.sender.listingIncomplete ?? false }
+            case .failure(let error): return Self.listingFailure(error)
+            }
+        } else if options.streams > 1 || options.group != nil {
             let created = Result { () throws(SluiceError) in
                 try ParallelTransferSender(
                     sources: sources, streams: options.streams, options: library, group: options.group,
@@ -233,11 +245,17 @@ final class SendSession: Interruptible {
             return (input, output)
         }
         startWatchdog()
-        if CopySession.showsProgress(options.progress, stderrIsTerminal: Terminal.isTerminal(2)), let sender {
+        if CopySession.showsProgress(options.progress, stderrIsTerminal: Terminal.isTerminal(2)), let sender,
+            watch == nil
+        {
             progress = TransferProgressDisplay(
                 sender: sender, sizeKnown: !options.paths.contains("-"), output: { Terminal.write($0, to: 2) })
         }
-        if let single {
+        if let watch {
+            watch.reconnect = connect
+            let (input, output) = connect()
+            watch.start(input: input, output: output, on: loop) { [weak self] summary in self?.finished(summary) }
+        } else if let single {
             let (input, output) = connect()
             single.start(input: input, output: output, on: loop) { [weak self] summary in self?.finished(summary) }
         } else if let parallel {
@@ -286,7 +304,7 @@ final class SendSession: Interruptible {
     }
 
     private func startWatchdog() {
-        guard let limit = options.timeoutSeconds else { return }
+        guard let limit = options.timeoutSeconds, !options.watch else { return }
         let tick = Duration.milliseconds(Int64(min(1000, max(10, limit * 250))))
         var last: UInt64 = 0
         var lastChange = monotonicNanoseconds()
@@ -315,6 +333,8 @@ final class SendSession: Interruptible {
 
     /// SIGINT, SIGTERM or SIGHUP: stop sending; the receiver keeps what it has for a resume.
     func interrupt(_ signal: Int32) {
+        // A watch ends on a signal: what is in flight is answered, then goodbye (a second stops at once).
+        if let watch, summary == nil, !watch.stopping { return watch.stop() }
         guard summary == nil, self.signal == nil else { return }
         self.signal = signal
         cancelTransfer?()

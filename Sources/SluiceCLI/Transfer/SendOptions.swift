@@ -62,6 +62,10 @@ struct SendOptions: Sendable {
     var codeWords = WordCode.defaultWordCount
     /// `--no-direct`, `--no-relay`: the ways the connections may go after meeting at the relay.
     var routes = ReachRoutes()
+    /// `--watch` (implies `--sync`): the session stays open and changes are sent as they
+    /// happen; `--settle MS`: how long a file written but not closed must be quiet first.
+    var watch = false
+    var settleMilliseconds = 50
 
     static let name = Option<String>(
         "name", value: .required("NAME"), help: "the name to store standard input under\n(with the path -)")
@@ -143,6 +147,15 @@ struct SendOptions: Sendable {
     static let relay = RelayChoice.option.withHelp(
         "meet the receiver through the sluice relay at\nHOST (port \(RelayClient.defaultPort) unless given): print a "
             + "short\ncode for 'sluice receive CODE', no address needed")
+    static let watch = Flag(
+        "watch",
+        help:
+            "with --sync (implied): after the first pass, stay\nconnected and send what changes under the\n"
+            + "directories as it happens (renames as renames;\nremovals with --delete) until SIGINT or SIGTERM")
+    static let settle = Option(
+        "settle", value: .required("MS"),
+        help: "with --watch: send a file written but not closed\nonce quiet for MS milliseconds (default 50)",
+        read: Read.number(of: "milliseconds", in: 0...60000))
     /// Never a secret on the command line: other users can read it. Parsed only to say so.
     static let code = Option<String?>("code", value: .optional("[=CODE]"), help: "", read: { $0.value })
 
@@ -153,7 +166,7 @@ struct SendOptions: Sendable {
             CommonOptions.stats, CommonOptions.rateLimit, timeout, noResume, name, streams, relay,
             RelayChoice.codeWords, RelayChoice.lanPort, RelayChoice.noDirect, RelayChoice.noRelay, codeFile,
             TransferAuth.keyFileOption, TransferAuth.insecureOption, exclude, excludeFrom, filesFrom, from0,
-            shard, shardBy, shardCount, group, sync, dryRun, delete, checksum, wholeFile, itemize,
+            shard, shardBy, shardCount, group, sync, dryRun, delete, checksum, wholeFile, itemize, watch, settle,
         ] + SourceOptionFlags.table.map(\.flag) + [
             code, CommonOptions.quiet, CommonOptions.help, CommonOptions.version,
         ]
@@ -252,7 +265,14 @@ struct SendOptions: Sendable {
         delete = parsed[Self.delete]
         wholeFile = parsed[Self.wholeFile]
         checksum = parsed[Self.checksum]
-        sync = parsed[Self.sync] || dryRun || delete || checksum
+        watch = parsed[Self.watch]
+        sync = parsed[Self.sync] || dryRun || delete || checksum || watch
+        try readWatch(parsed)
+        if watch, relay != nil || local, let spelling = parsed.spelling(of: Self.watch) {
+            throw UsageError(
+                "\(spelling) needs the receiver's address: a short code serves one meeting, and a watch "
+                    + "reconnects when the connection drops")
+        }
         if delete, let spelling = parsed.spelling(of: Self.delete),
             !excludes.isEmpty || !excludeFiles.isEmpty || filesFrom != nil || shard != nil
         {

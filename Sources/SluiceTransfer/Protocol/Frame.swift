@@ -29,6 +29,12 @@ enum Frame: Equatable, Sendable {
     case prune(path: [UInt8], dryRun: Bool)
     /// A path PRUNE removed (or, on a dry run, would remove).
     case gone(path: [UInt8])
+    /// `watch`: rename `from` to `to` within the receiver's directory (a file, a link, or a
+    /// directory with what it holds), answered as an entry.
+    case move(from: [UInt8], to: [UInt8])
+    /// `watch` with `delete`: remove `path` (a directory with what it holds), each path
+    /// removed reported with GONE, then answered as an entry.
+    case remove(path: [UInt8])
     /// Signatures of the receiver's copy of a file sent as a delta.
     case signatures(SignatureBatch)
     /// Blocks `index ..< index + count` of the receiver's copy, in a delta.
@@ -72,6 +78,8 @@ enum Frame: Equatable, Sendable {
         case .have: return .have
         case .prune: return .prune
         case .gone: return .gone
+        case .move: return .move
+        case .remove: return .remove
         case .signatures: return .signatures
         case .copy: return .copy
         case .token: return .token
@@ -112,6 +120,14 @@ enum Frame: Equatable, Sendable {
                 w.raw(path)
             }
         case .gone(let path): return MessageWriter.message(.gone) { $0.raw(path) }
+        case .remove(let path): return MessageWriter.message(.remove) { $0.raw(path) }
+        case .move(let from, let to):
+            return MessageWriter.message(.move) { w in
+                w.u16(UInt16(from.count))
+                w.raw(from)
+                w.u16(UInt16(to.count))
+                w.raw(to)
+            }
         case .signatures(let batch):
             return MessageWriter.message(.signatures) { w in
                 w.u32(UInt32(batch.blockSize))
@@ -159,7 +175,8 @@ enum Frame: Equatable, Sendable {
 /// send.
 enum FrameDirection: Sendable {
     /// Sender → receiver: HELLO, FILE, DIR, DATA, END, ABORT, BYE, JOIN, RANGE, RANGE-END,
-    /// HELD, LINK, HOLE, XATTR, OWNER, CHECK, PRUNE, COPY, TOKEN, SPECIAL, BATCH, ERROR.
+    /// HELD, LINK, HOLE, XATTR, OWNER, CHECK, PRUNE, COPY, TOKEN, SPECIAL, BATCH, MOVE, REMOVE,
+    /// ERROR.
     case toReceiver
     /// Receiver → sender: HELLO, ACCEPT, STORED, REFUSED, FAILED, JOINED, HAVE, GONE, SIGS, BYE,
     /// ERROR.
@@ -172,7 +189,8 @@ enum FrameDirection: Sendable {
             (.toReceiver, .abort), (.toReceiver, .join), (.toReceiver, .range), (.toReceiver, .rangeEnd),
             (.toReceiver, .held), (.toReceiver, .link), (.toReceiver, .hole), (.toReceiver, .xattr),
             (.toReceiver, .owner), (.toReceiver, .check), (.toReceiver, .prune), (.toReceiver, .copy),
-            (.toReceiver, .token), (.toReceiver, .special), (.toReceiver, .batch):
+            (.toReceiver, .token), (.toReceiver, .special), (.toReceiver, .batch), (.toReceiver, .move),
+            (.toReceiver, .remove):
             return true
         case (.toReceiver, .accept), (.toReceiver, .stored), (.toReceiver, .refused), (.toReceiver, .failed),
             (.toReceiver, .joined), (.toReceiver, .have), (.toReceiver, .gone), (.toReceiver, .signatures):
@@ -184,7 +202,7 @@ enum FrameDirection: Sendable {
             (.toSender, .abort), (.toSender, .join), (.toSender, .range), (.toSender, .rangeEnd),
             (.toSender, .held), (.toSender, .link), (.toSender, .hole), (.toSender, .xattr), (.toSender, .owner),
             (.toSender, .check), (.toSender, .prune), (.toSender, .copy), (.toSender, .token),
-            (.toSender, .special), (.toSender, .batch):
+            (.toSender, .special), (.toSender, .batch), (.toSender, .move), (.toSender, .remove):
             return false
         }
     }
@@ -378,6 +396,14 @@ struct FrameDecoder: Sendable {
             return .prune(path: path, dryRun: flags & Wire.PruneFlags.dryRun != 0)
         case .gone:
             return .gone(path: reader.rest())
+        case .remove:
+            return .remove(path: reader.rest())
+        case .move:
+            guard let fromLength = reader.u16(), Int(fromLength) <= Wire.maxPathBytes,
+                let from = reader.raw(Int(fromLength)), let toLength = reader.u16(), Int(toLength) <= Wire.maxPathBytes,
+                let to = reader.raw(Int(toLength)), reader.atEnd
+            else { return nil }
+            return .move(from: from, to: to)
         case .signatures:
             guard let blockSize = reader.u32(), (Delta.minimumBlock...Delta.maximumBlock).contains(Int(blockSize)),
                 let size = reader.u64(), let first = reader.u64(), reader.remaining % Delta.signatureBytes == 0

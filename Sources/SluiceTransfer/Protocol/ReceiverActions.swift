@@ -117,6 +117,13 @@ enum ReceiverAction: Equatable, Sendable {
     /// Remove what is under the directory that no CHECK of the transfer named (or, on a dry
     /// run, only find it), never following a link; answer `.pruned`.
     case prune([String], dryRun: Bool)
+    /// MOVE (`watch`): rename `from` to `to` inside the directory (creating `to`'s missing
+    /// parents), never following a link on the way, never over a directory, over anything
+    /// else only with `replace`; answer `.pruned` (nothing removed).
+    case move(from: [String], to: [String], replace: Bool)
+    /// REMOVE (`watch` with `delete`): remove the path, a directory with what it holds, never
+    /// following a link; answer `.pruned` with what was removed.
+    case remove([String])
     /// Open the file's temporary file, finding how much a partial holds; answer `.fileOpened`.
     case openFile(EntryRequest)
     /// Pass the DATA bytes just decoded into the file's data path: decompress if compressed,
@@ -171,7 +178,8 @@ enum ReceiverOutcome: Equatable, Sendable {
     /// the bytes of the new file an interrupted delta rebuilt (flagged resumable; checked as a
     /// resumed file's), the offset the delta goes on from; `vouched` as for `fileOpened`.
     case deltaOpened(Result<UInt64?, EntryRejection>, held: UInt64 = 0, vouched: Bool = false)
-    /// What PRUNE removed (relative paths), and why it stopped if it did.
+    /// What PRUNE or REMOVE removed (relative paths), and why it stopped if it did; for a MOVE,
+    /// nothing removed, and why it was not renamed if it was not.
     case pruned(gone: [String], EntryRejection?)
     /// The offset to resume from (0 for a new file), or why the file cannot be received.
     /// `vouched`: the bytes held were written under the entry's TOKEN (`resume-token`).

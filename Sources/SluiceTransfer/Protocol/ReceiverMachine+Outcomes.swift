@@ -7,6 +7,7 @@ extension ReceiverMachine {
 
     /// The outcome of an action, or an event of the connection.
     mutating func handle(_ outcome: ReceiverOutcome) -> [ReceiverAction] {
+        if let actions = watchOutcome(outcome) { return actions }
         switch (state, outcome) {
         case (.ended, _):
             return []
@@ -268,7 +269,7 @@ extension ReceiverMachine {
             // whether it may be kept).
             actions.append(.dropFile(keep: true))
         case .awaitingMagic, .awaitingHello, .idle, .joining, .storing(.directory), .storing(.link), .storing(.special),
-            .storing(.prune),
+            .storing(.prune), .storing(.move), .storing(.remove),
             .discarding, .settling, .ended:
             break
         }

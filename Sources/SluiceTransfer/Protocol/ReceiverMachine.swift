@@ -108,6 +108,10 @@ struct ReceiverMachine: Sendable {
         case link(EntryRequest, LinkHeader)
         case special(EntryRequest, SpecialHeader)
         case prune(EntryRequest)
+        /// MOVE (`watch`): the request names the destination.
+        case move(EntryRequest, from: [String])
+        /// REMOVE (`watch` with `delete`).
+        case remove(EntryRequest)
         case file(EntryRequest)
         case range(EntryRequest, ByteRange)
     }
@@ -210,6 +214,7 @@ struct ReceiverMachine: Sendable {
         if settings.sync && settings.delta { set.insert(Wire.Capability.delta) }
         if settings.sync && settings.delta && settings.resume { set.insert(Wire.Capability.deltaResume) }
         if settings.sync && settings.syncAttributes { set.insert(Wire.Capability.syncAttributes) }
+        if settings.sync { set.insert(Wire.Capability.watch) }
         return set
     }
 
@@ -317,7 +322,8 @@ struct ReceiverMachine: Sendable {
             (.awaitingHello, .abort), (.awaitingHello, .bye), (.awaitingHello, .join), (.awaitingHello, .range),
             (.awaitingHello, .rangeEnd), (.awaitingHello, .held), (.awaitingHello, .link), (.awaitingHello, .hole),
             (.awaitingHello, .xattr), (.awaitingHello, .owner), (.awaitingHello, .check), (.awaitingHello, .prune),
-            (.awaitingHello, .token), (.awaitingHello, .special), (.awaitingHello, .batch):
+            (.awaitingHello, .token), (.awaitingHello, .special), (.awaitingHello, .batch), (.awaitingHello, .move),
+            (.awaitingHello, .remove):
             return violation("\(frame.type.name) before HELLO")
 
         case (.idle, .batch):
@@ -389,6 +395,10 @@ struct ReceiverMachine: Sendable {
                 state = .storing(.prune(request))
                 return [.prune(components, dryRun: dryRun)]
             }
+        case (.idle, .move(let from, let to)):
+            return startMove(from: from, to: to)
+        case (.idle, .remove(let path)):
+            return startRemove(path)
         case (.idle, .owner(let owner)):
             guard settings.owners else {
                 return violation("OWNER: this receiver does not keep owners (it is not running as root)")
@@ -571,7 +581,7 @@ struct ReceiverMachine: Sendable {
         case (.receiving, .hello), (.receiving, .file), (.receiving, .directory), (.receiving, .bye),
             (.receiving, .join), (.receiving, .range), (.receiving, .link), (.receiving, .xattr),
             (.receiving, .owner), (.receiving, .check), (.receiving, .prune), (.receiving, .token),
-            (.receiving, .special), (.receiving, .batch):
+            (.receiving, .special), (.receiving, .batch), (.receiving, .move), (.receiving, .remove):
             return violation("\(frame.type.name) in the middle of a file")
 
         case (.discarding, .end), (.discarding, .abort), (.discarding, .rangeEnd):
@@ -582,7 +592,7 @@ struct ReceiverMachine: Sendable {
         case (.discarding, .hello), (.discarding, .file), (.discarding, .directory), (.discarding, .bye),
             (.discarding, .join), (.discarding, .range), (.discarding, .link), (.discarding, .xattr),
             (.discarding, .owner), (.discarding, .check), (.discarding, .prune), (.discarding, .token),
-            (.discarding, .special), (.discarding, .batch):
+            (.discarding, .special), (.discarding, .batch), (.discarding, .move), (.discarding, .remove):
             return violation("\(frame.type.name) in the middle of a file")
 
         case (_, .error(let reason)):

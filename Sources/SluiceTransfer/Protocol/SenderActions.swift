@@ -35,6 +35,10 @@ enum SenderAction: Equatable, Sendable {
     case gone(Int, String)
     /// PRUNE of directory entry `index` was answered: stored (done), or why not.
     case pruned(Int, TransferOutcome)
+    /// A MOVE or REMOVE (`watch`) was answered: stored (done), or why not.
+    case operated(TreeOperation, TransferOutcome)
+    /// The REMOVE sent removed `path`.
+    case removed(String)
     /// The transfer is over: every entry answered (`.goodbye`), or why not.
     case end(SessionEnd)
 }

@@ -65,6 +65,7 @@ extension SenderMachine {
         case (_, .signatures):
             return violation("SIGS for no file sent as a delta")
         case (_, .gone(let path)):
+            if let actions = operationGone(path) { return actions }
             guard let root = pruning.first else { return violation("GONE for no PRUNE") }
             let prefix = Array(entries[root].relative.utf8) + [UInt8(ascii: "/")]
             guard path.starts(with: prefix), path.count > prefix.count else {
@@ -121,7 +122,7 @@ extension SenderMachine {
 
         case (_, .file), (_, .directory), (_, .end), (_, .abort), (_, .join), (_, .range), (_, .rangeEnd),
             (_, .held), (_, .link), (_, .hole), (_, .xattr), (_, .owner), (_, .check), (_, .prune), (_, .copy),
-            (_, .token), (_, .special), (_, .batch):
+            (_, .token), (_, .special), (_, .batch), (_, .move), (_, .remove):
             return violation("\(frame.type.name) is not a message a receiver sends")
         }
     }
@@ -145,6 +146,7 @@ extension SenderMachine {
     /// STORED, REFUSED or FAILED: the answer to the oldest unanswered entry (or, once every
     /// entry is answered, to the oldest PRUNE).
     mutating func answered(_ frame: Frame) -> [SenderAction] {
+        if let actions = operationAnswered(frame) { return actions }
         if unanswered.isEmpty, let root = pruning.first {
             pruning.removeFirst()
             if case .refused(_, let reason) = frame { return [.pruned(root, .refused(reason: reason))] }
@@ -174,7 +176,7 @@ extension SenderMachine {
             }
         case .hello, .file, .directory, .end, .abort, .bye, .accept, .error, .join, .range, .rangeEnd, .joined,
             .held, .link, .hole, .xattr, .owner, .check, .have, .prune, .gone, .signatures, .copy, .token, .special,
-            .batch:
+            .batch, .move, .remove:
             return violation("\(frame.type.name) is not an answer")
         }
         if outcome != .stored { anyNotStored = true }

@@ -188,6 +188,13 @@ struct SenderMachine: Sendable {
     var prunesSent = 0
     var pruning: [Int] = []
     var anyNotStored = false
+    /// `watch`: the first pass's walk has ended (`firstPassListed`): its PRUNEs may go while
+    /// more entries, MOVEs and REMOVEs still come.
+    var passListed = false
+    /// `watch`: the MOVEs and REMOVEs to send, in order (`queue`), and the one sent and not
+    /// answered yet (nothing else goes meanwhile).
+    var operations: [TreeOperation] = []
+    var operating: [TreeOperation] = []
 
     init(
         entries: [Entry], settings: Settings, work: [Work]? = nil, join: TransferJoin? = nil, fallback: [Work]? = nil,
@@ -286,23 +293,32 @@ struct SenderMachine: Sendable {
     /// True when `proceed()` would announce an entry (or say goodbye). Goodbye waits while a
     /// file sent eager and resumable is unanswered: the receiver may ask for it again.
     var canProceed: Bool {
-        guard case .ready = state else { return false }
+        guard case .ready = state, operating.isEmpty else { return false }
+        // A MOVE or REMOVE goes once every entry before it is answered; the CHECKs after it wait.
+        let barrier = operations.first?.after ?? Int.max
         if syncing {
-            if checksSent < checks.count {
+            if checksSent < checks.count, checks[checksSent] < barrier {
                 // With `checksum`, a file's CHECK waits for its digest.
                 let index = checks[checksSent]
                 return !settings.checksum || !isFile(index) || checksums[index] != nil
                     || checksumFailed.contains(index)
             }
             // An entry goes once its HAVE is in.
-            if next < work.count, haves[work[next].index] == nil, checks.contains(work[next].index) { return false }
+            // (Every entry but a stream is checked where the work is every entry: no scan of
+            // the checks, which grow with each change a watch sends.)
+            if next < work.count, next < barrier, haves[work[next].index] == nil,
+                workIsEveryEntry ? isChecked(work[next].index) : checks.contains(work[next].index)
+            {
+                return false
+            }
         }
+        if next >= barrier { return operationMayGo }
         guard next < work.count else {
-            // The next entries are still being listed.
-            guard listed else { return false }
+            // The next entries are still being listed (or, watching, may come).
+            guard listed || passListed else { return false }
             // PRUNE once every entry is answered; BYE after.
             if prunesSent < pruneRoots.count { return unanswered.isEmpty && eagerResumable.isEmpty }
-            return eagerResumable.isEmpty
+            return listed && eagerResumable.isEmpty
         }
         if case .entry(let index) = work[next], let target = linkTarget(of: index) {
             // A hard link waits for its target's answer (the walk puts links after the files).
@@ -485,12 +501,13 @@ struct SenderMachine: Sendable {
 
     mutating func proceedUnnoted() -> [SenderAction] {
         guard canProceed else { return [] }
-        if syncing && checksSent < checks.count {
+        if syncing && checksSent < checks.count && checks[checksSent] < (operations.first?.after ?? Int.max) {
             let index = checks[checksSent]
             checksSent += 1
             awaitingHave.append(index)
             return checkAttributeMessages(index) + [.send(.check(check(index)))]
         }
+        if let operation = operations.first, next >= operation.after { return sendOperation() }
         guard next < work.count else {
             let roots = pruneRoots
             if prunesSent < roots.count {

@@ -113,9 +113,12 @@ enum Wire {
         /// BATCH: many small eager files in one frame, stored together (`Wire.batchTarget`); and
         /// files of up to `Wire.wholeLimit` bytes eager, not resumable, received whole.
         static let batch = "batch"
+        /// With `sync`: MOVE (a rename within the receiver's directory, `send --watch`) and,
+        /// with `delete`, REMOVE (one path and what it holds, not a scan of a directory).
+        static let watch = "watch"
     }
 
-    /// Message types. Sender → receiver: 0x01, 0x10–0x1F, 0x30–0x33, 0x7F. Receiver → sender: 0x01,
+    /// Message types. Sender → receiver: 0x01, 0x10–0x1F, 0x30–0x35, 0x7F. Receiver → sender: 0x01,
     /// 0x15, 0x20–0x27, 0x7F.
     enum MessageType: UInt8, Sendable {
         case hello = 0x01
@@ -147,6 +150,8 @@ enum Wire {
         case token = 0x31
         case special = 0x32
         case batch = 0x33
+        case move = 0x34
+        case remove = 0x35
         case error = 0x7F
 
         /// The message's name in `sluice-protocol(7)`: `HELLO`, `FILE`, …
@@ -180,6 +185,8 @@ enum Wire {
             case .token: return "TOKEN"
             case .special: return "SPECIAL"
             case .batch: return "BATCH"
+            case .move: return "MOVE"
+            case .remove: return "REMOVE"
             case .joined: return "JOINED"
             case .error: return "ERROR"
             }
@@ -205,7 +212,8 @@ enum Wire {
                 return 2 + 8 + 4 + 12 + 2 + Wire.maxPathBytes + 2 + Wire.maxPathBytes + 1 + SHA256Digest.byteCount
             case .have: return 3
             case .prune: return 1 + 2 + Wire.maxPathBytes
-            case .gone: return Wire.maxPathBytes
+            case .gone, .remove: return Wire.maxPathBytes
+            case .move: return 2 + Wire.maxPathBytes + 2 + Wire.maxPathBytes
             case .signatures: return 20 + Delta.signatureBytes * Delta.signaturesPerMessage
             case .copy: return 12
             case .token: return Wire.resumeTokenBytes

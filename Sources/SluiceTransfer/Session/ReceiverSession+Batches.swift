@@ -287,7 +287,11 @@ extension ReceiverSession {
             store.pool.submit(
                 { (store.settleDirectories(directories), fsync ? store.flushAll() : nil) }, completingOn: loop
             ) { [self] settled, failure in
-                for warning in settled.warnings { warn(warning) }
+                // A directory a MOVE or REMOVE took away (`send --watch`) is no longer there to
+                // settle: not worth a warning.
+                for warning in settled.warnings where !(movedOrRemoved && warning.hasPrefix("cannot reopen")) {
+                    warn(warning)
+                }
                 warnings.hold(settled.more)
                 if let failure {
                     perform(machine.handle(.flushFailed(failure)))

@@ -126,6 +126,8 @@ final class ReceiverSession: ProtocolRole {
     static let laneDepth = 64
     /// Commits the staged files once the sender has been quiet for `quietCommit`.
     var quietTimer: LoopTimer?
+    /// A MOVE or REMOVE came (`send --watch`): directories created may be gone at goodbye.
+    var movedOrRemoved = false
 
     var isEnded: Bool { ended }
     /// The file's data path waits for the hasher to free a slot.
@@ -313,6 +315,10 @@ final class ReceiverSession: ProtocolRole {
                 checkEntry(components, header, attributes)
             case .prune(let components, let dryRun):
                 prune(components, dryRun: dryRun)
+            case .move(let from, let to, let replace):
+                move(from: from, to: to, replace: replace)
+            case .remove(let components):
+                remove(components)
             case .openFile(let request):
                 if request.header.delta { openDelta(request) } else { openFile(request) }
             case .deliverData:
@@ -454,6 +460,29 @@ final class ReceiverSession: ProtocolRole {
             [self] gone, rejection in
             guard !ended else { return }
             if !dryRun { for path in gone { receiver?.emit(.removed(sessionID: id, path)) } }
+            perform(machine.handle(.pruned(gone: gone, rejection)))
+            pump()
+        }
+    }
+
+    /// MOVE on the lane, after the checks before it (`send --watch`).
+    private func move(from: [String], to: [String], replace: Bool) {
+        movedOrRemoved = true
+        let store = self.store
+        lane.submit({ store.move(from: from, to: to, replace: replace) }, completingOn: loop) { [self] rejection in
+            guard !ended else { return }
+            perform(machine.handle(.pruned(gone: [], rejection)))
+            pump()
+        }
+    }
+
+    /// REMOVE on the lane (`send --watch --delete`); every path removed is reported.
+    private func remove(_ components: [String]) {
+        movedOrRemoved = true
+        let store = self.store
+        lane.submit({ store.remove(components) }, completingOn: loop) { [self] gone, rejection in
+            guard !ended else { return }
+            for path in gone { receiver?.emit(.removed(sessionID: id, path)) }
             perform(machine.handle(.pruned(gone: gone, rejection)))
             pump()
         }

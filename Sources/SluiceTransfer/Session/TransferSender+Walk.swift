@@ -71,7 +71,8 @@ extension TransferSender {
             warnings.append(text)
             walker.warning?(text)
         }
-        take(batch.entries, last: batch.done, incomplete: batch.incomplete)
+        take(batch.entries, last: batch.done && !watching, incomplete: batch.incomplete)
+        if batch.done && watching { machine.firstPassListed() }
         walker.onStep?(batch.entries.count)
         advance()
     }

@@ -105,6 +105,8 @@ public final class TransferSender: ProtocolRole {
     /// Opens of the entries to come, in batches (`TransferSender+Reading`), and what they opened.
     private(set) lazy var openLane = SerialLane(pool: .shared)
     var opens = SenderOpens()
+    /// `send --watch`: the session kept open after the first pass (`TransferSender+Watch`).
+    var watch = SenderWatch()
 
     /// A sender of `paths` (files and directories). Checks the paths now: throws for one that
     /// does not exist (`stat "x": No such file or directory (errno 2)`), a directory that
@@ -289,6 +291,7 @@ public final class TransferSender: ProtocolRole {
             perform(machine.proceed())
         }
         walkMore()
+        noteWatch()
     }
 
     /// Once the receiver said HELLO: what it will not keep of what was asked.
@@ -368,6 +371,11 @@ public final class TransferSender: ProtocolRole {
                     tally.pruneFailed(failure, refused: refused)
                     warn("--delete: " + failure)
                 }
+            case .operated(let operation, let outcome):
+                operated(operation, outcome)
+            case .removed(let path):
+                tally.gone(path)
+                onRemoved?(path)
             case .end(let how):
                 end(how)
             }

@@ -341,7 +341,7 @@ extension ReceiverStore {
 }
 
 /// The walk of one PRUNE: what it removed, and its first failure.
-private struct PruneWalk {
+struct PruneWalk {
     let named: Set<String>
     let dryRun: Bool
     var gone: [String] = []

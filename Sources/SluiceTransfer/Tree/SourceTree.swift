@@ -151,6 +151,24 @@ enum SourceTree {
         private var firstNames: [FileKey: Int] = [:]
         private var linked: Set<Int> = []
         private(set) var done = false
+        /// The components of the one root below the directory sent (`subtree`): what its
+        /// excludes are matched against. Empty for a walk of sources.
+        private var rootBelow: [String] = []
+
+        /// A walk of one path inside a directory sent, `below` it (components), sent as
+        /// `relative` (`send --watch`: a directory that appeared, or a file that changed).
+        /// What it holds is listed as a walk of the sources would list it, with the same
+        /// selection; the caller decides whether the path itself is excluded.
+        init(subtree path: String, relative: String, below: [String], selection: FileSelection, options: SourceOptions)
+            throws(SluiceError)
+        {
+            self.options = options
+            walker = Walker(selection: selection)
+            var st = stat()
+            try syscallValue("lstat", path) { lstat(path, &st) }
+            roots = [.path(path, name: relative, status: st)]
+            rootBelow = below
+        }
 
         /// Whether a directory is among the sources (for `--delete`).
         var mayPrune: Bool {
@@ -261,16 +279,22 @@ enum SourceTree {
             case .path(let path, let name, let st):
                 switch st.st_mode & S_IFMT {
                 case S_IFREG:
-                    if walker.takesFile([name], relative: name) {
+                    if walker.takesFile(rootBelow.isEmpty ? [name] : rootBelow, relative: name) {
                         add(entry(.file(path), name, st), st, path: path, &batch)
                     }
                 case S_IFDIR:
                     found = []
                     guard let names = names(path, &batch) else { return }
                     add(entry(.directory, name, st), st, path: path, &batch)
-                    stack.append(Frame(directory: path, relative: name, below: [], names: names))
+                    stack.append(Frame(directory: path, relative: name, below: rootBelow, names: names))
+                case S_IFLNK where !rootBelow.isEmpty:
+                    // Inside a directory sent, a link goes as a link (as the walk of it sends it).
+                    guard walker.selection.inShard(name), let target = SourceMetadata.linkTarget(path) else { return }
+                    add(entry(.symlink(path, target: target), name, st), st, path: path, &batch)
                 default:
-                    if let special = options.special(st), walker.takesFile([name], relative: name) {
+                    if let special = options.special(st),
+                        walker.takesFile(rootBelow.isEmpty ? [name] : rootBelow, relative: name)
+                    {
                         add(entry(special, name, st), st, path: path, &batch)
                     }
                 }

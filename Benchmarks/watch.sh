@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# `sluice send --watch` (issue 51) against lsyncd (Debian's, default.rsync with its smallest
+# delay) on loopback: the latency from a 4 KiB file's close to its arrival whole at the
+# receiver (Benchmarks/watch-probe.py: COUNT files, RATE a second, each awaited before the
+# next is due; median and 99th percentile), then the bytes on the wire for renaming a
+# directory of 1,000 files (sluice's --stats=json bytes_sent, before and after).
+#
+#   Benchmarks/watch.sh                  # COUNT=200 RATE=20 SETTLE_MS=50
+#   COUNT=1000 Benchmarks/watch.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+COUNT=${COUNT:-200}
+RATE=${RATE:-20}
+SETTLE_MS=${SETTLE_MS:-50}
+SLUICE=$ROOT/.build/release/sluice
+# shellcheck source=Benchmarks/common.sh
+source "$ROOT/Benchmarks/common.sh"
+WORK=$(mktemp -d /tmp/sluice-watch-bench.XXXXXX)
+PIDS=()
+cleanup() {
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+[ -x "$SLUICE" ] || swift build -c release --product sluice >/dev/null
+grep -m1 'model name' /proc/cpuinfo | sed 's/.*: /cpu: /'
+echo "cores: $(nproc); changes: $COUNT at $RATE/s, 4 KiB each; settle $SETTLE_MS ms"
+
+# sluice: a receiver, a watch, the probe.
+mkdir -p "$WORK/s/src/tree" "$WORK/s/dst"
+start_sluice_receiver "$WORK/s/dst" "$WORK/s/receiver.log"
+"$SLUICE" send --insecure --no-progress --watch --settle "$SETTLE_MS" --stats=json "$WORK/s/src/tree" \
+    "127.0.0.1:$SPORT" 2>"$WORK/s/send.log" &
+SENDER=$!
+PIDS+=("$SENDER")
+for _ in $(seq 500); do [ -d "$WORK/s/dst/tree" ] && break; sleep 0.01; done
+printf 'sluice --watch: '
+python3 Benchmarks/watch-probe.py "$WORK/s/src/tree" "$WORK/s/dst/tree" "$COUNT" "$RATE"
+
+kill -INT "$SENDER"
+wait "$SENDER" || true
+
+# The rename of a directory of 1,000 files: two sessions over the same tree, one quiet, one
+# that renames the directory once its first pass is over; the difference of their bytes sent
+# (--stats=json) is the rename's.
+mkdir -p "$WORK/r/src/tree/big" "$WORK/r/dst"
+for i in $(seq 1000); do head -c 1000 /dev/urandom >"$WORK/r/src/tree/big/f$i"; done
+start_sluice_receiver "$WORK/r/dst" "$WORK/r/receiver.log"
+"$SLUICE" send --insecure --no-progress --sync "$WORK/r/src/tree" "127.0.0.1:$SPORT" 2>/dev/null
+session() { # $1: log; $2: rename or not
+    "$SLUICE" send --insecure --no-progress --watch --stats=json "$WORK/r/src/tree" "127.0.0.1:$SPORT" 2>"$1" &
+    local pid=$!
+    PIDS+=("$pid")
+    sleep 2 # the first pass (1,001 unchanged entries) is over well before
+    if [ "$2" = rename ]; then
+        mv "$WORK/r/src/tree/big" "$WORK/r/src/tree/moved"
+        for _ in $(seq 3000); do [ -d "$WORK/r/dst/tree/moved" ] && break; sleep 0.01; done
+    fi
+    kill -INT "$pid"
+    wait "$pid" || true
+    grep -o '"bytes_sent":[0-9]*' "$1" | tail -1 | cut -d: -f2
+}
+quiet=$(session "$WORK/r/quiet.log" no)
+renamed=$(session "$WORK/r/rename.log" rename)
+echo "sluice: renaming a directory of 1,000 files: $((renamed - quiet)) bytes sent ($renamed - $quiet of a quiet session)"
+diff -r "$WORK/r/src/tree" "$WORK/r/dst/tree" >/dev/null && echo "sluice: trees equal" || echo "sluice: TREES DIFFER"
+
+# A burst of BURST (default 10,000) new 1 KiB files, made at once in a directory moved in
+# (mkdir elsewhere, fill, mv in: they all exist when the watch sees it), until the last is at
+# the receiver, against a one-shot `send --sync` of the same directory into an empty one.
+BURST=${BURST:-10000}
+mkdir -p "$WORK/b/src/tree" "$WORK/b/dst" "$WORK/b/stage/burst" "$WORK/b/once"
+for i in $(seq "$BURST"); do head -c 1024 /dev/urandom >"$WORK/b/stage/burst/f$i"; done
+start_sluice_receiver "$WORK/b/dst" "$WORK/b/receiver.log"
+"$SLUICE" send --insecure --no-progress --watch "$WORK/b/src/tree" "127.0.0.1:$SPORT" 2>/dev/null &
+SENDER=$!
+PIDS+=("$SENDER")
+for _ in $(seq 500); do [ -d "$WORK/b/dst/tree" ] && break; sleep 0.01; done
+t0=$(now)
+mv "$WORK/b/stage/burst" "$WORK/b/src/tree/burst"
+# The walk sends names in sorted order: the last one's arrival ends it (then all are counted).
+last=$(for i in $(seq "$BURST"); do echo "f$i"; done | LC_ALL=C sort | tail -1)
+while [ ! -f "$WORK/b/dst/tree/burst/$last" ]; do sleep 0.002; done
+t1=$(now)
+arrived=$(find "$WORK/b/dst/tree/burst" -type f | wc -l)
+kill -INT "$SENDER"
+wait "$SENDER" || true
+start_sluice_receiver "$WORK/b/once" "$WORK/b/once.log"
+t2=$(now)
+"$SLUICE" send --insecure --no-progress --sync "$WORK/b/src/tree/burst" "127.0.0.1:$SPORT" 2>/dev/null
+t3=$(now)
+echo "burst of $BURST files: watch $(elapsed "$t0" "$t1") s ($arrived arrived), one-shot send --sync $(elapsed "$t2" "$t3") s"
+
+# A quiet tree of QUIET (default 100,000) files in 1,000 directories, watched: the sender's CPU
+# over 10 s once its first pass is over, and its RSS then (from /proc).
+QUIET=${QUIET:-100000}
+mkdir -p "$WORK/q/dst"
+python3 - "$WORK/q/src/tree" "$QUIET" <<'PY'
+import os, sys
+root, count = sys.argv[1], int(sys.argv[2])
+for index in range(count):
+    directory = os.path.join(root, "d%03d" % (index % 1000))
+    if index < 1000:
+        os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "f%06d" % index), "wb") as f:
+        f.write(b"x" * 100)
+PY
+start_sluice_receiver "$WORK/q/dst" "$WORK/q/receiver.log"
+"$SLUICE" send --insecure --no-progress --sync "$WORK/q/src/tree" "127.0.0.1:$SPORT" 2>/dev/null
+"$SLUICE" send --insecure --no-progress --watch "$WORK/q/src/tree" "127.0.0.1:$SPORT" 2>/dev/null &
+SENDER=$!
+PIDS+=("$SENDER")
+sleep 20 # its first pass (100,000 CHECKs) is over well before
+ticks() { awk '{print $14 + $15}' "/proc/$SENDER/stat"; }
+c0=$(ticks)
+t0=$(now)
+sleep 10
+c1=$(ticks)
+t1=$(now)
+rss=$(awk '/VmRSS/ {print $2}' "/proc/$SENDER/status")
+hz=$(getconf CLK_TCK)
+awk -v c="$((c1 - c0))" -v hz="$hz" -v s="$(elapsed "$t0" "$t1")" -v r="$rss" -v n="$QUIET" \
+    'BEGIN {printf "quiet tree of %d files: %.2f%% of a core over %.1f s, RSS %.1f MiB\n", n, 100 * c / hz / s, s, r / 1024}'
+kill -INT "$SENDER"
+wait "$SENDER" || true
+
+# lsyncd, default.rsync, delay 0 (its smallest), to a local directory.
+if command -v lsyncd >/dev/null; then
+    mkdir -p "$WORK/l/src" "$WORK/l/dst"
+    cat >"$WORK/l/lsyncd.conf" <<CONF
+settings { nodaemon = true, logfile = "$WORK/l/lsyncd.log", statusFile = "$WORK/l/status", inotifyMode = "CloseWrite" }
+sync { default.rsync, source = "$WORK/l/src", target = "$WORK/l/dst", delay = 0 }
+CONF
+    lsyncd "$WORK/l/lsyncd.conf" >/dev/null 2>&1 &
+    PIDS+=($!)
+    for _ in $(seq 500); do grep -q "Normal: Finished" "$WORK/l/lsyncd.log" 2>/dev/null && break; sleep 0.01; done
+    printf 'lsyncd (delay 0): '
+    python3 Benchmarks/watch-probe.py "$WORK/l/src" "$WORK/l/dst" "$COUNT" "$RATE"
+else
+    echo "lsyncd: not installed (apt-get install -y lsyncd)"
+fi

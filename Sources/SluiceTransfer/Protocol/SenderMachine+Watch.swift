@@ -1,0 +1,99 @@
+import Sluice
+
+/// A change to the receiver's tree that is not an entry (`send --watch`): a rename, or a
+/// removal. It goes, as MOVE or REMOVE, once every entry listed before it is answered, and
+/// nothing goes after it until it is answered: the receiver applies it to the tree those
+/// entries made, and the CHECKs after it see the tree it leaves.
+struct TreeOperation: Equatable, Sendable {
+    enum Kind: Equatable, Sendable {
+        /// Rename `from` to `to` (relative paths as sent).
+        case move(from: String, to: String)
+        /// Remove the path, with what it holds.
+        case remove(String)
+    }
+
+    var kind: Kind
+    /// How many entries the work held when it was queued: it goes once the machine has
+    /// announced them all.
+    var after: Int
+}
+
+extension SenderMachine {
+    /// `watch`: the first pass's walk has ended. Its PRUNEs go once its entries are answered,
+    /// and the session stays open for more entries (`entriesArrived`) and operations (`queue`)
+    /// until the last arrives (`entriesArrived(last: true)`: BYE then follows).
+    mutating func firstPassListed() {
+        passListed = true
+    }
+
+    /// `watch`: queues a MOVE or REMOVE after the entries listed so far.
+    mutating func queue(_ kind: TreeOperation.Kind) {
+        operations.append(TreeOperation(kind: kind, after: work.count))
+    }
+
+    /// The first pass is over: its walk ended, its entries are announced and answered, and
+    /// its PRUNEs too.
+    var firstPassDone: Bool {
+        passListed && next >= work.count && unanswered.isEmpty && eagerResumable.isEmpty
+            && prunesSent >= pruneRoots.count && pruning.isEmpty && awaitingHave.isEmpty
+    }
+
+    /// Whether the first queued operation may go now: every entry before it answered, the
+    /// first pass's PRUNEs answered.
+    var operationMayGo: Bool {
+        unanswered.isEmpty && eagerResumable.isEmpty && passListed && prunesSent >= pruneRoots.count
+            && pruning.isEmpty
+    }
+
+    /// Whether the receiver takes MOVE (and, with `delete`, REMOVE).
+    var peerWatches: Bool { syncing && peerCapabilities.contains(Wire.Capability.watch) }
+
+    /// Sends the first queued operation (`canProceed` said it may go), or settles it here when
+    /// the receiver does not take it.
+    mutating func sendOperation() -> [SenderAction] {
+        let operation = operations.removeFirst()
+        guard peerWatches else {
+            return [
+                .operated(operation, .refused(reason: "the receiver does not take moves (it needs receive --sync)"))
+            ]
+        }
+        switch operation.kind {
+        case .move(let from, let to):
+            operating.append(operation)
+            return [.send(.move(from: Array(from.utf8), to: Array(to.utf8)))]
+        case .remove(let path):
+            guard
+                peerCapabilities.contains(Wire.Capability.delete) || settings.prunesArriving
+                    || !settings.pruneRoots.isEmpty
+            else {
+                return [.operated(operation, .refused(reason: "removals are sent only with --delete"))]
+            }
+            operating.append(operation)
+            return [.send(.remove(path: Array(path.utf8)))]
+        }
+    }
+
+    /// STORED, REFUSED or FAILED for the operation sent (nil: it answers an entry or PRUNE).
+    mutating func operationAnswered(_ frame: Frame) -> [SenderAction]? {
+        guard unanswered.isEmpty, let operation = operating.first else { return nil }
+        operating.removeFirst()
+        switch frame {
+        case .refused(_, let reason): return [.operated(operation, .refused(reason: reason))]
+        case .failed(let code, let reason):
+            return [.operated(operation, .failed(reason: reason, kind: code == .data ? .data : .io))]
+        default: return [.operated(operation, .stored)]
+        }
+    }
+
+    /// GONE for the REMOVE sent (nil: it is PRUNE's): the path must be the one removed or
+    /// below it.
+    mutating func operationGone(_ path: [UInt8]) -> [SenderAction]? {
+        guard let operation = operating.first else { return nil }
+        guard case .remove(let removed) = operation.kind else { return violation("GONE for a MOVE") }
+        let root = Array(removed.utf8)
+        guard path == root || (path.starts(with: root + [UInt8(ascii: "/")]) && path.count > root.count + 1) else {
+            return violation("GONE for a path outside the path removed")
+        }
+        return [.removed(PeerText.sanitized(path))]
+    }
+}

@@ -1,0 +1,627 @@
+import Sluice
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `send --watch`: a tree kept in sync as it changes, over one session.
+///
+/// ```swift
+/// let watch = try TransferWatch(paths: ["site"], options: options, settle: .milliseconds(50))
+/// watch.start(input: input, output: output, on: loop) { summary in … }
+/// // … later, on the loop's thread:
+/// watch.stop()  // what is pending goes, then goodbye once everything is answered
+/// ```
+///
+/// Every directory below the paths (directories only) is watched with inotify before the
+/// first pass starts, so nothing changed during it is missed; the first pass is a
+/// `--sync` (with `--delete`, its PRUNEs too). Once it is answered, the session stays open and
+/// each change goes as it settles:
+///
+/// - A file goes once it is closed after writing (`IN_CLOSE_WRITE`, 2 ms later at most, so
+///   that a rename right behind it is seen first), or once it has been quiet for
+///   `settle` after its last write or change of attributes: a burst of writes sends it once,
+///   and a file being written slowly is sent when it is closed, whole. It goes as any entry
+///   of `--sync` does: checked, and sent (as a delta where it is large and the receiver has a
+///   copy) only where it differs. The receiver stores each file whole, under a temporary
+///   name renamed into place: a reader there never sees half a file.
+/// - A directory that appears (made, or moved in from outside) is watched, then walked: what
+///   it holds goes, however fast it was filled (the walk comes after its watch).
+/// - A rename within the trees is a MOVE at the receiver (a file, or a directory with all it
+///   holds: nothing sent again); a file renamed before it was ever sent (an editor's
+///   temporary renamed over the file it saves) simply goes under its new name.
+/// - A path removed (or moved out of the trees) is removed at the receiver with REMOVE when
+///   `options.delete` is set (and the receiver allows it), else left there.
+/// - An inotify queue overflow (`IN_Q_OVERFLOW`), or a directory that could not be watched,
+///   is caught by a `--sync` pass over the trees (or that directory).
+///
+/// Eventually consistent: once the trees are quiet for `settle` and the answers are in, the
+/// receiver's copy is the same as the trees (what `--sync` compares: sizes, mtimes, modes,
+/// links, what the options send).
+public final class TransferWatch {
+    /// How long a file must be quiet (no write) before it goes when nobody closed it.
+    public let settle: Duration
+    /// The session: the first pass and every change (its `onFileResult`, `progress`…); a new
+    /// one after each reconnection (`reconnect`), with the same callbacks.
+    public private(set) var sender: TransferSender
+    /// Reopens a dropped connection: with it, a session that ends with an error once a first
+    /// pass was over is started again after a delay (250 ms, doubling up to 30 s, back to
+    /// 250 ms once a first pass is over again), beginning with a `--sync` pass (a file cut off
+    /// is resumed as usual). Nil: a dropped connection ends the watch.
+    public var reconnect: (() -> (ReadStream, WriteStream))?
+    /// Called before each reconnection: why the session ended, and the delay.
+    public var onReconnecting: ((String, Duration) -> Void)?
+    /// Reconnections so far.
+    public private(set) var reconnections = 0
+    /// Called once the watch has started (its loop), and once it has ended, before its
+    /// completion: for a status line.
+    public var onStarted: ((EventLoop) -> Void)?
+    public var onEnded: (() -> Void)?
+    /// Directories that could not be watched: each gone through again, as `--sync` does,
+    /// every `unwatchedPass` (for tests, sooner).
+    private(set) var unwatched: Set<String> = []
+    private var unwatchedTimer: LoopTimer?
+    private var warnedLimit = false
+    var unwatchedPass = Duration.seconds(10)
+    /// Called for problems that fail nothing: a directory that cannot be watched, a name
+    /// that is not UTF-8.
+    public var onWarning: ((String) -> Void)?
+    /// Called as each MOVE or REMOVE is answered: the paths (`to` nil for a removal) and
+    /// the outcome.
+    public var onMoved: ((_ from: String, _ to: String?, TransferOutcome) -> Void)?
+
+    let options: TransferSendOptions
+    /// Each tree's name as sent (its base name) and its path here.
+    let roots: [String: String]
+    private var watcher: TreeWatcher?
+    private var loop: EventLoop?
+    /// Paths (as sent) that changed and are not fed yet, each with when it may go (the
+    /// loop's clock, in nanoseconds).
+    private(set) var pending: [String: UInt64] = [:]
+    /// Paths seen made since the watch began and not fed yet: the receiver has nothing there
+    /// (a rename of one is no MOVE).
+    private var unsent: Set<String> = []
+    private var timer: LoopTimer?
+    /// `stop` was called (or the session ended): nothing more is fed.
+    public private(set) var stopping = false
+    /// Changes fed to the session, MOVEs and REMOVEs among them; the last change's latency
+    /// from its event to its answer is `lastLatency`.
+    public private(set) var changesSent = 0
+    public private(set) var moves = 0
+    public private(set) var overflows = 0
+    /// Paths fed that failed because they were gone before they could be read: left out of
+    /// the summary (not failures of the watch).
+    private var vanished: Set<String> = []
+    /// The paths fed and not answered yet, with when their change was seen.
+    private var inFlight: [String: UInt64] = [:]
+    /// Entries fed and not answered yet, by path: a path is never fed twice at once (two
+    /// files of one name in one BATCH, two CHECKs that both found it absent); a change to one
+    /// of them waits for its answer.
+    private var unanswered: [String: Int] = [:]
+    /// The last change answered: its path and how long from its event to its answer.
+    public private(set) var lastChange: (path: String, seconds: Double)?
+    /// For tests: called once the first pass is over and changes are fed.
+    var onPassDone: (() -> Void)?
+    /// For tests: events read so far, and whether they are dropped unread (lost, as an
+    /// overflow loses them).
+    private(set) var eventsSeen = 0
+    var dropsEvents = false
+
+    /// Watches `paths` (directories) and sends them with `options` (`sync` is implied).
+    /// Throws as `TransferSender.init` does, and for a path that is not a directory or two
+    /// with the same base name.
+    public init(
+        paths: [String], options: TransferSendOptions, settle: Duration = .milliseconds(50),
+        warning: ((String) -> Void)? = nil
+    ) throws(SluiceError) {
+        var options = options
+        options.sync = true
+        var roots: [String: String] = [:]
+        for path in paths {
+            var st = stat()
+            try syscallValue("stat", path) { stat(path, &st) }
+            guard st.st_mode & S_IFMT == S_IFDIR else {
+                throw SluiceError(
+                    .invalidArgument, operation: "send --watch", subject: path, detail: "only directories are watched")
+            }
+            let name = try SourceTree.baseName(path)
+            guard roots[name] == nil else {
+                throw SluiceError(
+                    .invalidArgument, operation: "send --watch", subject: path,
+                    detail: "two directories named \(quoted(name)) would be sent to one place")
+            }
+            roots[name] = path
+        }
+        self.options = options
+        self.roots = roots
+        self.settle = settle
+        self.paths = paths
+        self.listingWarning = warning
+        sender = try TransferSender(paths: paths, options: options, warning: warning)
+        sender.watching = true
+    }
+
+    private let paths: [String]
+    private let listingWarning: ((String) -> Void)?
+    /// What the caller set on the first session, for each one after it.
+    private var resultHandler: ((TransferFileResult) -> Void)?
+    private var completion: ((TransferSummary) -> Void)?
+    /// A first pass was over once: a session that drops after it is reopened.
+    private var passedOnce = false
+    private var backoff = TransferWatch.firstBackoff
+    private var retry: LoopTimer?
+    private var lastSummary: TransferSummary?
+    static let firstBackoff = Duration.milliseconds(250)
+    /// How long a file closed waits for a rename that may follow (nanoseconds).
+    static let closeGrace: UInt64 = 2_000_000
+    static let longestBackoff = Duration.seconds(30)
+
+    /// Watches the trees, then starts the session's first pass over `input`/`output` on
+    /// `loop` (as `TransferSender.start`). `completion` runs once the session ends: after
+    /// `stop`, or when the connection fails.
+    public func start(
+        input: ReadStream, output: WriteStream, on loop: EventLoop, completion: @escaping (TransferSummary) -> Void
+    ) {
+        self.loop = loop
+        do {
+            let watcher = try TreeWatcher()
+            watcher.onEvents = { [weak self] events in self?.handle(events) }
+            watcher.start(on: loop)
+            self.watcher = watcher
+            for (name, path) in roots.sorted(by: { $0.key < $1.key }) { watchTree(path, relative: name) }
+        } catch {
+            warn("inotify: \(error.reason): changes are not watched")
+        }
+        self.completion = completion
+        resultHandler = sender.onFileResult
+        onStarted?(loop)
+        run(sender, input: input, output: output)
+    }
+
+    /// Starts `sender`'s session (the first, or one after a reconnection).
+    private func run(_ sender: TransferSender, input: ReadStream, output: WriteStream) {
+        guard let loop else { return }
+        sender.watch.onPassDone = { [weak self] in self?.passDone() }
+        sender.watch.onOperated = { [weak self] kind, outcome in self?.operated(kind, outcome) }
+        let previous = resultHandler
+        sender.onFileResult = { [weak self] result in
+            guard let self else { return }
+            self.answered(result.path, entry: true)
+            // A file fed and gone before it could be read (an editor's temporary renamed over
+            // the file it saves): not a failure; what became of it is another change.
+            if self.passedOnce, case .failed = result.outcome, self.isGone(result.path) {
+                self.vanished.insert(result.path)
+                return
+            }
+            previous?(result)
+        }
+        sender.start(input: input, output: output, on: loop) { [weak self] summary in
+            self?.sessionEnded(summary)
+        }
+    }
+
+    /// A session ended: after `stop`, the watch ends; dropped after a first pass, with
+    /// `reconnect`, another starts after the backoff.
+    private func sessionEnded(_ finished: TransferSummary) {
+        var summary = finished
+        summary.results.removeAll { result in
+            guard case .failed = result.outcome else { return false }
+            return vanished.contains(result.path)
+        }
+        vanished = []
+        lastSummary = summary
+        guard !stopping, let error = summary.error, passedOnce, reconnect != nil, let loop else {
+            ended()
+            completion?(summary)
+            completion = nil
+            return
+        }
+        let delay = backoff
+        backoff = min(backoff * 2, Self.longestBackoff)
+        onReconnecting?(error.description, delay)
+        inFlight = [:]
+        unanswered = [:]
+        timer?.cancel()
+        timer = nil
+        retry = loop.schedule(after: delay) { [weak self] in self?.reopen() }
+    }
+
+    /// Starts a new session: a `--sync` pass, then the changes pending.
+    private func reopen() {
+        retry = nil
+        guard !stopping, let reconnect else { return }
+        let made = Result { () throws(SluiceError) in
+            try TransferSender(paths: paths, options: options, warning: listingWarning)
+        }
+        guard case .success(let next) = made else {
+            if case .failure(let error) = made, var summary = lastSummary {
+                summary.error = error
+                stopping = true
+                sessionEnded(summary)
+            }
+            return
+        }
+        next.watching = true
+        next.onWarning = sender.onWarning
+        next.onRemoved = sender.onRemoved
+        sender = next
+        reconnections += 1
+        let (input, output) = reconnect()
+        run(next, input: input, output: output)
+    }
+
+    /// How many directories are watched.
+    public var directoriesWatched: Int { watcher?.count ?? 0 }
+
+    /// Changes seen and not fed yet.
+    public var queued: Int { pending.count }
+
+    /// Stops watching: what is pending goes now, then goodbye once every answer is in
+    /// (`SIGINT`, `SIGTERM`). Call on the loop's thread.
+    public func stop() {
+        guard !stopping else { return }
+        stopping = true
+        watcher?.close()
+        watcher = nil
+        if let retry, let summary = lastSummary {
+            // Between sessions: nothing is open to say goodbye on.
+            retry.cancel()
+            self.retry = nil
+            sessionEnded(summary)
+            return
+        }
+        if sender.firstPassDone { flush(all: true) }
+        timer?.cancel()
+        sender.stopWatching()
+    }
+
+    // MARK: Watches
+
+    /// Watches directory `path` (sent as `relative`) and every directory below it that the
+    /// selection takes; a directory that cannot be watched is a warning, and is passed over
+    /// by the watch (the `--sync` passes cover it: an overflow's, or the next run's).
+    func watchTree(_ path: String, relative: String) {
+        guard let watcher else { return }
+        if let error = watcher.add(path, relative: relative) {
+            guard error.rawValue != ENOENT && error.rawValue != ENOTDIR else { return }
+            if error.rawValue == ENOSPC {
+                if !warnedLimit {
+                    warnedLimit = true
+                    warn(
+                        "cannot watch \(quoted(path)) and more: the limit of inotify watches is reached "
+                            + "(raise fs.inotify.max_user_watches, e.g. sysctl fs.inotify.max_user_watches=524288); "
+                            + "what is not watched is gone through again every \(unwatchedPass)")
+                }
+            } else {
+                warn("cannot watch \(quoted(path)): \(error): it is gone through again every \(unwatchedPass)")
+            }
+            notWatched(relative)
+            return
+        }
+        guard let dir = opendir(path) else { return }
+        defer { closedir(dir) }
+        while let item = readdir(dir) {
+            guard item.pointee.d_type == DT_DIR || item.pointee.d_type == DT_UNKNOWN else { continue }
+            let name = withUnsafeBytes(of: item.pointee.d_name) { raw in
+                raw.baseAddress.flatMap { String(validatingCString: $0.assumingMemoryBound(to: CChar.self)) }
+            }
+            guard let name, name != ".", name != ".." else { continue }
+            let child = path + "/" + name
+            let childRelative = relative + "/" + name
+            var st = stat()
+            guard lstat(child, &st) == 0, st.st_mode & S_IFMT == S_IFDIR,
+                !excluded(childRelative, isDirectory: true)
+            else { continue }
+            watchTree(child, relative: childRelative)
+        }
+    }
+
+    /// `relative` could not be watched: it (with what it holds) is gone through as `--sync`
+    /// does every `unwatchedPass`, until it is gone.
+    private func notWatched(_ relative: String) {
+        unwatched.insert(relative)
+        guard unwatchedTimer == nil, let loop else { return }
+        unwatchedTimer = loop.schedule(after: unwatchedPass, repeating: unwatchedPass) { [weak self] in
+            guard let self, !self.stopping else { return }
+            let now = monotonicNanoseconds()
+            for path in self.unwatched {
+                var st = stat()
+                if let (local, _) = self.local(path), lstat(local, &st) == 0, st.st_mode & S_IFMT == S_IFDIR {
+                    self.pending[path] = now
+                } else {
+                    self.unwatched.remove(path)
+                }
+            }
+            self.schedule()
+        }
+    }
+
+    /// For tests: as if `relative` could not be watched.
+    func simulateUnwatched(_ relative: String) { notWatched(relative) }
+
+    /// The path here of `relative` (as sent), and its components below its tree.
+    func local(_ relative: String) -> (path: String, below: [String])? {
+        let parts = relative.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        guard let first = parts.first, let root = roots[first] else { return nil }
+        let below = Array(parts.dropFirst())
+        return (below.isEmpty ? root : root + "/" + below.joined(separator: "/"), below)
+    }
+
+    /// Whether nothing is at `relative` here now.
+    func isGone(_ relative: String) -> Bool {
+        guard let (local, _) = local(relative) else { return true }
+        var st = stat()
+        return lstat(local, &st) != 0 && errno == ENOENT
+    }
+
+    /// Whether the selection leaves `relative` out.
+    func excluded(_ relative: String, isDirectory: Bool) -> Bool {
+        guard let (_, below) = local(relative), !below.isEmpty else { return false }
+        return options.selection.excludes(below, isDirectory: isDirectory)
+    }
+
+    // MARK: Events
+
+    /// One read's events: what changed becomes pending, renames pair up by cookie (a half
+    /// without its pair in the read moved in or out of the trees).
+    func handle(_ events: [InotifyEvent]) {
+        eventsSeen += events.count
+        guard !stopping, !dropsEvents else { return }
+        let now = monotonicNanoseconds()
+        let quiet = now + UInt64(settle.nanoseconds)
+        // A file closed goes at once but for a breath (at most the settle time), so that the
+        // rename of an editor's temporary over the file it saves, which follows its close within
+        // microseconds, is seen first: the temporary is never sent, the file is.
+        let closed = now + min(UInt64(settle.nanoseconds), Self.closeGrace)
+        var movedFrom: [UInt32: (path: String, isDirectory: Bool)] = [:]
+        for event in events {
+            if event.has(IN_Q_OVERFLOW) {
+                overflowed()
+                continue
+            }
+            if event.has(IN_IGNORED) {
+                watcher?.dropped(event.watch)
+                continue
+            }
+            guard let directory = watcher?.relative(of: event.watch) else { continue }
+            guard let name = event.name else {
+                if event.undecodable { warn("a name in \(quoted(directory)) that is not valid UTF-8 is not sent") }
+                continue
+            }
+            let path = directory + "/" + name
+            if excluded(path, isDirectory: event.isDirectory) { continue }
+            if event.has(IN_MOVED_FROM) {
+                movedFrom[event.cookie] = (path, event.isDirectory)
+            } else if event.has(IN_MOVED_TO) {
+                if let from = movedFrom.removeValue(forKey: event.cookie) {
+                    moved(from.path, to: path, isDirectory: event.isDirectory, at: now)
+                } else {
+                    appeared(path, isDirectory: event.isDirectory, at: now)
+                }
+            } else if event.has(IN_CREATE) {
+                unsent.insert(path)
+                if event.isDirectory {
+                    appeared(path, isDirectory: true, at: now)
+                } else {
+                    change(path, at: quiet)
+                }
+            } else if event.has(IN_CLOSE_WRITE) {
+                change(path, at: closed)
+            } else if event.has(IN_MODIFY) || event.has(IN_ATTRIB) {
+                change(path, at: quiet)
+            } else if event.has(IN_DELETE) {
+                gone(path, isDirectory: event.isDirectory, at: now)
+            }
+        }
+        for (_, from) in movedFrom { gone(from.path, isDirectory: from.isDirectory, at: now) }
+        schedule()
+    }
+
+    /// `path` changed: it goes at `due` (a write pushes a quiet file's time back; a close
+    /// makes it due now).
+    private func change(_ path: String, at due: UInt64) {
+        pending[path] = due
+    }
+
+    /// A directory made or moved in (watched, then walked whole), or a file moved in.
+    private func appeared(_ path: String, isDirectory: Bool, at now: UInt64) {
+        if isDirectory, let (local, _) = local(path) { watchTree(local, relative: path) }
+        pending[path] = now
+    }
+
+    /// A path removed: at its turn, removed at the receiver (with `delete`) if it is still
+    /// gone then.
+    private func gone(_ path: String, isDirectory: Bool, at now: UInt64) {
+        if isDirectory { watcher?.forget(below: path) }
+        pending[path] = now
+    }
+
+    /// A rename within the trees: a MOVE, unless the receiver cannot have `from` yet.
+    private func moved(_ from: String, to: String, isDirectory: Bool, at now: UInt64) {
+        if isDirectory { watcher?.renamed(from: from, to: to) }
+        // What was pending below `from` is pending below `to` now.
+        for (path, due) in pending where path == from || path.hasPrefix(from + "/") {
+            pending[path] = nil
+            pending[to + path.dropFirst(from.count)] = due
+        }
+        let neverSent = unsent.contains(from)
+        for path in unsent where path == from || path.hasPrefix(from + "/") {
+            unsent.remove(path)
+            unsent.insert(to + path.dropFirst(from.count))
+        }
+        guard sender.firstPassDone, !neverSent else {
+            // Not at the receiver (or the first pass still runs): both paths are looked at
+            // in their turn, as a removal and a change.
+            pending[from] = now
+            pending[to] = now
+            return
+        }
+        // Pending changes under `from` were re-keyed: they are fed after the MOVE.
+        moves += 1
+        changesSent += 1
+        inFlight[to] = now
+        sender.watchMove(from: from, to: to)
+        // A file moved is looked at again under its new name once the MOVE is in: a change
+        // fed before the rename may have read it under the old one.
+        if !isDirectory { pending[to] = pending[to] ?? now + UInt64(settle.nanoseconds) }
+    }
+
+    /// Events were lost: every tree is watched again and gone through as `--sync` does.
+    private func overflowed() {
+        overflows += 1
+        warn("inotify queue overflow: going through the trees again (--sync)")
+        let now = monotonicNanoseconds()
+        for (name, path) in roots {
+            watchTree(path, relative: name)
+            pending[name] = now
+        }
+    }
+
+    /// For tests: as if the kernel's queue overflowed.
+    func simulateOverflow() {
+        handle([InotifyEvent(watch: -1, mask: UInt32(IN_Q_OVERFLOW), cookie: 0, name: nil)])
+        eventsSeen -= 1
+    }
+
+    // MARK: Feeding the session
+
+    /// The first pass is answered: what changed meanwhile goes.
+    private func passDone() {
+        passedOnce = true
+        backoff = Self.firstBackoff
+        if stopping { return }
+        onPassDone?()
+        schedule()
+    }
+
+    /// Arms the timer for the earliest pending path (at once for one due now).
+    private func schedule() {
+        timer?.cancel()
+        timer = nil
+        guard let loop, !stopping, sender.firstPassDone, let due = pending.values.min() else { return }
+        let now = monotonicNanoseconds()
+        let delay = due > now ? Duration.nanoseconds(Int64(due - now)) : .zero
+        timer = loop.schedule(after: delay) { [weak self] in
+            guard let self else { return }
+            self.timer = nil
+            self.flush(upTo: monotonicNanoseconds())
+            self.schedule()
+        }
+    }
+
+    /// Feeds what is due by `upTo` (everything with `all`): the paths in order, each once, a
+    /// path below another fed at the same time left to that one's walk; a path gone is
+    /// removed (with `delete`).
+    private func flush(upTo: UInt64 = .max, all: Bool = false) {
+        let due = pending.filter { all || $0.value <= upTo }.keys.sorted()
+        guard !due.isEmpty else { return }
+        let chosen = Set(due)
+        var entries: [OutgoingEntry] = []
+        for path in due {
+            pending[path] = nil
+            if hasAncestor(path, in: chosen) { continue }
+            guard let (local, below) = local(path) else { continue }
+            var st = stat()
+            guard lstat(local, &st) == 0 else {
+                let neverSent = unsent.remove(path) != nil
+                if options.delete && !neverSent {
+                    if !entries.isEmpty {
+                        sender.watchArrived(entries)
+                        entries = []
+                    }
+                    changesSent += 1
+                    inFlight[path] = monotonicNanoseconds()
+                    sender.watchRemove(path)
+                }
+                continue
+            }
+            if st.st_mode & S_IFMT == S_IFDIR {
+                unsent = unsent.filter { $0 != path && !$0.hasPrefix(path + "/") }
+            } else {
+                unsent.remove(path)
+            }
+            for entry in listed(local, relative: path, below: below) {
+                if unanswered[entry.relative] != nil {
+                    // Fed already and not answered: looked at again once it is.
+                    pending[entry.relative] = monotonicNanoseconds() + UInt64(settle.nanoseconds)
+                    continue
+                }
+                unanswered[entry.relative] = 1
+                entries.append(entry)
+            }
+            inFlight[path] = monotonicNanoseconds()
+            changesSent += 1
+        }
+        if !entries.isEmpty { sender.watchArrived(entries) }
+    }
+
+    /// Whether an ancestor of `path` is among `paths`.
+    private func hasAncestor(_ path: String, in paths: Set<String>) -> Bool {
+        var current = Substring(path)
+        while let slash = current.lastIndex(of: "/") {
+            current = current[..<slash]
+            if paths.contains(String(current)) { return true }
+        }
+        return false
+    }
+
+    /// The entries of `local` (a file, link or directory with what it holds), as sent.
+    private func listed(_ local: String, relative: String, below: [String]) -> [OutgoingEntry] {
+        let made = Result { () throws(SluiceError) in
+            try SourceTree.Walk(
+                subtree: local, relative: relative, below: below, selection: options.selection,
+                options: options.sourceOptions)
+        }
+        guard case .success(var walk) = made else { return [] }
+        var entries: [OutgoingEntry] = []
+        while true {
+            let batch = walk.next(limit: Int.max)
+            batch.warnings.forEach(warn)
+            entries += batch.entries
+            if batch.done { return entries }
+        }
+    }
+
+    /// An entry fed (`entry`), or a MOVE or REMOVE, was answered: the latency of its change.
+    private func answered(_ path: String, entry: Bool = false) {
+        if entry { unanswered[path] = nil }
+        guard let seen = inFlight.removeValue(forKey: path) else { return }
+        lastChange = (path, Double(monotonicNanoseconds() - seen) / 1e9)
+    }
+
+    /// A MOVE or REMOVE was answered: one that did not go through leaves its new path to be
+    /// sent as a change.
+    private func operated(_ kind: TreeOperation.Kind, _ outcome: TransferOutcome) {
+        switch kind {
+        case .move(let from, let to):
+            answered(to)
+            onMoved?(from, to, outcome)
+            if outcome != .stored, !stopping {
+                pending[to] = monotonicNanoseconds()
+                schedule()
+            }
+        case .remove(let path):
+            answered(path)
+            onMoved?(path, nil, outcome)
+            if outcome != .stored { warn("\(path): not removed: \(outcome)") }
+        }
+    }
+
+    private func ended() {
+        unwatchedTimer?.cancel()
+        unwatchedTimer = nil
+        onEnded?()
+        onEnded = nil
+        retry?.cancel()
+        retry = nil
+        timer?.cancel()
+        timer = nil
+        watcher?.close()
+        watcher = nil
+        stopping = true
+    }
+
+    private func warn(_ text: String) {
+        onWarning?(text)
+    }
+}

@@ -1,0 +1,210 @@
+import Foundation
+import TestThreads
+import Testing
+
+@testable import Sluice
+@testable import SluiceTransfer
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `send --watch` in the library: MOVE and REMOVE as a sender holding the code may send them
+/// (refused cleanly where they would reach outside the directory, replace a directory, loop,
+/// or remove without consent), the inotify parser, and a `TransferWatch` over real sockets
+/// into a real directory.
+@Suite("Watch: moves, removals, inotify", .ownThreads)
+struct WatchTests {
+    static func move(_ from: String, _ to: String) -> [UInt8] {
+        Frame.move(from: Array(from.utf8), to: Array(to.utf8)).encoded
+    }
+
+    static func remove(_ path: String) -> [UInt8] { Frame.remove(path: Array(path.utf8)).encoded }
+
+    /// The answers (STORED, REFUSED, FAILED) in a reply, with GONEs.
+    static func answers(_ reply: [UInt8]) -> [UInt8] {
+        RawWire.messages(reply).map(\.0).filter { $0 != Wire.MessageType.hello.rawValue }
+    }
+
+    @Test("MOVE out of the directory, through a link, over a directory, into itself, onto itself: refused")
+    func movesThatLie() throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            let outside = root + "/outside"
+            try FileManager.default.createDirectory(atPath: dst + "/d/sub", withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+            try writeFile(outside + "/precious", [1])
+            try writeFile(dst + "/d/x", [2])
+            try writeFile(dst + "/f", [3])
+            try writeFile(dst + "/kept", [4])
+            #expect(symlink(outside, dst + "/out") == 0)
+            let harness = try TransferHarness(directory: dst)
+            let client = try harness.exchange(
+                RawWire.hello(["sha256", "sync", "delete"]) + Self.move("../outside/precious", "d/stolen")
+                    + Self.move("d/x", "../outside/x") + Self.move("out/precious", "d/p")
+                    + Self.move("d", "d/sub/d") + Self.move("f", "d") + Self.move("d/x", "d/x")
+                    + Self.move("d/.x.sluice-part", "y") + Self.move("f", "kept") + Self.move("d/x", "e/deeper/x")
+                    + Self.remove("../outside") + Self.remove("out/precious") + Self.remove("d/sub") + RawWire.bye)
+            let (refused, stored, gone) = (
+                Wire.MessageType.refused.rawValue,
+                Wire.MessageType.stored.rawValue, Wire.MessageType.gone.rawValue
+            )
+            let answers = Self.answers(client.received)
+            #expect(
+                answers == [
+                    refused, refused, refused, refused, refused, refused, refused, stored, stored, refused, stored,
+                    gone, stored, Wire.MessageType.bye.rawValue,
+                ], "\(RawWire.messages(client.received).map { ($0.0, PeerText.sanitized($0.1)) })")
+            #expect(treePaths(outside) == ["precious"], "nothing outside moved or removed")
+            #expect(treePaths(dst) == ["d", "e", "e/deeper", "e/deeper/x", "kept", "out"])
+            #expect(readFile(dst + "/kept") == [3], "a move over a file replaces it (receive --sync)")
+        }
+    }
+
+    @Test("Without receive --sync a MOVE is a violation; without --delete a REMOVE is refused")
+    func movesNeedConsent() throws {
+        try withTemporaryDirectory { root in
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            try writeFile(dst + "/f", [1])
+            let plain = try TransferHarness(directory: dst, options: TransferReceiveOptions(idleTimeout: .seconds(20)))
+            _ = try plain.exchange(RawWire.hello(["sha256", "sync", "delete"]) + Self.move("f", "g") + RawWire.bye)
+            #expect(plain.reports.last?.error?.code == .protocolViolation)
+            var options = TransferReceiveOptions(idleTimeout: .seconds(20))
+            options.sync = true
+            let syncing = try TransferHarness(directory: dst, options: options)
+            let client = try syncing.exchange(
+                RawWire.hello(["sha256", "sync", "delete"]) + Self.remove("f") + RawWire.bye)
+            #expect(
+                Self.answers(client.received) == [Wire.MessageType.refused.rawValue, Wire.MessageType.bye.rawValue])
+            #expect(treePaths(dst) == ["f"])
+            // A sender that did not list delete may not send REMOVE at all.
+            _ = try syncing.exchange(RawWire.hello(["sha256", "sync"]) + Self.remove("f") + RawWire.bye)
+            #expect(syncing.reports.last?.error?.code == .protocolViolation)
+        }
+    }
+
+    @Test("inotify events read back; bytes that are not whole events are refused, never trusted")
+    func inotifyParser() {
+        let events = [
+            InotifyEvent(watch: 1, mask: UInt32(IN_CREATE), cookie: 0, name: "a"),
+            InotifyEvent(watch: 2, mask: UInt32(IN_MOVED_FROM | IN_ISDIR), cookie: 7, name: "dir"),
+            InotifyEvent(watch: 1, mask: UInt32(IN_Q_OVERFLOW), cookie: 0, name: nil),
+        ]
+        let bytes = InotifyEvent.encode(events, padding: 3)
+        let parsed = bytes.withUnsafeBytes { InotifyEvent.parse($0) }
+        #expect(parsed.complete && parsed.events == events)
+        #expect(parsed.events[1].isDirectory)
+        // Cut anywhere inside: the whole events before the cut, and a refusal.
+        for cut in 1..<bytes.count where cut != 20 && cut != 40 {
+            let part = Array(bytes[..<cut])
+            let (some, complete) = part.withUnsafeBytes { InotifyEvent.parse($0) }
+            #expect(!complete || some.count < events.count, "cut at \(cut)")
+        }
+        // A name with a slash, or not UTF-8: never a path.
+        var odd = InotifyEvent.encode([InotifyEvent(watch: 1, mask: 2, cookie: 0, name: "a/b")])
+        let slash = odd.withUnsafeBytes { InotifyEvent.parse($0) }
+        #expect(slash.events.first?.name == nil && slash.events.first?.undecodable == true)
+        odd[16] = 0xFF
+        let invalid = odd.withUnsafeBytes { InotifyEvent.parse($0) }
+        #expect(invalid.events.first?.name == nil)
+        // A length past the end.
+        var long = InotifyEvent.encode([InotifyEvent(watch: 1, mask: 2, cookie: 0, name: "abc")])
+        long[12] = 200
+        #expect(!long.withUnsafeBytes { InotifyEvent.parse($0) }.complete)
+    }
+
+    /// A watch of `src` into `harness`, started, its first pass over.
+    static func startWatch(_ src: String, _ harness: TransferHarness, delete: Bool = true) throws -> (
+        TransferWatch, SummaryBox
+    ) {
+        var options = TransferSendOptions()
+        options.delete = delete
+        let watch = try TransferWatch(paths: [src], options: options, settle: .milliseconds(20))
+        var passed = false
+        watch.onPassDone = { passed = true }
+        let (input, output) = Socket.connect(host: "127.0.0.1", port: harness.port)
+        let box = SummaryBox()
+        watch.start(input: input, output: output, on: harness.loop) { box.summary = $0 }
+        #expect(runLoop(harness.loop, for: .seconds(20)) { passed }, "the first pass did not end")
+        return (watch, box)
+    }
+
+    /// Runs the loop until the receiver's copy of `src` is the same (many seconds at most).
+    static func settles(_ src: String, _ copy: String, _ harness: TransferHarness) -> Bool {
+        runLoop(harness.loop, for: .seconds(20)) {
+            treeDifferences(src, copy, compareDirectoryTimes: false).isEmpty
+        }
+    }
+
+    @Test("A directory of 1,000 files renamed is one MOVE: a few hundred bytes on the wire, nothing resent")
+    func directoryRenameIsAMove() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: src + "/big", withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            for index in 0..<1000 { try writeFile(src + "/big/f\(index)", randomBytes(1000, seed: UInt64(index))) }
+            let harness = try TransferHarness(directory: dst)
+            let (watch, box) = try Self.startWatch(src, harness)
+            let before = watch.sender.bytesWritten
+            let stored = watch.sender.progress.filesDone
+            #expect(rename(src + "/big", src + "/moved") == 0)
+            #expect(runLoop(harness.loop, for: .seconds(20)) { watch.moves == 1 && watch.lastChange != nil })
+            #expect(Self.settles(src, dst + "/tree", harness), "\(treeDifferences(src, dst + "/tree"))")
+            let wire = watch.sender.bytesWritten - before
+            #expect(wire < 4096, "\(wire) bytes for a rename")
+            #expect(watch.sender.progress.filesDone == stored, "no file sent again")
+            watch.stop()
+            #expect(runLoop(harness.loop, for: .seconds(20)) { box.summary != nil })
+            #expect(box.summary?.error == nil)
+        }
+    }
+
+    @Test("An overflow of the inotify queue is caught by a --sync pass: what its lost events said arrives")
+    func overflowIsCaughtBySync() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: src + "/sub", withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            try writeFile(src + "/sub/a", [1])
+            let harness = try TransferHarness(directory: dst)
+            let (watch, box) = try Self.startWatch(src, harness)
+            // Changes whose events are lost (read and dropped, as an overflow loses them)…
+            watch.dropsEvents = true
+            let seen = watch.eventsSeen
+            try writeFile(src + "/sub/b", [2])
+            try writeFile(src + "/sub/a", [3, 3])
+            // b: created, written, closed; a: written, closed.
+            #expect(runLoop(harness.loop, for: .seconds(20)) { watch.eventsSeen >= seen + 5 })
+            watch.dropsEvents = false
+            #expect(!treeDifferences(src, dst + "/tree", compareDirectoryTimes: false).isEmpty)
+            // … then the overflow that says so.
+            watch.simulateOverflow()
+            #expect(Self.settles(src, dst + "/tree", harness), "\(treeDifferences(src, dst + "/tree"))")
+            #expect(watch.overflows == 1)
+            watch.stop()
+            #expect(runLoop(harness.loop, for: .seconds(20)) { box.summary != nil })
+        }
+    }
+
+    @Test("A directory that could not be watched is gone through again as --sync does, until its changes are in")
+    func unwatchedDirectoryIsPassedOver() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: src + "/sub", withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            let harness = try TransferHarness(directory: dst)
+            let (watch, box) = try Self.startWatch(src, harness)
+            watch.unwatchedPass = .milliseconds(100)
+            watch.dropsEvents = true
+            watch.simulateUnwatched("tree/sub")
+            try writeFile(src + "/sub/new", [1, 2, 3])
+            #expect(Self.settles(src, dst + "/tree", harness), "\(treeDifferences(src, dst + "/tree"))")
+            watch.stop()
+            #expect(runLoop(harness.loop, for: .seconds(20)) { box.summary != nil })
+        }
+    }
+}
