@@ -67,7 +67,7 @@ run_relayed() {  # $1: file, $2: extra send options; prints seconds
 
 run_direct() {  # prints seconds
     rm -rf "$OUT/in"/*
-    "$SLUICE" receive --key-file "$KEY" --once --no-fsync -q --listen 127.0.0.1:0 -C "$OUT/in" 2>"$OUT/recv.log" &
+    "$SLUICE" receive --key-file "$KEY" --once --no-fsync --listen 127.0.0.1:0 -C "$OUT/in" 2>"$OUT/recv.log" &
     local r=$!
     local port=
     for _ in $(seq 500); do

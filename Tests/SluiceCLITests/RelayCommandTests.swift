@@ -195,7 +195,9 @@ final class RelayPeer {
     /// pairs among them; a waiting nameplate expires with its line in the log.
     @Test func aThousandWaitingNameplatesFitIn32MiB() throws {
         #expect(testDescriptorsRaised)
-        let relay = try RelayProcess(["--max-per-address", "2000", "--max-nameplates-per-address", "2000", "--expire", "20s"])
+        let relay = try RelayProcess([
+            "--max-per-address", "2000", "--max-nameplates-per-address", "2000", "--expire", "20s",
+        ])
         let port = try relay.port()
         var waiting: [RelayPeer] = []
         for _ in 0..<1000 {

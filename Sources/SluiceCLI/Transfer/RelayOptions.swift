@@ -21,8 +21,8 @@ enum RelayChoice {
     static let codeWords = Option(
         "code-words", value: .required("N"),
         help:
-            "with --relay: words in the code (\(WordCode.wordCounts.lowerBound) to "
-            + "\(WordCode.wordCounts.upperBound), 11 bits each;\ndefault \(WordCode.defaultWordCount))",
+            "with a short code: its words (\(WordCode.wordCounts.lowerBound) to "
+            + "\(WordCode.wordCounts.upperBound), 11 bits\neach; default \(WordCode.defaultWordCount))",
         read: Read.number(of: "words", in: WordCode.wordCounts))
 
     static let lanPort = Option(

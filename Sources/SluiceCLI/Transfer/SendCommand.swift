@@ -45,8 +45,8 @@ enum SendCommand: Command {
           unknown host, timed out, receiver busy); 73 the receiver refused a
           file (it exists, too large, invalid name); 74 connection lost or
           input/output error; 77 the code was wrong or someone tried to guess
-          it (--relay), or the receiver's key did not match; 129 hung up (SIGHUP); 130 interrupted (SIGINT);
-          143 terminated (SIGTERM)
+          it (a short code), or the receiver's key did not match; 129 hung up
+          (SIGHUP); 130 interrupted (SIGINT); 143 terminated (SIGTERM)
 
         """
     }
