@@ -137,8 +137,9 @@ import Testing
     }
 
     @Test func aPeerOfAnotherProtocolIsToldApart() throws {
+        // Not a guess: it never sent a share (a relay's side makes it one; a door does not).
         let error = try playedPeer(sends: Array("GET / HTTP/1.1\r\n".utf8) + [UInt8](repeating: 4, count: 65))
-        #expect(error?.code == .authenticationFailed)
+        #expect(error?.code == .protocolViolation)
         #expect(error?.reason.contains("does not speak") == true)
     }
 
@@ -155,9 +156,17 @@ import Testing
     }
 
     @Test func aPeerThatLeavesMidwayFails() throws {
-        let error = try playedPeer(sends: CodeHandshake.magic + [4, 4, 4])
-        #expect(error?.code == .authenticationFailed)
-        #expect(error?.reason.contains("left before") == true)
+        // Before its share is whole: no guess made.
+        let early = try playedPeer(sends: CodeHandshake.magic + [4, 4, 4])
+        #expect(early?.code == .protocolViolation)
+        #expect(early?.reason.contains("sent no share") == true)
+        // After its share, before its confirmation: it may have been a guess.
+        let liar = try SPAKE2(
+            role: .a, password: Self.wrong, identityA: Array("sluice sender".utf8),
+            identityB: Array("sluice receiver".utf8), additionalData: Self.context)
+        let late = try playedPeer(sends: CodeHandshake.magic + liar.share, answered: SPAKE2.confirmationBytes)
+        #expect(late?.code == .authenticationFailed)
+        #expect(late?.reason.contains("left before") == true)
     }
 
     @Test func aPeerThatNeverAnswersTimesOut() throws {
@@ -171,9 +180,45 @@ import Testing
             Issue.record("a silent peer gave a key")
             return
         }
-        #expect(error.code == .timedOut)
+        #expect(error.code == .protocolViolation)
         #expect(monotonicNanoseconds() - started < 5_000_000_000)
         _ = played
+    }
+
+    /// A free UDP port of this host now.
+    static func freeUDPPort() throws -> UInt16 {
+        let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+        defer { close(fd) }
+        var any = sockaddr_in()
+        any.sin_family = sa_family_t(AF_INET)
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let ok = withUnsafeMutablePointer(to: &any) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
+            }
+        }
+        #expect(ok)
+        return UInt16(bigEndian: any.sin_port)
+    }
+
+    @Test func aProbeAtTheLocalDoorIsNoGuessAndTheReceiverStillGetsIn() throws {
+        let port = try Self.freeUDPPort()
+        let sender = try SenderRendezvous.local(wordCount: 3, announcePort: port)
+        let code = sender.code
+        let box = HandOver(sender)
+        let waiting = Side { () throws(SluiceError) -> Int in
+            try box.take().waitForReceiver(streams: 2, pairingDeadline: Self.soon(20)).sockets.count
+        }
+        // A stranger who heard the announcement: connects, says nothing of use, and leaves.
+        let door = try LocalAnnounce.find(nameplate: code.nameplate, port: port, deadline: Self.soon())
+        let probe = try #require(BlockingSocket.connectAll([door], deadline: Self.soon()).first)
+        try probe.write(Array("GET / HTTP/1.0\r\n\r\n".utf8), deadline: Self.soon())
+        close(probe.takeDescriptor())
+        // The receiver with the code gets in, with both connections.
+        let met = try Rendezvous.findLocal(code: code, announcePort: port, maxStreams: 4, deadline: Self.soon(20))
+        #expect(met.sockets.count == 2)
+        #expect(met.direct)
+        #expect(try waiting.wait().get() == 2)
     }
 
     @Test func theSendersDoorAdmitsOnlyAConnectionThatProvesTheKey() throws {

@@ -13,7 +13,8 @@ import CCrypto
 ///
 /// On the wire, each side sends `magic` and its share (65 bytes), then its confirmation (32
 /// bytes): the messages do not wait for each other's, so the exchange takes one round trip for
-/// the shares and one for the confirmations.
+/// the shares and one for the confirmations. A peer that sends no whole hello (it left, went
+/// silent, or speaks another protocol) ends it with `.protocolViolation`: it made no guess.
 package enum CodeHandshake {
     /// Which end: the sender is SPAKE2's A, the receiver its B.
     package enum Role: Sendable {
@@ -40,9 +41,20 @@ package enum CodeHandshake {
             throw SluiceError(.authenticationFailed, operation: "code exchange", detail: "libcrypto failed (\(error))")
         }
         try socket.write(magic + spake.share, deadline: deadline)
-        let hello = try peerBytes(socket, magic.count + SPAKE2.shareBytes, deadline: deadline)
+        // A peer that never sends a whole hello made no guess: `.protocolViolation`, which a
+        // sender at its own door (on a local network) may shrug off and go on waiting.
+        let hello: [UInt8]
+        do {
+            hello = try socket.read(exactly: magic.count + SPAKE2.shareBytes, deadline: deadline)
+        } catch {
+            guard error.code == .truncatedData || error.code == .timedOut else { throw error }
+            throw SluiceError(
+                .protocolViolation, operation: "code exchange", detail: "the peer sent no share (not a sluice?)")
+        }
         guard Array(hello[0..<magic.count]) == magic else {
-            throw failure("the peer does not speak this version of sluice's code exchange")
+            throw SluiceError(
+                .protocolViolation, operation: "code exchange",
+                detail: "the peer does not speak this version of sluice's code exchange")
         }
         let exchange: SPAKE2.Exchange
         do {

@@ -144,21 +144,29 @@ package final class LocalSender {
         throws(SluiceError) -> Rendezvous
     {
         let announcement = LocalAnnounce.message(nameplate: code.nameplate, port: door.port)
-        var socket: BlockingSocket?
-        while socket == nil {
+        var met: (socket: BlockingSocket, key: CodeKey)?
+        while met == nil {
             LocalAnnounce.send(announcement, from: announcer, to: port)
             let next = min(pairingDeadline, monotonicNanoseconds() &+ LocalAnnounce.interval)
-            if try BlockingSocket.readable([door.descriptor], deadline: next)[0] {
-                socket = door.accept()
+            if try BlockingSocket.readable([door.descriptor], deadline: next)[0], let socket = door.accept() {
+                // Anyone may come to the door: one who sends no share (a probe, a scanner, a
+                // silent connection, given 5 s) made no guess, and the announcing goes on; one
+                // who sends a share has the one guess.
+                let attempt = min(monotonicNanoseconds() &+ exchangeTime, monotonicNanoseconds() &+ 5_000_000_000)
+                do {
+                    let key = try CodeHandshake.run(
+                        on: socket, password: password, role: .sender,
+                        context: Rendezvous.localContext(code.nameplate), deadline: attempt)
+                    met = (socket, key)
+                } catch {
+                    guard error.code == .protocolViolation else { throw error }
+                }
             } else if monotonicNanoseconds() >= pairingDeadline {
                 throw SluiceError(.timedOut, operation: "announce", detail: "no receiver came for the code")
             }
         }
-        guard let socket else { throw SluiceError(.cancelled, operation: "announce") }
+        guard let (socket, key) = met else { throw SluiceError(.cancelled, operation: "announce") }
         let deadline = monotonicNanoseconds() &+ exchangeTime
-        let key = try CodeHandshake.run(
-            on: socket, password: password, role: .sender, context: Rendezvous.localContext(code.nameplate),
-            deadline: deadline)
         guard let offer = ReachOffer(streams: streams, relayAllowed: false),
             let sealed = key.seal(offer.encoded, from: .sender)
         else { throw SluiceError(.invalidArgument, operation: "offer", detail: "\(streams) connections") }

@@ -69,7 +69,7 @@ package final class SenderRendezvous {
         let answer = try Rendezvous.answer(from: socket, relay: relay, deadline: pairingDeadline)
         guard answer == .paired else { throw Rendezvous.unexpected(answer, relay: relay, asking: "a receiver") }
         let deadline = monotonicNanoseconds() &+ exchangeTime
-        let key = try CodeHandshake.run(
+        let key = try Rendezvous.exchange(
             on: socket, password: password, role: .sender, context: Rendezvous.context(code.nameplate),
             deadline: deadline)
         // The door for a direct connection: only once the code is confirmed, and its addresses
@@ -160,7 +160,7 @@ extension Rendezvous {
         guard answer == .paired else {
             throw unexpected(answer, relay: relay, asking: "the sender of nameplate \(code.nameplate)")
         }
-        let key = try CodeHandshake.run(
+        let key = try Rendezvous.exchange(
             on: socket, password: password, role: .receiver, context: context(code.nameplate), deadline: deadline)
         guard let offer = ReachOffer.parse(try readSealed(from: socket, key: key, by: .sender, deadline: deadline))
         else { throw badOffer }
@@ -335,6 +335,22 @@ extension Rendezvous {
         }
         guard case .success(true) = proven else { return nil }
         return socket
+    }
+
+    /// The code exchange on a connection paired at the relay: whoever joined the nameplate spent
+    /// it, so a peer that sent no share there is as good as a wrong guess (`.authenticationFailed`).
+    static func exchange(
+        on socket: BlockingSocket, password: [UInt8], role: CodeHandshake.Role, context: [UInt8], deadline: UInt64
+    ) throws(SluiceError) -> CodeKey {
+        do {
+            return try CodeHandshake.run(
+                on: socket, password: password, role: role, context: context, deadline: deadline)
+        } catch {
+            guard error.code == .protocolViolation else { throw error }
+            throw SluiceError(
+                .authenticationFailed, operation: error.operation,
+                detail: (error.detail ?? "") + "; the nameplate is spent (a guess?): ask for a new code")
+        }
     }
 
     /// What binds the key to this meeting: the protocol and the nameplate.
