@@ -214,6 +214,13 @@ import Testing
         let probe = try #require(BlockingSocket.connectAll([door], deadline: Self.soon()).first)
         try probe.write(Array("GET / HTTP/1.0\r\n\r\n".utf8), deadline: Self.soon())
         close(probe.takeDescriptor())
+        // Another that waits for the sender's share, then resets the connection (unread bytes,
+        // no linger): the sender's read fails with ECONNRESET, and that is no guess either.
+        let rude = try #require(BlockingSocket.connectAll([door], deadline: Self.soon()).first)
+        #expect(try BlockingSocket.readable([rude.descriptor], deadline: Self.soon())[0])
+        var abort = linger(l_onoff: 1, l_linger: 0)
+        _ = setsockopt(rude.descriptor, SOL_SOCKET, SO_LINGER, &abort, socklen_t(MemoryLayout<linger>.size))
+        close(rude.takeDescriptor())
         // The receiver with the code gets in, with both connections.
         let met = try Rendezvous.findLocal(code: code, announcePort: port, maxStreams: 4, deadline: Self.soon(20))
         #expect(met.sockets.count == 2)

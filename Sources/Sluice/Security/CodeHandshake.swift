@@ -40,16 +40,18 @@ package enum CodeHandshake {
         } catch {
             throw SluiceError(.authenticationFailed, operation: "code exchange", detail: "libcrypto failed (\(error))")
         }
-        try socket.write(magic + spake.share, deadline: deadline)
-        // A peer that never sends a whole hello made no guess: `.protocolViolation`, which a
-        // sender at its own door (on a local network) may shrug off and go on waiting.
+        // A peer that never sends a whole hello made no guess, however it went (silent, closed,
+        // reset before or while our share went out): `.protocolViolation`, which a sender at
+        // its own door (on a local network) may shrug off and go on waiting.
         let hello: [UInt8]
         do {
+            try socket.write(magic + spake.share, deadline: deadline)
             hello = try socket.read(exactly: magic.count + SPAKE2.shareBytes, deadline: deadline)
         } catch {
-            guard error.code == .truncatedData || error.code == .timedOut else { throw error }
+            let how = error.code == .truncatedData || error.code == .timedOut ? "" : " (\(error.reason))"
             throw SluiceError(
-                .protocolViolation, operation: "code exchange", detail: "the peer sent no share (not a sluice?)")
+                .protocolViolation, operation: "code exchange",
+                detail: "the peer sent no share (not a sluice?)" + how)
         }
         guard Array(hello[0..<magic.count]) == magic else {
             throw SluiceError(
