@@ -96,6 +96,14 @@ import Testing
         #expect(!atA.confirms(atA.confirmation), "A's own confirmation is not B's")
     }
 
+    @Test("w from a code matches an independent scrypt + HKDF (Python's hashlib)")
+    func passwordScalarKnownAnswer() throws {
+        // hashlib.scrypt(code, salt + [0, lane], n=2**13, r=8, p=1, dklen=32) for lanes 0 and 1,
+        // HKDF-SHA256(both, salt, "sluice code scalar v2", 48) as an integer mod P-256's order.
+        let w = try #require(SPAKE2.passwordScalar(code: Array("7-guitarist-revenge-shoe".utf8), salt: [1, 2]))
+        #expect(SHA256Digest.hex(w) == "2a865540a9c9c7f0f5c81715767176515a345c3da9029dd4d5f736c0ee74b80e")
+    }
+
     @Test("Random secrets: the same code agrees, another code does not, and additional data is bound")
     func agreement() throws {
         let w = try #require(SPAKE2.passwordScalar(code: Array("7-guitarist-revenge-shoe".utf8), salt: [1, 2]))

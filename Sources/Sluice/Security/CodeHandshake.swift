@@ -23,7 +23,7 @@ package enum CodeHandshake {
 
     /// Sent before each share: the protocol and its version, so a peer that is not a sluice of
     /// this version is told apart from a wrong code.
-    static let magic = Array("sluice-code-v1\n".utf8)
+    static let magic = Array("sluice-code-v2\n".utf8)
 
     /// Runs the exchange on `socket` with `password` (the code's SPAKE2 scalar:
     /// `WordCode.passwordScalar`, worked out before, since scrypt takes tens of milliseconds)

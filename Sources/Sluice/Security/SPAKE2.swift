@@ -1,4 +1,6 @@
 import CCrypto
+import Dispatch
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -191,19 +193,39 @@ public final class SPAKE2 {
         return Exchange(key: ke, confirmation: mine, expected: theirs, transcript: transcript)
     }
 
-    /// w from a code: scrypt (N = 2^14, r = 8, p = 1: 16 MiB and about 40 ms on a 2-core VM, 80
-    /// under load; a guess is costly to precompute for many nameplates) to 48 bytes, reduced
-    /// modulo the group's order (the RFC's MHF(pw) mod p; 128 bits beyond the order's make the
-    /// reduction's bias negligible). Nil when libcrypto fails (out of memory).
+    /// scrypt's cost for one lane of `passwordScalar`: N = 2^13, r = 8, p = 1 (8 MiB).
+    static let scryptLogN = 13
+
+    /// w from a code: two scrypt lanes (each N = 2^13, r = 8, p = 1: 8 MiB), salted with `salt`
+    /// and the lane's number, worked out at the same time on two threads where there are two
+    /// cores; HKDF-SHA256 of both to 48 bytes, reduced modulo the group's order (the RFC's
+    /// MHF(pw) mod p; 128 bits beyond the order's make the reduction's bias negligible). The
+    /// work per guess is that of one N = 2^14 scrypt (about 40 ms of a core here); the wait is
+    /// half of it on two cores (about 20 ms). Nil when libcrypto fails (out of memory).
+    ///
+    /// The stretching is defence in depth: SPAKE2 gives an eavesdropper or an active attacker
+    /// nothing to test guesses against offline, so each guess costs a run of the protocol
+    /// (and a burnt nameplate) however cheap w is to compute.
     public static func passwordScalar(code: [UInt8], salt: [UInt8]) -> [UInt8]? {
-        var stretched = [UInt8](repeating: 0, count: 48)
-        let ok = code.withUnsafeBufferPointer { codeBytes in
-            codeBytes.withMemoryRebound(to: CChar.self) { codeChars in
-                EVP_PBE_scrypt(
-                    codeChars.baseAddress, code.count, salt, salt.count, 1 << 14, 8, 1, 64 << 20, &stretched,
-                    stretched.count)
+        let lanes = Mutex<[[UInt8]?]>([nil, nil])
+        DispatchQueue.concurrentPerform(iterations: 2) { lane in
+            var out = [UInt8](repeating: 0, count: 32)
+            let laneSalt = salt + [0, UInt8(lane)]
+            let ok = code.withUnsafeBufferPointer { codeBytes in
+                codeBytes.withMemoryRebound(to: CChar.self) { codeChars in
+                    EVP_PBE_scrypt(
+                        codeChars.baseAddress, code.count, laneSalt, laneSalt.count, 1 << scryptLogN, 8, 1, 32 << 20,
+                        &out, out.count)
+                }
             }
+            lanes.withLock { $0[lane] = ok == 1 ? out : nil }
         }
+        let results = lanes.withLock { $0 }
+        guard let first = results[0], let second = results[1] else { return nil }
+        let lanesBytes = first + second
+        let info = Array("sluice code scalar v2".utf8)
+        var stretched = [UInt8](repeating: 0, count: 48)
+        let ok = sluice_hkdf_sha256(lanesBytes, lanesBytes.count, salt, salt.count, info, info.count, &stretched, 48)
         guard ok == 1, let group = EC_GROUP_new_by_curve_name(NID_X9_62_prime256v1) else { return nil }
         defer { EC_GROUP_free(group) }
         guard let context = BN_CTX_new(), let order = BN_new(), let raw = BN_secure_new(), let w = BN_secure_new()
