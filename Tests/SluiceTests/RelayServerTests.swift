@@ -206,7 +206,7 @@ func relayMove(_ bytes: [UInt8], from: RelayTestClient, to: RelayTestClient) -> 
     @Test func openJoinClaimUnknownAndExpiry() {
         var random = SystemRandomNumberGenerator()
         var table = RelayRendezvous(lifetime: 100)
-        let nameplate = table.open(connection: 1, now: 0, using: &random)!
+        let nameplate = table.open(connection: 1, now: 0, using: &random)!.nameplate
         #expect((1...99).contains(nameplate))
         #expect(table.join(nameplate: nameplate, connection: 2) == .paired(with: 1))
         #expect(table.join(nameplate: nameplate, connection: 3) == .claimed)
@@ -217,9 +217,9 @@ func relayMove(_ bytes: [UInt8], from: RelayTestClient, to: RelayTestClient) -> 
         #expect(table.join(nameplate: nameplate, connection: 5) == .unknown)
         #expect(table.nameplatesInUse == 0)
 
-        let waiting = table.open(connection: 6, now: 0, using: &random)!
+        let waiting = table.open(connection: 6, now: 0, using: &random)!.nameplate
         #expect(table.expire(.nameplate(waiting), now: 200) == .waiterExpired(6))
-        let left = table.open(connection: 7, now: 0, using: &random)!
+        let left = table.open(connection: 7, now: 0, using: &random)!.nameplate
         table.leave(.nameplate(left), connection: 8)
         #expect(table.slots[.nameplate(left)] != nil, "only the waiter frees its nameplate")
         table.leave(.nameplate(left), connection: 7)
@@ -240,17 +240,46 @@ func relayMove(_ bytes: [UInt8], from: RelayTestClient, to: RelayTestClient) -> 
         var table = RelayRendezvous(lifetime: 100)
         var seen = Set<Int>()
         for id in 0..<20 {
-            let n = table.open(connection: UInt64(id), now: 0, using: &random)!
+            let n = table.open(connection: UInt64(id), now: 0, using: &random)!.nameplate
             #expect(n <= 999)
             #expect(seen.insert(n).inserted)
         }
         for id in 20..<RelayHello.maximumNameplate {
-            guard let n = table.open(connection: UInt64(id), now: 0, using: &random), seen.insert(n).inserted else {
+            guard let n = table.open(connection: UInt64(id), now: 0, using: &random)?.nameplate, seen.insert(n).inserted
+            else {
                 Issue.record("no free nameplate after \(id)")
                 return
             }
         }
         #expect(table.open(connection: 0, now: 0, using: &random) == nil)
+    }
+
+    /// Clients that pair with themselves and hang up, again and again (from as many addresses
+    /// as they like): past the threshold the oldest burned nameplates are forgotten, so OPEN
+    /// always finds one, while those still waiting are never touched.
+    @Test func burnedNameplatesAreForgottenOldestFirstWhenTheyCrowd() throws {
+        var random = SystemRandomNumberGenerator()
+        var table = RelayRendezvous(lifetime: 1_000_000, rememberBurnedBelow: 50)
+        var waiting: [Int] = []
+        for id in 0..<10 {
+            waiting.append(try #require(table.open(connection: UInt64(id), now: 0, using: &random)).nameplate)
+        }
+        var burned: [Int] = []
+        var forgotten: [Int] = []
+        for id in 10..<5_000 {
+            let (n, dropped) = try #require(table.open(connection: UInt64(id), now: 0, using: &random))
+            #expect(table.join(nameplate: n, connection: UInt64(id) + 100_000) == .paired(with: UInt64(id)))
+            burned.append(n)
+            for case .nameplate(let old) in dropped { forgotten.append(old) }
+            #expect(table.nameplatesInUse <= 51)
+        }
+        #expect(forgotten == Array(burned.prefix(forgotten.count)), "the oldest first")
+        #expect(forgotten.count >= 4_900)
+        for (id, n) in waiting.enumerated() {
+            #expect(table.join(nameplate: n, connection: 200_000) == .paired(with: UInt64(id)))
+        }
+        // The newest burned ones are still remembered: a late JOIN is told it was claimed.
+        #expect(table.join(nameplate: try #require(burned.last), connection: 300_000) == .claimed)
     }
 }
 

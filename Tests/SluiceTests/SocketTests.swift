@@ -444,6 +444,17 @@ func withUnixSocketDirectory<T>(_ body: (String) throws -> T) throws -> T {
         #expect(throws: SluiceError.self) { try SocketAddress(unixPath: String(repeating: "x", count: 200)) }
     }
 
+    /// What a server's caps count: an IPv4 address, mapped or not, as itself; IPv6 by its /64.
+    @Test func capSourcesCountAnIPv6NetworkAsOne() throws {
+        func source(_ host: String) -> String? { SocketAddress(numericHost: host, port: 9)?.capSource }
+        #expect(source("192.0.2.7") == "192.0.2.7")
+        #expect(source("::ffff:192.0.2.7") == "192.0.2.7")
+        #expect(source("2001:db8:1:2:aaaa::1") == "2001:db8:1:2::/64")
+        #expect(source("2001:db8:1:2:ffff:ffff:ffff:ffff") == source("2001:db8:1:2::9"))
+        #expect(source("2001:db8:1:3::9") != source("2001:db8:1:2::9"))
+        #expect(try SocketAddress(unixPath: "/run/x.sock").capSource == nil)
+    }
+
     // MARK: Unix-domain sockets
 
     @Test func unixSocketEchoAndStaleFile() throws {

@@ -233,6 +233,19 @@ extension SocketAddress {
         }
     }
 
+    /// Who is behind this address, for a server's caps: an IPv4 address as itself (also when
+    /// it comes mapped into IPv6, `::ffff:a.b.c.d`), an IPv6 address by its /64 network — a
+    /// single host or home is usually given a whole /64, so counting exact IPv6 addresses would
+    /// let one client pass for 2^64 of them. Nil for a Unix socket's.
+    package var capSource: String? {
+        guard let raw = addressBytes else { return nil }
+        if raw.count == 4 || raw[0..<12].elementsEqual([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF]) {
+            return raw.suffix(4).map { String($0) }.joined(separator: ".")
+        }
+        let groups = stride(from: 0, to: 8, by: 2).map { String(UInt16(raw[$0]) << 8 | UInt16(raw[$0 + 1]), radix: 16) }
+        return groups.joined(separator: ":") + "::/64"
+    }
+
     /// An IPv4 (4 bytes) or IPv6 (16 bytes) address from its raw bytes and a port; nil for any
     /// other length.
     package init?(addressBytes raw: [UInt8], port: UInt16) {

@@ -24,7 +24,8 @@ final class RelayConnection {
     let fd: Int32
     /// The peer's address as the relay sees it (`203.0.113.5:40112`).
     let peer: String
-    /// The peer's host alone: what `--max-per-address` counts.
+    /// Who the peer is for the caps (`SocketAddress.capSource`: its IPv4 address, or its IPv6
+    /// /64): what `--max-per-address` and `--max-nameplates-per-address` count.
     let host: String
     var phase: Phase = .hello([])
     /// The hello timeout, until a complete hello.

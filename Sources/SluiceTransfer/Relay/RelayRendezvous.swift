@@ -58,12 +58,23 @@ struct RelayRendezvous {
     private(set) var slots: [Key: Slot] = [:]
     /// Nameplates in `slots` (waiting or burned): the numbers not free for OPEN.
     private(set) var nameplatesInUse = 0
+    /// Burned nameplates in the order they were burned (with the expiry they were burned
+    /// with, so an entry whose nameplate was forgotten and used again since is known stale):
+    /// the first to forget when nameplates run short.
+    private var burnedNameplates = FIFO<(nameplate: Int, expires: UInt64)>()
+    /// Burned nameplates are remembered only while fewer than this many nameplates are in use;
+    /// past it, OPEN forgets the oldest (a late JOIN of one is then told `ERR unknown` rather
+    /// than `ERR claimed`). Waiting nameplates each hold a connection, and connections are
+    /// capped far below it, so clients that pair with themselves and hang up, from however
+    /// many addresses, cannot use up the nameplates.
+    let rememberBurnedBelow: Int
     /// How long a waiting key lives, in nanoseconds.
     let lifetime: UInt64
 
     /// An empty table whose keys wait (and are remembered) `lifetime` nanoseconds.
-    init(lifetime: UInt64) {
+    init(lifetime: UInt64, rememberBurnedBelow: Int = RelayHello.maximumNameplate / 2) {
         self.lifetime = lifetime
+        self.rememberBurnedBelow = rememberBurnedBelow
     }
 
     /// Connections waiting on a nameplate or token.
@@ -74,14 +85,23 @@ struct RelayRendezvous {
         }
     }
 
-    /// OPEN: a free nameplate for `connection`, which now waits on it; nil when none is free.
-    /// Chosen at random among the free ones, with few digits while few are in use.
+    /// OPEN: a free nameplate for `connection`, which now waits on it, and the burned
+    /// nameplates forgotten to make room (`rememberBurnedBelow`; their owners and timers are
+    /// the caller's to release); nil when none is free. Chosen at random among the free ones,
+    /// with few digits while few are in use.
     mutating func open(
         connection: UInt64, now: UInt64, using random: inout some RandomNumberGenerator
-    ) -> Int? {
+    ) -> (nameplate: Int, forgotten: [Key])? {
+        var forgotten: [Key] = []
+        while nameplatesInUse >= rememberBurnedBelow, let oldest = burnedNameplates.removeFirst() {
+            let key = Key.nameplate(oldest.nameplate)
+            guard slots[key] == .burned(expires: oldest.expires) else { continue }
+            remove(key)
+            forgotten.append(key)
+        }
         guard let nameplate = freeNameplate(using: &random) else { return nil }
         insert(.nameplate(nameplate), .waiting(connection: connection, expires: now &+ lifetime))
-        return nameplate
+        return (nameplate, forgotten)
     }
 
     /// A nameplate not in use, or nil when all 99,999 are.
@@ -123,6 +143,16 @@ struct RelayRendezvous {
         switch slots[key] {
         case .waiting(let waiter, let expires)?:
             slots[key] = .burned(expires: expires)
+            if case .nameplate(let nameplate) = key {
+                burnedNameplates.append((nameplate, expires))
+                // Entries of nameplates since expired are dropped on the way, so the queue
+                // holds about as many as are burned.
+                while let first = burnedNameplates.first,
+                    slots[.nameplate(first.nameplate)] != .burned(expires: first.expires)
+                {
+                    _ = burnedNameplates.removeFirst()
+                }
+            }
             return .paired(with: waiter)
         case .burned?:
             return .claimed

@@ -228,7 +228,7 @@ public final class RelayServer: @unchecked Sendable {
     /// A new connection: refused when a cap is reached, else given the hello timeout.
     private func admit(_ fd: Int32, peer address: SocketAddress?) {
         let peer = address?.description ?? "?"
-        let host = address?.host ?? peer
+        let host = address?.capSource ?? peer
         if connections.count >= options.maxConnections || perAddress[host, default: 0] >= options.maxPerAddress {
             count { $0.busyRefused += 1 }
             log("refused \(peer): busy (\(connections.count) connections, \(perAddress[host, default: 0]) from it)")
@@ -360,11 +360,16 @@ public final class RelayServer: @unchecked Sendable {
                 refuse(connection, "ERR busy\n")
                 return
             }
-            guard let nameplate = rendezvous.open(connection: connection.id, now: now, using: &random) else {
+            guard let (nameplate, forgotten) = rendezvous.open(connection: connection.id, now: now, using: &random)
+            else {
                 count { $0.busyRefused += 1 }
                 log("refused \(connection.peer): busy (no nameplate free)")
                 refuse(connection, "ERR busy\n")
                 return
+            }
+            for key in forgotten {
+                expiryTimers.removeValue(forKey: key)?.cancel()
+                released(key)
             }
             let key = RelayRendezvous.Key.nameplate(nameplate)
             own(key, connection.host)
