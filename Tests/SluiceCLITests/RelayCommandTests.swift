@@ -8,51 +8,19 @@ import Testing
 
 /// `sluice relay ARGUMENTS --listen 127.0.0.1:0`, its stderr and stdout read as they come.
 final class RelayProcess: @unchecked Sendable {
-    let process = Process()
-    private let errors = Pipe()
-    private let output = Pipe()
-    private let lock = NSLock()
-    private var errData = Data()
-    private var outData = Data()
-    private let done = DispatchGroup()
+    let live: LiveSluice
+    var process: Process { live.process }
 
     init(_ arguments: [String]) throws {
-        precondition(brokenPipesIgnored)
-        process.executableURL = sluiceBinary
-        process.arguments = ["relay", "--listen", "127.0.0.1:0"] + arguments
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = output
-        process.standardError = errors
-        try process.run()
-        for (pipe, isOutput) in [(errors, false), (output, true)] {
-            done.enter()
-            let handle = pipe.fileHandleForReading
-            Thread.detachNewThread { [self] in
-                while true {
-                    let chunk = handle.availableData
-                    if chunk.isEmpty { break }
-                    lock.withLock { if isOutput { outData.append(chunk) } else { errData.append(chunk) } }
-                }
-                done.leave()
-            }
-        }
+        live = try LiveSluice(["relay", "--listen", "127.0.0.1:0"] + arguments, keyed: false)
     }
 
-    deinit {
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-    }
+    var stderrText: String { live.stderrText }
+    var stdoutText: String { live.stdoutText }
 
-    var stderrText: String { lock.withLock { String(decoding: errData, as: UTF8.self) } }
-    var stdoutText: String { lock.withLock { String(decoding: outData, as: UTF8.self) } }
-
-    /// The port from `relaying on 127.0.0.1:PORT`, waiting up to 10 s.
+    /// The port from `relaying on 127.0.0.1:PORT`, waiting for it.
     func port() throws -> UInt16 {
-        var port: UInt16?
-        waitUntil {
-            port = stderrText.firstMatch(of: /relaying on 127\.0\.0\.1:([0-9]+)\n/).flatMap { UInt16($0.output.1) }
-            return port != nil || !process.isRunning
-        }
-        return try #require(port, "no 'relaying on' line: \(stderrText)")
+        try #require(UInt16(try live.line(/relaying on 127\.0\.0\.1:([0-9]+)\n/)))
     }
 
     /// Waits until stderr has a line containing `text`.
@@ -60,14 +28,10 @@ final class RelayProcess: @unchecked Sendable {
         waitUntil { stderrText.split(separator: "\n").contains { $0.contains(text) } }
     }
 
-    /// Sends `signal` and waits for the exit (at most 10 s): the status.
+    /// Sends `signal` and waits for the exit (at most 10 s, then SIGKILL): the status.
     func stop(with signal: Int32 = SIGTERM) -> Int32 {
         kill(process.processIdentifier, signal)
-        let exited = waitUntil { !process.isRunning }
-        if !exited { kill(process.processIdentifier, SIGKILL) }
-        process.waitUntilExit()
-        done.wait()
-        return process.terminationStatus
+        return live.wait(seconds: 10).status
     }
 }
 

@@ -1,4 +1,5 @@
 import Foundation
+import TestThreads
 import Testing
 
 #if canImport(Glibc)
@@ -191,27 +192,11 @@ import Testing
         }
     }
 
-    /// A UDP port free on this host now (bound to port 0, then let go).
-    func freeUDPPort() throws -> String {
-        let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
-        defer { close(fd) }
-        var any = sockaddr_in()
-        any.sin_family = sa_family_t(AF_INET)
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let ok = withUnsafeMutablePointer(to: &any) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
-            }
-        }
-        guard ok else { throw POSIXError(.EADDRINUSE) }
-        return "\(UInt16(bigEndian: any.sin_port))"
-    }
-
     @Test func withNoRelayTheSenderIsFoundOnTheLocalNetworkAndOneGuessHoldsThere() throws {
         try withTemporaryDirectory { dir in
             try makeTree(dir + "/src")
             try FileManager.default.createDirectory(atPath: dir + "/dst", withIntermediateDirectories: true)
-            let port = try freeUDPPort()
+            let port = "\(try #require(freePort(SOCK_DGRAM)))"
             // No --relay and no address: a short code, announced on the local network.
             let (sender, code) = try relaySender(
                 "", [], command: ["send", "--lan-port", port, "--streams", "2", dir + "/src"])

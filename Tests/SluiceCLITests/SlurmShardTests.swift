@@ -1,4 +1,5 @@
 import Foundation
+import TestThreads
 import Testing
 
 #if canImport(Glibc)
@@ -30,7 +31,7 @@ final class SlurmCluster {
         let key = (0..<1024).map { _ in UInt8.random(in: 0...255) }
         try Data(key).write(to: URL(fileURLWithPath: "\(directory)/munge/munge.key"))
         chmod("\(directory)/munge/munge.key", 0o400)
-        let (controller, node) = (try Self.freePort(), try Self.freePort())
+        let (controller, node) = (try #require(freePort(SOCK_STREAM)), try #require(freePort(SOCK_STREAM)))
         let host = Self.shortHostname()
         let conf = """
             ClusterName=sluicetest
@@ -147,22 +148,6 @@ final class SlurmCluster {
             usleep(50_000)
         }
         return condition()
-    }
-
-    /// A TCP port nothing listens on now: bound to port 0, read, closed.
-    static func freePort() throws -> UInt16 {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
-            }
-        }
-        guard bound else { throw ReceiverError(message: "no free port") }
-        return UInt16(bigEndian: address.sin_port)
     }
 
     static func shortHostname() -> String {

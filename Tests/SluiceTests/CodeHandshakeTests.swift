@@ -1,4 +1,5 @@
 import Dispatch
+import TestThreads
 import Testing
 
 @testable import Sluice
@@ -185,24 +186,8 @@ import Testing
         _ = played
     }
 
-    /// A free UDP port of this host now.
-    static func freeUDPPort() throws -> UInt16 {
-        let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
-        defer { close(fd) }
-        var any = sockaddr_in()
-        any.sin_family = sa_family_t(AF_INET)
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let ok = withUnsafeMutablePointer(to: &any) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
-            }
-        }
-        #expect(ok)
-        return UInt16(bigEndian: any.sin_port)
-    }
-
     @Test func aProbeAtTheLocalDoorIsNoGuessAndTheReceiverStillGetsIn() throws {
-        let port = try Self.freeUDPPort()
+        let port = try #require(freePort(SOCK_DGRAM))
         let sender = try SenderRendezvous.local(wordCount: 3, announcePort: port)
         let code = sender.code
         let box = HandOver(sender)
