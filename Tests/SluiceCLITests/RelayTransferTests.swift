@@ -139,6 +139,41 @@ import Testing
         }
     }
 
+    /// A transfer through the relay cut in the middle (the sender's connection to the relay
+    /// closed after 4 MiB) is resumed by sending again with a new code: the receiver keeps the
+    /// part it holds and the second run sends only the rest (the part held is checked with
+    /// SHA-256, the new code giving a new key).
+    @Test func aTransferCutAtTheRelayResumesWithANewCode() throws {
+        try withTemporaryDirectory { dir in
+            let file = dir + "/big.bin"
+            try write(randomBytes(16 << 20, seed: 11), to: file)
+            let inbox = dir + "/in"
+            try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: true)
+            let relay = try RunningRelay()
+            let cut = try CutRelay(to: relay.port, cutAfter: 4 << 20)
+            let (first, code) = try relaySender("127.0.0.1:\(cut.port)", ["--no-direct", file])
+            let cutShort = try LiveSluice(["receive", "--relay", relay.address, "-C", inbox, code]).wait()
+            #expect(first.wait().status == 74)
+            #expect(cut.didCut)
+            #expect(cutShort.status == 74, "\(cutShort.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: inbox + "/big.bin"))
+            #expect(directoryEntries(inbox).count == 1 && directoryEntries(inbox).allSatisfy { $0.hasPrefix(".") })
+
+            let (again, newCode) = try relaySender(relay.address, ["--no-direct", "--stats=json", file])
+            #expect(newCode != code)
+            let received = try LiveSluice(["receive", "--relay", relay.address, "-C", inbox, newCode]).wait()
+            let sent = again.wait()
+            #expect(received.status == 0, "\(received.stderr)")
+            #expect(sent.status == 0, "\(sent.stderr)")
+            #expect(contents(inbox + "/big.bin") == contents(file))
+            let stats = try #require(lastJSONObject(sent.stderr), "\(sent.stderr)")
+            let resumed = try #require(stats["resumed_bytes"] as? Int)
+            #expect(resumed >= 1 << 20, "resumed \(resumed) bytes")
+            #expect(stats["vouched_bytes"] as? Int == 0, "a new code vouches for nothing")
+            _ = relay.stop()
+        }
+    }
+
     @Test func aWrongCodeEndsBothSidesWith77AndNothingIsSent() throws {
         try withTemporaryDirectory { dir in
             try makeTree(dir + "/src")
