@@ -53,21 +53,27 @@ code_of() {
     return 1
 }
 
-run_relayed() {  # $1: file, $2: extra send options; prints seconds
+# The CPU seconds (user + system) /usr/bin/time wrote to file $1.
+cpu_of() { awk '/^cpu / {s += $2 + $3} END {printf "%.3f", s}' "$1"; }
+
+run_relayed() {  # $1: file, $2: extra send options; prints seconds; both ends' CPU in $OUT/ends.cpu
     rm -rf "$OUT/in"/*
     local t0; t0=$(date +%s.%N)
-    "$SLUICE" send --relay "$RELAY" -q $2 "$1" 2>"$OUT/send.log" &
+    /usr/bin/time -f 'cpu %U %S' -o "$OUT/send.time" "$SLUICE" send --relay "$RELAY" -q $2 "$1" 2>"$OUT/send.log" &
     local s=$!
     local code; code=$(code_of "$OUT/send.log")
-    "$SLUICE" receive --relay "$RELAY" --no-fsync -q -C "$OUT/in" "$code"
+    /usr/bin/time -f 'cpu %U %S' -o "$OUT/recv.time" "$SLUICE" receive --relay "$RELAY" --no-fsync -q -C "$OUT/in" "$code"
     wait "$s"
     local t1; t1=$(date +%s.%N)
+    cat "$OUT/send.time" "$OUT/recv.time" >"$OUT/both.time"
+    cpu_of "$OUT/both.time" >"$OUT/ends.cpu"
     awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", b - a}'
 }
 
 run_direct() {  # prints seconds
     rm -rf "$OUT/in"/*
-    "$SLUICE" receive --key-file "$KEY" --once --no-fsync --listen 127.0.0.1:0 -C "$OUT/in" 2>"$OUT/recv.log" &
+    /usr/bin/time -f 'cpu %U %S' -o "$OUT/recv.time" \
+        "$SLUICE" receive --key-file "$KEY" --once --no-fsync --listen 127.0.0.1:0 -C "$OUT/in" 2>"$OUT/recv.log" &
     local r=$!
     local port=
     for _ in $(seq 500); do
@@ -76,9 +82,12 @@ run_direct() {  # prints seconds
         sleep 0.005
     done
     local t0; t0=$(date +%s.%N)
-    "$SLUICE" send --key-file "$KEY" -q "$SRC" "127.0.0.1:$port"
+    /usr/bin/time -f 'cpu %U %S' -o "$OUT/send.time" "$SLUICE" send --key-file "$KEY" -q "$SRC" "127.0.0.1:$port"
     wait "$r"
     local t1; t1=$(date +%s.%N)
+    cat "$OUT/send.time" >"$OUT/both.time"
+    awk '/^cpu / {print}' "$OUT/recv.time" >>"$OUT/both.time" 2>/dev/null || true
+    cpu_of "$OUT/both.time" >"$OUT/ends.cpu"
     awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", b - a}'
 }
 
@@ -87,6 +96,8 @@ range() { sort -g | awk 'NR==1 {lo=$1} {hi=$1} END {print lo "–" hi}'; }
 
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores"
 echo "== $SIZE_MB MiB: through the relay (--no-direct) vs straight to an address"
+# Each round also gives the CPU seconds of all the processes of each way: on two cores, a way
+# whose processes together use about 2 × its seconds is bound by the CPU, not by the relay.
 relayed=() direct=() cpu=()
 for round in $(seq "$ROUNDS"); do
     if [ $((round % 2)) -eq 1 ]; then order="relay direct"; else order="direct relay"; fi
@@ -96,12 +107,16 @@ for round in $(seq "$ROUNDS"); do
             t=$(run_relayed "$SRC" --no-direct)
             c1=$(relay_cpu)
             relayed+=("$t")
-            cpu+=("$(awk -v a="$c0" -v b="$c1" -v s="$SIZE_MB" 'BEGIN {printf "%.3f", (b - a) * 1024 / s}')")
+            relay_used=$(awk -v a="$c0" -v b="$c1" 'BEGIN {printf "%.3f", b - a}')
+            cpu+=("$(awk -v u="$relay_used" -v s="$SIZE_MB" 'BEGIN {printf "%.3f", u * 1024 / s}')")
+            relay_all=$(awk -v e="$(cat "$OUT/ends.cpu")" -v u="$relay_used" 'BEGIN {printf "%.2f", e + u}')
         else
             direct+=("$(run_direct)")
+            direct_all=$(cat "$OUT/ends.cpu")
         fi
     done
-    echo "round $round: relay ${relayed[-1]} s (relay CPU ${cpu[-1]} s/GiB), direct ${direct[-1]} s"
+    echo "round $round: relay ${relayed[-1]} s (relay CPU ${cpu[-1]} s/GiB; all three processes $relay_all CPU s)," \
+        "direct ${direct[-1]} s (both ends $direct_all CPU s)"
 done
 ratios=()
 for i in "${!relayed[@]}"; do ratios+=("$(awk -v r="${relayed[$i]}" -v d="${direct[$i]}" 'BEGIN {printf "%.3f", d / r}')"); done
