@@ -186,4 +186,45 @@ final class NATLab: @unchecked Sendable {
             #expect(try treesIdentical(dir + "/src", dir + "/dst/src"))
         }
     }
+
+    /// Two hosts on a link with IPv6 alone (link-local addresses, no IPv4 but loopback's): the
+    /// sender's announcement goes to ff02::1 on its interface, and the receiver connects to
+    /// the link-local address it came from, through the interface it came in on.
+    @Test(.disabled(if: NATLab.unavailable != nil, Comment(rawValue: NATLab.unavailable ?? "")))
+    func twoHostsOnAnIPv6OnlyLinkFindEachOther() throws {
+        let tag = "\(getpid() % 100_000)-\(UInt32.random(in: 0..<100_000))"
+        let (a, b) = ("sl-6a-\(tag)", "sl-6b-\(tag)")
+        defer { _ = try? NATLab.run("ip netns del \(a); ip netns del \(b); true") }
+        let built = try NATLab.run(
+            """
+            set -e
+            ip netns add \(a); ip netns add \(b)
+            ip link add v0 netns \(a) type veth peer name v1 netns \(b)
+            for end in "\(a) v0 fe80::a" "\(b) v1 fe80::b"; do
+                set -- $end
+                ip -n $1 link set lo up; ip -n $1 link set $2 addrgenmode none; ip -n $1 link set $2 up
+                ip -n $1 addr add $3/64 dev $2 nodad
+            done
+            """)
+        try #require(built == 0, "could not build the IPv6 link")
+        try withTemporaryDirectory { dir in
+            try FileManager.default.createDirectory(atPath: dir + "/src", withIntermediateDirectories: true)
+            try write(randomBytes(1 << 20, seed: 13), to: dir + "/src/data.bin")
+            try FileManager.default.createDirectory(atPath: dir + "/dst", withIntermediateDirectories: true)
+            let port = "\(UInt16.random(in: 20_000...60_000))"
+            let (sender, code) = try relaySender(
+                "", [], inside: ["/usr/sbin/ip", "netns", "exec", a],
+                command: ["send", "--lan-port", port, "--streams", "2", dir + "/src"])
+            let received = try LiveSluice(
+                ["receive", "--lan-port", port, "-C", dir + "/dst", code], keyed: false,
+                inside: ["/usr/sbin/ip", "netns", "exec", b]
+            ).wait(seconds: 60)
+            let sent = sender.wait(seconds: 60)
+            #expect(received.status == 0, "\(received.stderr)")
+            #expect(sent.status == 0, "\(sent.stderr)")
+            // No IPv4 route joins the two: arriving at all says the IPv6 announcement was heard.
+            #expect(received.stderr.contains("found on the local network"), "\(received.stderr)")
+            #expect(try treesIdentical(dir + "/src", dir + "/dst/src"))
+        }
+    }
 }

@@ -273,6 +273,8 @@ extension SocketAddress {
         var address: SocketAddress
         var mask: [UInt8]?
         var flags: Int32
+        /// The interface's index (`if_nametoindex`): an IPv6 link-scoped address's scope.
+        var index: UInt32
     }
 
     /// The addresses of this host's interfaces that are up (`getifaddrs`), IPv4 and IPv6.
@@ -291,7 +293,8 @@ extension SocketAddress {
                     ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size)
             guard let address = SocketAddress(sockaddr: sa, length: length), address.family != .unix else { continue }
             let mask = current.pointee.ifa_netmask.flatMap { SocketAddress(sockaddr: $0, length: length)?.addressBytes }
-            found.append(Interface(address: address, mask: mask, flags: flags))
+            let index = current.pointee.ifa_name.map { if_nametoindex($0) } ?? 0
+            found.append(Interface(address: address, mask: mask, flags: flags, index: index))
         }
         return found
     }
@@ -310,6 +313,40 @@ extension SocketAddress {
             found.append(withPort)
         }
         return found
+    }
+
+    /// ff02::1 (every node on the link) with `port`, scoped to each interface that is up, is
+    /// not loopback, takes multicast and has an IPv6 address: how a datagram reaches every
+    /// host of an IPv6 network, which has no broadcast.
+    package static func linkAllNodesAddresses(port: UInt16) -> [SocketAddress] {
+        var indexes: [UInt32] = []
+        for interface in interfaces()
+        where interface.address.family == .ipv6 && interface.flags & Int32(IFF_LOOPBACK) == 0
+            && interface.flags & Int32(IFF_MULTICAST) != 0 && interface.index != 0 && !indexes.contains(interface.index)
+        {
+            indexes.append(interface.index)
+        }
+        return indexes.map { index in
+            var sin6 = sockaddr_in6()
+            sin6.sin6_family = sa_family_t(AF_INET6)
+            sin6.sin6_port = port.bigEndian
+            sin6.sin6_scope_id = index
+            withUnsafeMutableBytes(of: &sin6.sin6_addr) {
+                $0.copyBytes(from: [0xFF, 0x02] + [UInt8](repeating: 0, count: 13) + [1])
+            }
+            return SocketAddress(copying: &sin6)
+        }
+    }
+
+    /// This address with another port (an IPv6 address's scope kept); nil for a Unix socket's.
+    package func replacingPort(_ port: UInt16) -> SocketAddress? {
+        guard family != .unix else { return nil }
+        var raw = bytes
+        raw[2] = UInt8(port >> 8)
+        raw[3] = UInt8(port & 0xFF)
+        return raw.withUnsafeBytes { buffer in
+            buffer.baseAddress.flatMap { SocketAddress(sockaddr: $0, length: socklen_t(buffer.count)) }
+        }
     }
 
     /// The broadcast addresses of this host's IPv4 interfaces that are up, with `port`: each

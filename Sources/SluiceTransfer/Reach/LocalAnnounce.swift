@@ -39,25 +39,24 @@ package enum LocalAnnounce {
         return field.reduce(0) { $0 * 10 + UInt32($1 - 0x30) }
     }
 
-    /// A UDP socket for announcements: bound to `port` to hear them (several receivers may
-    /// share it), or unbound with broadcast allowed to send them.
-    static func socket(hearing port: UInt16?) throws(SluiceError) -> Int32 {
+    /// A UDP socket for announcements over IPv4 (`ipv6` false) or IPv6: bound to `port` to
+    /// hear them (several receivers may share it; the IPv6 one takes IPv6 only, beside the
+    /// IPv4 one), or unbound, with broadcast allowed, to send them.
+    static func socket(hearing port: UInt16?, ipv6: Bool = false) throws(SluiceError) -> Int32 {
         let type = Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue)
-        let fd = try syscallValue("socket", "announcements") { Glibc.socket(AF_INET, type, 0) }
+        let fd = try syscallValue("socket", "announcements") { Glibc.socket(ipv6 ? AF_INET6 : AF_INET, type, 0) }
         var on: Int32 = 1
         let size = socklen_t(MemoryLayout<Int32>.size)
-        _ = setsockopt(fd, SOL_SOCKET, SO_BROADCAST, &on, size)
+        if ipv6 {
+            _ = setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &on, size)
+        } else {
+            _ = setsockopt(fd, SOL_SOCKET, SO_BROADCAST, &on, size)
+        }
         guard let port else { return fd }
         _ = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, size)
         _ = setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, size)
-        var any = sockaddr_in()
-        any.sin_family = sa_family_t(AF_INET)
-        any.sin_port = port.bigEndian
-        let bound = withUnsafePointer(to: &any) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
+        let any = SocketAddress(numericHost: ipv6 ? "::" : "0.0.0.0", port: port)
+        let bound = (try? any?.withSockAddr { sa, length throws(SluiceError) -> Int32 in bind(fd, sa, length) }) ?? -1
         guard bound == 0 else {
             let error = SluiceError(.system(.current), operation: "bind", subject: "UDP port \(port) (announcements)")
             close(fd)
@@ -66,41 +65,48 @@ package enum LocalAnnounce {
         return fd
     }
 
-    /// Sends `message` on `port` to each local network's broadcast address, to
-    /// 255.255.255.255, and to this host (a receiver on the same machine hears it even where
-    /// broadcasts do not come back).
-    static func send(_ message: [UInt8], from fd: Int32, to port: UInt16) {
+    /// Sends `message` on `port` to each local IPv4 network's broadcast address, to
+    /// 255.255.255.255 and to this host (a receiver on the same machine hears it even where
+    /// broadcasts do not come back) from `fd`, and to every IPv6 link's nodes (ff02::1 on each
+    /// interface) from `fd6` when there is one.
+    static func send(_ message: [UInt8], from fd: Int32, ipv6 fd6: Int32?, to port: UInt16) {
         let everyone = ["255.255.255.255", "127.0.0.1"].compactMap { SocketAddress(numericHost: $0, port: port) }
-        for address in SocketAddress.broadcastAddresses(port: port) + everyone {
+        var targets = (SocketAddress.broadcastAddresses(port: port) + everyone).map { (fd, $0) }
+        if let fd6 { targets += SocketAddress.linkAllNodesAddresses(port: port).map { (fd6, $0) } }
+        for (socket, address) in targets {
             _ = try? address.withSockAddr { sa, length throws(SluiceError) -> Int in
-                message.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), sa, length) }
+                message.withUnsafeBytes { sendto(socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), sa, length) }
             }
         }
     }
 
-    /// Waits (until `deadline`) for the announcement of `nameplate` on `port`; the address it
-    /// came from with the port it names.
+    /// Waits (until `deadline`) for the announcement of `nameplate` on `port`, over IPv4 or
+    /// IPv6 (where this host has it); the address it came from with the port it names (a
+    /// link-local IPv6 one with its interface).
     package static func find(nameplate: UInt32, port: UInt16, deadline: UInt64) throws(SluiceError) -> SocketAddress {
-        let fd = try socket(hearing: port)
-        defer { close(fd) }
+        var sockets = [try socket(hearing: port)]
+        if let fd6 = try? socket(hearing: port, ipv6: true) { sockets.append(fd6) }
+        defer { sockets.forEach { close($0) } }
         var buffer = [UInt8](repeating: 0, count: maxBytes + 1)
         while true {
-            guard try BlockingSocket.readable([fd], deadline: deadline)[0] else {
+            let ready = try BlockingSocket.readable(sockets, deadline: deadline)
+            guard ready.contains(true) else {
                 throw SluiceError(
                     .timedOut, operation: "find", subject: "nameplate \(nameplate)",
                     detail: "no sender announced it on this network (for one elsewhere, give --relay)")
             }
-            var from = sockaddr_in()
-            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-            let n = withUnsafeMutablePointer(to: &from) { pointer in
-                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
-                    buffer.withUnsafeMutableBytes { recvfrom(fd, $0.baseAddress, $0.count, 0, sa, &length) }
+            for (fd, isReady) in zip(sockets, ready) where isReady {
+                var from = sockaddr_storage()
+                var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+                let n = withUnsafeMutablePointer(to: &from) { pointer in
+                    pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
+                        buffer.withUnsafeMutableBytes { recvfrom(fd, $0.baseAddress, $0.count, 0, sa, &length) }
+                    }
                 }
+                guard n > 0, let heard = parse(Array(buffer[0..<n])), heard.nameplate == nameplate else { continue }
+                let sender = withUnsafePointer(to: &from) { SocketAddress(sockaddr: $0, length: length) }
+                if let address = sender?.replacingPort(heard.port) { return address }
             }
-            guard n > 0, let heard = parse(Array(buffer[0..<n])), heard.nameplate == nameplate else { continue }
-            var raw = [UInt8](repeating: 0, count: 4)
-            withUnsafeBytes(of: &from.sin_addr) { raw = Array($0) }
-            if let address = SocketAddress(addressBytes: raw, port: heard.port) { return address }
         }
     }
 }
@@ -112,13 +118,16 @@ extension SenderRendezvous {
     package static func local(wordCount: Int, announcePort: UInt16) throws(SluiceError) -> LocalSender {
         let door = try BlockingListener()
         let fd = try LocalAnnounce.socket(hearing: nil)
+        let fd6 = try? LocalAnnounce.socket(hearing: nil, ipv6: true)
         guard let code = WordCode.generate(nameplate: UInt32.random(in: 1...9999), wordCount: wordCount),
             let password = code.passwordScalar
         else {
             close(fd)
+            fd6.map { _ = close($0) }
             throw SluiceError(.unavailable, operation: "code", detail: "no random bytes, or libcrypto failed")
         }
-        return LocalSender(code: code, password: password, door: door, announcer: fd, port: announcePort)
+        return LocalSender(
+            code: code, password: password, door: door, announcers: (fd, fd6), port: announcePort)
     }
 }
 
@@ -128,14 +137,18 @@ package final class LocalSender {
     package let code: WordCode
     private let password: [UInt8]
     private let door: BlockingListener
-    private let announcer: Int32
+    /// The sockets announcements go out of: IPv4, and IPv6 where this host has it.
+    private let announcers: (ipv4: Int32, ipv6: Int32?)
     private let port: UInt16
 
-    init(code: WordCode, password: [UInt8], door: BlockingListener, announcer: Int32, port: UInt16) {
-        (self.code, self.password, self.door, self.announcer, self.port) = (code, password, door, announcer, port)
+    init(code: WordCode, password: [UInt8], door: BlockingListener, announcers: (Int32, Int32?), port: UInt16) {
+        (self.code, self.password, self.door, self.announcers, self.port) = (code, password, door, announcers, port)
     }
 
-    deinit { close(announcer) }
+    deinit {
+        close(announcers.ipv4)
+        announcers.ipv6.map { _ = close($0) }
+    }
 
     /// Announces until a receiver comes through the door (until `pairingDeadline`), runs the
     /// code exchange with it (the first to come has the one guess), offers `streams`
@@ -146,7 +159,7 @@ package final class LocalSender {
         let announcement = LocalAnnounce.message(nameplate: code.nameplate, port: door.port)
         var met: (socket: BlockingSocket, key: CodeKey)?
         while met == nil {
-            LocalAnnounce.send(announcement, from: announcer, to: port)
+            LocalAnnounce.send(announcement, from: announcers.ipv4, ipv6: announcers.ipv6, to: port)
             let next = min(pairingDeadline, monotonicNanoseconds() &+ LocalAnnounce.interval)
             if try BlockingSocket.readable([door.descriptor], deadline: next)[0], let socket = door.accept() {
                 // Anyone may come to the door: one who sends no share (a probe, a scanner, a
