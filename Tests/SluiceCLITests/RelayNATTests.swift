@@ -162,34 +162,40 @@ final class NATLab: @unchecked Sendable {
         }
     }
 
-    @Test(.disabled(if: NATLab.unavailable != nil, Comment(rawValue: NATLab.unavailable ?? "")))
-    func twoHostsOnOneNetworkFindEachOtherWithNoServer() throws {
-        let lab = try NATLab()
+    /// A tree sent with a short code and no relay from one host to another (each a prefix that
+    /// runs a program in its namespace): the sender announces on the network they share, the
+    /// receiver hears it and comes straight to it.
+    func transferOnTheLocalNetwork(from sending: [String], to receiving: [String], extra: [String] = []) throws {
         try withTemporaryDirectory { dir in
             try FileManager.default.createDirectory(atPath: dir + "/src", withIntermediateDirectories: true)
             try write(randomBytes(1 << 20, seed: 12), to: dir + "/src/data.bin")
             try FileManager.default.createDirectory(atPath: dir + "/dst", withIntermediateDirectories: true)
-            // No relay anywhere: the sender announces its nameplate in broadcasts on the
-            // network both routers' public sides share; the receiver, another host, hears it.
             let port = "\(UInt16.random(in: 20_000...60_000))"
             let (sender, code) = try relaySender(
-                "", [], environment: [:], inside: lab.inside(lab.routers[0]),
-                command: ["send", "--lan-port", port, dir + "/src"])
+                "", [], inside: sending, command: ["send", "--lan-port", port] + extra + [dir + "/src"])
             let received = try LiveSluice(
-                ["receive", "--lan-port", port, "-C", dir + "/dst", code], keyed: false,
-                inside: lab.inside(lab.routers[1])
+                ["receive", "--lan-port", port, "-C", dir + "/dst", code], keyed: false, inside: receiving
             ).wait(seconds: 60)
             let sent = sender.wait(seconds: 60)
             #expect(received.status == 0, "\(received.stderr)")
             #expect(sent.status == 0, "\(sent.stderr)")
-            #expect(received.stderr.contains("found on the local network"))
+            #expect(received.stderr.contains("found on the local network"), "\(received.stderr)")
             #expect(try treesIdentical(dir + "/src", dir + "/dst/src"))
         }
     }
 
+    /// No relay anywhere: the sender announces its nameplate in broadcasts on the network both
+    /// routers' public sides share; the receiver, another host, hears it.
+    @Test(.disabled(if: NATLab.unavailable != nil, Comment(rawValue: NATLab.unavailable ?? "")))
+    func twoHostsOnOneNetworkFindEachOtherWithNoServer() throws {
+        let lab = try NATLab()
+        try transferOnTheLocalNetwork(from: lab.inside(lab.routers[0]), to: lab.inside(lab.routers[1]))
+    }
+
     /// Two hosts on a link with IPv6 alone (link-local addresses, no IPv4 but loopback's): the
     /// sender's announcement goes to ff02::1 on its interface, and the receiver connects to
-    /// the link-local address it came from, through the interface it came in on.
+    /// the link-local address it came from, through the interface it came in on. No IPv4 route
+    /// joins the two: arriving at all says the IPv6 announcement was heard.
     @Test(.disabled(if: NATLab.unavailable != nil, Comment(rawValue: NATLab.unavailable ?? "")))
     func twoHostsOnAnIPv6OnlyLinkFindEachOther() throws {
         let tag = "\(getpid() % 100_000)-\(UInt32.random(in: 0..<100_000))"
@@ -207,24 +213,8 @@ final class NATLab: @unchecked Sendable {
             done
             """)
         try #require(built == 0, "could not build the IPv6 link")
-        try withTemporaryDirectory { dir in
-            try FileManager.default.createDirectory(atPath: dir + "/src", withIntermediateDirectories: true)
-            try write(randomBytes(1 << 20, seed: 13), to: dir + "/src/data.bin")
-            try FileManager.default.createDirectory(atPath: dir + "/dst", withIntermediateDirectories: true)
-            let port = "\(UInt16.random(in: 20_000...60_000))"
-            let (sender, code) = try relaySender(
-                "", [], inside: ["/usr/sbin/ip", "netns", "exec", a],
-                command: ["send", "--lan-port", port, "--streams", "2", dir + "/src"])
-            let received = try LiveSluice(
-                ["receive", "--lan-port", port, "-C", dir + "/dst", code], keyed: false,
-                inside: ["/usr/sbin/ip", "netns", "exec", b]
-            ).wait(seconds: 60)
-            let sent = sender.wait(seconds: 60)
-            #expect(received.status == 0, "\(received.stderr)")
-            #expect(sent.status == 0, "\(sent.stderr)")
-            // No IPv4 route joins the two: arriving at all says the IPv6 announcement was heard.
-            #expect(received.stderr.contains("found on the local network"), "\(received.stderr)")
-            #expect(try treesIdentical(dir + "/src", dir + "/dst/src"))
-        }
+        try transferOnTheLocalNetwork(
+            from: ["/usr/sbin/ip", "netns", "exec", a], to: ["/usr/sbin/ip", "netns", "exec", b],
+            extra: ["--streams", "2"])
     }
 }
