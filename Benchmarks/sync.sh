@@ -50,7 +50,9 @@ trap cleanup EXIT
 # shellcheck source=Benchmarks/common.sh
 . "$ROOT/Benchmarks/common.sh"
 
-# One receiver and one daemon for the whole run, each serving $RUNS/in.
+# One receiver and one daemon for the whole run, each serving $RUNS/in. The receiver lets the
+# sender remove entries (the changed scenario's --delete).
+RECEIVE_DELETE=1
 mkdir -p "$RUNS/sluice" "$RUNS/rsync" "$RUNS/old"
 start_sluice_receiver "$RUNS/sluice" "$RUNS/receive.log"
 PORT_NEW=$SPORT
