@@ -17,10 +17,13 @@ wait_port() {
     return 1
 }
 
-# Starts `sluice receive --insecure --no-fsync --sync` (it may replace what a sync replaces) into
+# Starts `sluice receive --insecure --no-fsync --sync` (it may replace what a sync replaces; with
+# RECEIVE_DELETE=1 also --delete, for a sender's --delete) into
 # $1 (which must exist) on a free port, logging to $2; sets SPORT and appends its pid to PIDS.
 start_sluice_receiver() {
-    "$SLUICE" receive --insecure --no-fsync --sync --listen 127.0.0.1:0 --dir "$1" 2>"$2" &
+    local delete=()
+    [ "${RECEIVE_DELETE:-0}" = 1 ] && delete=(--delete)
+    "$SLUICE" receive --insecure --no-fsync --sync "${delete[@]}" --listen 127.0.0.1:0 --dir "$1" 2>"$2" &
     PIDS+=($!)
     SPORT=
     for _ in $(seq 500); do

@@ -13,8 +13,13 @@
 # Timed: the sender's (or rsync client's) whole run; the receiver and the daemon run
 # throughout. Printed: per-round seconds and the ratio sluice / rsync, median and range.
 #
+# With OLD=path of another sluice build, that build runs too, into a receiver of its own, right
+# after this one in each round (an A/B of two builds: its ratio to this build is printed).
+# Each run's user and system CPU time (the sending end's) is printed beside its seconds.
+#
 #   Benchmarks/sync.sh                 # ROUNDS=5
 #   ROUNDS=1 FILES=500 Benchmarks/sync.sh
+#   OLD=/tmp/old/.build/release/sluice Benchmarks/sync.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -26,6 +31,8 @@ need() { command -v "$1" >/dev/null || { apt-get update -qq && apt-get install -
 need rsync rsync
 [ -x "$ROOT/.build/release/sluice" ] || swift build -c release >/dev/null
 SLUICE=$ROOT/.build/release/sluice
+OTHER=${OLD:-}
+[ -z "$OTHER" ] || [ -x "$OTHER" ] || { echo "sync.sh: OLD=$OTHER is not an executable" >&2 && exit 64; }
 
 # The tree: trees.sh makes and caches it.
 TREE=$DATA/trees/a-$FILES
@@ -43,20 +50,44 @@ trap cleanup EXIT
 # shellcheck source=Benchmarks/common.sh
 . "$ROOT/Benchmarks/common.sh"
 
-# One receiver and one daemon for the whole run, each serving $RUNS/in.
-mkdir -p "$RUNS/sluice" "$RUNS/rsync"
+# One receiver and one daemon for the whole run, each serving $RUNS/in. The receiver lets the
+# sender remove entries (the changed scenario's --delete).
+RECEIVE_DELETE=1
+mkdir -p "$RUNS/sluice" "$RUNS/rsync" "$RUNS/old"
 start_sluice_receiver "$RUNS/sluice" "$RUNS/receive.log"
+PORT_NEW=$SPORT
+if [ -n "$OTHER" ]; then
+    SLUICE=$OTHER start_sluice_receiver "$RUNS/old" "$RUNS/receive-old.log"
+    PORT_OLD=$SPORT
+fi
 start_rsync_daemon "$RUNS/rsync" "$RUNS"
+cc -O2 -o "$RUNS/rusage" "$ROOT/Benchmarks/rusage.c"
 
 # $1: source directory (stored under its base name), $2: rsync's subdirectory for the scenario
 # (sluice's receiver stores at its directory/NAME), $3…: extra flags. Prints seconds.
+# BIN=old runs the OLD build into its own receiver. The CPU time of the run (user and system,
+# seconds) goes to $RUNS/cpu.
 run_sluice() {
-    local src=$1 t0 t1
+    local src=$1 t0 t1 bin=$SLUICE port=$PORT_NEW
     shift 2
+    [ "${BIN:-}" = old ] && bin=$OTHER port=$PORT_OLD
     t0=$(now)
-    "$SLUICE" send --insecure -q --sync "$@" "$src" "127.0.0.1:$SPORT" || { echo "sluice send failed" >&2; exit 1; }
+    "$RUNS/rusage" "$RUNS/cpu.us" "$bin" send --insecure -q --sync "$@" "$src" "127.0.0.1:$port" ||
+        { echo "sluice send failed" >&2; exit 1; }
     t1=$(now)
+    awk '{printf "%.3f %.3f", $1 / 1e6, $2 / 1e6}' "$RUNS/cpu.us" >"$RUNS/cpu"
     elapsed "$t0" "$t1"
+}
+# The OLD build's run after this one's, when there is one: its seconds and CPU into OLDLINE,
+# its ratio to this build's seconds ($1) appended to the array named $2.
+run_old() {
+    [ -n "$OTHER" ] || return 0
+    local s=$1 o
+    local -n list=$2
+    shift 2
+    o=$(BIN=old run_sluice "$@")
+    list+=("$(awk -v a="$s" -v b="$o" 'BEGIN {printf "%.3f", a / b}')")
+    OLDLINE="; old ${o}s (user, system $(cat "$RUNS/cpu")), this build / old ${list[-1]}"
 }
 run_rsync() {
     local src=$1 dest=$2 t0 t1
@@ -79,22 +110,30 @@ summarize() { # label ratios...
 name=$(basename "$TREE")
 mkdir -p "$RUNS/rsync/u"
 run_sluice "$TREE" u >/dev/null
+[ -z "$OTHER" ] || BIN=old run_sluice "$TREE" u >/dev/null
 run_rsync "$TREE" u >/dev/null
 unchanged=()
+olds_unchanged=()
 for round in $(seq "$ROUNDS"); do
     sync
+    OLDLINE=
     if [ $((round % 2)) = 1 ]; then
         s=$(run_sluice "$TREE" u)
+        cpu=$(cat "$RUNS/cpu")
+        run_old "$s" olds_unchanged "$TREE" u
         r=$(run_rsync "$TREE" u)
     else
         r=$(run_rsync "$TREE" u)
         s=$(run_sluice "$TREE" u)
+        cpu=$(cat "$RUNS/cpu")
+        run_old "$s" olds_unchanged "$TREE" u
     fi
     unchanged+=("$(ratio "$s" "$r")")
-    echo "round $round, unchanged: sluice --sync ${s}s, rsync -a ${r}s"
+    echo "round $round, unchanged: sluice --sync ${s}s (user, system $cpu), rsync -a ${r}s$OLDLINE"
 done
 diff -r "$TREE" "$RUNS/sluice/$name" >/dev/null
 diff -r "$TREE" "$RUNS/rsync/u/$name" >/dev/null
+[ -z "$OTHER" ] || diff -r "$TREE" "$RUNS/old/$name" >/dev/null
 # The same with contents compared by digest: every file read at both ends.
 checksum=()
 for round in $(seq "$ROUNDS"); do
@@ -143,6 +182,7 @@ for round in $(seq "$ROUNDS"); do
 done
 
 summarize "second run, unchanged ($count files): sluice --sync / rsync -a" "${unchanged[@]}"
+[ -z "$OTHER" ] || summarize "second run, unchanged: this build / OLD" "${olds_unchanged[@]}"
 summarize "second run, unchanged, by digest: sluice --sync --checksum / rsync -a -c" "${checksum[@]}"
 summarize "second run, 1% changed + 1% removed: sluice --sync --delete / rsync -a --delete" "${changed[@]}"
 echo "machine: $(nproc) cores, $(uname -r), $(swift --version 2>/dev/null | head -1), $(rsync --version | head -1)"

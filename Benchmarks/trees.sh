@@ -34,7 +34,9 @@
 #
 # Printed per tree and link: per-round ratios and their median and range over rounds of
 #   sluice / tar|nc, sluice(fsync) / tar|nc + sync, sluice / rsync, sluice TLS / sluice,
-# then every run's seconds, and a machine line; paste it into RESULTS.md.
+# then the CPU time per file of each end (user and system, µs, threads included; measured by
+# Benchmarks/rusage.c around the sending tar or sluice and the receiving one, not nc nor the
+# rsync daemon), every run's seconds, and a machine line; paste it into RESULTS.md.
 #
 #   Benchmarks/trees.sh                          # ROUNDS=5, trees a and c, on loopback
 #   RTT=1 Benchmarks/trees.sh                    # and through the 20 ms relay
@@ -91,6 +93,8 @@ cleanup() {
 }
 trap cleanup EXIT
 cc -O2 -pthread -o "$TMP/delayrelay" "$ROOT/Benchmarks/delayrelay.c"
+cc -O2 -o "$TMP/rusage" "$ROOT/Benchmarks/rusage.c"
+RU=$TMP/rusage
 
 # shellcheck source=Benchmarks/common.sh
 . "$ROOT/Benchmarks/common.sh"
@@ -257,7 +261,7 @@ run_row() {
         port=$(free_port)
         case $row in
         tar | tarsync)
-            (nc -l 127.0.0.1 "$port" </dev/null | tar xf - -C "$DEST") &
+            (nc -l 127.0.0.1 "$port" </dev/null | "$RU" "$TMP/receive.cpu" tar xf - -C "$DEST") &
             pid=$!
             ;;
         rsync)
@@ -282,8 +286,8 @@ EOF
             [ "$row" = tls ] && opts=(--key-file "$KEY")
             [ "$row" = fsync ] || opts+=(--no-fsync)
             [ "$row" = old ] && bin=$OLD
-            "$bin" receive -q "${opts[@]}" --once --listen "127.0.0.1:$port" --dir "$DEST" \
-                2>>"$TMP/receive.log" &
+            "$RU" "$TMP/receive.cpu" "$bin" receive -q "${opts[@]}" --once --listen "127.0.0.1:$port" \
+                --dir "$DEST" 2>>"$TMP/receive.log" &
             pid=$!
             ;;
         esac
@@ -305,10 +309,12 @@ EOF
         start_relay "$port"
         to=$RELAY_PORT
     fi
+    rm -f "$TMP/send.cpu" "$TMP/receive.cpu"
     t0=$(now)
     case $row in
     tar | tarsync)
-        tar cf - -C "$(dirname "$TREE_DIR")" "$(basename "$TREE_DIR")" | nc -N 127.0.0.1 "$to" || rc=$?
+        "$RU" "$TMP/send.cpu" tar cf - -C "$(dirname "$TREE_DIR")" "$(basename "$TREE_DIR")" |
+            nc -N 127.0.0.1 "$to" || rc=$?
         wait "$pid" || rc=$?
         [ "$row" = tarsync ] && sync
         ;;
@@ -316,16 +322,17 @@ EOF
         rsync -a "$TREE_DIR" "rsync://127.0.0.1:$to/m/" || rc=$?
         ;;
     untar)
-        tar xf "$TARBALL" -C "$DEST" || rc=$?
+        "$RU" "$TMP/receive.cpu" tar xf "$TARBALL" -C "$DEST" || rc=$?
         ;;
     sluice | fsync | old)
         local bin=$SLUICE
         [ "$row" = old ] && bin=$OLD
-        "$bin" send -q --insecure "$TREE_DIR" "127.0.0.1:$to" 2>>"$TMP/send.log" || rc=$?
+        "$RU" "$TMP/send.cpu" "$bin" send -q --insecure "$TREE_DIR" "127.0.0.1:$to" 2>>"$TMP/send.log" || rc=$?
         wait "$pid" || rc=$?
         ;;
     tls)
-        "$SLUICE" send -q --key-file "$KEY" "$TREE_DIR" "127.0.0.1:$to" 2>>"$TMP/send.log" || rc=$?
+        "$RU" "$TMP/send.cpu" "$SLUICE" send -q --key-file "$KEY" "$TREE_DIR" "127.0.0.1:$to" 2>>"$TMP/send.log" ||
+            rc=$?
         wait "$pid" || rc=$?
         ;;
     esac
@@ -342,6 +349,16 @@ EOF
     LIVE=()
     check_copy "$row ($link)"
     RUN_SECONDS=$(elapsed "$t0" "$t1")
+    # CPU per file, microseconds: "send-user send-system receive-user receive-system" ("-" where
+    # an end was not measured: rsync's daemon, untar's sender).
+    RUN_CPU=
+    for end in send receive; do
+        if [ -s "$TMP/$end.cpu" ]; then
+            RUN_CPU+=$(awk -v n="$TREE_FILES" '{printf "%.2f %.2f ", $1 / n, $2 / n}' "$TMP/$end.cpu")
+        else
+            RUN_CPU+="- - "
+        fi
+    done
 }
 
 link_name() { if [ "$1" = rtt ]; then echo "loopback + 20 ms RTT"; else echo "loopback"; fi; }
@@ -369,7 +386,7 @@ if [ "$RTT" = 1 ] || [ "$RTT" = only ]; then
 fi
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
-declare -A TIMES
+declare -A TIMES CPU
 for round in $(seq "$ROUNDS"); do
     # Room for another round? (each run writes a copy of its tree)
     need_kb=0
@@ -395,6 +412,11 @@ for round in $(seq "$ROUNDS"); do
             run_row "$row" "$link"
             s=$RUN_SECONDS
             TIMES[$set,$row]+="$s "
+            read -r su ss ru rs <<<"$RUN_CPU"
+            CPU[$set,$row,su]+="$su "
+            CPU[$set,$row,ss]+="$ss "
+            CPU[$set,$row,ru]+="$ru "
+            CPU[$set,$row,rs]+="$rs "
             line+=" $row ${s}s"
         done
         echo "$line" >&2
@@ -433,6 +455,25 @@ for set in "${SETS[@]}"; do
         has "$a" && has "$b" || continue
         list=$(ratios "$set" "$a" "$b")
         echo "| $label | $where | $text | $(median <<<"$list") | $(range <<<"$list") | $(echo $list) |"
+    done
+done
+echo
+echo "CPU time per file, µs, median (range) over rounds: user and system of the sending end (tar cf for"
+echo "tar; nc's not counted) and of the receiving end (tar xf; sluice receive), threads included:"
+echo
+echo "| tree | link | row | send user | send system | receive user | receive system |"
+echo "|---|---|---|---|---|---|---|"
+cpu_cell() { # list of values or dashes
+    local list=$1
+    [[ "$list" == *[0-9]* ]] || { echo "–"; return; }
+    list=$(tr ' ' '\n' <<<"$list" | grep -v '^-*$')
+    echo "$(median <<<"$list") ($(range <<<"$list"))"
+}
+for set in "${SETS[@]}"; do
+    for row in "${ROWS[@]}"; do
+        [ "$row" = rsync ] && continue
+        echo "| ${set%% *} | $(link_name "${set##* }") | $row | $(cpu_cell "${CPU[$set,$row,su]:-}") |" \
+            "$(cpu_cell "${CPU[$set,$row,ss]:-}") | $(cpu_cell "${CPU[$set,$row,ru]:-}") | $(cpu_cell "${CPU[$set,$row,rs]:-}") |"
     done
 done
 echo

@@ -162,9 +162,52 @@ struct BatchTests {
                 header: EntryHeader(mode: 0o644, mtimeSeconds: 0, mtimeNanoseconds: 0, path: Array("f".utf8)))
             let bytes = head + [UInt8](repeating: 0, count: 4096) + tail
             let hole = ReceivedWhole.Hole(at: head.count, length: 4096)
-            #expect(ReceivedWhole(request: request, bytes: bytes, holes: [hole], expected: expected).matches(algorithm))
-            #expect(!ReceivedWhole(request: request, bytes: bytes, holes: [], expected: expected).matches(algorithm))
+            #expect(
+                ReceivedWhole(request: request, bytes: bytes[...], holes: [hole], expected: expected).matches(algorithm)
+            )
+            #expect(
+                !ReceivedWhole(request: request, bytes: bytes[...], holes: [], expected: expected).matches(algorithm))
+            // As a job gets it: a slice of the buffer its files share, the holes where they lie
+            // in the file, whatever came before it in the buffer.
+            let shared = randomBytes(333, seed: 13) + bytes + randomBytes(77, seed: 14)
+            let slice = shared[333..<333 + bytes.count]
+            #expect(ReceivedWhole(request: request, bytes: slice, holes: [hole], expected: expected).matches(algorithm))
+            #expect(
+                !ReceivedWhole(
+                    request: request, bytes: shared[332..<332 + bytes.count], holes: [hole], expected: expected
+                )
+                .matches(algorithm))
         }
+    }
+
+    @Test("Small files received whole share one buffer: handed over up to a file still arriving, which keeps its bytes")
+    func wholeFilesShareABuffer() {
+        let request = EntryRequest(
+            components: ["f"], relative: "f",
+            header: EntryHeader(mode: 0o644, mtimeSeconds: 0, mtimeNanoseconds: 0, path: Array("f".utf8)))
+        let buffer = WholeBytes()
+        let (a, b, c) = (randomBytes(100, seed: 21), randomBytes(50, seed: 22), randomBytes(70, seed: 23))
+        let first = WholeFile(request, into: buffer, batched: true)
+        a.withUnsafeBytes { first.append($0) }
+        #expect(first.start == 0 && first.count == 100)
+        let second = WholeFile(request, into: buffer, batched: true)
+        b.withUnsafeBytes { second.append($0) }
+        second.appendHole(10)
+        #expect(second.start == 100 && second.count == 60 && second.holes.first?.at == 50)
+        // A third, dropped before its end, leaves nothing behind.
+        let dropped = WholeFile(request, into: buffer, batched: true)
+        c.withUnsafeBytes { dropped.append($0) }
+        buffer.truncate(to: dropped.start)
+        #expect(buffer.count == 160)
+        // A fourth still arriving when the first two are handed over.
+        let arriving = WholeFile(request, into: buffer, batched: true)
+        c[..<30].withUnsafeBytes { arriving.append($0) }
+        let taken = buffer.take(upTo: arriving.start)
+        arriving.moved(by: 160)
+        #expect(taken == a + b + [UInt8](repeating: 0, count: 10))
+        #expect(arriving.start == 0 && arriving.count == 30)
+        c[30...].withUnsafeBytes { arriving.append($0) }
+        #expect(buffer.bytes == c)
     }
 
     // MARK: A receiver

@@ -189,6 +189,28 @@ struct ConnectionLifecycleTests {
         }
     }
 
+    @Test("Messages sent while corked are only appended, and go out together when the outermost cork comes out")
+    func corkedSendsGoOutTogether() throws {
+        let loop = try EventLoop()
+        let (connection, _, _, peerReader) = Self.connection(on: loop)
+        let peer = PeerReader(peerReader)
+        // A first message written and read: the socket has said it takes bytes.
+        connection.send([0])
+        #expect(runLoop(loop) { peer.poll().bytes.count == 1 })
+        let before = connection.bytesWritten
+        connection.corking {
+            connection.send([1, 2, 3])
+            connection.corking { connection.send([4, 5]) }
+            // The inner cork came out: still nothing written.
+            #expect(connection.bytesWritten == before)
+            connection.send([6])
+            #expect(connection.bytesWritten == before)
+        }
+        #expect(connection.bytesWritten == before + 6)
+        #expect(runLoop(loop) { peer.poll().bytes.count == 7 })
+        #expect(peer.bytes == [0, 1, 2, 3, 4, 5, 6])
+    }
+
     @Test("The peer's close is told once after its bytes; a closed connection writes nothing and closes once")
     func peerClosesThenConnectionCloses() throws {
         let loop = try EventLoop()

@@ -70,6 +70,31 @@ struct DeltaTests {
         }
     }
 
+    @Test("The rolling checksum is rsync's, byte by byte, whatever the length: what an older peer computes")
+    func weakChecksumIsTheDefinition() {
+        // `a` the sum of the bytes, `b` the sum of each running `a`, both modulo 2^16: one byte
+        // at a time, as the checksum is defined, against the one computed in vector lanes.
+        func definition(_ bytes: ArraySlice<UInt8>) -> UInt32 {
+            var (a, b): (UInt32, UInt32) = (0, 0)
+            for byte in bytes {
+                a &+= UInt32(byte)
+                b &+= a
+            }
+            return (a & 0xFFFF) | (b & 0xFFFF) << 16
+        }
+        let random = randomBytes(70_000, seed: 17)
+        let ones = [UInt8](repeating: 0xFF, count: 70_000)
+        for bytes in [random, ones] {
+            for length in Array(0...70) + [700, 4095, 32768, 65536, 65537] {
+                for offset in [0, 3] {
+                    let slice = bytes[offset..<offset + length]
+                    let weak = slice.withUnsafeBytes { Delta.weak($0) }
+                    #expect(weak == definition(slice), "length \(length) at \(offset)")
+                }
+            }
+        }
+    }
+
     @Test("Changes in place, an insertion, a deletion, a grown and a shrunk file rebuild exactly")
     func matchRebuilds() throws {
         try withTemporaryDirectory { root in

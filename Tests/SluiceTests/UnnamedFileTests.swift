@@ -32,7 +32,7 @@ struct UnnamedFileTests {
             let bytes = randomBytes(5000, seed: 3)
             guard
                 case .stored = store.storeWhole(
-                    Self.request("a/f", bytes), bytes: bytes, overwrite: false, fsync: false)
+                    Self.request("a/f", bytes), bytes: bytes[...], overwrite: false, fsync: false)
             else {
                 Issue.record("not stored")
                 return
@@ -47,7 +47,8 @@ struct UnnamedFileTests {
             mkdir(dst + "/dir", 0o755)
             symlink(dst + "/../outside", dst + "/link")
             for (name, reason) in [("old", "exists"), ("dir", "exists (a directory)"), ("link", "exists")] {
-                let outcome = store.storeWhole(Self.request(name, bytes), bytes: bytes, overwrite: false, fsync: false)
+                let outcome = store.storeWhole(
+                    Self.request(name, bytes), bytes: bytes[...], overwrite: false, fsync: false)
                 guard case .rejected(.refused(.exists, let said)) = outcome else {
                     Issue.record("\(name): \(outcome)")
                     continue
@@ -67,7 +68,7 @@ struct UnnamedFileTests {
             let bytes = randomBytes(3000, seed: 4)
             // A partial of another transfer under the temporary name is none of this file's business.
             try writeFile(dst + "/.f.sluice-part", Array("partial".utf8))
-            let outcome = store.storeWhole(Self.request("f", bytes), bytes: bytes, overwrite: false, fsync: true)
+            let outcome = store.storeWhole(Self.request("f", bytes), bytes: bytes[...], overwrite: false, fsync: true)
             guard case .staged(let staged) = outcome else {
                 Issue.record("not staged: \(outcome)")
                 return
@@ -79,7 +80,7 @@ struct UnnamedFileTests {
             #expect(readFile(dst + "/.f.sluice-part") == Array("partial".utf8))
 
             // Named by another meanwhile: refused at the commit, the other file kept.
-            let second = store.storeWhole(Self.request("g", bytes), bytes: bytes, overwrite: false, fsync: true)
+            let second = store.storeWhole(Self.request("g", bytes), bytes: bytes[...], overwrite: false, fsync: true)
             guard case .staged(let late) = second else {
                 Issue.record("not staged: \(second)")
                 return
@@ -88,6 +89,13 @@ struct UnnamedFileTests {
             #expect(store.commitStaged([late], overwrite: false) == [.refused(.exists, "exists")])
             #expect(readFile(dst + "/g") == Array("first".utf8))
             #expect(treePaths(dst) == [".f.sluice-part", "f", "g"])
+        }
+    }
+
+    @Test("The /proc path a file without a name is linked by is spelled out right for any descriptor")
+    func procPaths() {
+        for fd: Int32 in [0, 7, 10, 99, 12_345, Int32.max] {
+            #expect(Destination.withProcPath(of: fd) { String(cString: $0) } == "/proc/self/fd/\(fd)")
         }
     }
 }

@@ -11,11 +11,13 @@ enum PathCheck {
             return .failure(PathRefusal("path longer than \(Wire.maxPathBytes) bytes"))
         }
         guard !path.contains(0) else { return .failure(PathRefusal("NUL byte in path")) }
-        guard String(validating: path, as: UTF8.self) != nil else {
+        // ASCII is valid UTF-8: only a path with other bytes is decoded to be checked.
+        guard path.allSatisfy({ $0 < 0x80 }) || String(validating: path, as: UTF8.self) != nil else {
             return .failure(PathRefusal("path is not valid UTF-8"))
         }
         guard path.first != UInt8(ascii: "/") else { return .failure(PathRefusal("absolute path")) }
         var components: [String] = []
+        components.reserveCapacity(path.count(where: { $0 == UInt8(ascii: "/") }) + 1)
         for part in path.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false) {
             if part.isEmpty { return .failure(PathRefusal("empty path component")) }
             if part.elementsEqual([UInt8(ascii: ".")]) { return .failure(PathRefusal("'.' path component")) }
@@ -41,6 +43,12 @@ enum PathCheck {
             guard components.contains(where: isPartialName) else { return .success(components) }
             return .failure(PathRefusal("the name of a partial file (.NAME.sluice-part) is reserved"))
         }
+    }
+
+    /// The relative path of a `path` that `components` accepted: its components joined by "/",
+    /// which are its bytes as they came, decoded once (no string built per component and joined).
+    static func relative(_ path: [UInt8]) -> String {
+        String(decoding: path, as: UTF8.self)
     }
 
     /// Whether `name` matches `.*.sluice-part` or `.sluice-part.*`, the names partial files take

@@ -15,7 +15,7 @@ extension ReceiverMachine {
                 header, .refused(.invalidPath, "invalid path: \(refusal.reason)"),
                 path: PeerText.sanitized(header.path))
         case .success(let components):
-            let relative = components.joined(separator: "/")
+            let relative = PathCheck.relative(header.path)
             if let rejection = Self.sizeRejection(header) {
                 return refuseAtHeader(header, rejection, path: relative)
             }

@@ -67,6 +67,9 @@ extension ReceiverMachine {
 
     /// The store's answer to a MOVE or REMOVE (nil: another outcome, for `handle`).
     mutating func watchOutcome(_ outcome: ReceiverOutcome) -> [ReceiverAction]? {
+        // Every outcome passes here first: the tuple below copies the state (a file's request
+        // and all), which only PRUNE's outcome needs.
+        guard case .pruned = outcome else { return nil }
         switch (state, outcome) {
         case (.storing(.remove(let request)), .pruned(let gone, let rejection)):
             state = .idle

@@ -8,6 +8,13 @@ extension ReceiverMachine {
     /// The outcome of an action, or an event of the connection.
     mutating func handle(_ outcome: ReceiverOutcome) -> [ReceiverAction] {
         if let actions = watchOutcome(outcome) { return actions }
+        // A staged file's commit, once for every file received whole, answers whatever the
+        // state: taken before the tuple below, which copies the state (a file's request and all).
+        if case .stagedCommitted(let rejection) = outcome, !hasEnded,
+            let actions = answerStaged(rejection)
+        {
+            return actions
+        }
         switch (state, outcome) {
         case (.ended, _):
             return []
@@ -163,13 +170,7 @@ extension ReceiverMachine {
             queuedAnswers.append(.staged(file))
             return []
         case (_, .stagedCommitted(let rejection)):
-            guard case .staged(let file)? = queuedAnswers.first else { break }
-            queuedAnswers.removeFirst()
-            var actions = answerFile(file, rejection, queued: false)
-            while case .ready(let ready)? = queuedAnswers.first {
-                queuedAnswers.removeFirst()
-                actions += ready
-            }
+            guard let actions = answerStaged(rejection) else { break }
             return actions
         case (.settling, .directoriesSettled) where queuedAnswers.isEmpty:
             return [.send(.bye)] + end(.goodbye)
@@ -191,6 +192,19 @@ extension ReceiverMachine {
     }
 
     // MARK: Answers and ending
+
+    /// The first staged file is committed (or failed): its answer, and those queued behind it
+    /// up to the next staged file. Nil when no staged file waits (a bug in the session).
+    private mutating func answerStaged(_ rejection: EntryRejection?) -> [ReceiverAction]? {
+        guard case .staged(let file)? = queuedAnswers.first else { return nil }
+        queuedAnswers.removeFirst()
+        var actions = answerFile(file, rejection, queued: false)
+        while case .ready(let ready)? = queuedAnswers.first {
+            queuedAnswers.removeFirst()
+            actions += ready
+        }
+        return actions
+    }
 
     /// ACCEPT: the go-ahead for a file's data, or for a file sent eagerly, how much of it is
     /// held. It waits behind staged files' answers like any answer (the sender matches answers

@@ -517,7 +517,7 @@ struct ReceiverMachine: Sendable {
                     isDirectory: true, size: nil)
             case .success(let components):
                 let request = EntryRequest(
-                    components: components, relative: components.joined(separator: "/"), header: header,
+                    components: components, relative: PathCheck.relative(header.path), header: header,
                     attributes: takePendingAttributes())
                 state = .storing(.directory(request))
                 return [.makeDirectory(request)]

@@ -159,12 +159,18 @@ struct SenderMachine: Sendable {
     var join: TransferJoin?
     let fallback: [Work]?
     var state = State.awaitingMagic
-    var peerCapabilities: Set<String> = []
+    var peerCapabilities: Set<String> = [] {
+        didSet {
+            syncing = settings.sync && peerCapabilities.contains(Wire.Capability.sync)
+            syncsAttributes =
+                syncing && settings.syncAttributes && peerCapabilities.contains(Wire.Capability.syncAttributes)
+        }
+    }
     /// The digest agreed in HELLO, for every END and RANGE-END of this connection.
     var digest = TransferDigest.sha256
     var next = 0
     /// Announced entries without an answer yet, oldest first.
-    var unanswered: [Int] = []
+    var unanswered = AnswerOrder()
     /// Entries whose data could not be read here: their FAILED answer reports this reason.
     var localFailures: [Int: String] = [:]
     /// Files sent eager and resumable, unanswered, with their announced size: ACCEPT for one of
@@ -339,13 +345,13 @@ struct SenderMachine: Sendable {
     func peerOffers(_ capability: String) -> Bool { peerCapabilities.contains(capability) }
 
     /// Whether entries are checked first: asked for, and offered.
-    var syncing: Bool { settings.sync && peerCapabilities.contains(Wire.Capability.sync) }
+    /// (Kept with `peerCapabilities`: asked several times an entry, and a lookup hashes the name.)
+    private(set) var syncing = false
 
     /// Whether XATTR and OWNER go before CHECKs and HAVE may say what was set: both sides
     /// list `sync-attributes`.
-    var syncsAttributes: Bool {
-        syncing && settings.syncAttributes && peerCapabilities.contains(Wire.Capability.syncAttributes)
-    }
+    /// (Kept with `peerCapabilities`, as `syncing` is.)
+    private(set) var syncsAttributes = false
 
     /// A connection of several whose receiver offers no `streams` (`streamsDeclined`), while
     /// entries still arrive: it sends every entry, those it has and those to come.

@@ -224,7 +224,7 @@ extension ReceiverSession {
         if WholeFile.takes(request.header, batch: machine.settings.eager && machine.settings.batch) {
             // Nothing touches the disk until the file is here and verified: then one job on
             // the lane creates, writes and settles it, while the next file arrives.
-            wholeFile = WholeFile(request)
+            wholeFile = WholeFile(request, into: wholeBytes, batched: machine.inBatch)
             perform(machine.handle(.fileOpened(.success(0))))
             return
         }
@@ -407,6 +407,7 @@ extension ReceiverSession {
     /// The machine lets the file go: abandoned now, or (while a worker holds its
     /// descriptors) by that work when it is done; a range keeps what it holds for its transfer.
     func dropFile(keep: Bool) {
+        if let wholeFile { wholeBytes.truncate(to: wholeFile.start) }
         wholeFile = nil
         guard let file else { return }
         self.file = nil

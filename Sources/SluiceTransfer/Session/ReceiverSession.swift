@@ -101,6 +101,9 @@ final class ReceiverSession: ProtocolRole {
     }
     /// A small file received whole into memory, written with one job on `lane`.
     var wholeFile: WholeFile?
+    /// The bytes of the small files received whole and not yet handed to a job (`wholeFile`'s
+    /// and those of `wholesWaiting`).
+    let wholeBytes = WholeBytes()
     /// This session's disk work that must stay in order: small files written whole, and files
     /// set aside for a batch. Jobs submitted and not yet completed on the loop:
     let lane: SerialLane
@@ -111,7 +114,7 @@ final class ReceiverSession: ProtocolRole {
     static let laneBytesLimit = 8 << 20
     /// Small files received whole and verified, waiting to be stored by one job on `lane`
     /// (a BATCH's, until its end), and their bytes.
-    var wholesWaiting: [ReceivedWhole] = []
+    var wholesWaiting: [WaitingWhole] = []
     var wholesWaitingBytes = 0
     var stagedBytes: UInt64 = 0
     /// A batch of staged files is being committed on a worker (one at a time, so that their

@@ -3,11 +3,11 @@ import Sluice
 extension TransferSender {
     /// Opens entry `index` (a file by path, or a stream) and tells the machine what it found.
     func openEntry(_ index: Int) {
-        let entry = entries[index]
         if machine.announcedAgain.contains(index) {
             tally.announcedAgain(index)
         }
-        switch entry.kind {
+        // Read in place: a copy of the entry would retain and release its strings.
+        switch entries[index].kind {
         case .directory, .symlink, .special:
             perform(machine.handle(.entryOpened(index, .failure(LocalFailure("a directory or link has no data")))))
         case .file:
@@ -18,6 +18,7 @@ extension TransferSender {
             stream.delegate = sourceWatcher
             if let loop { stream.schedule(on: loop) }
             if stream.streamStatus == .notOpen { stream.open() }
+            let entry = entries[index]
             let info = OpenedEntry(
                 size: nil, mode: entry.mode, mtimeSeconds: entry.mtimeSeconds, mtimeNanoseconds: entry.mtimeNanoseconds)
             perform(machine.handle(.entryOpened(index, .success(info))))

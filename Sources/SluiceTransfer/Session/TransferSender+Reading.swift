@@ -201,10 +201,10 @@ extension TransferSender {
     /// cannot be told yet (its HAVE is not in), and nothing after it is opened ahead.
     private func willOpen(_ item: SenderMachine.Work) -> Bool? {
         guard case .entry(let index) = item else { return true }
-        let entry = entries[index]
-        guard case .file = entry.kind else { return false }
-        if entry.hardLinkTo != nil && machine.peerOffers(Wire.Capability.links) { return false }
-        guard machine.syncing else { return !machine.settings.dryRun }
+        // The entry's fields read in place: a copy of it would retain and release its strings.
+        guard case .file = entries[index].kind else { return false }
+        if entries[index].hardLinkTo != nil && inspect({ $0.peerOffers(Wire.Capability.links) }) { return false }
+        guard inspect({ $0.syncing }) else { return !machine.settings.dryRun }
         guard let have = machine.haves[index] else { return nil }
         return have.status != .same && !machine.settings.dryRun
     }

@@ -96,7 +96,7 @@ extension TransferSender {
         guard !ended else { return }
         if warnedNoDeflate {
             warnAboutEntries(first..<entries.count)
-        } else if machine.canProceed {
+        } else if inspect({ $0.canProceed }) {
             // The receiver's HELLO came while the machine had nothing to announce.
             warnAboutPeer()
         }
@@ -112,12 +112,13 @@ extension TransferSender {
     /// Once the receiver said HELLO: what among `range` of the entries it will not take, each
     /// warning once.
     func warnAboutEntries(_ range: Range<Int>) {
-        guard !machine.peerOffers(Wire.Capability.links) || !machine.peerOffers(Wire.Capability.specials) else {
-            return
+        let (links, specials) = inspect {
+            ($0.peerOffers(Wire.Capability.links), $0.peerOffers(Wire.Capability.specials))
         }
+        guard !links || !specials else { return }
         for index in range {
             let entry = entries[index]
-            if !machine.peerOffers(Wire.Capability.links) {
+            if !links {
                 if case .symlink = entry.kind, walker.warnsFirst(about: .symlinks) {
                     warn("the receiver does not take symbolic links: they are not sent")
                 }
@@ -125,7 +126,7 @@ extension TransferSender {
                     warn("the receiver does not take hard links: each name is sent as a file of its own")
                 }
             }
-            if entry.isSpecial, !machine.peerOffers(Wire.Capability.specials), walker.warnsFirst(about: .specials) {
+            if entry.isSpecial, !specials, walker.warnsFirst(about: .specials) {
                 warn("the receiver does not take devices, FIFOs or sockets: they are not sent")
             }
         }

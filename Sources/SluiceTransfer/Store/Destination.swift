@@ -445,7 +445,8 @@ final class Destination: @unchecked Sendable {
     /// through `/proc/self/fd` (which needs no privilege, unlike `AT_EMPTY_PATH`). An existing
     /// name, whatever it is (a link is not followed), is never replaced.
     static func name(_ fd: Int32, _ parent: Int32, _ name: String, display: String) -> Result<Void, NamingFailure> {
-        if linkat(AT_FDCWD, "/proc/self/fd/\(fd)", parent, name, AT_SYMLINK_FOLLOW) == 0 { return .success(()) }
+        let linked = withProcPath(of: fd) { linkat(AT_FDCWD, $0, parent, name, AT_SYMLINK_FOLLOW) }
+        if linked == 0 { return .success(()) }
         let errno = Errno.current
         switch errno.rawValue {
         case EEXIST:
@@ -458,6 +459,36 @@ final class Destination: @unchecked Sendable {
         default:
             return .failure(
                 .rejected(.failed(.io, SluiceError(.system(errno), operation: "link", subject: display).description)))
+        }
+    }
+
+    /// Runs `body` with `/proc/self/fd/FD` as a C string, written on the stack: once per file
+    /// received whole, where an interpolated string cost an allocation and its formatting.
+    static func withProcPath<Value>(of fd: Int32, _ body: (UnsafePointer<CChar>) -> Value) -> Value {
+        let prefix = "/proc/self/fd/".utf8
+        return withUnsafeTemporaryAllocation(of: CChar.self, capacity: prefix.count + 12) { buffer in
+            var at = 0
+            for byte in prefix {
+                buffer[at] = CChar(bitPattern: byte)
+                at += 1
+            }
+            // The decimal digits of a descriptor (never negative here), most significant first.
+            var digits = UInt32(bitPattern: fd)
+            let first = at
+            repeat {
+                buffer[at] = CChar(bitPattern: UInt8(ascii: "0") + UInt8(digits % 10))
+                digits /= 10
+                at += 1
+            } while digits > 0
+            var (low, high) = (first, at - 1)
+            while low < high {
+                buffer.swapAt(low, high)
+                low += 1
+                high -= 1
+            }
+            buffer[at] = 0
+            guard let base = buffer.baseAddress else { return "/proc/self/fd/\(fd)".withCString(body) }
+            return body(UnsafePointer(base))
         }
     }
 

@@ -211,24 +211,18 @@ final class OwnerNames: Sendable {
 }
 
 extension ReceiverStore {
-    /// The answers to a run of CHECKs, in order (`check(_:_:)` each), keeping the last parent
-    /// directory open while the paths share it.
+    /// The answers to a run of CHECKs, in order (`check(_:_:)` each), keeping the last few
+    /// parent directories open (`CheckParents`): a tree's CHECKs go from a directory's entries
+    /// to the next directory, which lies in the directory before.
     func check(_ batch: [([String]?, CheckHeader, EntryAttributes)], digest algorithm: TransferDigest = .sha256)
         -> [HaveAnswer]
     {
-        var parent: (path: [String], fd: Int32)?
-        defer { if let parent, parent.fd >= 0 { closeDescriptor(parent.fd) } }
+        var parents = CheckParents()
+        defer { parents.close() }
         return batch.map { components, check, attributes in
             guard let components, let name = components.last else { return HaveAnswer(status: .absent) }
-            let path = Array(components.dropLast())
-            if parent?.path != path {
-                if let parent, parent.fd >= 0 { closeDescriptor(parent.fd) }
-                let fd =
-                    path.isEmpty
-                    ? dup(destination.fd) : Destination.openBeneath(destination.fd, path.joined(separator: "/"))
-                parent = (path, fd)
-            }
-            guard let fd = parent?.fd, fd >= 0 else { return HaveAnswer(status: .absent) }
+            let fd = parents.descriptor(of: components.dropLast(), below: destination)
+            guard fd >= 0 else { return HaveAnswer(status: .absent) }
             return self.check(in: fd, name, check, attributes, digest: algorithm)
         }
     }
@@ -532,5 +526,37 @@ extension ReceiverStore {
             out[name] = value
         }
         return out
+    }
+}
+
+/// The directories a run of CHECKs looked in last, open (`ReceiverStore.check(_:digest:)`), the
+/// most recent first. Keeping only the last one reopened a tree's top directory after each
+/// directory's entries: with the last few, each directory is opened once (a tenth of the
+/// receiver's time on a second `--sync` went to opening and closing directories).
+struct CheckParents {
+    /// Directories kept open at most.
+    static let kept = 4
+
+    private var open: [(path: ArraySlice<String>, fd: Int32)] = []
+
+    /// A descriptor of the directory `path` below the destination (not to be closed: `close`
+    /// does), or -1 when it cannot be opened (a link on the way, missing).
+    mutating func descriptor(of path: ArraySlice<String>, below destination: Destination) -> Int32 {
+        if let found = open.firstIndex(where: { $0.path.elementsEqual(path) }) {
+            let hit = open.remove(at: found)
+            open.insert(hit, at: 0)
+            return hit.fd
+        }
+        let fd =
+            path.isEmpty ? dup(destination.fd) : Destination.openBeneath(destination.fd, path.joined(separator: "/"))
+        if open.count >= Self.kept, let evicted = open.popLast(), evicted.fd >= 0 { closeDescriptor(evicted.fd) }
+        open.insert((path, fd), at: 0)
+        return fd
+    }
+
+    /// Closes every directory kept.
+    mutating func close() {
+        for kept in open where kept.fd >= 0 { closeDescriptor(kept.fd) }
+        open.removeAll()
     }
 }

@@ -271,7 +271,7 @@ final class ReceiverStore: @unchecked Sendable {
 
     /// `storeWhole` for several small files in a row (a BATCH's), in order, by one job: the
     /// directory of the last one is kept open for the next (`ParentDirectories`).
-    func storeWholes(_ files: [(request: EntryRequest, bytes: [UInt8])], overwrite: Bool, fsync: Bool)
+    func storeWholes(_ files: [(request: EntryRequest, bytes: ArraySlice<UInt8>)], overwrite: Bool, fsync: Bool)
         -> [WholeOutcome]
     {
         let parents = ParentDirectories(destination)
@@ -286,7 +286,8 @@ final class ReceiverStore: @unchecked Sendable {
     /// Creates, writes and settles a small file received whole in memory, in one go on a
     /// worker: stored under its final name, or with `fsync` set aside as `stage` does.
     func storeWhole(
-        _ request: EntryRequest, bytes: [UInt8], overwrite: Bool, fsync: Bool, parents: ParentDirectories? = nil
+        _ request: EntryRequest, bytes: ArraySlice<UInt8>, overwrite: Bool, fsync: Bool,
+        parents: ParentDirectories? = nil
     ) -> WholeOutcome {
         if !overwrite, unnamedFiles.load(ordering: .relaxed),
             let outcome = storeUnnamed(request, bytes: bytes, fsync: fsync, parents: parents)
@@ -323,7 +324,9 @@ final class ReceiverStore: @unchecked Sendable {
     /// up first: a third fewer calls, and one change to the directory instead of three (about
     /// 6 of 34 µs of system time per file; Benchmarks/RESULTS.md). Nil, with nothing left
     /// behind, where the file system cannot (the caller then takes the named way).
-    private func storeUnnamed(_ request: EntryRequest, bytes: [UInt8], fsync: Bool, parents: ParentDirectories?)
+    private func storeUnnamed(
+        _ request: EntryRequest, bytes: ArraySlice<UInt8>, fsync: Bool, parents: ParentDirectories?
+    )
         -> WholeOutcome?
     {
         guard let name = request.components.last else {
@@ -382,7 +385,7 @@ final class ReceiverStore: @unchecked Sendable {
     }
 
     /// Writes all of `bytes` at offset 0; nil, or why not.
-    static func writeAll(_ bytes: [UInt8], to fd: Int32) -> String? {
+    static func writeAll(_ bytes: ArraySlice<UInt8>, to fd: Int32) -> String? {
         var done = 0
         while done < bytes.count {
             let n = bytes.withUnsafeBytes { buffer in
