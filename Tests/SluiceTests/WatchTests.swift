@@ -207,4 +207,58 @@ struct WatchTests {
             #expect(runLoop(harness.loop, for: .seconds(20)) { box.summary != nil })
         }
     }
+
+    @Test(
+        "A watch forgets what is answered: 1,000 changes after a first pass of 500 files keep two rounds' entries at most"
+    )
+    func answeredEntriesAreForgotten() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            for directory in 0..<10 {
+                try FileManager.default.createDirectory(
+                    atPath: src + "/d\(directory)", withIntermediateDirectories: true)
+                for index in 0..<50 { try writeFile(src + "/d\(directory)/f\(index)", [UInt8(index)]) }
+            }
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            let harness = try TransferHarness(directory: dst)
+            let (watch, box) = try Self.startWatch(src, harness, delete: false)
+            // The first pass (511 entries) is answered: nothing of it is kept.
+            #expect(watch.sender.entriesKept == 0)
+            watch.sender.watch.mostKept = 0
+            watch.sender.watch.forgetStep = 64
+            let rounds = 10
+            let perRound = 100
+            for round in 0..<rounds {
+                // Half new files, half files of the first pass rewritten.
+                var made: [String] = []
+                for index in 0..<perRound {
+                    let directory = src + "/d\(index % 10)"
+                    let path = index % 2 == 0 ? directory + "/new-\(round)-\(index)" : directory + "/f\(index / 2 % 50)"
+                    try writeFile(path, [UInt8(round), UInt8(index), 7])
+                    if index % 2 == 0 { made.append(dst + "/tree" + path.dropFirst(src.count)) }
+                }
+                // The round's new files arrive, and everything fed is answered…
+                let machine = { watch.sender.machine }
+                #expect(
+                    runLoop(harness.loop, for: .seconds(20)) {
+                        watch.queued == 0 && machine().unanswered.isEmpty && machine().entriesWaiting == 0
+                            && machine().awaitingHave.isEmpty && made.allSatisfy { access($0, F_OK) == 0 }
+                    }, "round \(round)")
+                // … and forgotten.
+                #expect(watch.sender.entriesKept == 0, "round \(round)")
+            }
+            #expect(Self.settles(src, dst + "/tree", harness), "\(treeDifferences(src, dst + "/tree"))")
+            // Every change went through the session; what it kept never grew with them.
+            let answered = watch.sender.watch.forgotten.files
+            #expect(answered >= 500 + rounds * perRound / 2, "\(answered) files answered and forgotten")
+            let most = watch.sender.watch.mostKept
+            #expect(most <= 64 + 2 * perRound, "\(most) entries kept at once")
+            watch.stop()
+            #expect(runLoop(harness.loop, for: .seconds(20)) { box.summary != nil })
+            #expect(box.summary?.error == nil)
+            #expect(box.summary?.results.isEmpty == true, "every entry stored: counted, not listed")
+            #expect((box.summary?.files ?? 0) >= 500 + rounds * perRound / 2)
+        }
+    }
 }

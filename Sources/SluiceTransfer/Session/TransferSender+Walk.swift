@@ -85,17 +85,17 @@ extension TransferSender {
     func take(
         _ arrived: [OutgoingEntry], work: [SenderMachine.Work] = [], last: Bool, incomplete: Bool = false
     ) {
-        let first = entries.count
+        let first = entries.endIndex
         entries += arrived
         tally.arrived(arrived)
-        let checksBefore = machine.checks.count
+        let checksBefore = machine.checks.endIndex
         machine.entriesArrived(
             Self.machineEntries(arrived), work: work,
             pruneRoots: options.sync && options.delete ? Self.pruneRoots(arrived, first: first) : [],
             last: last, incomplete: incomplete)
         guard !ended else { return }
         if warnedNoDeflate {
-            warnAboutEntries(first..<entries.count)
+            warnAboutEntries(first..<entries.endIndex)
         } else if machine.canProceed {
             // The receiver's HELLO came while the machine had nothing to announce.
             warnAboutPeer()

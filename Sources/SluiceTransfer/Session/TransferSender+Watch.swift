@@ -11,6 +11,18 @@ struct SenderWatch {
     var onPassDone: (() -> Void)?
     /// Called as each MOVE or REMOVE is answered (or settled here).
     var onOperated: ((TreeOperation.Kind, TransferOutcome) -> Void)?
+    /// The entries answered and forgotten (`forgetAnswered`): those stored, counted; the
+    /// others' results, kept for the summary; the files among them (any outcome), and their
+    /// bytes, for `progress`.
+    var forgotten = TransferResultCounts()
+    var forgottenResults: [TransferFileResult] = []
+    var forgottenFiles = 0
+    var forgottenBytes: UInt64 = 0
+    /// The most entries kept at once since it was last set (`entriesKept`): for tests.
+    var mostKept = 0
+    /// Entries forgotten at once at least (unless every entry is answered): what finding
+    /// them costs (a look at those kept) is spread over many. Fewer for tests.
+    var forgetStep = 1024
 }
 
 /// `send --watch`: the session stays open after the first pass (the walk of the sources, as
@@ -29,9 +41,17 @@ extension TransferSender {
     var firstPassDone: Bool { watch.passDone }
 
     /// Entries listed by the watcher join the transfer: checked, and sent where they differ.
+    /// (A second name names its first by its index in `arrived`: by its index here once
+    /// taken.)
     func watchArrived(_ arrived: [OutgoingEntry]) {
         guard !ended, !machine.listed else { return }
-        take(arrived, last: false)
+        let first = entries.endIndex
+        take(
+            arrived.map { entry in
+                var entry = entry
+                entry.hardLinkTo = entry.hardLinkTo.map { $0 + first }
+                return entry
+            }, last: false)
         advance()
     }
 
@@ -56,11 +76,47 @@ extension TransferSender {
         advance()
     }
 
-    /// After the machine went as far as it may: says when the first pass is over.
+    /// After the machine went as far as it may: forgets what is answered, and says when the
+    /// first pass is over.
     func noteWatch() {
+        if watch.enabled { watch.mostKept = max(watch.mostKept, entriesKept) }
+        forgetAnswered()
         guard watch.enabled, !watch.passDone, !ended, machine.firstPassDone else { return }
         watch.passDone = true
         watch.onPassDone?()
+    }
+
+    /// `watch`: forgets the entries answered and done with (`SenderMachine.answeredBelow`),
+    /// here and in the machine, once there are `watch.forgetStep` of them or every entry is: those
+    /// stored are counted, the others' results kept, for the summary. Memory then follows
+    /// what is in flight, not the tree's size nor the number of changes. With `-H`, not
+    /// before the first pass is listed (its second names come at its end, naming their
+    /// first by index).
+    func forgetAnswered() {
+        guard watch.enabled, !ended, machine.passListed || !options.hardLinks else { return }
+        let start = entries.startIndex
+        let bound = min(machine.answeredBelow, current?.index ?? .max)
+        guard bound > start, bound - start >= watch.forgetStep || bound == entries.endIndex else { return }
+        for index in start..<bound {
+            let result = result(index)
+            if result.outcome.isStored {
+                watch.forgotten.count(result)
+            } else {
+                watch.forgottenResults.append(result)
+            }
+            if !result.isDirectory {
+                watch.forgottenFiles += 1
+                watch.forgottenBytes += result.size ?? 0
+            }
+        }
+        machine.forget(below: bound)
+        entries.forget(below: bound)
+        watch.forgotten.removed += tally.forget(below: bound)
+    }
+
+    /// Entries kept (listed and not forgotten), here and in the machine: for tests.
+    var entriesKept: Int {
+        max(entries.count, machine.entries.count, machine.work.count, machine.checks.count, machine.haves.count)
     }
 
     /// A MOVE or REMOVE was answered.

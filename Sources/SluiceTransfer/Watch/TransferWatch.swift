@@ -150,7 +150,11 @@ public final class TransferWatch {
     private var passedOnce = false
     private var backoff = TransferWatch.firstBackoff
     private var retry: LoopTimer?
-    private var lastSummary: TransferSummary?
+    /// The sessions before the one running, summed (`summed`): what a dropped one left
+    /// unanswered is left out (the next one's `--sync` pass sends it), its error kept.
+    private var earlier: TransferSummary?
+    /// When the watch started (the loop's clock, in nanoseconds).
+    private var started: UInt64 = 0
     static let firstBackoff = Duration.milliseconds(250)
     /// How long a file closed waits for a rename that may follow (nanoseconds).
     static let closeGrace: UInt64 = 2_000_000
@@ -163,6 +167,7 @@ public final class TransferWatch {
         input: ReadStream, output: WriteStream, on loop: EventLoop, completion: @escaping (TransferSummary) -> Void
     ) {
         self.loop = loop
+        started = monotonicNanoseconds()
         do {
             let watcher = try TreeWatcher()
             watcher.onEvents = { [weak self] events in self?.handle(events) }
@@ -209,13 +214,16 @@ public final class TransferWatch {
             return vanished.contains(result.path)
         }
         vanished = []
-        lastSummary = summary
         guard !stopping, let error = summary.error, passedOnce, reconnect != nil, let loop else {
-            ended()
-            completion?(summary)
-            completion = nil
+            finish(summary)
             return
         }
+        // What the connection's end left unanswered goes again in the next session.
+        summary.results.removeAll { result in
+            guard case .failed(let reason, .io) = result.outcome else { return false }
+            return reason.hasPrefix(Self.unansweredReason)
+        }
+        earlier = Self.summed(earlier, summary)
         let delay = backoff
         backoff = min(backoff * 2, Self.longestBackoff)
         onReconnecting?(error.description, delay)
@@ -226,6 +234,47 @@ public final class TransferWatch {
         retry = loop.schedule(after: delay) { [weak self] in self?.reopen() }
     }
 
+    /// The watch ends, its last session's summary (nil: it ended between sessions) added to
+    /// the sessions' before it: its completion hears the sum.
+    private func finish(_ last: TransferSummary?) {
+        ended()
+        guard var total = Self.summed(earlier, last) else { return }
+        // From the watch's start: the time between sessions too.
+        if started > 0 { total.seconds = Double(monotonicNanoseconds() - started) / 1e9 }
+        completion?(total)
+        completion = nil
+    }
+
+    /// The reason given to the entries a session's end left unanswered
+    /// (`TransferSender.end`).
+    static let unansweredReason = "not transferred: "
+
+    /// Two sessions' summaries as one (nil when both are): counts and bytes added, results
+    /// and removals in order, the later one's error and digest (or the earlier's), the time
+    /// of both.
+    static func summed(_ first: TransferSummary?, _ second: TransferSummary?) -> TransferSummary? {
+        guard var sum = first else { return second }
+        guard let second else { return sum }
+        sum.files += second.files
+        sum.directories += second.directories
+        sum.bytes += second.bytes
+        sum.bytesSent += second.bytesSent
+        sum.bytesReceived += second.bytesReceived
+        sum.resumedBytes += second.resumedBytes
+        sum.vouchedBytes += second.vouchedBytes
+        sum.holeBytes += second.holeBytes
+        sum.matchedBytes += second.matchedBytes
+        sum.seconds += second.seconds
+        sum.results += second.results
+        sum.removed += second.removed
+        sum.pruneFailures += second.pruneFailures
+        sum.pruneRefused = sum.pruneRefused || second.pruneRefused
+        sum.forgotten = sum.forgotten + second.forgotten
+        sum.error = second.error
+        sum.digest = second.digest ?? sum.digest
+        return sum
+    }
+
     /// Starts a new session: a `--sync` pass, then the changes pending.
     private func reopen() {
         retry = nil
@@ -234,10 +283,10 @@ public final class TransferWatch {
             try TransferSender(paths: paths, options: options, warning: listingWarning)
         }
         guard case .success(let next) = made else {
-            if case .failure(let error) = made, var summary = lastSummary {
-                summary.error = error
+            if case .failure(let error) = made {
+                earlier?.error = error
                 stopping = true
-                sessionEnded(summary)
+                finish(nil)
             }
             return
         }
@@ -263,11 +312,11 @@ public final class TransferWatch {
         stopping = true
         watcher?.close()
         watcher = nil
-        if let retry, let summary = lastSummary {
+        if let retry {
             // Between sessions: nothing is open to say goodbye on.
             retry.cancel()
             self.retry = nil
-            sessionEnded(summary)
+            finish(nil)
             return
         }
         if sender.firstPassDone { flush(all: true) }
