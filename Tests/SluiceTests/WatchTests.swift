@@ -114,6 +114,35 @@ struct WatchTests {
         #expect(!long.withUnsafeBytes { InotifyEvent.parse($0) }.complete)
     }
 
+    @Test("The watch table keeps a name per directory: a rename moves what lies below it, a removal forgets it")
+    func watchTableFollowsRenames() throws {
+        try withTemporaryDirectory { root in
+            try FileManager.default.createDirectory(atPath: root + "/a/b/c", withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: root + "/a/d", withIntermediateDirectories: true)
+            let watcher = try TreeWatcher()
+            defer { watcher.close() }
+            for (path, relative) in [
+                ("", "t"), ("/a", "t/a"), ("/a/b", "t/a/b"), ("/a/b/c", "t/a/b/c"), ("/a/d", "t/a/d"),
+            ] {
+                #expect(watcher.add(root + path, relative: relative) == nil)
+            }
+            let c = inotify_add_watch(watcher.fd, root + "/a/b/c", TreeWatcher.mask)
+            #expect(watcher.count == 5 && watcher.relative(of: c) == "t/a/b/c")
+            #expect(rename(root + "/a", root + "/x") == 0)
+            watcher.renamed(from: "t/a", to: "t/x")
+            #expect(watcher.relative(of: c) == "t/x/b/c", "below the directory renamed, the new path")
+            // Watched again under its new name (an overflow's pass): the same watch, one node.
+            #expect(watcher.add(root + "/x/b/c", relative: "t/x/b/c") == nil)
+            #expect(watcher.count == 5)
+            watcher.forget(below: "t/x/b")
+            #expect(watcher.count == 3 && watcher.relative(of: c) == nil)
+            let d = inotify_add_watch(watcher.fd, root + "/x/d", TreeWatcher.mask)
+            #expect(watcher.relative(of: d) == "t/x/d")
+            watcher.dropped(d)
+            #expect(watcher.count == 2 && watcher.relative(of: d) == nil)
+        }
+    }
+
     /// A watch of `src` into `harness`, started, its first pass over.
     static func startWatch(_ src: String, _ harness: TransferHarness, delete: Bool = true) throws -> (
         TransferWatch, SummaryBox
