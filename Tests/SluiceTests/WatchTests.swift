@@ -190,6 +190,38 @@ struct WatchTests {
         }
     }
 
+    @Test("Directories' modes and mtimes match while watching, once their changes are answered: not at goodbye")
+    func directoryTimesFollowTheWatch() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: src + "/sub/deep", withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            for index in 0..<20 { try writeFile(src + "/sub/f\(index)", [UInt8(index)]) }
+            try writeFile(src + "/sub/deep/x", [1])
+            let harness = try TransferHarness(directory: dst)
+            let (watch, box) = try Self.startWatch(src, harness)
+            let copy = dst + "/tree"
+            // The first pass: its directories were set as their CHECKs came, then again.
+            #expect(
+                runLoop(harness.loop, for: .seconds(20)) { treeDifferences(src, copy).isEmpty },
+                "\(treeDifferences(src, copy))")
+            // A file made, one removed, a directory made with a file in it, a mode changed.
+            try writeFile(src + "/sub/new", [9])
+            #expect(unlink(src + "/sub/f3") == 0)
+            try FileManager.default.createDirectory(atPath: src + "/sub/made", withIntermediateDirectories: true)
+            try writeFile(src + "/sub/made/y", [2])
+            #expect(chmod(src + "/sub/deep", 0o750) == 0)
+            #expect(
+                runLoop(harness.loop, for: .seconds(20)) { treeDifferences(src, copy).isEmpty },
+                "\(treeDifferences(src, copy))")
+            #expect(box.summary == nil, "still watching")
+            watch.stop()
+            #expect(runLoop(harness.loop, for: .seconds(20)) { box.summary != nil })
+            #expect(box.summary?.error == nil)
+        }
+    }
+
     @Test("An overflow of the inotify queue is caught by a --sync pass: what its lost events said arrives")
     func overflowIsCaughtBySync() throws {
         try withTemporaryDirectory { root in
@@ -252,7 +284,9 @@ struct WatchTests {
             try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
             let harness = try TransferHarness(directory: dst)
             let (watch, box) = try Self.startWatch(src, harness, delete: false)
-            // The first pass (511 entries) is answered: nothing of it is kept.
+            // The first pass (511 entries) is answered, and its directories' entries after it:
+            // nothing of them is kept.
+            #expect(runLoop(harness.loop, for: .seconds(20)) { watch.sender.answeredAll && watch.touched.isEmpty })
             #expect(watch.sender.entriesKept == 0)
             watch.sender.watch.mostKept = 0
             watch.sender.watch.forgetStep = 64

@@ -38,6 +38,14 @@ extension SenderMachine {
             && prunesSent >= pruneRoots.count && pruning.isEmpty && awaitingHave.isEmpty
     }
 
+    /// `watch`: everything fed is answered (entries, CHECKs, MOVEs, REMOVEs, PRUNEs), and
+    /// nothing waits to go.
+    var answeredAll: Bool {
+        next >= work.endIndex && checksSent >= checks.endIndex && unanswered.isEmpty && eagerResumable.isEmpty
+            && awaitingHave.isEmpty && operations.isEmpty && operating.isEmpty && pruning.isEmpty
+            && prunesSent >= pruneRoots.count
+    }
+
     /// Whether the first queued operation may go now: every entry before it answered, the
     /// first pass's PRUNEs answered.
     var operationMayGo: Bool {

@@ -193,6 +193,9 @@ struct SenderMachine: Sendable {
     /// `watch`: the first pass's walk has ended (`firstPassListed`): its PRUNEs may go while
     /// more entries, MOVEs and REMOVEs still come.
     var passListed = false
+    /// `watch`: the session stays open for changes; HELLO says so (`watch`), and a receiver
+    /// that knows sets a directory's mode and mtime as its CHECK comes, not at goodbye.
+    var watching = false
     /// `watch`: the MOVEs and REMOVEs to send, in order (`queue`), and the one sent and not
     /// answered yet (nothing else goes meanwhile).
     var operations: [TreeOperation] = []
@@ -257,6 +260,7 @@ struct SenderMachine: Sendable {
         if settings.resume && settings.resumeKey != nil { set.insert(Wire.Capability.resumeToken) }
         if !settings.pruneRoots.isEmpty || settings.prunesArriving { set.insert(Wire.Capability.delete) }
         if settings.sync && settings.syncAttributes { set.insert(Wire.Capability.syncAttributes) }
+        if settings.sync && watching { set.insert(Wire.Capability.watch) }
         return set
     }
 

@@ -34,7 +34,10 @@ extension TransferSender {
     /// Keeps the session open after the walk (set before `start`).
     var watching: Bool {
         get { watch.enabled }
-        set { watch.enabled = newValue }
+        set {
+            watch.enabled = newValue
+            machine.watching = newValue
+        }
     }
 
     /// The first pass's entries and PRUNEs are all answered.
@@ -42,8 +45,9 @@ extension TransferSender {
 
     /// Entries listed by the watcher join the transfer: checked, and sent where they differ.
     /// (A second name names its first by its index in `arrived`: by its index here once
-    /// taken.)
-    func watchArrived(_ arrived: [OutgoingEntry]) {
+    /// taken.) With `alone`, they are directories without what they hold (their mode and
+    /// mtime to set): the top of a tree among them is no PRUNE.
+    func watchArrived(_ arrived: [OutgoingEntry], alone: Bool = false) {
         guard !ended, !machine.listed else { return }
         let first = entries.endIndex
         take(
@@ -51,7 +55,7 @@ extension TransferSender {
                 var entry = entry
                 entry.hardLinkTo = entry.hardLinkTo.map { $0 + first }
                 return entry
-            }, last: false)
+            }, last: false, prunes: !alone)
         advance()
     }
 
@@ -118,6 +122,12 @@ extension TransferSender {
     var entriesKept: Int {
         max(entries.count, machine.entries.count, machine.work.count, machine.checks.count, machine.haves.count)
     }
+
+    /// The first pass's walk has ended: what is fed now comes after all its entries.
+    var firstPassListed: Bool { machine.passListed }
+
+    /// Everything fed is answered (entries, CHECKs, MOVEs and REMOVEs), and nothing waits to go.
+    var answeredAll: Bool { machine.answeredAll }
 
     /// A MOVE or REMOVE was answered.
     func operated(_ operation: TreeOperation, _ outcome: TransferOutcome) {

@@ -98,6 +98,13 @@ public final class TransferWatch {
     /// files of one name in one BATCH, two CHECKs that both found it absent); a change to one
     /// of them waits for its answer.
     private var unanswered: [String: Int] = [:]
+    /// Directories whose mode or mtime may have changed (something in them did): each one's
+    /// entry alone goes once everything fed is answered and nothing is pending, so that the
+    /// receiver sets them after what they hold (`settleDirectories`).
+    private(set) var touched: Set<String> = []
+    private var settleTimer: LoopTimer?
+    /// `stop` was called: goodbye follows the directories touched, once all is answered.
+    private var finishing = false
     /// The last change answered: its path and how long from its event to its answer.
     public private(set) var lastChange: (path: String, seconds: Double)?
     /// For tests: called once the first pass is over and changes are fed.
@@ -321,7 +328,9 @@ public final class TransferWatch {
         }
         if sender.firstPassDone { flush(all: true) }
         timer?.cancel()
-        sender.stopWatching()
+        // Goodbye once what was fed is answered and the directories touched went after it.
+        finishing = true
+        settleDirectoriesSoon()
     }
 
     // MARK: Watches
@@ -508,6 +517,8 @@ public final class TransferWatch {
         // Pending changes under `from` were re-keyed: they are fed after the MOVE.
         moves += 1
         changesSent += 1
+        touch(from)
+        touch(to, isDirectory: isDirectory)
         inFlight[to] = now
         sender.watchMove(from: from, to: to)
         // A file moved is looked at again under its new name once the MOVE is in: a change
@@ -538,9 +549,64 @@ public final class TransferWatch {
     private func passDone() {
         passedOnce = true
         backoff = Self.firstBackoff
-        if stopping { return }
+        if stopping {
+            settleDirectoriesSoon()
+            return
+        }
+        // The first pass's directories were set as their CHECKs came, before what they hold:
+        // each goes again.
+        touched.formUnion(watcher?.directories ?? [])
         onPassDone?()
         schedule()
+        settleDirectoriesSoon()
+    }
+
+    /// Feeds the entries of the directories touched, each alone, once everything fed is
+    /// answered and nothing is pending: their CHECKs reach the receiver after what changed in
+    /// them, and it sets their mode and mtime (a receiver that does not know `watch` sets
+    /// them at goodbye). Stopping, goodbye follows them.
+    private func settleDirectories() {
+        // (Goodbye waits for the first pass's walk: its entries are still to come.)
+        guard !stopping || finishing, sender.answeredAll, sender.firstPassListed else { return }
+        guard !touched.isEmpty, sender.firstPassDone, pending.isEmpty else {
+            if finishing {
+                finishing = false
+                sender.stopWatching()
+            }
+            return
+        }
+        var entries: [OutgoingEntry] = []
+        for path in touched.sorted() {
+            guard let (local, below) = local(path), !excluded(path, isDirectory: true) else { continue }
+            let made = Result { () throws(SluiceError) in
+                try SourceTree.Walk(
+                    subtree: local, relative: path, below: below, selection: options.selection,
+                    options: options.sourceOptions)
+            }
+            // The walk's first entry is the directory itself (gone: nothing to set).
+            guard case .success(var walk) = made, let entry = walk.next(limit: 1).entries.first, entry.isDirectory
+            else { continue }
+            unanswered[path] = 1
+            entries.append(entry)
+        }
+        touched = []
+        if !entries.isEmpty { sender.watchArrived(entries, alone: true) }
+    }
+
+    /// `settleDirectories` on the loop's next turn (not from within the session's answer).
+    private func settleDirectoriesSoon() {
+        guard settleTimer == nil, !touched.isEmpty || finishing, let loop else { return }
+        settleTimer = loop.schedule(after: .zero) { [weak self] in
+            self?.settleTimer = nil
+            self?.settleDirectories()
+        }
+    }
+
+    /// Something changed at `path`: the directory holding it (and a directory fed, itself) is
+    /// touched.
+    private func touch(_ path: String, isDirectory: Bool = false) {
+        if isDirectory { touched.insert(path) }
+        if let slash = path.lastIndex(of: "/") { touched.insert(String(path[..<slash])) }
     }
 
     /// Arms the timer for the earliest pending path (at once for one due now).
@@ -579,6 +645,7 @@ public final class TransferWatch {
                         entries = []
                     }
                     changesSent += 1
+                    touch(path)
                     inFlight[path] = monotonicNanoseconds()
                     sender.watchRemove(path)
                 }
@@ -596,12 +663,14 @@ public final class TransferWatch {
                     continue
                 }
                 unanswered[entry.relative] = 1
+                touch(entry.relative, isDirectory: entry.isDirectory)
                 entries.append(entry)
             }
             inFlight[path] = monotonicNanoseconds()
             changesSent += 1
         }
         if !entries.isEmpty { sender.watchArrived(entries) }
+        settleDirectoriesSoon()
     }
 
     /// Whether an ancestor of `path` is among `paths`.
@@ -634,6 +703,7 @@ public final class TransferWatch {
     /// An entry fed (`entry`), or a MOVE or REMOVE, was answered: the latency of its change.
     private func answered(_ path: String, entry: Bool = false) {
         if entry { unanswered[path] = nil }
+        defer { settleDirectoriesSoon() }
         guard let seen = inFlight.removeValue(forKey: path) else { return }
         lastChange = (path, Double(monotonicNanoseconds() - seen) / 1e9)
     }
@@ -665,6 +735,8 @@ public final class TransferWatch {
         retry = nil
         timer?.cancel()
         timer = nil
+        settleTimer?.cancel()
+        settleTimer = nil
         watcher?.close()
         watcher = nil
         stopping = true

@@ -47,6 +47,9 @@ final class TreeWatcher: ByteStreamDelegate {
     /// How many directories are watched.
     var count: Int { nodes.count }
 
+    /// Every directory watched (as sent).
+    var directories: [String] { nodes.keys.compactMap(relative(of:)) }
+
     /// The directory (as sent, `photos/2024`) watch `watch` stands for: its names up to its
     /// tree's top (nil for a watch not known, or one whose parent went).
     func relative(of watch: Int32) -> String? {
