@@ -35,9 +35,17 @@ import Sluice
 /// - An inotify queue overflow (`IN_Q_OVERFLOW`), or a directory that could not be watched,
 ///   is caught by a `--sync` pass over the trees (or that directory).
 ///
+/// - A directory in which something changed goes again, its entry alone, once everything
+///   fed is answered and nothing is pending (every directory once the first pass is over):
+///   a receiver that knows (`watch` in the sender's HELLO) sets its mode and mtime then.
+///
 /// Eventually consistent: once the trees are quiet for `settle` and the answers are in, the
 /// receiver's copy is the same as the trees (what `--sync` compares: sizes, mtimes, modes,
-/// links, what the options send).
+/// links, what the options send), directories' times included.
+///
+/// Memory follows what is in flight: the session forgets each entry once it is answered
+/// (`TransferSender.forgetAnswered`), the watch table keeps a name per directory, and the
+/// summary counts what was stored across every session (`TransferSummary.forgotten`).
 public final class TransferWatch {
     /// How long a file must be quiet (no write) before it goes when nobody closed it.
     public let settle: Duration
