@@ -18,6 +18,9 @@ COUNT=${COUNT:-200}
 RATE=${RATE:-20}
 SETTLE_MS=${SETTLE_MS:-50}
 SLUICE=$ROOT/.build/release/sluice
+# PARTS: which to run (default all): latency rename burst quiet lsyncd.
+PARTS=${PARTS:-latency rename burst quiet lsyncd}
+part() { [[ " $PARTS " == *" $1 "* ]]; }
 # shellcheck source=Benchmarks/common.sh
 source "$ROOT/Benchmarks/common.sh"
 WORK=$(mktemp -d "${BASE:-/tmp}/sluice-watch-bench.XXXXXX")
@@ -32,6 +35,7 @@ trap cleanup EXIT
 grep -m1 'model name' /proc/cpuinfo | sed 's/.*: /cpu: /'
 echo "cores: $(nproc); changes: $COUNT at $RATE/s, 4 KiB each; settle $SETTLE_MS ms"
 
+if part latency; then
 # sluice: a receiver, a watch, the probe.
 mkdir -p "$WORK/s/src/tree" "$WORK/s/dst"
 start_sluice_receiver "$WORK/s/dst" "$WORK/s/receiver.log"
@@ -46,6 +50,8 @@ python3 Benchmarks/watch-probe.py "$WORK/s/src/tree" "$WORK/s/dst/tree" "$COUNT"
 kill -INT "$SENDER"
 wait "$SENDER" || true
 
+fi
+if part rename; then
 # The rename of a directory of 1,000 files: two sessions over the same tree, one quiet, one
 # that renames the directory once its first pass is over; the difference of their bytes sent
 # (--stats=json) is the rename's.
@@ -71,6 +77,8 @@ renamed=$(session "$WORK/r/rename.log" rename)
 echo "sluice: renaming a directory of 1,000 files: $((renamed - quiet)) bytes sent ($renamed - $quiet of a quiet session)"
 diff -r "$WORK/r/src/tree" "$WORK/r/dst/tree" >/dev/null && echo "sluice: trees equal" || echo "sluice: TREES DIFFER"
 
+fi
+if part burst; then
 # A burst of BURST (default 10,000) new 1 KiB files, made at once in a directory moved in
 # (mkdir elsewhere, fill, mv in: they all exist when the watch sees it), until the last is at
 # the receiver, against a one-shot `send --sync` of the same directory into an empty one; ROUNDS
@@ -86,8 +94,10 @@ burst_watch() { # $1: round; prints the seconds until the last file arrived
     mkdir -p "$dir/src/tree" "$dir/dst" "$dir/stage/burst"
     cp "$WORK"/b/f* "$dir/stage/burst/"
     sync
-    start_sluice_receiver "$dir/dst" "$dir/receiver.log"
-    "$SLUICE" send --insecure --no-progress --watch "$dir/src/tree" "127.0.0.1:$SPORT" 2>/dev/null &
+    # (Run in $(…): the receiver must not hold its output open.)
+    start_sluice_receiver "$dir/dst" "$dir/receiver.log" >/dev/null
+    local receiver=${PIDS[-1]}
+    "$SLUICE" send --insecure --no-progress --watch "$dir/src/tree" "127.0.0.1:$SPORT" >/dev/null 2>&1 &
     local sender=$!
     PIDS+=("$sender")
     for _ in $(seq 500); do [ -d "$dir/dst/tree" ] && break; sleep 0.01; done
@@ -100,6 +110,9 @@ burst_watch() { # $1: round; prints the seconds until the last file arrived
     kill -INT "$sender"
     wait "$sender" || true
     [ "$(find "$dir/dst/tree/burst" -type f | wc -l)" = "$BURST" ] || echo "burst: NOT ALL ARRIVED" >&2
+    kill "$receiver"
+    wait "$receiver" 2>/dev/null || true
+    rm -rf "$dir"
     elapsed "$t0" "$t1"
 }
 burst_once() { # $1: round; prints the seconds of a one-shot send --sync of the same files
@@ -107,11 +120,15 @@ burst_once() { # $1: round; prints the seconds of a one-shot send --sync of the 
     mkdir -p "$dir/burst" "$dir/dst"
     cp "$WORK"/b/f* "$dir/burst/"
     sync
-    start_sluice_receiver "$dir/dst" "$dir/receiver.log"
+    start_sluice_receiver "$dir/dst" "$dir/receiver.log" >/dev/null
+    local receiver=${PIDS[-1]}
     local t0 t1
     t0=$(now)
-    "$SLUICE" send --insecure --no-progress --sync "$dir/burst" "127.0.0.1:$SPORT" 2>/dev/null
+    "$SLUICE" send --insecure --no-progress --sync "$dir/burst" "127.0.0.1:$SPORT" >/dev/null 2>&1
     t1=$(now)
+    kill "$receiver"
+    wait "$receiver" 2>/dev/null || true
+    rm -rf "$dir"
     elapsed "$t0" "$t1"
 }
 ratios=()
@@ -129,6 +146,8 @@ for round in $(seq "$ROUNDS"); do
 done
 printf '%s\n' "${ratios[@]}" | sort -n | awk '{a[NR] = $1} END {printf "burst ratio: median %s, range %s-%s over %d rounds\n", a[int((NR + 1) / 2)], a[1], a[NR], NR}'
 
+fi
+if part quiet; then
 # A quiet tree of QUIET (default 100,000) files in 1,000 directories, watched: the sender's CPU
 # over 10 s once its first pass is over, and its RSS then (from /proc).
 QUIET=${QUIET:-100000}
@@ -181,6 +200,8 @@ awk -v r="$rss" -v n="$CHANGES" 'BEGIN {printf "after %d changes: RSS %.1f MiB\n
 kill -INT "$SENDER"
 wait "$SENDER" || true
 
+fi
+if part lsyncd; then
 # lsyncd, default.rsync, delay 0 (its smallest), to a local directory.
 if command -v lsyncd >/dev/null; then
     mkdir -p "$WORK/l/src" "$WORK/l/dst"
@@ -195,4 +216,5 @@ CONF
     python3 Benchmarks/watch-probe.py "$WORK/l/src" "$WORK/l/dst" "$COUNT" "$RATE"
 else
     echo "lsyncd: not installed (apt-get install -y lsyncd)"
+fi
 fi

@@ -114,7 +114,7 @@ extension SenderMachine {
     /// entries in order (a file announced again put back in it).
     var answeredBelow: Int {
         guard workIsEveryEntry, prunesSent >= pruneRoots.count, pruning.isEmpty else { return entries.startIndex }
-        var bound = next < work.endIndex ? work[next].index : entries.endIndex
+        var bound = announcedBelow
         if let first = unanswered.min() { bound = min(bound, first) }
         if checksSent < checks.endIndex { bound = min(bound, checks[checksSent]) }
         if let first = awaitingHave.min() { bound = min(bound, first) }
@@ -130,6 +130,14 @@ extension SenderMachine {
             if let target = entries[index].hardLinkTo { bound = min(bound, target) }
         }
         return max(bound, entries.startIndex)
+    }
+
+    /// `watch`: the entries before it are announced and their CHECKs sent: an upper bound of
+    /// `answeredBelow`, found at once (that one looks at every entry in flight).
+    var announcedBelow: Int {
+        var bound = next < work.endIndex ? work[next].index : entries.endIndex
+        if checksSent < checks.endIndex { bound = min(bound, checks[checksSent]) }
+        return bound
     }
 
     /// `watch`: forgets the entries before `bound` (at most `answeredBelow`), and what is kept

@@ -23,6 +23,9 @@ struct SenderWatch {
     /// Entries forgotten at once at least (unless every entry is answered): what finding
     /// them costs (a look at those kept) is spread over many. Fewer for tests.
     var forgetStep = 1024
+    /// The announcements (`SenderMachine.announcedBelow`) before which `forgetAnswered` does
+    /// not look again, unless all is answered.
+    var nextLook = 0
 }
 
 /// `send --watch`: the session stays open after the first pass (the walk of the sources, as
@@ -99,7 +102,17 @@ extension TransferSender {
     func forgetAnswered() {
         guard watch.enabled, !ended, machine.passListed || !options.hardLinks else { return }
         let start = entries.startIndex
+        // What finding the bound costs (a look at every entry in flight) is paid once per
+        // `forgetStep` entries announced, or once all is answered: not at each answer.
+        let announced = machine.announcedBelow
+        guard announced == entries.endIndex || announced - start >= watch.forgetStep,
+            announced >= watch.nextLook || machine.answeredAll
+        else { return }
         let bound = min(machine.answeredBelow, current?.index ?? .max)
+        if bound - start < watch.forgetStep && bound != entries.endIndex {
+            // In flight still: looked at again a quarter step of announcements later.
+            watch.nextLook = announced + watch.forgetStep / 4
+        }
         guard bound > start, bound - start >= watch.forgetStep || bound == entries.endIndex else { return }
         for index in start..<bound {
             let result = result(index)
