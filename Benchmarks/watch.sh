@@ -5,8 +5,12 @@
 # next is due; median and 99th percentile), then the bytes on the wire for renaming a
 # directory of 1,000 files (sluice's --stats=json bytes_sent, before and after).
 #
+# Then a burst of BURST new files moved in at once against a one-shot `send --sync` of them
+# (ROUNDS rounds, alternating which goes first), and a quiet tree of QUIET files: the sender's
+# CPU and RSS once its first pass is over, and its RSS again after CHANGES changes.
+#
 #   Benchmarks/watch.sh                  # COUNT=200 RATE=20 SETTLE_MS=50
-#   COUNT=1000 Benchmarks/watch.sh
+#   COUNT=1000 BASE=/mnt/bench Benchmarks/watch.sh   # BASE: where the trees go (a fresh file system)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -14,9 +18,12 @@ COUNT=${COUNT:-200}
 RATE=${RATE:-20}
 SETTLE_MS=${SETTLE_MS:-50}
 SLUICE=$ROOT/.build/release/sluice
+# PARTS: which to run (default all): latency rename burst quiet lsyncd.
+PARTS=${PARTS:-latency rename burst quiet lsyncd}
+part() { [[ " $PARTS " == *" $1 "* ]]; }
 # shellcheck source=Benchmarks/common.sh
 source "$ROOT/Benchmarks/common.sh"
-WORK=$(mktemp -d /tmp/sluice-watch-bench.XXXXXX)
+WORK=$(mktemp -d "${BASE:-/tmp}/sluice-watch-bench.XXXXXX")
 PIDS=()
 cleanup() {
     for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -28,6 +35,7 @@ trap cleanup EXIT
 grep -m1 'model name' /proc/cpuinfo | sed 's/.*: /cpu: /'
 echo "cores: $(nproc); changes: $COUNT at $RATE/s, 4 KiB each; settle $SETTLE_MS ms"
 
+if part latency; then
 # sluice: a receiver, a watch, the probe.
 mkdir -p "$WORK/s/src/tree" "$WORK/s/dst"
 start_sluice_receiver "$WORK/s/dst" "$WORK/s/receiver.log"
@@ -42,6 +50,8 @@ python3 Benchmarks/watch-probe.py "$WORK/s/src/tree" "$WORK/s/dst/tree" "$COUNT"
 kill -INT "$SENDER"
 wait "$SENDER" || true
 
+fi
+if part rename; then
 # The rename of a directory of 1,000 files: two sessions over the same tree, one quiet, one
 # that renames the directory once its first pass is over; the difference of their bytes sent
 # (--stats=json) is the rename's.
@@ -67,32 +77,77 @@ renamed=$(session "$WORK/r/rename.log" rename)
 echo "sluice: renaming a directory of 1,000 files: $((renamed - quiet)) bytes sent ($renamed - $quiet of a quiet session)"
 diff -r "$WORK/r/src/tree" "$WORK/r/dst/tree" >/dev/null && echo "sluice: trees equal" || echo "sluice: TREES DIFFER"
 
+fi
+if part burst; then
 # A burst of BURST (default 10,000) new 1 KiB files, made at once in a directory moved in
 # (mkdir elsewhere, fill, mv in: they all exist when the watch sees it), until the last is at
-# the receiver, against a one-shot `send --sync` of the same directory into an empty one.
+# the receiver, against a one-shot `send --sync` of the same directory into an empty one; ROUNDS
+# rounds (default 3), the first with the watch first, the next with the one-shot first, and so on.
 BURST=${BURST:-10000}
-mkdir -p "$WORK/b/src/tree" "$WORK/b/dst" "$WORK/b/stage/burst" "$WORK/b/once"
-for i in $(seq "$BURST"); do head -c 1024 /dev/urandom >"$WORK/b/stage/burst/f$i"; done
-start_sluice_receiver "$WORK/b/dst" "$WORK/b/receiver.log"
-"$SLUICE" send --insecure --no-progress --watch "$WORK/b/src/tree" "127.0.0.1:$SPORT" 2>/dev/null &
-SENDER=$!
-PIDS+=("$SENDER")
-for _ in $(seq 500); do [ -d "$WORK/b/dst/tree" ] && break; sleep 0.01; done
-t0=$(now)
-mv "$WORK/b/stage/burst" "$WORK/b/src/tree/burst"
+ROUNDS=${ROUNDS:-3}
+mkdir -p "$WORK/b/stage"
+for i in $(seq "$BURST"); do head -c 1024 /dev/urandom >"$WORK/b/f$i"; done
 # The walk sends names in sorted order: the last one's arrival ends it (then all are counted).
 last=$(for i in $(seq "$BURST"); do echo "f$i"; done | LC_ALL=C sort | tail -1)
-while [ ! -f "$WORK/b/dst/tree/burst/$last" ]; do sleep 0.002; done
-t1=$(now)
-arrived=$(find "$WORK/b/dst/tree/burst" -type f | wc -l)
-kill -INT "$SENDER"
-wait "$SENDER" || true
-start_sluice_receiver "$WORK/b/once" "$WORK/b/once.log"
-t2=$(now)
-"$SLUICE" send --insecure --no-progress --sync "$WORK/b/src/tree/burst" "127.0.0.1:$SPORT" 2>/dev/null
-t3=$(now)
-echo "burst of $BURST files: watch $(elapsed "$t0" "$t1") s ($arrived arrived), one-shot send --sync $(elapsed "$t2" "$t3") s"
+burst_watch() { # $1: round; prints the seconds until the last file arrived
+    local dir="$WORK/b/w$1"
+    mkdir -p "$dir/src/tree" "$dir/dst" "$dir/stage/burst"
+    cp "$WORK"/b/f* "$dir/stage/burst/"
+    sync
+    # (Run in $(…): the receiver must not hold its output open.)
+    start_sluice_receiver "$dir/dst" "$dir/receiver.log" >/dev/null
+    local receiver=${PIDS[-1]}
+    "$SLUICE" send --insecure --no-progress --watch "$dir/src/tree" "127.0.0.1:$SPORT" >/dev/null 2>&1 &
+    local sender=$!
+    PIDS+=("$sender")
+    for _ in $(seq 500); do [ -d "$dir/dst/tree" ] && break; sleep 0.01; done
+    sleep 0.5 # the first pass (an empty tree) is over
+    local t0 t1
+    t0=$(now)
+    mv "$dir/stage/burst" "$dir/src/tree/burst"
+    while [ ! -f "$dir/dst/tree/burst/$last" ]; do sleep 0.002; done
+    t1=$(now)
+    kill -INT "$sender"
+    wait "$sender" || true
+    [ "$(find "$dir/dst/tree/burst" -type f | wc -l)" = "$BURST" ] || echo "burst: NOT ALL ARRIVED" >&2
+    kill "$receiver"
+    wait "$receiver" 2>/dev/null || true
+    rm -rf "$dir"
+    elapsed "$t0" "$t1"
+}
+burst_once() { # $1: round; prints the seconds of a one-shot send --sync of the same files
+    local dir="$WORK/b/o$1"
+    mkdir -p "$dir/burst" "$dir/dst"
+    cp "$WORK"/b/f* "$dir/burst/"
+    sync
+    start_sluice_receiver "$dir/dst" "$dir/receiver.log" >/dev/null
+    local receiver=${PIDS[-1]}
+    local t0 t1
+    t0=$(now)
+    "$SLUICE" send --insecure --no-progress --sync "$dir/burst" "127.0.0.1:$SPORT" >/dev/null 2>&1
+    t1=$(now)
+    kill "$receiver"
+    wait "$receiver" 2>/dev/null || true
+    rm -rf "$dir"
+    elapsed "$t0" "$t1"
+}
+ratios=()
+for round in $(seq "$ROUNDS"); do
+    if [ $((round % 2)) = 1 ]; then
+        w=$(burst_watch "$round")
+        o=$(burst_once "$round")
+    else
+        o=$(burst_once "$round")
+        w=$(burst_watch "$round")
+    fi
+    r=$(awk -v w="$w" -v o="$o" 'BEGIN {printf "%.3f", w / o}')
+    ratios+=("$r")
+    echo "burst of $BURST files, round $round: watch $w s, one-shot send --sync $o s, ratio $r (load $(cut -d' ' -f1 /proc/loadavg))"
+done
+printf '%s\n' "${ratios[@]}" | sort -n | awk '{a[NR] = $1} END {printf "burst ratio: median %s, range %s-%s over %d rounds\n", a[int((NR + 1) / 2)], a[1], a[NR], NR}'
 
+fi
+if part quiet; then
 # A quiet tree of QUIET (default 100,000) files in 1,000 directories, watched: the sender's CPU
 # over 10 s once its first pass is over, and its RSS then (from /proc).
 QUIET=${QUIET:-100000}
@@ -123,9 +178,30 @@ rss=$(awk '/VmRSS/ {print $2}' "/proc/$SENDER/status")
 hz=$(getconf CLK_TCK)
 awk -v c="$((c1 - c0))" -v hz="$hz" -v s="$(elapsed "$t0" "$t1")" -v r="$rss" -v n="$QUIET" \
     'BEGIN {printf "quiet tree of %d files: %.2f%% of a core over %.1f s, RSS %.1f MiB\n", n, 100 * c / hz / s, s, r / 1024}'
+# CHANGES (default 10,000) changes: files rewritten, 1,000 at a time, each thousand awaited at
+# the receiver; then the RSS again.
+CHANGES=${CHANGES:-10000}
+python3 - "$WORK/q/src/tree" "$WORK/q/dst/tree" "$CHANGES" <<'PY'
+import os, sys, time
+src, dst, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for start in range(0, count, 1000):
+    names = [os.path.join("d%03d" % (index % 1000), "f%06d" % (index % 100000)) for index in range(start, min(count, start + 1000))]
+    for name in names:
+        with open(os.path.join(src, name), "wb") as f:
+            f.write(b"y" * 200)
+    deadline = time.monotonic() + 60
+    for name in names:
+        while os.stat(os.path.join(dst, name)).st_size != 200 and time.monotonic() < deadline:
+            time.sleep(0.001)
+PY
+sleep 1
+rss=$(awk '/VmRSS/ {print $2}' "/proc/$SENDER/status")
+awk -v r="$rss" -v n="$CHANGES" 'BEGIN {printf "after %d changes: RSS %.1f MiB\n", n, r / 1024}'
 kill -INT "$SENDER"
 wait "$SENDER" || true
 
+fi
+if part lsyncd; then
 # lsyncd, default.rsync, delay 0 (its smallest), to a local directory.
 if command -v lsyncd >/dev/null; then
     mkdir -p "$WORK/l/src" "$WORK/l/dst"
@@ -140,4 +216,5 @@ CONF
     python3 Benchmarks/watch-probe.py "$WORK/l/src" "$WORK/l/dst" "$COUNT" "$RATE"
 else
     echo "lsyncd: not installed (apt-get install -y lsyncd)"
+fi
 fi

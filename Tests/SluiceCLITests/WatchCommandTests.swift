@@ -146,6 +146,9 @@ import Testing
             let outcome = sender.wait(within: .seconds(30))
             #expect(outcome.status == 0, "\(outcome.stderrText)")
             #expect(outcome.stderrText.contains("connection lost"), "\(outcome.stderrText)")
+            // --stats sums both sessions: a in the first; a again and b in the second's --sync
+            // pass, then c.
+            #expect(outcome.stderrText.contains("\"files\":4,"), "\(outcome.stderrText)")
             _ = second.stop()
         }
     }

@@ -114,6 +114,35 @@ struct WatchTests {
         #expect(!long.withUnsafeBytes { InotifyEvent.parse($0) }.complete)
     }
 
+    @Test("The watch table keeps a name per directory: a rename moves what lies below it, a removal forgets it")
+    func watchTableFollowsRenames() throws {
+        try withTemporaryDirectory { root in
+            try FileManager.default.createDirectory(atPath: root + "/a/b/c", withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: root + "/a/d", withIntermediateDirectories: true)
+            let watcher = try TreeWatcher()
+            defer { watcher.close() }
+            for (path, relative) in [
+                ("", "t"), ("/a", "t/a"), ("/a/b", "t/a/b"), ("/a/b/c", "t/a/b/c"), ("/a/d", "t/a/d"),
+            ] {
+                #expect(watcher.add(root + path, relative: relative) == nil)
+            }
+            let c = inotify_add_watch(watcher.fd, root + "/a/b/c", TreeWatcher.mask)
+            #expect(watcher.count == 5 && watcher.relative(of: c) == "t/a/b/c")
+            #expect(rename(root + "/a", root + "/x") == 0)
+            watcher.renamed(from: "t/a", to: "t/x")
+            #expect(watcher.relative(of: c) == "t/x/b/c", "below the directory renamed, the new path")
+            // Watched again under its new name (an overflow's pass): the same watch, one node.
+            #expect(watcher.add(root + "/x/b/c", relative: "t/x/b/c") == nil)
+            #expect(watcher.count == 5)
+            watcher.forget(below: "t/x/b")
+            #expect(watcher.count == 3 && watcher.relative(of: c) == nil)
+            let d = inotify_add_watch(watcher.fd, root + "/x/d", TreeWatcher.mask)
+            #expect(watcher.relative(of: d) == "t/x/d")
+            watcher.dropped(d)
+            #expect(watcher.count == 2 && watcher.relative(of: d) == nil)
+        }
+    }
+
     /// A watch of `src` into `harness`, started, its first pass over.
     static func startWatch(_ src: String, _ harness: TransferHarness, delete: Bool = true) throws -> (
         TransferWatch, SummaryBox
@@ -155,6 +184,38 @@ struct WatchTests {
             let wire = watch.sender.bytesWritten - before
             #expect(wire < 4096, "\(wire) bytes for a rename")
             #expect(watch.sender.progress.filesDone == stored, "no file sent again")
+            watch.stop()
+            #expect(runLoop(harness.loop, for: .seconds(20)) { box.summary != nil })
+            #expect(box.summary?.error == nil)
+        }
+    }
+
+    @Test("Directories' modes and mtimes match while watching, once their changes are answered: not at goodbye")
+    func directoryTimesFollowTheWatch() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: src + "/sub/deep", withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            for index in 0..<20 { try writeFile(src + "/sub/f\(index)", [UInt8(index)]) }
+            try writeFile(src + "/sub/deep/x", [1])
+            let harness = try TransferHarness(directory: dst)
+            let (watch, box) = try Self.startWatch(src, harness)
+            let copy = dst + "/tree"
+            // The first pass: its directories were set as their CHECKs came, then again.
+            #expect(
+                runLoop(harness.loop, for: .seconds(20)) { treeDifferences(src, copy).isEmpty },
+                "\(treeDifferences(src, copy))")
+            // A file made, one removed, a directory made with a file in it, a mode changed.
+            try writeFile(src + "/sub/new", [9])
+            #expect(unlink(src + "/sub/f3") == 0)
+            try FileManager.default.createDirectory(atPath: src + "/sub/made", withIntermediateDirectories: true)
+            try writeFile(src + "/sub/made/y", [2])
+            #expect(chmod(src + "/sub/deep", 0o750) == 0)
+            #expect(
+                runLoop(harness.loop, for: .seconds(20)) { treeDifferences(src, copy).isEmpty },
+                "\(treeDifferences(src, copy))")
+            #expect(box.summary == nil, "still watching")
             watch.stop()
             #expect(runLoop(harness.loop, for: .seconds(20)) { box.summary != nil })
             #expect(box.summary?.error == nil)
@@ -205,6 +266,62 @@ struct WatchTests {
             #expect(Self.settles(src, dst + "/tree", harness), "\(treeDifferences(src, dst + "/tree"))")
             watch.stop()
             #expect(runLoop(harness.loop, for: .seconds(20)) { box.summary != nil })
+        }
+    }
+
+    @Test(
+        "A watch forgets what is answered: 1,000 changes after a first pass of 500 files keep two rounds' entries at most"
+    )
+    func answeredEntriesAreForgotten() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            for directory in 0..<10 {
+                try FileManager.default.createDirectory(
+                    atPath: src + "/d\(directory)", withIntermediateDirectories: true)
+                for index in 0..<50 { try writeFile(src + "/d\(directory)/f\(index)", [UInt8(index)]) }
+            }
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            let harness = try TransferHarness(directory: dst)
+            let (watch, box) = try Self.startWatch(src, harness, delete: false)
+            // The first pass (511 entries) is answered, and its directories' entries after it:
+            // nothing of them is kept.
+            #expect(runLoop(harness.loop, for: .seconds(20)) { watch.sender.answeredAll && watch.touched.isEmpty })
+            #expect(watch.sender.entriesKept == 0)
+            watch.sender.watch.mostKept = 0
+            watch.sender.watch.forgetStep = 64
+            let rounds = 10
+            let perRound = 100
+            for round in 0..<rounds {
+                // Half new files, half files of the first pass rewritten.
+                var made: [String] = []
+                for index in 0..<perRound {
+                    let directory = src + "/d\(index % 10)"
+                    let path = index % 2 == 0 ? directory + "/new-\(round)-\(index)" : directory + "/f\(index / 2 % 50)"
+                    try writeFile(path, [UInt8(round), UInt8(index), 7])
+                    if index % 2 == 0 { made.append(dst + "/tree" + path.dropFirst(src.count)) }
+                }
+                // The round's new files arrive, and everything fed is answered…
+                let machine = { watch.sender.machine }
+                #expect(
+                    runLoop(harness.loop, for: .seconds(20)) {
+                        watch.queued == 0 && machine().unanswered.isEmpty && machine().entriesWaiting == 0
+                            && machine().awaitingHave.isEmpty && made.allSatisfy { access($0, F_OK) == 0 }
+                    }, "round \(round)")
+                // … and forgotten.
+                #expect(watch.sender.entriesKept == 0, "round \(round)")
+            }
+            #expect(Self.settles(src, dst + "/tree", harness), "\(treeDifferences(src, dst + "/tree"))")
+            // Every change went through the session; what it kept never grew with them.
+            let answered = watch.sender.watch.forgotten.files
+            #expect(answered >= 500 + rounds * perRound / 2, "\(answered) files answered and forgotten")
+            let most = watch.sender.watch.mostKept
+            #expect(most <= 64 + 2 * perRound, "\(most) entries kept at once")
+            watch.stop()
+            #expect(runLoop(harness.loop, for: .seconds(20)) { box.summary != nil })
+            #expect(box.summary?.error == nil)
+            #expect(box.summary?.results.isEmpty == true, "every entry stored: counted, not listed")
+            #expect((box.summary?.files ?? 0) >= 500 + rounds * perRound / 2)
         }
     }
 }

@@ -66,7 +66,7 @@ extension TransferText {
 
     /// What a sync sets on an entry left unsent (without `--checksum`'s mtime): its mode,
     /// extended attributes, owner and group.
-    static let updatedInPlace: TransferDifferences = [.mode, .xattrs, .owner, .group]
+    static let updatedInPlace = TransferResultCounts.inPlace
 }
 
 /// The progress line of `sluice send`, redrawn ten times a second on stderr: files done of
@@ -219,7 +219,8 @@ struct SendStatsReport {
     /// without a sync).
     private var synced: (unchanged: Int, updated: Int, replaced: Int)? {
         let changes = summary.results.compactMap(\.change)
-        guard !changes.isEmpty else { return nil }
+        let forgotten = summary.forgotten
+        guard !changes.isEmpty || forgotten.created + forgotten.replaced + forgotten.unchanged > 0 else { return nil }
         let unchanged = changes.filter { if case .unchanged = $0 { true } else { false } }.count
         let updated = changes.filter {
             if case .unchanged(let differences) = $0 {
@@ -229,7 +230,7 @@ struct SendStatsReport {
             }
         }.count
         let replaced = changes.filter { if case .replaced = $0 { true } else { false } }.count
-        return (unchanged, updated, replaced)
+        return (forgotten.unchanged + unchanged, forgotten.updatedInPlace + updated, forgotten.replaced + replaced)
     }
 
     var json: String {
@@ -259,8 +260,8 @@ struct SendStatsReport {
             fields.append(("unchanged", "\(synced.unchanged)"))
             fields.append(("updated", "\(synced.updated)"))
             fields.append(("replaced", "\(synced.replaced)"))
-            fields.append(("deltas", "\(summary.results.filter(\.sentAsDelta).count)"))
-            fields.append(("removed", "\(summary.removed.count)"))
+            fields.append(("deltas", "\(summary.deltas)"))
+            fields.append(("removed", "\(summary.removedCount)"))
         }
         if let compressionLevel { fields.append(("compression_level", "\(compressionLevel)")) }
         if let rateLimit { fields.append(("rate_limit", "\(rateLimit)")) }
@@ -316,13 +317,13 @@ struct SendStatsReport {
         ]
         if let digest = summary.digest { rows.append(("digest", digest.description)) }
         if let synced {
-            let deltas = summary.results.filter(\.sentAsDelta).count
+            let deltas = summary.deltas
             rows.append(
                 (
                     "sync",
                     "\(synced.unchanged) unchanged (not sent; \(synced.updated) given new attributes), "
                         + "\(synced.replaced) replaced (\(deltas) as deltas), "
-                        + "\(summary.removed.count) removed"
+                        + "\(summary.removedCount) removed"
                 ))
         }
         if let compressionLevel { rows.append(("compression", "deflate:\(compressionLevel)")) }

@@ -21,6 +21,10 @@ struct AnswerOrder: Sendable {
     /// The entry `offset` places after the first (`self[0]` is the first).
     subscript(offset: Int) -> Int { storage[head + offset] }
 
+    /// The smallest entry that waits (entries may be announced out of index order: a file
+    /// announced again), or nil when none does.
+    func min() -> Int? { storage[head...].min() }
+
     /// Whether `entry` waits for its answer.
     func contains(_ entry: Int) -> Bool { storage[head...].contains(entry) }
 

@@ -165,6 +165,10 @@ struct ReceiverMachine: Sendable {
     var directoriesAnnounced = 0
     /// A CHECK came: the sender syncs (existing directories are settled like created ones).
     var syncing = false
+    /// The sender watches its tree (`send --watch`, HELLO lists `watch`): it sends a
+    /// directory's CHECK again once what changed in it is answered, and the directory's mode
+    /// and mtime are set then, not at goodbye.
+    var peerWatches = false
     /// CHECKs taken; the most one session may send is `maxChecks`.
     var checksAnnounced = 0
     /// The sender listed `delete`: the paths it CHECKs are kept, up to `Wire.maxNamedBytes`.
@@ -316,6 +320,7 @@ struct ReceiverMachine: Sendable {
             peerChecksHeld = capabilities.contains(Wire.Capability.heldSHA256)
             peerDeletes = capabilities.contains(Wire.Capability.delete)
             peerSyncsAttributes = capabilities.contains(Wire.Capability.syncAttributes)
+            peerWatches = settings.sync && capabilities.contains(Wire.Capability.watch)
             state = .idle
             return []
         case (.awaitingHello, .file), (.awaitingHello, .directory), (.awaitingHello, .end),

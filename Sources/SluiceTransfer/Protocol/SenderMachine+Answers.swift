@@ -40,14 +40,14 @@ extension SenderMachine {
             }
             digest = agreed
             peerCapabilities = capabilities
-            if syncing { checks = entriesToCheck() }
+            if syncing { checks = IndexedWindow(entriesToCheck()) }
             guard let join else {
                 state = .ready
                 return []
             }
             guard capabilities.contains(Wire.Capability.streams) else {
                 guard let fallback else { return violation("the receiver does not offer streams") }
-                work = fallback
+                work = IndexedWindow(fallback)
                 self.join = nil
                 state = .ready
                 return [.streamsDeclined]

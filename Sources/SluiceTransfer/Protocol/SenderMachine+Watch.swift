@@ -28,14 +28,22 @@ extension SenderMachine {
 
     /// `watch`: queues a MOVE or REMOVE after the entries listed so far.
     mutating func queue(_ kind: TreeOperation.Kind) {
-        operations.append(TreeOperation(kind: kind, after: work.count))
+        operations.append(TreeOperation(kind: kind, after: work.endIndex))
     }
 
     /// The first pass is over: its walk ended, its entries are announced and answered, and
     /// its PRUNEs too.
     var firstPassDone: Bool {
-        passListed && next >= work.count && unanswered.isEmpty && eagerResumable.isEmpty
+        passListed && next >= work.endIndex && unanswered.isEmpty && eagerResumable.isEmpty
             && prunesSent >= pruneRoots.count && pruning.isEmpty && awaitingHave.isEmpty
+    }
+
+    /// `watch`: everything fed is answered (entries, CHECKs, MOVEs, REMOVEs, PRUNEs), and
+    /// nothing waits to go.
+    var answeredAll: Bool {
+        next >= work.endIndex && checksSent >= checks.endIndex && unanswered.isEmpty && eagerResumable.isEmpty
+            && awaitingHave.isEmpty && operations.isEmpty && operating.isEmpty && pruning.isEmpty
+            && prunesSent >= pruneRoots.count
     }
 
     /// Whether the first queued operation may go now: every entry before it answered, the
@@ -95,5 +103,89 @@ extension SenderMachine {
             return violation("GONE for a path outside the path removed")
         }
         return [.removed(PeerText.sanitized(path))]
+    }
+}
+
+extension SenderMachine {
+    /// `watch`: the index below which every entry is done with: announced, answered (or
+    /// settled here), its CHECK answered, nothing of it open, read or waited for, no PRUNE
+    /// unanswered, and no entry after it a hard link to it. Those entries may be forgotten
+    /// (`forget`). Only where the work is every entry (one connection): its work is the
+    /// entries in order (a file announced again put back in it).
+    var answeredBelow: Int {
+        guard workIsEveryEntry, prunesSent >= pruneRoots.count, pruning.isEmpty else { return entries.startIndex }
+        var bound = announcedBelow
+        if let first = unanswered.min() { bound = min(bound, first) }
+        if checksSent < checks.endIndex { bound = min(bound, checks[checksSent]) }
+        if let first = awaitingHave.min() { bound = min(bound, first) }
+        if let first = eagerResumable.keys.min() { bound = min(bound, first) }
+        if let first = localFailures.keys.min() { bound = min(bound, first) }
+        switch state {
+        case .opening(let index): bound = min(bound, index)
+        case .awaitingAccept(let file), .sending(let file): bound = min(bound, file.index)
+        default: break
+        }
+        // A second name names its first by index: the first stays while the second does.
+        for index in bound..<entries.endIndex {
+            if let target = entries[index].hardLinkTo { bound = min(bound, target) }
+        }
+        return max(bound, entries.startIndex)
+    }
+
+    /// `watch`: the entries before it are announced and their CHECKs sent: an upper bound of
+    /// `answeredBelow`, found at once (that one looks at every entry in flight).
+    var announcedBelow: Int {
+        var bound = next < work.endIndex ? work[next].index : entries.endIndex
+        if checksSent < checks.endIndex { bound = min(bound, checks[checksSent]) }
+        return bound
+    }
+
+    /// `watch`: forgets the entries before `bound` (at most `answeredBelow`), and what is kept
+    /// of them by index; the others keep their indices.
+    mutating func forget(below bound: Int) {
+        guard bound > entries.startIndex else { return }
+        for index in entries.startIndex..<bound {
+            haves[index] = nil
+            checksums[index] = nil
+            checksumFailed.remove(index)
+            stored.remove(index)
+            announcedAgain.remove(index)
+        }
+        entries.forget(below: bound)
+        settled.forget(below: bound)
+        var position = work.startIndex
+        while position < next, work[position].index < bound { position += 1 }
+        work.forget(below: position)
+        var checked = checks.startIndex
+        while checked < checksSent, checks[checked] < bound { checked += 1 }
+        checks.forget(below: checked)
+        arrivedPruneRoots.removeAll { $0 < bound }
+        // The PRUNEs before it were all sent and answered (`answeredBelow`).
+        prunesSent = pruneRoots.count
+        // Dictionaries and sets keep their capacity as they empty: a tree's first pass would
+        // leave its size behind.
+        haves = haves.compacted()
+        checksums = checksums.compacted()
+        stored = stored.compacted()
+    }
+}
+
+extension Dictionary {
+    /// The same pairs in storage of their size (a dictionary keeps its capacity as it empties).
+    func compacted() -> Self {
+        guard capacity > 64, count * 4 < capacity else { return self }
+        var fresh = Self(minimumCapacity: count)
+        for (key, value) in self { fresh[key] = value }
+        return fresh
+    }
+}
+
+extension Set {
+    /// The same members in storage of their size (a set keeps its capacity as it empties).
+    func compacted() -> Self {
+        guard capacity > 64, count * 4 < capacity else { return self }
+        var fresh = Self(minimumCapacity: count)
+        fresh.formUnion(self)
+        return fresh
     }
 }

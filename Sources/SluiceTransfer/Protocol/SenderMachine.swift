@@ -142,7 +142,9 @@ struct SenderMachine: Sendable {
     }
 
     let settings: Settings
-    private(set) var entries: [Entry]
+    /// Every entry listed so far, by index; with `watch`, those answered are forgotten as it
+    /// goes (`forget`, in `+Watch`).
+    var entries: IndexedWindow<Entry>
     /// Every entry has arrived (`entriesArrived`).
     private(set) var listed: Bool
     /// The work is every entry, whole, in order: entries arriving join it (else their work
@@ -153,7 +155,7 @@ struct SenderMachine: Sendable {
     /// Something below the sources could not be listed: PRUNE removes nothing.
     var listingIncomplete = false
     /// What this connection sends, in order; by default every entry, whole.
-    var work: [Work]
+    var work: IndexedWindow<Work>
     /// For a connection of a transfer over several: which one it is, and what it sends
     /// instead when the receiver does not offer `streams` (nil: it must).
     var join: TransferJoin?
@@ -178,11 +180,11 @@ struct SenderMachine: Sendable {
     var eagerResumable: [Int: UInt64] = [:]
     /// Files announced again, not eager, because the receiver holds part of them.
     var announcedAgain: Set<Int> = []
-    var settled: [Bool]
+    var settled: IndexedWindow<Bool>
     /// Entries answered STORED: a hard link to one of them may go out.
     var stored: Set<Int> = []
     /// With `sync`: the entries to CHECK, in the order of the work, and how many went out.
-    var checks: [Int] = []
+    var checks: IndexedWindow<Int> = []
     var checksSent = 0
     /// CHECKs without a HAVE yet, oldest first, and the HAVEs by entry.
     var awaitingHave: [Int] = []
@@ -197,6 +199,9 @@ struct SenderMachine: Sendable {
     /// `watch`: the first pass's walk has ended (`firstPassListed`): its PRUNEs may go while
     /// more entries, MOVEs and REMOVEs still come.
     var passListed = false
+    /// `watch`: the session stays open for changes; HELLO says so (`watch`), and a receiver
+    /// that knows sets a directory's mode and mtime as its CHECK comes, not at goodbye.
+    var watching = false
     /// `watch`: the MOVEs and REMOVEs to send, in order (`queue`), and the one sent and not
     /// answered yet (nothing else goes meanwhile).
     var operations: [TreeOperation] = []
@@ -206,21 +211,21 @@ struct SenderMachine: Sendable {
         entries: [Entry], settings: Settings, work: [Work]? = nil, join: TransferJoin? = nil, fallback: [Work]? = nil,
         listed: Bool = true
     ) {
-        self.entries = entries
+        self.entries = IndexedWindow(entries)
         self.settings = settings
         self.listed = listed
         workIsEveryEntry = work == nil
-        self.work = work ?? entries.indices.map(Work.entry)
+        self.work = IndexedWindow(work ?? entries.indices.map(Work.entry))
         self.join = join
         self.fallback = fallback
-        settled = Array(repeating: false, count: entries.count)
+        settled = IndexedWindow(Array(repeating: false, count: entries.count))
     }
 
     /// True when the next `proceed()` would say goodbye (or PRUNE).
-    var workDone: Bool { next >= work.count && listed }
+    var workDone: Bool { next >= work.endIndex && listed }
 
     /// Entries not yet announced: what the walk has listed ahead of the announcements.
-    var entriesWaiting: Int { work.count - next }
+    var entriesWaiting: Int { work.endIndex - next }
 
     /// More entries, listed after those the machine has (their indices follow), and more work:
     /// every arriving entry where the work is every entry, else `work` (of these entries or
@@ -231,7 +236,7 @@ struct SenderMachine: Sendable {
     mutating func entriesArrived(
         _ arrived: [Entry], work more: [Work] = [], pruneRoots: [Int] = [], last: Bool, incomplete: Bool = false
     ) {
-        let first = entries.count
+        let first = entries.endIndex
         entries += arrived
         settled += Array(repeating: false, count: arrived.count)
         guard !listed else {
@@ -239,7 +244,7 @@ struct SenderMachine: Sendable {
             assertionFailure("sender machine: entries after the last")
             return
         }
-        let added = workIsEveryEntry ? (first..<entries.count).map(Work.entry) : more
+        let added = workIsEveryEntry ? (first..<entries.endIndex).map(Work.entry) : more
         work += added
         if syncing {
             var seen: Set<Int> = []
@@ -261,6 +266,7 @@ struct SenderMachine: Sendable {
         if settings.resume && settings.resumeKey != nil { set.insert(Wire.Capability.resumeToken) }
         if !settings.pruneRoots.isEmpty || settings.prunesArriving { set.insert(Wire.Capability.delete) }
         if settings.sync && settings.syncAttributes { set.insert(Wire.Capability.syncAttributes) }
+        if settings.sync && watching { set.insert(Wire.Capability.watch) }
         return set
     }
 
@@ -303,7 +309,7 @@ struct SenderMachine: Sendable {
         // A MOVE or REMOVE goes once every entry before it is answered; the CHECKs after it wait.
         let barrier = operations.first?.after ?? Int.max
         if syncing {
-            if checksSent < checks.count, checks[checksSent] < barrier {
+            if checksSent < checks.endIndex, checks[checksSent] < barrier {
                 // With `checksum`, a file's CHECK waits for its digest.
                 let index = checks[checksSent]
                 return !settings.checksum || !isFile(index) || checksums[index] != nil
@@ -312,14 +318,14 @@ struct SenderMachine: Sendable {
             // An entry goes once its HAVE is in.
             // (Every entry but a stream is checked where the work is every entry: no scan of
             // the checks, which grow with each change a watch sends.)
-            if next < work.count, next < barrier, haves[work[next].index] == nil,
+            if next < work.endIndex, next < barrier, haves[work[next].index] == nil,
                 workIsEveryEntry ? isChecked(work[next].index) : checks.contains(work[next].index)
             {
                 return false
             }
         }
         if next >= barrier { return operationMayGo }
-        guard next < work.count else {
+        guard next < work.endIndex else {
             // The next entries are still being listed (or, watching, may come).
             guard listed || passListed else { return false }
             // PRUNE once every entry is answered; BYE after.
@@ -356,9 +362,9 @@ struct SenderMachine: Sendable {
     /// A connection of several whose receiver offers no `streams` (`streamsDeclined`), while
     /// entries still arrive: it sends every entry, those it has and those to come.
     mutating func takeEveryEntry() {
-        work = entries.indices.map(Work.entry)
+        work = IndexedWindow(entries.indices.map(Work.entry))
         workIsEveryEntry = true
-        if syncing { checks = entriesToCheck() }
+        if syncing { checks = IndexedWindow(entriesToCheck()) }
     }
 
     /// The entries to CHECK: each entry of the work once, but streams (nothing to compare).
@@ -507,14 +513,14 @@ struct SenderMachine: Sendable {
 
     mutating func proceedUnnoted() -> [SenderAction] {
         guard canProceed else { return [] }
-        if syncing && checksSent < checks.count && checks[checksSent] < (operations.first?.after ?? Int.max) {
+        if syncing && checksSent < checks.endIndex && checks[checksSent] < (operations.first?.after ?? Int.max) {
             let index = checks[checksSent]
             checksSent += 1
             awaitingHave.append(index)
             return checkAttributeMessages(index) + [.send(.check(check(index)))]
         }
         if let operation = operations.first, next >= operation.after { return sendOperation() }
-        guard next < work.count else {
+        guard next < work.endIndex else {
             let roots = pruneRoots
             if prunesSent < roots.count {
                 let root = roots[prunesSent]

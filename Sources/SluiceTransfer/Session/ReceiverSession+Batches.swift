@@ -361,6 +361,29 @@ extension ReceiverSession {
         }
     }
 
+    /// `send --watch`: sets the attributes of the directories kept so far once every staged
+    /// file is in place, without waiting for goodbye (the sender sends a directory's CHECK
+    /// again after what changed in it, so a directory set too early is set again). One job at
+    /// a time; what comes meanwhile waits for the next.
+    func settleWatched() {
+        guard !settlingWatched else { return }
+        settlingWatched = true
+        afterStaged.append { [self] in
+            let store = self.store
+            let directories = createdDirectories
+            createdDirectories = DirectoriesToSettle()
+            store.pool.submit({ store.settleDirectories(directories) }, completingOn: loop) { [self] settled in
+                settlingWatched = false
+                for warning in settled.warnings where !(movedOrRemoved && warning.hasPrefix("cannot reopen")) {
+                    warn(warning)
+                }
+                warnings.hold(settled.more)
+                if !ended, !createdDirectories.isEmpty { settleWatched() }
+            }
+        }
+        commitStaged()
+    }
+
     /// Once every staged file is in place: sets the directories' attributes and, with fsync,
     /// flushes the file system once more, so that goodbye means every file stored is on disk
     /// under its name.

@@ -131,6 +131,8 @@ final class ReceiverSession: ProtocolRole {
     var quietTimer: LoopTimer?
     /// A MOVE or REMOVE came (`send --watch`): directories created may be gone at goodbye.
     var movedOrRemoved = false
+    /// `send --watch`: directories' attributes are being set mid-session (`settleWatched`).
+    var settlingWatched = false
 
     var isEnded: Bool { ended }
     /// The file's data path waits for the hasher to free a slot.
@@ -435,6 +437,7 @@ final class ReceiverSession: ProtocolRole {
     /// once that the rest are left as they are.
     private func settleLater(_ path: String, mode: UInt32, mtime: timespec) {
         guard !createdDirectories.append(path, mode: mode, mtime: mtime), createdDirectories.dropped == 1 else {
+            if machine.peerWatches { settleWatched() }
             return
         }
         warn(

@@ -4,14 +4,14 @@
 /// only by its methods, each one thing that happened.
 struct SendTally {
     /// Each entry's answer (or failure on this side); nil while it has none.
-    private(set) var outcomes: [TransferOutcome?] = []
+    private(set) var outcomes: IndexedWindow<TransferOutcome?> = []
     /// Each entry's size: as listed, then as opened, then (a stream) as read.
-    private(set) var sizes: [UInt64?] = []
+    private(set) var sizes: IndexedWindow<UInt64?> = []
     /// Bytes of each entry the receiver held and were not sent again.
-    private(set) var resumed: [UInt64] = []
+    private(set) var resumed: IndexedWindow<UInt64> = []
     /// Each entry's bytes in `bytesDone`: a file announced again (its receiver held part of it)
     /// counts from what it held, not twice.
-    private var counted: [UInt64] = []
+    private var counted: IndexedWindow<UInt64> = []
     /// Bytes of the entries done: read, skipped as held, holes, matched (progress).
     private(set) var bytesDone: UInt64 = 0
     /// Bytes of the files' data sent (literal bytes, before compression).
@@ -110,6 +110,21 @@ struct SendTally {
     mutating func pruneFailed(_ failure: String, refused: Bool) {
         if refused { pruneRefused = true }
         pruneFailures.append(failure)
+    }
+
+    /// `send --watch`: the entries before `bound` are answered and forgotten (their indices
+    /// stay theirs: those after keep them), and so are the paths removed so far (returned:
+    /// counted, not listed, by the caller).
+    mutating func forget(below bound: Int) -> Int {
+        for index in outcomes.startIndex..<max(bound, outcomes.startIndex) { sentAsDelta.remove(index) }
+        outcomes.forget(below: bound)
+        sizes.forget(below: bound)
+        resumed.forget(below: bound)
+        counted.forget(below: bound)
+        if sentAsDelta.isEmpty { sentAsDelta = [] }
+        let removedCount = removed.count
+        removed = []
+        return removedCount
     }
 
     /// The transfer ended: the entries not answered failed with `reason`.

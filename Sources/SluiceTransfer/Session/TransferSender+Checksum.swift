@@ -55,7 +55,8 @@ extension TransferSender {
     /// Entries arrived while the digests are computed (the walk goes on): those of the files
     /// among their CHECKs (from `start` in the machine's `checks`) are computed too.
     func checksumsArrived(from start: Int) {
-        guard checksums.started, machine.settings.checksum, inspect({ $0.syncing }), start < machine.checks.count else {
+        guard checksums.started, machine.settings.checksum, inspect({ $0.syncing }), start < machine.checks.endIndex
+        else {
             return
         }
         let files = machine.checks[start...].filter(machine.isFile)

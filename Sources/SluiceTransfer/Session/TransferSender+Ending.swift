@@ -17,11 +17,11 @@ extension TransferSender {
         tally.unanswered("not transferred: " + (error?.description ?? "no answer"))
         let stored = entries.indices.filter { tally.outcomes[$0] == .stored }
         var summary = TransferSummary(
-            files: stored.filter { !entries[$0].isDirectory }.count,
-            directories: stored.filter { entries[$0].isDirectory }.count,
+            files: watch.forgotten.files + stored.filter { !entries[$0].isDirectory }.count,
+            directories: watch.forgotten.directories + stored.filter { entries[$0].isDirectory }.count,
             bytes: tally.bytesSentOfFiles, bytesSent: connection?.bytesWritten ?? 0, resumedBytes: tally.resumedBytes,
             seconds: started == 0 ? 0 : Double(monotonicNanoseconds() - started) / 1e9,
-            results: entries.indices.map(result), error: error,
+            results: watch.forgottenResults + entries.indices.map(result), error: error,
             digest: machine.peerCapabilities.isEmpty ? nil : machine.digest)
         summary.holeBytes = tally.holeBytes
         summary.vouchedBytes = tally.vouchedBytes
@@ -30,6 +30,7 @@ extension TransferSender {
         summary.removed = tally.removed
         summary.pruneFailures = tally.pruneFailures
         summary.pruneRefused = tally.pruneRefused
+        summary.forgotten = watch.forgotten
         let done = completion
         completion = nil
         done?(summary)

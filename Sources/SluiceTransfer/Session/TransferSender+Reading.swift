@@ -149,13 +149,13 @@ extension TransferSender {
         guard first != nil || opens.jobs < Self.openJobs else { return }
         var batch: [OpenAhead] = []
         if let first, case .file(let path) = entries[first].kind {
-            let asked = machine.next > 0 ? machine.work[machine.next - 1] : .entry(first)
+            let asked = machine.next > machine.work.startIndex ? machine.work[machine.next - 1] : .entry(first)
             batch.append(OpenAhead(index: first, path: path, preload: preloads(asked)))
         }
         var matched = 0
         var position = machine.next
         while opensAhead.count + batch.count < Self.opensAheadLimit, batch.count < Self.opensPerJob,
-            position < machine.work.count
+            position < machine.work.endIndex
         {
             let item = machine.work[position]
             position += 1
@@ -170,7 +170,7 @@ extension TransferSender {
         guard !batch.isEmpty else { return }
         // Opening ahead waits until it makes a batch worth the hand-over (unless the work ends
         // within it): not one job per file as the files are taken one by one.
-        if first == nil, batch.count < Self.opensPerJob / 2, position < machine.work.count { return }
+        if first == nil, batch.count < Self.opensPerJob / 2, position < machine.work.endIndex { return }
         guard openLane.workers.hasRoom else {
             opens.waitForRoom(true)
             openLane.workers.whenRoom(on: loop) { [weak self] in

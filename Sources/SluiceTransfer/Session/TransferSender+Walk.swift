@@ -81,21 +81,24 @@ extension TransferSender {
     /// `ParallelTransferSender` it is a connection of) join the transfer, with `work`, this
     /// connection's share of them (or of earlier ones), where the work is not every entry.
     /// `last`: no more entries nor work will come. Call `advance()` after. Taken after the end
-    /// too (nothing is sent then): the entries are indexed alike on every connection.
+    /// too (nothing is sent then): the entries are indexed alike on every connection. With
+    /// `prunes` false, a source directory among them is no PRUNE (`send --watch`: a
+    /// directory's entry alone).
     func take(
-        _ arrived: [OutgoingEntry], work: [SenderMachine.Work] = [], last: Bool, incomplete: Bool = false
+        _ arrived: [OutgoingEntry], work: [SenderMachine.Work] = [], last: Bool, incomplete: Bool = false,
+        prunes: Bool = true
     ) {
-        let first = entries.count
+        let first = entries.endIndex
         entries += arrived
         tally.arrived(arrived)
-        let checksBefore = machine.checks.count
+        let checksBefore = machine.checks.endIndex
         machine.entriesArrived(
             Self.machineEntries(arrived), work: work,
-            pruneRoots: options.sync && options.delete ? Self.pruneRoots(arrived, first: first) : [],
+            pruneRoots: options.sync && options.delete && prunes ? Self.pruneRoots(arrived, first: first) : [],
             last: last, incomplete: incomplete)
         guard !ended else { return }
         if warnedNoDeflate {
-            warnAboutEntries(first..<entries.count)
+            warnAboutEntries(first..<entries.endIndex)
         } else if inspect({ $0.canProceed }) {
             // The receiver's HELLO came while the machine had nothing to announce.
             warnAboutPeer()

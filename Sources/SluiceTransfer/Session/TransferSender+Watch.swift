@@ -11,6 +11,21 @@ struct SenderWatch {
     var onPassDone: (() -> Void)?
     /// Called as each MOVE or REMOVE is answered (or settled here).
     var onOperated: ((TreeOperation.Kind, TransferOutcome) -> Void)?
+    /// The entries answered and forgotten (`forgetAnswered`): those stored, counted; the
+    /// others' results, kept for the summary; the files among them (any outcome), and their
+    /// bytes, for `progress`.
+    var forgotten = TransferResultCounts()
+    var forgottenResults: [TransferFileResult] = []
+    var forgottenFiles = 0
+    var forgottenBytes: UInt64 = 0
+    /// The most entries kept at once since it was last set (`entriesKept`): for tests.
+    var mostKept = 0
+    /// Entries forgotten at once at least (unless every entry is answered): what finding
+    /// them costs (a look at those kept) is spread over many. Fewer for tests.
+    var forgetStep = 1024
+    /// The announcements (`SenderMachine.announcedBelow`) before which `forgetAnswered` does
+    /// not look again, unless all is answered.
+    var nextLook = 0
 }
 
 /// `send --watch`: the session stays open after the first pass (the walk of the sources, as
@@ -22,16 +37,28 @@ extension TransferSender {
     /// Keeps the session open after the walk (set before `start`).
     var watching: Bool {
         get { watch.enabled }
-        set { watch.enabled = newValue }
+        set {
+            watch.enabled = newValue
+            machine.watching = newValue
+        }
     }
 
     /// The first pass's entries and PRUNEs are all answered.
     var firstPassDone: Bool { watch.passDone }
 
     /// Entries listed by the watcher join the transfer: checked, and sent where they differ.
-    func watchArrived(_ arrived: [OutgoingEntry]) {
+    /// (A second name names its first by its index in `arrived`: by its index here once
+    /// taken.) With `alone`, they are directories without what they hold (their mode and
+    /// mtime to set): the top of a tree among them is no PRUNE.
+    func watchArrived(_ arrived: [OutgoingEntry], alone: Bool = false) {
         guard !ended, !machine.listed else { return }
-        take(arrived, last: false)
+        let first = entries.endIndex
+        take(
+            arrived.map { entry in
+                var entry = entry
+                entry.hardLinkTo = entry.hardLinkTo.map { $0 + first }
+                return entry
+            }, last: false, prunes: !alone)
         advance()
     }
 
@@ -56,12 +83,64 @@ extension TransferSender {
         advance()
     }
 
-    /// After the machine went as far as it may: says when the first pass is over.
+    /// After the machine went as far as it may: forgets what is answered, and says when the
+    /// first pass is over.
     func noteWatch() {
+        if watch.enabled { watch.mostKept = max(watch.mostKept, entriesKept) }
+        forgetAnswered()
         guard watch.enabled, !watch.passDone, !ended, machine.firstPassDone else { return }
         watch.passDone = true
         watch.onPassDone?()
     }
+
+    /// `watch`: forgets the entries answered and done with (`SenderMachine.answeredBelow`),
+    /// here and in the machine, once there are `watch.forgetStep` of them or every entry is: those
+    /// stored are counted, the others' results kept, for the summary. Memory then follows
+    /// what is in flight, not the tree's size nor the number of changes. With `-H`, not
+    /// before the first pass is listed (its second names come at its end, naming their
+    /// first by index).
+    func forgetAnswered() {
+        guard watch.enabled, !ended, machine.passListed || !options.hardLinks else { return }
+        let start = entries.startIndex
+        // What finding the bound costs (a look at every entry in flight) is paid once per
+        // `forgetStep` entries announced, or once all is answered: not at each answer.
+        let announced = machine.announcedBelow
+        guard announced == entries.endIndex || announced - start >= watch.forgetStep,
+            announced >= watch.nextLook || machine.answeredAll
+        else { return }
+        let bound = min(machine.answeredBelow, current?.index ?? .max)
+        if bound - start < watch.forgetStep && bound != entries.endIndex {
+            // In flight still: looked at again a quarter step of announcements later.
+            watch.nextLook = announced + watch.forgetStep / 4
+        }
+        guard bound > start, bound - start >= watch.forgetStep || bound == entries.endIndex else { return }
+        for index in start..<bound {
+            let result = result(index)
+            if result.outcome.isStored {
+                watch.forgotten.count(result)
+            } else {
+                watch.forgottenResults.append(result)
+            }
+            if !result.isDirectory {
+                watch.forgottenFiles += 1
+                watch.forgottenBytes += result.size ?? 0
+            }
+        }
+        machine.forget(below: bound)
+        entries.forget(below: bound)
+        watch.forgotten.removed += tally.forget(below: bound)
+    }
+
+    /// Entries kept (listed and not forgotten), here and in the machine: for tests.
+    var entriesKept: Int {
+        max(entries.count, machine.entries.count, machine.work.count, machine.checks.count, machine.haves.count)
+    }
+
+    /// The first pass's walk has ended: what is fed now comes after all its entries.
+    var firstPassListed: Bool { machine.passListed }
+
+    /// Everything fed is answered (entries, CHECKs, MOVEs and REMOVEs), and nothing waits to go.
+    var answeredAll: Bool { machine.answeredAll }
 
     /// A MOVE or REMOVE was answered.
     func operated(_ operation: TreeOperation, _ outcome: TransferOutcome) {

@@ -58,8 +58,9 @@ public final class TransferSender: ProtocolRole {
     /// With `delete`: called with each path the receiver removed (would remove, on a dry run).
     public var onRemoved: ((String) -> Void)?
 
-    /// The entries listed so far (the walk adds to them while the transfer runs).
-    var entries: [OutgoingEntry]
+    /// The entries listed so far (the walk adds to them while the transfer runs); with `watch`,
+    /// those answered are forgotten as it goes (`forgetAnswered`).
+    var entries: IndexedWindow<OutgoingEntry>
     /// The streams among the sources (`OutgoingEntry.Kind.stream`'s numbers).
     let streams: [ReadStream]
     var machine: SenderMachine
@@ -144,7 +145,7 @@ public final class TransferSender: ProtocolRole {
         listingIncomplete: Bool = false
     ) {
         self.options = options
-        self.entries = entries
+        self.entries = IndexedWindow(entries)
         self.streams = streams
         tally = SendTally(entries)
         machine = SenderMachine(
@@ -223,9 +224,10 @@ public final class TransferSender: ProtocolRole {
     public var progress: TransferProgress {
         let files = entries.indices.filter { !entries[$0].isDirectory }
         return TransferProgress(
-            bytesDone: tally.bytesDone, bytesTotal: tally.sizes.reduce(0) { $0 + ($1 ?? 0) },
+            bytesDone: tally.bytesDone, bytesTotal: watch.forgottenBytes + tally.sizes.reduce(0) { $0 + ($1 ?? 0) },
             bytesSent: connection?.bytesWritten ?? 0,
-            filesDone: files.filter { tally.outcomes[$0] != nil }.count, filesTotal: files.count,
+            filesDone: watch.forgottenFiles + files.filter { tally.outcomes[$0] != nil }.count,
+            filesTotal: watch.forgottenFiles + files.count,
             currentPath: current.map { entries[$0.index].relative },
             seconds: started == 0 ? 0 : Double(monotonicNanoseconds() - started) / 1e9)
     }
@@ -419,9 +421,9 @@ public final class TransferSender: ProtocolRole {
 
     /// Marks `result` as a link, with its target, when `entry` is one (a second name only when
     /// the receiver takes links: else it went as a file), or as a device, FIFO or socket.
-    static func describeLink(
-        _ result: inout TransferFileResult, _ entry: OutgoingEntry, _ entries: [OutgoingEntry], sentLinks: Bool
-    ) {
+    static func describeLink<Entries: RandomAccessCollection<OutgoingEntry>>(
+        _ result: inout TransferFileResult, _ entry: OutgoingEntry, _ entries: Entries, sentLinks: Bool
+    ) where Entries.Index == Int {
         if case .symlink(_, let target) = entry.kind {
             result.isLink = true
             result.linkTarget = String(decoding: target, as: UTF8.self)
@@ -434,7 +436,7 @@ public final class TransferSender: ProtocolRole {
         if let first = entry.hardLinkTo, sentLinks {
             result.isLink = true
             result.isHardLink = true
-            result.linkTarget = entries[first].relative
+            result.linkTarget = entries.indices.contains(first) ? entries[first].relative : nil
         }
         if result.isLink { result.size = nil }
     }

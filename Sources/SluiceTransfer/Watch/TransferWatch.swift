@@ -35,9 +35,17 @@ import Sluice
 /// - An inotify queue overflow (`IN_Q_OVERFLOW`), or a directory that could not be watched,
 ///   is caught by a `--sync` pass over the trees (or that directory).
 ///
+/// - A directory in which something changed goes again, its entry alone, once everything
+///   fed is answered and nothing is pending (every directory once the first pass is over):
+///   a receiver that knows (`watch` in the sender's HELLO) sets its mode and mtime then.
+///
 /// Eventually consistent: once the trees are quiet for `settle` and the answers are in, the
 /// receiver's copy is the same as the trees (what `--sync` compares: sizes, mtimes, modes,
-/// links, what the options send).
+/// links, what the options send), directories' times included.
+///
+/// Memory follows what is in flight: the session forgets each entry once it is answered
+/// (`TransferSender.forgetAnswered`), the watch table keeps a name per directory, and the
+/// summary counts what was stored across every session (`TransferSummary.forgotten`).
 public final class TransferWatch {
     /// How long a file must be quiet (no write) before it goes when nobody closed it.
     public let settle: Duration
@@ -98,6 +106,13 @@ public final class TransferWatch {
     /// files of one name in one BATCH, two CHECKs that both found it absent); a change to one
     /// of them waits for its answer.
     private var unanswered: [String: Int] = [:]
+    /// Directories whose mode or mtime may have changed (something in them did): each one's
+    /// entry alone goes once everything fed is answered and nothing is pending, so that the
+    /// receiver sets them after what they hold (`settleDirectories`).
+    private(set) var touched: Set<String> = []
+    private var settleTimer: LoopTimer?
+    /// `stop` was called: goodbye follows the directories touched, once all is answered.
+    private var finishing = false
     /// The last change answered: its path and how long from its event to its answer.
     public private(set) var lastChange: (path: String, seconds: Double)?
     /// For tests: called once the first pass is over and changes are fed.
@@ -150,7 +165,11 @@ public final class TransferWatch {
     private var passedOnce = false
     private var backoff = TransferWatch.firstBackoff
     private var retry: LoopTimer?
-    private var lastSummary: TransferSummary?
+    /// The sessions before the one running, summed (`summed`): what a dropped one left
+    /// unanswered is left out (the next one's `--sync` pass sends it), its error kept.
+    private var earlier: TransferSummary?
+    /// When the watch started (the loop's clock, in nanoseconds).
+    private var started: UInt64 = 0
     static let firstBackoff = Duration.milliseconds(250)
     /// How long a file closed waits for a rename that may follow (nanoseconds).
     static let closeGrace: UInt64 = 2_000_000
@@ -163,6 +182,7 @@ public final class TransferWatch {
         input: ReadStream, output: WriteStream, on loop: EventLoop, completion: @escaping (TransferSummary) -> Void
     ) {
         self.loop = loop
+        started = monotonicNanoseconds()
         do {
             let watcher = try TreeWatcher()
             watcher.onEvents = { [weak self] events in self?.handle(events) }
@@ -209,13 +229,16 @@ public final class TransferWatch {
             return vanished.contains(result.path)
         }
         vanished = []
-        lastSummary = summary
         guard !stopping, let error = summary.error, passedOnce, reconnect != nil, let loop else {
-            ended()
-            completion?(summary)
-            completion = nil
+            finish(summary)
             return
         }
+        // What the connection's end left unanswered goes again in the next session.
+        summary.results.removeAll { result in
+            guard case .failed(let reason, .io) = result.outcome else { return false }
+            return reason.hasPrefix(Self.unansweredReason)
+        }
+        earlier = Self.summed(earlier, summary)
         let delay = backoff
         backoff = min(backoff * 2, Self.longestBackoff)
         onReconnecting?(error.description, delay)
@@ -226,6 +249,47 @@ public final class TransferWatch {
         retry = loop.schedule(after: delay) { [weak self] in self?.reopen() }
     }
 
+    /// The watch ends, its last session's summary (nil: it ended between sessions) added to
+    /// the sessions' before it: its completion hears the sum.
+    private func finish(_ last: TransferSummary?) {
+        ended()
+        guard var total = Self.summed(earlier, last) else { return }
+        // From the watch's start: the time between sessions too.
+        if started > 0 { total.seconds = Double(monotonicNanoseconds() - started) / 1e9 }
+        completion?(total)
+        completion = nil
+    }
+
+    /// The reason given to the entries a session's end left unanswered
+    /// (`TransferSender.end`).
+    static let unansweredReason = "not transferred: "
+
+    /// Two sessions' summaries as one (nil when both are): counts and bytes added, results
+    /// and removals in order, the later one's error and digest (or the earlier's), the time
+    /// of both.
+    static func summed(_ first: TransferSummary?, _ second: TransferSummary?) -> TransferSummary? {
+        guard var sum = first else { return second }
+        guard let second else { return sum }
+        sum.files += second.files
+        sum.directories += second.directories
+        sum.bytes += second.bytes
+        sum.bytesSent += second.bytesSent
+        sum.bytesReceived += second.bytesReceived
+        sum.resumedBytes += second.resumedBytes
+        sum.vouchedBytes += second.vouchedBytes
+        sum.holeBytes += second.holeBytes
+        sum.matchedBytes += second.matchedBytes
+        sum.seconds += second.seconds
+        sum.results += second.results
+        sum.removed += second.removed
+        sum.pruneFailures += second.pruneFailures
+        sum.pruneRefused = sum.pruneRefused || second.pruneRefused
+        sum.forgotten = sum.forgotten + second.forgotten
+        sum.error = second.error
+        sum.digest = second.digest ?? sum.digest
+        return sum
+    }
+
     /// Starts a new session: a `--sync` pass, then the changes pending.
     private func reopen() {
         retry = nil
@@ -234,10 +298,10 @@ public final class TransferWatch {
             try TransferSender(paths: paths, options: options, warning: listingWarning)
         }
         guard case .success(let next) = made else {
-            if case .failure(let error) = made, var summary = lastSummary {
-                summary.error = error
+            if case .failure(let error) = made {
+                earlier?.error = error
                 stopping = true
-                sessionEnded(summary)
+                finish(nil)
             }
             return
         }
@@ -263,16 +327,18 @@ public final class TransferWatch {
         stopping = true
         watcher?.close()
         watcher = nil
-        if let retry, let summary = lastSummary {
+        if let retry {
             // Between sessions: nothing is open to say goodbye on.
             retry.cancel()
             self.retry = nil
-            sessionEnded(summary)
+            finish(nil)
             return
         }
         if sender.firstPassDone { flush(all: true) }
         timer?.cancel()
-        sender.stopWatching()
+        // Goodbye once what was fed is answered and the directories touched went after it.
+        finishing = true
+        settleDirectoriesSoon()
     }
 
     // MARK: Watches
@@ -459,6 +525,8 @@ public final class TransferWatch {
         // Pending changes under `from` were re-keyed: they are fed after the MOVE.
         moves += 1
         changesSent += 1
+        touch(from)
+        touch(to, isDirectory: isDirectory)
         inFlight[to] = now
         sender.watchMove(from: from, to: to)
         // A file moved is looked at again under its new name once the MOVE is in: a change
@@ -489,9 +557,64 @@ public final class TransferWatch {
     private func passDone() {
         passedOnce = true
         backoff = Self.firstBackoff
-        if stopping { return }
+        if stopping {
+            settleDirectoriesSoon()
+            return
+        }
+        // The first pass's directories were set as their CHECKs came, before what they hold:
+        // each goes again.
+        touched.formUnion(watcher?.directories ?? [])
         onPassDone?()
         schedule()
+        settleDirectoriesSoon()
+    }
+
+    /// Feeds the entries of the directories touched, each alone, once everything fed is
+    /// answered and nothing is pending: their CHECKs reach the receiver after what changed in
+    /// them, and it sets their mode and mtime (a receiver that does not know `watch` sets
+    /// them at goodbye). Stopping, goodbye follows them.
+    private func settleDirectories() {
+        // (Goodbye waits for the first pass's walk: its entries are still to come.)
+        guard !stopping || finishing, sender.answeredAll, sender.firstPassListed else { return }
+        guard !touched.isEmpty, sender.firstPassDone, pending.isEmpty else {
+            if finishing {
+                finishing = false
+                sender.stopWatching()
+            }
+            return
+        }
+        var entries: [OutgoingEntry] = []
+        for path in touched.sorted() {
+            guard let (local, below) = local(path), !excluded(path, isDirectory: true) else { continue }
+            let made = Result { () throws(SluiceError) in
+                try SourceTree.Walk(
+                    subtree: local, relative: path, below: below, selection: options.selection,
+                    options: options.sourceOptions)
+            }
+            // The walk's first entry is the directory itself (gone: nothing to set).
+            guard case .success(var walk) = made, let entry = walk.next(limit: 1).entries.first, entry.isDirectory
+            else { continue }
+            unanswered[path] = 1
+            entries.append(entry)
+        }
+        touched = []
+        if !entries.isEmpty { sender.watchArrived(entries, alone: true) }
+    }
+
+    /// `settleDirectories` on the loop's next turn (not from within the session's answer).
+    private func settleDirectoriesSoon() {
+        guard settleTimer == nil, !touched.isEmpty || finishing, let loop else { return }
+        settleTimer = loop.schedule(after: .zero) { [weak self] in
+            self?.settleTimer = nil
+            self?.settleDirectories()
+        }
+    }
+
+    /// Something changed at `path`: the directory holding it (and a directory fed, itself) is
+    /// touched.
+    private func touch(_ path: String, isDirectory: Bool = false) {
+        if isDirectory { touched.insert(path) }
+        if let slash = path.lastIndex(of: "/") { touched.insert(String(path[..<slash])) }
     }
 
     /// Arms the timer for the earliest pending path (at once for one due now).
@@ -530,6 +653,7 @@ public final class TransferWatch {
                         entries = []
                     }
                     changesSent += 1
+                    touch(path)
                     inFlight[path] = monotonicNanoseconds()
                     sender.watchRemove(path)
                 }
@@ -547,12 +671,14 @@ public final class TransferWatch {
                     continue
                 }
                 unanswered[entry.relative] = 1
+                touch(entry.relative, isDirectory: entry.isDirectory)
                 entries.append(entry)
             }
             inFlight[path] = monotonicNanoseconds()
             changesSent += 1
         }
         if !entries.isEmpty { sender.watchArrived(entries) }
+        settleDirectoriesSoon()
     }
 
     /// Whether an ancestor of `path` is among `paths`.
@@ -585,6 +711,7 @@ public final class TransferWatch {
     /// An entry fed (`entry`), or a MOVE or REMOVE, was answered: the latency of its change.
     private func answered(_ path: String, entry: Bool = false) {
         if entry { unanswered[path] = nil }
+        defer { settleDirectoriesSoon() }
         guard let seen = inFlight.removeValue(forKey: path) else { return }
         lastChange = (path, Double(monotonicNanoseconds() - seen) / 1e9)
     }
@@ -616,6 +743,8 @@ public final class TransferWatch {
         retry = nil
         timer?.cancel()
         timer = nil
+        settleTimer?.cancel()
+        settleTimer = nil
         watcher?.close()
         watcher = nil
         stopping = true
