@@ -91,10 +91,10 @@ extension SocketListener {
     }
 }
 
-/// Drives one `TLSEngine` over a socket's stream pair: the engine reads and writes the socket
-/// streams itself (through a `TLSSocketTransport`: their non-blocking reads and writes, so all
-/// socket I/O stays in sluice's syscall wrapper, with no copy between); this runs the handshake,
-/// sends what the socket did not take at once, and tells the TLS streams when they are ready.
+/// Drives one `TLSEngine` over a socket's stream pair: moves ciphertext between the engine
+/// and the socket streams (through their non-blocking reads and writes, so all socket I/O stays
+/// in sluice's syscall wrapper), runs the handshake, and tells the TLS streams when they are
+/// ready.
 final class TLSConnection {
     enum State {
         case idle
@@ -109,14 +109,15 @@ final class TLSConnection {
     weak var writer: TLSWriteStream?
     private(set) var state = State.idle
     private(set) var engine: TLSEngine?
-    /// The engine's socket end: whether the socket may have bytes to read, whether the last
-    /// read needed ciphertext that neither OpenSSL's buffer nor the socket had (a record only
-    /// partly arrived: the reader then waits on the socket, whatever OpenSSL holds, until more
-    /// ciphertext comes; without it a peer that stalls mid-record would keep the stream
-    /// "ready" and the loop spinning), the socket's errors.
-    let transport: TLSSocketTransport
-    private var inputError: SluiceError? { transport.inputError }
-    var outputError: SluiceError? { transport.outputError }
+    /// The socket may have bytes to read (cleared when a read would block).
+    private var innerReadable = true
+    /// The last read needed ciphertext that neither OpenSSL's buffers nor the socket had (a
+    /// record only partly arrived): the reader waits on the socket, whatever OpenSSL holds,
+    /// until more ciphertext comes. Without it a peer that stalls mid-record would keep the
+    /// stream "ready" and the loop spinning.
+    private var awaitingCiphertext = false
+    private var inputError: SluiceError?
+    private(set) var outputError: SluiceError?
     private var closeNotifySent = false
     private var writeSideClosing = false
     private var innerScheduled: EventLoop?
@@ -128,7 +129,6 @@ final class TLSConnection {
     init(inner: (ReadStream, WriteStream), context: TLSContext) {
         self.inner = (inner.0, inner.1)
         self.context = context
-        transport = TLSSocketTransport(reader: inner.0, writer: inner.1)
     }
 
     private var name: String { inner.reader.name }
@@ -191,7 +191,7 @@ final class TLSConnection {
     private func begin(on loop: EventLoop?) throws(SluiceError) {
         state = .handshaking
         do {
-            engine = try TLSEngine(context: context, name: name, transport: transport)
+            engine = try TLSEngine(context: context, name: name)
         } catch {
             state = .handshaking
             fail(error)
@@ -233,6 +233,7 @@ final class TLSConnection {
                 return
             case .wantInput:
                 if let outputError { return fail(outputError) }
+                if pumpInput() { continue }
                 return
             case .wantOutput:
                 if let outputError { return fail(outputError) }
@@ -271,7 +272,7 @@ final class TLSConnection {
             } catch {
                 fail(error)
             }
-            transport.readable = true
+            innerReadable = true
         }
         if case .failed(let error) = state { throw error }
     }
@@ -280,7 +281,6 @@ final class TLSConnection {
         timer?.cancel()
         timer = nil
         state = .established
-        if let engine { reader?.probe(engine) }
         for stream in [reader as ByteStream?, writer] {
             if let stream, stream.streamStatus == .opening { stream.didOpen() }
         }
@@ -323,25 +323,69 @@ final class TLSConnection {
 
     // MARK: Moving ciphertext
 
-    /// Sends the ciphertext the socket did not take at once, until it would block. True when
-    /// none is left.
+    /// Reads from the socket into the engine while it has room and the socket has bytes.
+    /// Returns whether anything changed (bytes, the end, an error).
+    @discardableResult
+    func pumpInput() -> Bool {
+        guard let engine, !engine.inputEnded else { return false }
+        var progress = false
+        while innerReadable {
+            let space = engine.inputSpace()
+            if space.isEmpty { break }
+            switch inner.reader.tryRead(into: space) {
+            case .processed(let n) where n > 0:
+                engine.commitInput(n)
+                awaitingCiphertext = false
+                progress = true
+            case .processed(let n):
+                if n < 0 {
+                    inputError = inner.reader.streamError ?? SluiceError(.system(.ioError), operation: "recv")
+                }
+                engine.endInput()
+                innerReadable = false
+                awaitingCiphertext = false
+                return true
+            case .wouldBlock:
+                innerReadable = false
+            }
+        }
+        return progress
+    }
+
+    /// Sends the engine's ciphertext until the socket would block. True when none is left.
     @discardableResult
     func flushOutput() -> Bool {
-        transport.flush()
+        guard let engine else { return true }
+        while true {
+            let out = engine.output()
+            if out.isEmpty { return true }
+            if outputError != nil { return false }
+            switch inner.writer.tryWrite(from: out) {
+            case .processed(let n) where n > 0:
+                engine.consumeOutput(n)
+            case .wouldBlock:
+                return false
+            case .processed:
+                outputError =
+                    inner.writer.streamError ?? SluiceError(.closed, operation: "send", subject: name)
+                return false
+            }
+        }
     }
 
     // MARK: Socket events
 
     private func innerReaderEvent(_ event: StreamEvent) {
         if event.contains(.errorOccurred) || event.contains(.endEncountered) || event.contains(.hasBytesAvailable) {
-            transport.readable = true
+            innerReadable = true
         }
+        if event.contains(.errorOccurred) { pumpInput() }
         progressed()
     }
 
     private func innerWriterEvent(_ event: StreamEvent) {
         if event.contains(.errorOccurred) {
-            transport.failOutput(inner.writer.streamError ?? SluiceError(.closed, operation: "send", subject: name))
+            outputError = inner.writer.streamError ?? SluiceError(.closed, operation: "send", subject: name)
         }
         if event.contains(.hasSpaceAvailable) { flushOutput() }
         progressed()
@@ -365,24 +409,23 @@ final class TLSConnection {
 
     var readerReady: Bool {
         guard case .established = state, let engine else { return false }
-        return transport.readable || engine.inputEnded
-            || (engine.plaintextPending && !transport.awaitingCiphertext)
+        return innerReadable || engine.inputEnded || (engine.plaintextPending && !awaitingCiphertext)
     }
 
     /// A read found no whole record and the socket had nothing more: wait for the socket.
     func readNeedsCiphertext() {
-        transport.awaitingCiphertext = true
+        awaitingCiphertext = true
     }
 
     var writerReady: Bool {
-        guard case .established = state, engine != nil else { return false }
-        return outputError != nil || transport.hasRoom
+        guard case .established = state, let engine else { return false }
+        return outputError != nil || engine.outputPending < TLSEngine.bufferSize / 2
     }
 
     /// Polling mode: waits until the socket is readable.
     func waitUntilReadable() throws(SluiceError) {
-        if !transport.readable && !(engine?.inputEnded ?? true) { try inner.reader.waitUntilReadable() }
-        transport.readable = true
+        if !innerReadable && !(engine?.inputEnded ?? true) { try inner.reader.waitUntilReadable() }
+        innerReadable = true
     }
 
     /// Polling mode: waits until the socket takes more ciphertext.

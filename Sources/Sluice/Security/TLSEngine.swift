@@ -4,15 +4,10 @@ import CCrypto
     import Glibc
 #endif
 
-/// One TLS connection's state machine (an OpenSSL `SSL`), in one of two shapes:
-///
-/// - on a BIO pair, with no I/O of its own: ciphertext from the network goes in through
-///   `inputSpace`/`commitInput`, ciphertext for the network comes out through
-///   `output`/`consumeOutput`, and the calls return what they need next (the tests and the
-///   fuzz targets move the bytes);
-/// - on a socket (`init(context:name:transport:)`): OpenSSL reads records straight from the
-///   socket into its record buffer and writes them straight from the buffer it encrypted them
-///   in, through a `TLSSocketTransport` (`TLSConnection`'s way: no copy through a BIO pair).
+/// One TLS connection's state machine (an OpenSSL `SSL` on a BIO pair), with no I/O of its
+/// own: ciphertext from the network goes in through `inputSpace`/`commitInput`, ciphertext
+/// for the network comes out through `output`/`consumeOutput`, and the calls return what
+/// they need next. The socket driver (`TLSConnection`) and the tests move the bytes.
 final class TLSEngine {
     /// What a call did, or what it needs before it can go on.
     enum Step: Equatable {
@@ -32,21 +27,15 @@ final class TLSEngine {
 
     let context: TLSContext
     private let ssl: OpaquePointer
-    /// Our end of the BIO pair: the network side (nil on a socket).
-    private let network: OpaquePointer?
-    /// The socket, when the engine moves its own ciphertext.
-    let transport: TLSSocketTransport?
+    /// Our end of the BIO pair: the network side.
+    private let network: OpaquePointer
     private(set) var handshakeDone = false
-    private var pairInputEnded = false
-    private var pairHeardFromPeer = false
-    /// The peer's data has ended (or the socket failed): what is buffered is all there is.
-    var inputEnded: Bool { transport?.ended ?? pairInputEnded }
+    private(set) var inputEnded = false
     /// Whether any ciphertext came from the peer.
-    var heardFromPeer: Bool { transport?.heardFromPeer ?? pairHeardFromPeer }
+    private(set) var heardFromPeer = false
     /// What the peer was called, for messages.
     let name: String
 
-    /// An engine on a BIO pair: the caller moves the ciphertext.
     init(context: TLSContext, name: String) throws(SluiceError) {
         self.context = context
         self.name = name
@@ -61,31 +50,6 @@ final class TLSEngine {
         SSL_set_bio(ssl, inside, inside)
         self.ssl = ssl
         network = outside
-        transport = nil
-        try configure()
-    }
-
-    /// An engine on a socket: `transport` reads and writes the ciphertext.
-    init(context: TLSContext, name: String, transport: TLSSocketTransport) throws(SluiceError) {
-        self.context = context
-        self.name = name
-        guard let ssl = SSL_new(context.context) else { throw TLSContext.failure("SSL_new", subject: name) }
-        guard let bio = transport.makeBIO() else {
-            SSL_free(ssl)
-            throw TLSContext.failure("BIO_new", subject: name)
-        }
-        SSL_set_bio(ssl, bio, bio)
-        // Read-ahead in OpenSSL's own record buffer (one record's size): a `recv` takes the
-        // rest of a record and the start of the next. (A larger buffer is not faster:
-        // OpenSSL moves what is left in it to its start before each record.)
-        SSL_set_read_ahead(ssl, 1)
-        self.ssl = ssl
-        network = nil
-        self.transport = transport
-        try configure()
-    }
-
-    private func configure() throws(SluiceError) {
         let settings = context.settings
         if settings.role == .client {
             SSL_set_connect_state(ssl)
@@ -97,7 +61,7 @@ final class TLSEngine {
 
     deinit {
         SSL_free(ssl)
-        if let network { BIO_free(network) }
+        BIO_free(network)
     }
 
     private func configureVerification(_ settings: TLSSettings) throws(SluiceError) {
@@ -142,7 +106,6 @@ final class TLSEngine {
     /// Where ciphertext from the network can be written (empty when the buffer is full).
     func inputSpace() -> UnsafeMutableRawBufferPointer {
         var pointer: UnsafeMutablePointer<CChar>?
-        guard let network else { return UnsafeMutableRawBufferPointer(start: nil, count: 0) }
         let n = BIO_nwrite0(network, &pointer)
         guard n > 0, let pointer else { return UnsafeMutableRawBufferPointer(start: nil, count: 0) }
         return UnsafeMutableRawBufferPointer(start: pointer, count: Int(n))
@@ -150,8 +113,7 @@ final class TLSEngine {
 
     /// Records that `count` bytes were written into `inputSpace()`.
     func commitInput(_ count: Int) {
-        guard let network else { return }
-        if count > 0 { pairHeardFromPeer = true }
+        if count > 0 { heardFromPeer = true }
         var pointer: UnsafeMutablePointer<CChar>?
         let n = BIO_nwrite(network, &pointer, Int32(count))
         precondition(Int(n) == count, "TLS input commit of \(count) bytes, BIO took \(n) (internal invariant)")
@@ -173,15 +135,14 @@ final class TLSEngine {
 
     /// The network's end: once the buffered input is read, the peer's data has ended.
     func endInput() {
-        guard let network, !pairInputEnded else { return }
-        pairInputEnded = true
+        guard !inputEnded else { return }
+        inputEnded = true
         sluice_bio_shutdown_wr(network)
     }
 
     /// Ciphertext ready for the network (a contiguous part of it; empty when none).
     func output() -> UnsafeRawBufferPointer {
         var pointer: UnsafeMutablePointer<CChar>?
-        guard let network else { return UnsafeRawBufferPointer(start: nil, count: 0) }
         let n = BIO_nread0(network, &pointer)
         guard n > 0, let pointer else { return UnsafeRawBufferPointer(start: nil, count: 0) }
         return UnsafeRawBufferPointer(start: pointer, count: Int(n))
@@ -189,17 +150,13 @@ final class TLSEngine {
 
     /// Records that `count` bytes of `output()` were sent.
     func consumeOutput(_ count: Int) {
-        guard let network else { return }
         var pointer: UnsafeMutablePointer<CChar>?
         let n = BIO_nread(network, &pointer, Int32(count))
         precondition(Int(n) == count, "TLS output consume of \(count) bytes, BIO gave \(n) (internal invariant)")
     }
 
     /// Bytes of ciphertext waiting to be sent.
-    var outputPending: Int {
-        guard let network else { return transport?.pendingCount ?? 0 }
-        return Int(BIO_ctrl_pending(network))
-    }
+    var outputPending: Int { Int(BIO_ctrl_pending(network)) }
 
     // MARK: TLS operations
 
@@ -226,20 +183,6 @@ final class TLSEngine {
         return step(after: rc, handshaking: false)
     }
 
-    /// Decrypts the next record if it is whole, leaving its bytes for the next `read`: `.done`
-    /// when a read can go on without more ciphertext (`.wantInput` when it cannot).
-    func peek() -> Step {
-        ERR_clear_error()
-        var byte: UInt8 = 0
-        var n = 0
-        let rc = SSL_peek_ex(ssl, &byte, 1, &n)
-        if rc == 1 { return .done(n) }
-        return step(after: rc, handshaking: false)
-    }
-
-    /// Decrypted bytes of the current record not yet read.
-    var decryptedPending: Bool { SSL_pending(ssl) > 0 }
-
     /// Encrypts from `buffer` (a part of it when the output buffer fills).
     func write(from buffer: UnsafeRawBufferPointer) -> Step {
         guard buffer.count > 0 else { return .done(0) }
@@ -263,11 +206,7 @@ final class TLSEngine {
     /// read yet (a read that stopped because the caller's buffer was full leaves any of these,
     /// and the socket may have nothing more to say: a readiness that only looked at decrypted
     /// bytes stalled the stream there).
-    /// On a socket, OpenSSL's read-ahead buffer is the only place such bytes wait.
-    var plaintextPending: Bool {
-        guard let network else { return SSL_has_pending(ssl) == 1 }
-        return SSL_has_pending(ssl) == 1 || BIO_ctrl_wpending(network) > 0
-    }
+    var plaintextPending: Bool { SSL_has_pending(ssl) == 1 || BIO_ctrl_wpending(network) > 0 }
 
     /// The protocol version negotiated (`TLSv1.3`), once the handshake is done.
     var protocolName: String? {

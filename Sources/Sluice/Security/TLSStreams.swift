@@ -26,8 +26,6 @@ final class TLSReadStream: ReadStream {
     let connection: TLSConnection
     /// A failure met after some bytes were returned: reported by the next read.
     private var deferredFailure: SluiceError?
-    /// The peer's close_notify was met after some bytes were returned: the next read ends.
-    private var endWaiting = false
 
     init(connection: TLSConnection, name: String) {
         self.connection = connection
@@ -43,14 +41,13 @@ final class TLSReadStream: ReadStream {
             case .done(let n):
                 total += n
             case .wantInput:
-                // OpenSSL read the socket until it would block (or ended).
+                if connection.pumpInput() { continue }
                 connection.readNeedsCiphertext()
                 return total > 0 ? .processed(total) : .wouldBlock
             case .wantOutput:
                 if connection.flushOutput() { continue }
                 return total > 0 ? .processed(total) : .wouldBlock
             case .closed:
-                endWaiting = total > 0
                 return .processed(total)
             case .failed(let error):
                 let failure = connection.readFailure(error)
@@ -59,29 +56,12 @@ final class TLSReadStream: ReadStream {
                 return .processed(total)
             }
         }
-        // The buffer is full. What OpenSSL's read-ahead holds may be whole records, the start
-        // of one, or nothing, and the socket was not asked: a peek tells (it decrypts the next
-        // record if it is whole, for the next read to take, or reads the socket), so that the
-        // stream is ready only when a read can go on.
-        if !engine.decryptedPending { probe(engine) }
         // Reading can make bytes to send (an answer to the peer's KeyUpdate).
         if engine.outputPending > 0 { connection.flushOutput() }
         return .processed(total)
     }
 
-    /// Finds out whether a read can go on without waiting (see `readPrimitive`); after the
-    /// handshake too, which may have stopped reading with the socket not yet drained.
-    func probe(_ engine: TLSEngine) {
-        switch engine.peek() {
-        case .done: break
-        case .wantInput: connection.readNeedsCiphertext()
-        case .wantOutput: connection.flushOutput()
-        case .closed: endWaiting = true
-        case .failed(let error): deferredFailure = connection.readFailure(error)
-        }
-    }
-
-    override var isReadyWithoutKernel: Bool { connection.readerReady || deferredFailure != nil || endWaiting }
+    override var isReadyWithoutKernel: Bool { connection.readerReady || deferredFailure != nil }
 }
 
 /// The write stream of a TLS pair: bytes encrypted onto the connection. Closing it sends
@@ -97,20 +77,18 @@ final class TLSWriteStream: WriteStream {
     override func writePrimitive(_ buffer: UnsafeRawBufferPointer) throws(SluiceError) -> IOResult<Int> {
         guard let engine = connection.engine else { throw SluiceError(.notOpen, operation: "write", subject: name) }
         if let error = connection.outputError { throw error }
-        // Ciphertext the socket has not taken goes first; more is encrypted while it fits.
         connection.flushOutput()
-        guard connection.transport.hasRoom else {
-            if let error = connection.outputError { throw error }
-            return .wouldBlock
-        }
         var total = 0
-        // One record per call (partial writes), gathered by the transport.
         writing: while total < buffer.count {
             switch engine.write(from: UnsafeRawBufferPointer(rebasing: buffer[total...])) {
             case .done(let n):
                 total += n
-                if !connection.transport.hasRoom { break writing }  // the socket is behind
-            case .wantOutput, .wantInput:
+            case .wantOutput:
+                let before = engine.outputPending
+                connection.flushOutput()
+                if engine.outputPending >= before { break writing }
+            case .wantInput:
+                connection.pumpInput()
                 break writing
             case .closed:
                 throw SluiceError(.closed, operation: "write", subject: name)
