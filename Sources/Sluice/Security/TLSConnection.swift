@@ -5,7 +5,7 @@
 extension StreamPropertyKey {
     /// The TLS version negotiated, as `String` (`TLSv1.3`); nil before the handshake is done.
     public static let tlsProtocol = StreamPropertyKey(rawValue: "tlsProtocol")
-    /// The TLS cipher suite negotiated, as `String` (`TLS_AES_256_GCM_SHA384`).
+    /// The TLS cipher suite negotiated, as `String` (`TLS_AES_128_GCM_SHA256`).
     public static let tlsCipher = StreamPropertyKey(rawValue: "tlsCipher")
     /// The pin of the peer's certificate, as `TLSPin`, when it sent one.
     public static let tlsPeerPin = StreamPropertyKey(rawValue: "tlsPeerPin")

@@ -36,6 +36,8 @@ public final class TLSContext: @unchecked Sendable {
             guard SSL_CTX_set_ciphersuites(context, "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256") == 1 else {
                 throw TLSContext.failure("TLS cipher suites", subject: nil)
             }
+        } else {
+            try preferAES128()
         }
         if settings.usesChainVerification {
             if let caFile = settings.caFile {
@@ -56,6 +58,28 @@ public final class TLSContext: @unchecked Sendable {
             psk.deallocate()
         }
     }
+
+    /// With certificates, AES-128-GCM first, as with a key: TLS 1.3's mandatory suite, 128-bit
+    /// security like the P-256 and X25519 key exchanges, and about a third faster than
+    /// AES-256-GCM where AES has its own instructions (10 rounds of the cipher against 14;
+    /// `openssl speed -evp`: 3.8 against 2.8 GB/s per core on an AMD EPYC). The other two
+    /// suites stay for peers that do not offer it. A server picks by its own order (so that a
+    /// client preferring AES-256 gets AES-128 too), except that a client preferring
+    /// ChaCha20-Poly1305 (no AES instructions) keeps it.
+    private func preferAES128() throws(SluiceError) {
+        let suites = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"
+        guard SSL_CTX_set_ciphersuites(context, suites) == 1 else {
+            throw TLSContext.failure("TLS cipher suites", subject: nil)
+        }
+        if settings.role == .server {
+            _ = SSL_CTX_set_options(context, Self.serverPreference | Self.prioritizeChaCha)
+        }
+    }
+
+    /// `SSL_OP_CIPHER_SERVER_PREFERENCE` and `SSL_OP_PRIORITIZE_CHACHA` (`SSL_OP_BIT(22)` and
+    /// `SSL_OP_BIT(21)` in OpenSSL 3's ssl.h: macros Swift does not import).
+    static let serverPreference: UInt64 = 1 << 22
+    static let prioritizeChaCha: UInt64 = 1 << 21
 
     private func loadIdentity() throws(SluiceError) {
         if let file = settings.certificateFile {

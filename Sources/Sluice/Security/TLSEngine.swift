@@ -214,7 +214,7 @@ final class TLSEngine {
         return String(cString: text)
     }
 
-    /// The cipher suite negotiated (`TLS_AES_256_GCM_SHA384`), once the handshake is done.
+    /// The cipher suite negotiated (`TLS_AES_128_GCM_SHA256`), once the handshake is done.
     var cipherName: String? {
         guard handshakeDone, let cipher = SSL_get_current_cipher(ssl), let text = SSL_CIPHER_get_name(cipher) else {
             return nil
