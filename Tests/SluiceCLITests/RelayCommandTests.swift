@@ -87,6 +87,18 @@ final class RelayPeer {
         guard reply.hasPrefix("NAMEPLATE "), reply.hasSuffix("\n") else { return nil }
         return Int(reply.dropFirst(10).dropLast())
     }
+
+    /// Two peers paired at the relay on `port`: one OPENs, the other JOINs its nameplate, and
+    /// both are told `PAIRED` (checked).
+    static func pair(port: UInt16) throws -> (opener: RelayPeer, joiner: RelayPeer, nameplate: Int) {
+        let opener = try RelayPeer(port: port)
+        let nameplate = try #require(opener.open())
+        let joiner = try RelayPeer(port: port)
+        joiner.send("SLUICE-RELAY 1 JOIN \(nameplate)\n")
+        #expect(joiner.line() == "PAIRED\n")
+        #expect(opener.line() == "PAIRED\n")
+        return (opener, joiner, nameplate)
+    }
 }
 
 @Suite(.ownThreads) struct RelayCommandTests {
@@ -95,12 +107,7 @@ final class RelayPeer {
     @Test func pairsLogsAndReportsJSONWhenTerminated() throws {
         let relay = try RelayProcess(["--stats=json"])
         let port = try relay.port()
-        let sender = try RelayPeer(port: port)
-        let nameplate = try #require(sender.open())
-        let receiver = try RelayPeer(port: port)
-        receiver.send("SLUICE-RELAY 1 JOIN \(nameplate)\n")
-        #expect(receiver.line() == "PAIRED\n")
-        #expect(sender.line() == "PAIRED\n")
+        let (sender, receiver, nameplate) = try RelayPeer.pair(port: port)
         let data = randomBytes(3 << 20, seed: 50)
         let reply = Array(randomBytes(1000, seed: 51))
         nonisolated(unsafe) let s = sender
@@ -129,12 +136,7 @@ final class RelayPeer {
         #expect(guesser.line() == "ERR claimed\n")
 
         // A pair still open when the relay is told to stop: both ends see the end.
-        let a = try RelayPeer(port: port)
-        let open = try #require(a.open())
-        let b = try RelayPeer(port: port)
-        b.send("SLUICE-RELAY 1 JOIN \(open)\n")
-        #expect(b.line() == "PAIRED\n")
-        #expect(a.line() == "PAIRED\n")
+        let (a, b, _) = try RelayPeer.pair(port: port)
         #expect(relay.stop() == 0)
         #expect(a.readToEnd().isEmpty)
         #expect(b.readToEnd().isEmpty)
@@ -172,12 +174,7 @@ final class RelayPeer {
         #expect(waiting.count == 1000)
         let rss = try #require(residentKiB(of: relay.process.processIdentifier))
         #expect(rss <= 32 * 1024, "\(rss) KiB with 1,000 waiting nameplates")
-        let sender = try RelayPeer(port: port)
-        let nameplate = try #require(sender.open())
-        let receiver = try RelayPeer(port: port)
-        receiver.send("SLUICE-RELAY 1 JOIN \(nameplate)\n")
-        #expect(receiver.line() == "PAIRED\n")
-        #expect(sender.line() == "PAIRED\n")
+        let (sender, receiver, _) = try RelayPeer.pair(port: port)
         sender.send("through")
         var byte = [UInt8](repeating: 0, count: 7)
         #expect(recv(receiver.fd, &byte, 7, Int32(MSG_WAITALL)) == 7 && byte == Array("through".utf8))

@@ -192,12 +192,7 @@ final class Session {
                 makeSpecial(request, special)
             case .prune(let components, _):
                 // Only what no CHECK named, only below the directory pruned.
-                check(
-                    EntryRequest(
-                        components: components, relative: components.joined(separator: "/"),
-                        header: EntryHeader(
-                            mode: 0, mtimeSeconds: 0, mtimeNanoseconds: 0,
-                            path: Array(components.joined(separator: "/").utf8))))
+                check(components: components)
                 expect(machine.peerDeletes && machine.settings.sync, "PRUNE taken without sync and delete")
                 let prefix = components.joined(separator: "/") + "/"
                 let gone = store.files.keys.filter { $0.hasPrefix(prefix) }.sorted()
@@ -206,12 +201,7 @@ final class Session {
             case .move(let from, let to, _):
                 // Both paths checked, never one inside the other, only with sync.
                 for components in [from, to] {
-                    check(
-                        EntryRequest(
-                            components: components, relative: components.joined(separator: "/"),
-                            header: EntryHeader(
-                                mode: 0, mtimeSeconds: 0, mtimeNanoseconds: 0,
-                                path: Array(components.joined(separator: "/").utf8))))
+                    check(components: components)
                 }
                 expect(machine.settings.sync, "MOVE taken without sync")
                 expect(!to.starts(with: from), "a MOVE into itself taken")
@@ -329,6 +319,15 @@ final class Session {
                 }
             }
         }
+    }
+
+    /// A path the machine named without an entry (PRUNE, MOVE), checked as an entry's.
+    func check(components: [String]) {
+        let path = components.joined(separator: "/")
+        check(
+            EntryRequest(
+                components: components, relative: path,
+                header: EntryHeader(mode: 0, mtimeSeconds: 0, mtimeNanoseconds: 0, path: Array(path.utf8))))
     }
 
     /// The request's path stays inside the directory: components that cannot climb or jump.

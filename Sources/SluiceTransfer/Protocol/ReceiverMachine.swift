@@ -222,55 +222,6 @@ struct ReceiverMachine: Sendable {
         return set
     }
 
-    /// Whether a resumed file's held bytes are checked with SHA-256 apart (HELD before END):
-    /// both sides list `held-sha256`.
-    var checksHeld: Bool { settings.resume && peerChecksHeld }
-
-    /// Whether held bytes may be continued at all: only when a cryptographic digest checks
-    /// them, HELD's or the agreed one. XXH3-128 resists no crafted collision, so with a sender
-    /// that agreed only that, a partial starts over.
-    var continuesHeld: Bool { checksHeld || digest == .sha256 }
-
-    /// False while the machine waits for the outcome of an action: hand it no messages then.
-    var acceptsMessages: Bool {
-        switch state {
-        case .awaitingMagic, .awaitingHello, .idle, .receiving, .discarding: return true
-        case .joining, .storing, .finishing, .committing, .settling, .ended: return false
-        }
-    }
-
-    /// True when the next message is the session's first after HELLO: its first entry, JOIN
-    /// or BYE, the point where `settings.mustJoin` decides.
-    var awaitsFirstRequest: Bool {
-        guard case .idle = state else { return false }
-        return !requested
-    }
-
-    var hasEnded: Bool {
-        if case .ended = state { return true }
-        return false
-    }
-
-    /// True once the peer's HELLO was taken (and the session has not ended): the point where
-    /// a connection stops being a stranger waiting to be admitted.
-    var saidHello: Bool {
-        switch state {
-        case .awaitingMagic, .awaitingHello, .ended: return false
-        case .idle, .receiving, .discarding, .joining, .storing, .finishing, .committing, .settling: return true
-        }
-    }
-
-    /// True while a file's data may arrive (its buffers are worth growing).
-    var isReceivingFile: Bool {
-        if case .receiving = state { return true }
-        return false
-    }
-
-    /// The magic and HELLO to send first.
-    func start() -> [ReceiverAction] {
-        [.send(.hello(version: Wire.version, capabilities: capabilities))]
-    }
-
     // MARK: Messages
 
     /// One decoded item from the sender.
