@@ -229,4 +229,17 @@ import Testing
         let w = try #require(a.passwordScalar)
         #expect(w.count == 32 && w != b.passwordScalar && w == a.passwordScalar)
     }
+
+    @Test("w begun on other threads is the same w, however often and from however many threads it is awaited")
+    func pendingPasswordIsThePassword() async throws {
+        let code = try WordCode.parse("7-acorn-tulip-sushi").get()
+        let pending = code.beginPasswordScalar()
+        let awaited = await withTaskGroup(of: [UInt8]?.self) { group in
+            for _ in 0..<4 { group.addTask { pending.wait() } }
+            return await group.reduce(into: [[UInt8]?]()) { $0.append($1) }
+        }
+        let w = try #require(code.passwordScalar)
+        #expect(awaited.count == 4 && awaited.allSatisfy { $0 == w })
+        #expect(pending.wait() == w)
+    }
 }

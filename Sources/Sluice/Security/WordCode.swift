@@ -1,4 +1,6 @@
 import CCrypto
+import Dispatch
+import Synchronization
 
 /// A short code to read out, `NAMEPLATE-word-word-word` (`7-guitar-acorn-tulip`): a nameplate,
 /// a few digits that name the meeting place (a relay's slot, an announcement on the network)
@@ -90,5 +92,35 @@ public struct WordCode: Hashable, Sendable, CustomStringConvertible {
             code: Array(words.joined(separator: "-").utf8),
             salt: Array("sluice word code v1".utf8) + [0]
                 + Array(String(nameplate).utf8))
+    }
+
+    /// Starts working out `passwordScalar` on other threads and returns at once: a receiver
+    /// connects to the relay, or waits for the sender's announcement, while scrypt runs, and
+    /// waits for w only when the exchange needs it (up to two round trips saved over a network).
+    public func beginPasswordScalar() -> PendingScalar {
+        PendingScalar { passwordScalar }
+    }
+}
+
+/// A value being worked out on another thread (``WordCode/beginPasswordScalar()``): `wait()`
+/// returns it once it is there, as often as it is asked.
+public final class PendingScalar: Sendable {
+    private let result = Mutex<[UInt8]??>(nil)
+    private let done = DispatchSemaphore(value: 0)
+
+    init(_ work: @escaping @Sendable () -> [UInt8]?) {
+        DispatchQueue.global().async { [self] in
+            let value = work()
+            result.withLock { $0 = .some(value) }
+            done.signal()
+        }
+    }
+
+    /// The value (nil when libcrypto failed), waiting for the work to end if it has not.
+    public func wait() -> [UInt8]? {
+        if let value = result.withLock({ $0 }) { return value }
+        done.wait()
+        done.signal()
+        return result.withLock { $0 } ?? nil
     }
 }

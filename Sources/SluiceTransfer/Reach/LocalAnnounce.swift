@@ -215,14 +215,14 @@ extension Rendezvous {
     package static func findLocal(code: WordCode, announcePort: UInt16, maxStreams: Int, deadline: UInt64)
         throws(SluiceError) -> Rendezvous
     {
-        guard let password = code.passwordScalar else {
-            throw SluiceError(.unavailable, operation: "code", detail: "libcrypto failed (out of memory?)")
-        }
+        // scrypt runs while the sender's announcement is awaited and its door reached.
+        let pending = code.beginPasswordScalar()
         let address = try LocalAnnounce.find(nameplate: code.nameplate, port: announcePort, deadline: deadline)
         guard let socket = BlockingSocket.connectAll([address], deadline: deadline).first else {
             throw SluiceError(
                 .unavailable, operation: "connect", subject: address.description, detail: "the sender announced it")
         }
+        guard let password = pending.wait() else { throw scryptFailed }
         let key = try CodeHandshake.run(
             on: socket, password: password, role: .receiver, context: localContext(code.nameplate), deadline: deadline)
         guard let offer = ReachOffer.parse(try readSealed(from: socket, key: key, by: .sender, deadline: deadline)),

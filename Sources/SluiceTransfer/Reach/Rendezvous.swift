@@ -151,15 +151,15 @@ extension Rendezvous {
     package static func join(
         relay: RelayEndpoint, code: WordCode, maxStreams: Int, routes: ReachRoutes = ReachRoutes(), deadline: UInt64
     ) throws(SluiceError) -> Rendezvous {
-        guard let password = code.passwordScalar else {
-            throw SluiceError(.unavailable, operation: "code", detail: "libcrypto failed (out of memory?)")
-        }
+        // scrypt runs while the relay is reached and the sender found.
+        let pending = code.beginPasswordScalar()
         let socket = try BlockingSocket.connect(host: relay.host, port: relay.port, deadline: deadline)
         try socket.write(RelayClient.join(code.nameplate), deadline: deadline)
         let answer = try Self.answer(from: socket, relay: relay, deadline: deadline)
         guard answer == .paired else {
             throw unexpected(answer, relay: relay, asking: "the sender of nameplate \(code.nameplate)")
         }
+        guard let password = pending.wait() else { throw Self.scryptFailed }
         let key = try Rendezvous.exchange(
             on: socket, password: password, role: .receiver, context: context(code.nameplate), deadline: deadline)
         guard let offer = ReachOffer.parse(try readSealed(from: socket, key: key, by: .sender, deadline: deadline))
@@ -209,6 +209,11 @@ extension Rendezvous {
         default:
             throw badOffer
         }
+    }
+
+    /// libcrypto could not stretch the code (it failed to allocate scrypt's memory).
+    static var scryptFailed: SluiceError {
+        SluiceError(.unavailable, operation: "code", detail: "libcrypto failed (out of memory?)")
     }
 
     /// Seals `message` (nil: out of range) as the receiver's answer and writes it.
