@@ -50,7 +50,7 @@ enum RelayPairEnd: String {
     /// Both directions passed on their end of stream.
     case ended = "both ends done"
     /// A connection was reset or failed.
-    case reset = "a connection failed"
+    case reset = "a connection reset or failed"
     /// Nothing moved for `--idle`.
     case idle = "idle"
     /// The relay stopped.
