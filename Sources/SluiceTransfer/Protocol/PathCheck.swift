@@ -80,6 +80,7 @@ enum PathCheck {
         return name.reversed().starts(with: suffix.reversed())
     }
 
+    /// What ends a partial file's name (`.NAME.sluice-part`) and begins a link's being made.
     private static let partialSuffix = ".sluice-part"
 
     /// The relative path of a `path` that `components` accepted: its components joined by "/",

@@ -20,6 +20,7 @@ final class WholeBytes {
     /// fifth of the receiving loop's samples). As many as a BATCH's jobs on the lane overlap
     /// the next BATCHes' arrival, `spares` at most.
     private var spare: [[UInt8]] = []
+    /// Spare buffers kept at most: 4.5 MiB.
     static let spares = 3
     /// Bytes handed over as a copy, the buffer kept (`take`).
     static let copiedHandOver = 64 << 10
