@@ -168,6 +168,20 @@ extern int pipe2(int pipefd[2], int flags);
 #define F_GETPIPE_SZ 1032
 #endif
 
+/* preadv2(2) with RWF_NOWAIT, likewise under _GNU_SOURCE only: a read that takes what the page
+   cache holds and never waits for the disk (-1 with errno EAGAIN then; EOPNOTSUPP where the
+   file system cannot tell). The sender reads a small cached file on its loop this way, straight
+   into the connection's buffer, and leaves the others to a worker. */
+#include <sys/uio.h>
+extern ssize_t preadv2(int fd, const struct iovec *iov, int iovcnt, __off64_t offset, int flags);
+#ifndef RWF_NOWAIT
+#define RWF_NOWAIT 0x00000008
+#endif
+static inline ssize_t sluice_pread_nowait(int fd, void *buffer, size_t count, long long offset) {
+    struct iovec vector = {buffer, count};
+    return preadv2(fd, &vector, 1, (__off64_t)offset, RWF_NOWAIT);
+}
+
 /* A device's numbers (major, minor) and back: macros of <sys/sysmacros.h>, which Swift cannot
    call. */
 #include <sys/sysmacros.h>

@@ -180,11 +180,14 @@ struct BatchTests {
         }
     }
 
+    /// A file "f"'s request, for the tests of the buffer small files share.
+    static let requestF = EntryRequest(
+        components: ["f"], relative: "f",
+        header: EntryHeader(mode: 0o644, mtimeSeconds: 0, mtimeNanoseconds: 0, path: Array("f".utf8)))
+
     @Test("Small files received whole share one buffer: handed over up to a file still arriving, which keeps its bytes")
     func wholeFilesShareABuffer() {
-        let request = EntryRequest(
-            components: ["f"], relative: "f",
-            header: EntryHeader(mode: 0o644, mtimeSeconds: 0, mtimeNanoseconds: 0, path: Array("f".utf8)))
+        let request = Self.requestF
         let buffer = WholeBytes()
         let (a, b, c) = (randomBytes(100, seed: 21), randomBytes(50, seed: 22), randomBytes(70, seed: 23))
         let first = WholeFile(request, into: buffer, batched: true)
@@ -208,6 +211,35 @@ struct BatchTests {
         #expect(arriving.start == 0 && arriving.count == 30)
         c[30...].withUnsafeBytes { arriving.append($0) }
         #expect(buffer.bytes == c)
+    }
+
+    @Test("A BATCH's few bytes go as a copy and its buffer stays; a large hand-over comes back for the next")
+    func wholeBuffersAreUsedAgain() {
+        let request = Self.requestF
+        let buffer = WholeBytes()
+        let (a, b) = (randomBytes(5000, seed: 24), randomBytes(3000, seed: 25))
+        // All of it handed over (the case where an array of the slice would share the buffer),
+        // then part of it with a file still arriving.
+        let first = WholeFile(request, into: buffer, batched: true)
+        a.withUnsafeBytes { first.append($0) }
+        #expect(buffer.take(upTo: buffer.count) == a)
+        let second = WholeFile(request, into: buffer, batched: true)
+        b.withUnsafeBytes { second.append($0) }
+        let arriving = WholeFile(request, into: buffer, batched: true)
+        a.withUnsafeBytes { arriving.append($0) }
+        #expect(buffer.take(upTo: arriving.start) == b)
+        #expect(buffer.bytes == a)
+        #expect(buffer.made == 1)
+        // A large hand-over takes the buffer; given back once stored, the next BATCH takes it.
+        let large = randomBytes(WholeBytes.copiedHandOver + 1, seed: 26)
+        large.withUnsafeBytes { arriving.append($0) }
+        let taken = buffer.take(upTo: buffer.count)
+        #expect(taken == a + large)
+        buffer.recycle(taken)
+        let next = WholeFile(request, into: buffer, batched: true)
+        b.withUnsafeBytes { next.append($0) }
+        #expect(buffer.bytes == b)
+        #expect(buffer.made == 1)
     }
 
     // MARK: A receiver

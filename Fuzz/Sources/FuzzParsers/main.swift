@@ -10,7 +10,8 @@
 // (`RelayClient.parse(answer:)`), a stranger's datagram on the local network
 // (`LocalAnnounce.parse`), a peer's sealed offer and answer (`CodeKey.open`,
 // `ReachOffer.parse`, `ReachAnswer.parse`), and what an inotify descriptor reads
-// (`InotifyEvent.parse`, for `send --watch`: whole events or a refusal).
+// (`InotifyEvent.parse`, for `send --watch`: whole events or a refusal), and a path as a peer
+// names an entry (`PathCheck.components` and `.receivable`: its components, or why not).
 // Any text must give a value or a clean refusal, never a crash or an
 // overflow; what is accepted must be in range and read back the same from its own written
 // form. (The CLI's endpoint parser lives in the executable target, which another package
@@ -36,6 +37,7 @@ func fuzzParsers(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
     announcement(Array(bytes))
     sealedOffer(Array(bytes))
     inotifyEvents(Array(bytes))
+    path(Array(bytes))
     // The file's size, from the seed byte: 0, small, far beyond any range's end, or at the
     // edges of what an offset and the field hold (0xfc, 0xfd, 0xfe: 2^63 - 1, 2^63, 2^64 - 1).
     let seed = UInt64(start[0])
@@ -191,6 +193,24 @@ func ranges(_ bytes: [UInt8], size: UInt64) {
     // The form the store writes reads back as the same list.
     let text = sorted.map { "\($0.start)+\($0.length)=\(held[$0] ?? 0)" }.joined(separator: ",")
     expect(ReceiverStore.parseRanges(Array(text.utf8), size: size) == held, "\(text) does not read back")
+}
+
+/// A path from a peer: components that join back into its bytes, none of them empty, `.`, `..`,
+/// too long or holding a `/` or NUL; what `receivable` accepts `components` accepts the same.
+func path(_ bytes: [UInt8]) {
+    let receivable = try? PathCheck.receivable(bytes).get()
+    guard let components = try? PathCheck.components(bytes).get() else {
+        expect(receivable == nil, "receivable but not components: \(bytes)")
+        return
+    }
+    if let receivable { expect(receivable == components, "receivable splits otherwise: \(bytes)") }
+    expect(Array(components.joined(separator: "/").utf8) == bytes, "components do not join back: \(bytes)")
+    for component in components {
+        let utf8 = Array(component.utf8)
+        expect(!utf8.isEmpty && utf8.count <= Wire.maxComponentBytes, "component of \(utf8.count) bytes")
+        expect(component != "." && component != "..", "component \(component)")
+        expect(!utf8.contains(0) && !utf8.contains(UInt8(ascii: "/")), "component holds NUL or /")
+    }
 }
 
 runLibFuzzer(fuzzParsers)

@@ -17,6 +17,10 @@ final class OutgoingFile {
     let openedMtime: timespec
     /// A small file's whole contents, read with its open on a worker: taken from here.
     let preloaded: [UInt8]?
+    /// A small file read on the loop from the page cache, straight into the connection's
+    /// buffer (`TransferSender.readOnLoop`), until its bytes are not there (then its reads go
+    /// to a worker, `reader`).
+    let readsOnLoop: Bool
     /// Its data goes through the deflate stream.
     private(set) var compressed = false
     /// For a range: only these bytes are sent.
@@ -39,10 +43,11 @@ final class OutgoingFile {
     private(set) var changed = false
 
     /// A file opened (on a worker: with its mtime, a small file's contents and whether it changed
-    /// while they were read), or a stream (`fd` nil).
+    /// while they were read, or whether it is read on the loop), or a stream (`fd` nil).
     init(
         index: Int, fd: Int32?, stream: ReadStream?, size: UInt64?, digest: TransferDigest,
-        openedMtime: timespec = timespec(), preloaded: [UInt8]? = nil, changed: Bool = false
+        openedMtime: timespec = timespec(), preloaded: [UInt8]? = nil, changed: Bool = false,
+        readsOnLoop: Bool = false
     ) {
         self.digest = FileDigest(digest)
         self.index = index
@@ -52,6 +57,7 @@ final class OutgoingFile {
         self.openedMtime = openedMtime
         self.preloaded = preloaded
         self.changed = changed
+        self.readsOnLoop = readsOnLoop
     }
 
     /// ACCEPT, for data sent as it is (not a delta): compressed or not, as data and holes or

@@ -121,6 +121,12 @@ final class ReadCursor: @unchecked Sendable {
     /// is not what it was at open now (then the sender warns, as tar does).
     func changedSinceOpened() -> Bool {
         guard let opened else { return false }
+        return Self.changed(fd, since: opened)
+    }
+
+    /// Whether the file open as `fd` has another mtime or size now than `opened` (false when
+    /// `fstat` fails: its reads say why, if anything is wrong).
+    static func changed(_ fd: Int32, since opened: (size: UInt64, mtime: timespec)) -> Bool {
         var st = stat()
         guard fstat(fd, &st) == 0 else { return false }
         let sameTime = st.st_mtim.tv_sec == opened.mtime.tv_sec && st.st_mtim.tv_nsec == opened.mtime.tv_nsec

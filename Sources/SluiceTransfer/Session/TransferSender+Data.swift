@@ -11,8 +11,9 @@ extension TransferSender {
     }
 
     /// Reads the next bytes of the current file into `buffer`.
-    /// A file's bytes come from what was read with its open (a small file) or from its reads
-    /// on the worker (`.wait` until the next is back); a stream's from the stream.
+    /// A file's bytes come from what was read with its open (a small file), from the page
+    /// cache on the loop (a small file read there) or from its reads on the worker (`.wait`
+    /// until the next is back); a stream's from the stream.
     private func readSource(_ file: OutgoingFile, into buffer: UnsafeMutableRawBufferPointer) -> ReadResult {
         if let fd = file.fd {
             if let bytes = file.preloaded, file.range == nil {
@@ -24,6 +25,13 @@ extension TransferSender {
                         .copyMemory(from: UnsafeRawBufferPointer(rebasing: whole[position..<position + n]))
                 }
                 return .bytes(n)
+            }
+            if file.readsOnLoop, file.reader == nil, file.range == nil, !file.sparse {
+                switch readOnLoop(file, fd, into: buffer) {
+                case .bytes(let n): return .bytes(n)
+                case .end: return .end
+                case .worker: break
+                }
             }
             guard let reader = file.reader ?? makeReader(file, fd) else { return .failed("internal: no loop") }
             switch reader.take(into: buffer) {

@@ -34,7 +34,8 @@ extension TransferSender {
             tally.sized(index, opened.size)
             let file = OutgoingFile(
                 index: index, fd: opened.fd, stream: nil, size: opened.size, digest: machine.digest,
-                openedMtime: opened.mtime, preloaded: opened.bytes, changed: opened.changed)
+                openedMtime: opened.mtime, preloaded: opened.bytes, changed: opened.changed,
+                readsOnLoop: opened.readsOnLoop)
             current = file
             let info = OpenedEntry(
                 size: opened.size, mode: opened.mode, mtimeSeconds: Int64(opened.mtime.tv_sec),
