@@ -11,13 +11,16 @@
 #
 #   Benchmarks/watch.sh                  # COUNT=200 RATE=20 SETTLE_MS=50
 #   COUNT=1000 BASE=/mnt/bench Benchmarks/watch.sh   # BASE: where the trees go (a fresh file system)
+#   PARTS=burst OLD=/path/to/old/sluice Benchmarks/watch.sh   # the burst, this build and OLD in turn
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 COUNT=${COUNT:-200}
 RATE=${RATE:-20}
 SETTLE_MS=${SETTLE_MS:-50}
-SLUICE=$ROOT/.build/release/sluice
+SLUICE=${SLUICE:-$ROOT/.build/release/sluice}
+# OLD: another build of sluice, whose burst ratio is measured in the same rounds (A/B).
+OLD=${OLD:-}
 # PARTS: which to run (default all): latency rename burst quiet lsyncd.
 PARTS=${PARTS:-latency rename burst quiet lsyncd}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
@@ -131,20 +134,35 @@ burst_once() { # $1: round; prints the seconds of a one-shot send --sync of the 
     rm -rf "$dir"
     elapsed "$t0" "$t1"
 }
-ratios=()
-for round in $(seq "$ROUNDS"); do
-    if [ $((round % 2)) = 1 ]; then
-        w=$(burst_watch "$round")
-        o=$(burst_once "$round")
+burst_pair() { # $1: round; $2: label; runs the watch and the one-shot with $SLUICE, in the round's order
+    local w o r
+    if [ $(($1 % 2)) = 1 ]; then
+        w=$(burst_watch "$1")
+        o=$(burst_once "$1")
     else
-        o=$(burst_once "$round")
-        w=$(burst_watch "$round")
+        o=$(burst_once "$1")
+        w=$(burst_watch "$1")
     fi
     r=$(awk -v w="$w" -v o="$o" 'BEGIN {printf "%.3f", w / o}')
-    ratios+=("$r")
-    echo "burst of $BURST files, round $round: watch $w s, one-shot send --sync $o s, ratio $r (load $(cut -d' ' -f1 /proc/loadavg))"
+    echo "$r" >>"$WORK/b/ratios-$2"
+    echo "burst of $BURST files, round $1, $2: watch $w s, one-shot send --sync $o s, ratio $r (load $(cut -d' ' -f1 /proc/loadavg))"
+}
+NEW=$SLUICE
+labels=(new)
+[ -n "$OLD" ] && labels+=(old)
+for round in $(seq "$ROUNDS"); do
+    # With OLD, the two builds in turn: this one first in odd rounds, OLD first in even ones.
+    order=("${labels[@]}")
+    [ $((round % 2)) = 0 ] && [ -n "$OLD" ] && order=(old new)
+    for label in "${order[@]}"; do
+        if [ "$label" = old ]; then SLUICE=$OLD; else SLUICE=$NEW; fi
+        burst_pair "$round" "$label"
+    done
 done
-printf '%s\n' "${ratios[@]}" | sort -n | awk '{a[NR] = $1} END {printf "burst ratio: median %s, range %s-%s over %d rounds\n", a[int((NR + 1) / 2)], a[1], a[NR], NR}'
+SLUICE=$NEW
+for label in "${labels[@]}"; do
+    sort -n "$WORK/b/ratios-$label" | awk -v l="$label" '{a[NR] = $1} END {printf "burst ratio (%s): median %s, range %s-%s over %d rounds\n", l, a[int((NR + 1) / 2)], a[1], a[NR], NR}'
+done
 
 fi
 if part quiet; then

@@ -324,4 +324,67 @@ struct WatchTests {
             #expect((box.summary?.files ?? 0) >= 500 + rounds * perRound / 2)
         }
     }
+
+    /// Makes `root`/stage/burst with directories a and b of `each` small files, outside the
+    /// tree watched: moved in, it all exists when the watch sees it.
+    static func stageBurst(_ root: String, each: Int) throws -> String {
+        let stage = root + "/stage/burst"
+        for directory in ["a", "b"] {
+            try FileManager.default.createDirectory(atPath: stage + "/" + directory, withIntermediateDirectories: true)
+            for index in 0..<each { try writeFile(stage + "/\(directory)/f\(index)", [UInt8(index & 0xFF), 1]) }
+        }
+        return stage
+    }
+
+    @Test("A directory moved in is listed in steps on a worker, each step fed as it comes: all of it arrives")
+    func movedInDirectoryIsListedInSteps() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            let stage = try Self.stageBurst(root, each: 150)
+            let harness = try TransferHarness(directory: dst)
+            let (watch, box) = try Self.startWatch(src, harness)
+            watch.listingStep = 32
+            var steps = 0
+            watch.onListingStep = { _ in steps += 1 }
+            #expect(rename(stage, src + "/burst") == 0)
+            #expect(Self.settles(src, dst + "/tree", harness), "\(treeDifferences(src, dst + "/tree"))")
+            // 303 entries (burst, a, b, 300 files): ten steps at least, one listing.
+            #expect(steps >= 303 / 32, "\(steps) steps")
+            #expect(watch.listings == 1)
+            watch.stop()
+            #expect(runLoop(harness.loop, for: .seconds(20)) { box.summary != nil })
+            #expect(box.summary?.error == nil)
+        }
+    }
+
+    @Test("A rename inside a directory being listed ends its listing: the MOVE goes, then it is listed again")
+    func renameDuringAListing() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            let stage = try Self.stageBurst(root, each: 40)
+            let harness = try TransferHarness(directory: dst)
+            let (watch, box) = try Self.startWatch(src, harness)
+            // The listing is held after its first step (burst, a, and 14 of a's files fed)…
+            watch.listingStep = 16
+            watch.onListingStep = { _ in watch.listingHeld = true }
+            #expect(rename(stage, src + "/burst") == 0)
+            #expect(runLoop(harness.loop, for: .seconds(20)) { watch.listingHeld })
+            // … while a, half listed, is renamed: a MOVE of what was fed, then c listed whole.
+            #expect(rename(src + "/burst/a", src + "/burst/c") == 0)
+            #expect(runLoop(harness.loop, for: .seconds(20)) { watch.moves == 1 })
+            watch.onListingStep = nil
+            watch.listingHeld = false
+            #expect(Self.settles(src, dst + "/tree", harness), "\(treeDifferences(src, dst + "/tree"))")
+            #expect(watch.listings >= 2)
+            watch.stop()
+            #expect(runLoop(harness.loop, for: .seconds(20)) { box.summary != nil })
+            #expect(box.summary?.error == nil)
+        }
+    }
 }

@@ -11,6 +11,9 @@ struct SenderWatch {
     var onPassDone: (() -> Void)?
     /// Called as each MOVE or REMOVE is answered (or settled here).
     var onOperated: ((TreeOperation.Kind, TransferOutcome) -> Void)?
+    /// Called after the machine went as far as it may (`noteWatch`): a listing that waited
+    /// for the announcements to catch up may go on.
+    var onAdvanced: (() -> Void)?
     /// The entries answered and forgotten (`forgetAnswered`): those stored, counted; the
     /// others' results, kept for the summary; the files among them (any outcome), and their
     /// bytes, for `progress`.
@@ -88,7 +91,8 @@ extension TransferSender {
     func noteWatch() {
         if watch.enabled { watch.mostKept = max(watch.mostKept, entriesKept) }
         forgetAnswered()
-        guard watch.enabled, !watch.passDone, !ended, machine.firstPassDone else { return }
+        watch.onAdvanced?()
+        guard watch.enabled, !watch.passDone, !ended, inspect({ $0.firstPassDone }) else { return }
         watch.passDone = true
         watch.onPassDone?()
     }
@@ -100,15 +104,16 @@ extension TransferSender {
     /// before the first pass is listed (its second names come at its end, naming their
     /// first by index).
     func forgetAnswered() {
-        guard watch.enabled, !ended, machine.passListed || !options.hardLinks else { return }
+        guard watch.enabled, !ended, inspect({ $0.passListed }) || !options.hardLinks else { return }
         let start = entries.startIndex
         // What finding the bound costs (a look at every entry in flight) is paid once per
-        // `forgetStep` entries announced, or once all is answered: not at each answer.
-        let announced = machine.announcedBelow
+        // `forgetStep` entries announced, or once all is answered: not at each answer. (The
+        // machine is read in place, `inspect`: not copied at each advance.)
+        let announced = inspect { $0.announcedBelow }
         guard announced == entries.endIndex || announced - start >= watch.forgetStep,
-            announced >= watch.nextLook || machine.answeredAll
+            announced >= watch.nextLook || inspect({ $0.answeredAll })
         else { return }
-        let bound = min(machine.answeredBelow, current?.index ?? .max)
+        let bound = min(inspect { $0.answeredBelow }, current?.index ?? .max)
         if bound - start < watch.forgetStep && bound != entries.endIndex {
             // In flight still: looked at again a quarter step of announcements later.
             watch.nextLook = announced + watch.forgetStep / 4
@@ -133,14 +138,14 @@ extension TransferSender {
 
     /// Entries kept (listed and not forgotten), here and in the machine: for tests.
     var entriesKept: Int {
-        max(entries.count, machine.entries.count, machine.work.count, machine.checks.count, machine.haves.count)
+        max(entries.count, inspect { max($0.entries.count, $0.work.count, $0.checks.count, $0.haves.count) })
     }
 
     /// The first pass's walk has ended: what is fed now comes after all its entries.
-    var firstPassListed: Bool { machine.passListed }
+    var firstPassListed: Bool { inspect { $0.passListed } }
 
     /// Everything fed is answered (entries, CHECKs, MOVEs and REMOVEs), and nothing waits to go.
-    var answeredAll: Bool { machine.answeredAll }
+    var answeredAll: Bool { inspect { $0.answeredAll } }
 
     /// A MOVE or REMOVE was answered.
     func operated(_ operation: TreeOperation, _ outcome: TransferOutcome) {
