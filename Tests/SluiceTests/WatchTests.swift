@@ -387,4 +387,41 @@ struct WatchTests {
             #expect(box.summary?.error == nil)
         }
     }
+
+    @Test("A long watch's summary lists its first failures and counts the rest; one of each kind stays listed")
+    func failuresAreBounded() throws {
+        func result(_ index: Int, _ outcome: TransferOutcome) -> TransferFileResult {
+            TransferFileResult(path: "tree/f\(index)", size: 1, outcome: outcome)
+        }
+        let io = TransferOutcome.failed(reason: "gone", kind: .io)
+        var failures = KeptFailures()
+        failures.limit = 6
+        var counts = TransferResultCounts()
+        let first = (0..<10).map { result($0, io) }.filter { failures.admits($0, counting: &counts) }
+        #expect(first.count == 6)
+        #expect(counts.failed == 4)
+        // Past the limit, a refusal and a data failure are listed (the exit status follows them),
+        // a second refusal is counted; a stored result is always listed.
+        let refused = TransferOutcome.refused(reason: "exists")
+        let later = [result(10, refused), result(11, .failed(reason: "digest", kind: .data)), result(12, refused)]
+        #expect(later.map { failures.admits($0, counting: &counts) } == [true, true, false])
+        #expect(failures.admits(result(13, .stored), counting: &counts))
+        #expect(counts.refused == 1 && counts.failed == 4)
+        // Two sessions summed: the same bound over both, their counts added.
+        func summary(_ results: [TransferFileResult], _ counts: TransferResultCounts) -> TransferSummary {
+            var summary = TransferSummary(
+                files: 0, directories: 0, bytes: 0, bytesSent: 0, resumedBytes: 0, seconds: 1, results: results)
+            summary.forgotten = counts
+            return summary
+        }
+        let stored = result(99, .stored)
+        let sum = try #require(
+            TransferWatch.summed(
+                summary(first + [stored], counts), summary((20..<25).map { result($0, io) }, counts),
+                failureLimit: 6))
+        #expect(sum.results.count == 7, "6 failures and the stored one")
+        #expect(sum.results.last == stored)
+        #expect(sum.forgotten.failed == 4 + 4 + 5)
+        #expect(sum.forgotten.refused == 2)
+    }
 }

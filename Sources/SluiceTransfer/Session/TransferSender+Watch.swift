@@ -15,10 +15,11 @@ struct SenderWatch {
     /// for the announcements to catch up may go on.
     var onAdvanced: (() -> Void)?
     /// The entries answered and forgotten (`forgetAnswered`): those stored, counted; the
-    /// others' results, kept for the summary; the files among them (any outcome), and their
-    /// bytes, for `progress`.
+    /// others' results, kept for the summary (as `failures` admits them, counted beyond);
+    /// the files among them (any outcome), and their bytes, for `progress`.
     var forgotten = TransferResultCounts()
     var forgottenResults: [TransferFileResult] = []
+    var failures = KeptFailures()
     var forgottenFiles = 0
     var forgottenBytes: UInt64 = 0
     /// The most entries kept at once since it was last set (`entriesKept`): for tests.
@@ -29,6 +30,37 @@ struct SenderWatch {
     /// The announcements (`SenderMachine.announcedBelow`) before which `forgetAnswered` does
     /// not look again, unless all is answered.
     var nextLook = 0
+}
+
+/// Which of a long watch's failures (entries refused or failed) its summary lists: the
+/// first `limit`, then one of each kind the exit status tells apart (refused, failed reading
+/// or writing, failed a check) that none listed is; the others are counted
+/// (`TransferResultCounts.refused`, `failed`). Memory then does not grow with the watch's
+/// length however many fail.
+struct KeptFailures {
+    /// Failures listed at most (and one of each kind beyond): fewer for tests.
+    var limit = 1000
+    /// Failures listed so far.
+    private(set) var listed = 0
+    private var kinds: Set<Int> = []
+
+    /// Whether `result` (not stored) is listed; if not, it is counted in `counts`.
+    mutating func admits(_ result: TransferFileResult, counting counts: inout TransferResultCounts) -> Bool {
+        let kind: Int
+        switch result.outcome {
+        case .stored: return true
+        case .refused: kind = 0
+        case .failed(_, .io): kind = 1
+        case .failed(_, .data): kind = 2
+        }
+        if listed < limit || !kinds.contains(kind) {
+            listed += 1
+            kinds.insert(kind)
+            return true
+        }
+        if kind == 0 { counts.refused += 1 } else { counts.failed += 1 }
+        return false
+    }
 }
 
 /// `send --watch`: the session stays open after the first pass (the walk of the sources, as
@@ -123,7 +155,7 @@ extension TransferSender {
             let result = result(index)
             if result.outcome.isStored {
                 watch.forgotten.count(result)
-            } else {
+            } else if watch.failures.admits(result, counting: &watch.forgotten) {
                 watch.forgottenResults.append(result)
             }
             if !result.isDirectory {

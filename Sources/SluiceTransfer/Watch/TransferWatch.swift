@@ -283,9 +283,11 @@ public final class TransferWatch {
     static let unansweredReason = "not transferred: "
 
     /// Two sessions' summaries as one (nil when both are): counts and bytes added, results
-    /// and removals in order, the later one's error and digest (or the earlier's), the time
+    /// and removals in order (failures beyond `failureLimit` counted, as `KeptFailures` does), the later one's error and digest (or the earlier's), the time
     /// of both.
-    static func summed(_ first: TransferSummary?, _ second: TransferSummary?) -> TransferSummary? {
+    static func summed(
+        _ first: TransferSummary?, _ second: TransferSummary?, failureLimit: Int = KeptFailures().limit
+    ) -> TransferSummary? {
         guard var sum = first else { return second }
         guard let second else { return sum }
         sum.files += second.files
@@ -298,11 +300,16 @@ public final class TransferWatch {
         sum.holeBytes += second.holeBytes
         sum.matchedBytes += second.matchedBytes
         sum.seconds += second.seconds
-        sum.results += second.results
+        // The failures of both listed as one session lists them (`KeptFailures`).
+        var failures = KeptFailures()
+        failures.limit = failureLimit
+        var omitted = TransferResultCounts()
+        let results = (sum.results + second.results).filter { failures.admits($0, counting: &omitted) }
+        sum.results = results
+        sum.forgotten = sum.forgotten + second.forgotten + omitted
         sum.removed += second.removed
         sum.pruneFailures += second.pruneFailures
         sum.pruneRefused = sum.pruneRefused || second.pruneRefused
-        sum.forgotten = sum.forgotten + second.forgotten
         sum.error = second.error
         sum.digest = second.digest ?? sum.digest
         return sum
