@@ -388,6 +388,34 @@ struct WatchTests {
         }
     }
 
+    @Test("Stopped while a directory is listed, the watch sends the rest of it, then says goodbye")
+    func stopDuringAListing() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            let stage = try Self.stageBurst(root, each: 40)
+            let harness = try TransferHarness(directory: dst)
+            let (watch, box) = try Self.startWatch(src, harness)
+            watch.listingStep = 16
+            watch.onListingStep = { _ in watch.listingHeld = true }
+            #expect(rename(stage, src + "/burst") == 0)
+            #expect(runLoop(harness.loop, for: .seconds(20)) { watch.listingHeld })
+            // Everything fed so far is answered: goodbye must still wait for the listing.
+            #expect(runLoop(harness.loop, for: .seconds(20)) { watch.sender.answeredAll })
+            watch.stop()
+            #expect(!runLoop(harness.loop, for: .milliseconds(200)) { box.summary != nil }, "no goodbye yet")
+            watch.onListingStep = nil
+            watch.listingHeld = false
+            #expect(runLoop(harness.loop, for: .seconds(20)) { box.summary != nil })
+            #expect(box.summary?.error == nil)
+            #expect(
+                treeDifferences(src, dst + "/tree", compareDirectoryTimes: false).isEmpty,
+                "\(treeDifferences(src, dst + "/tree"))")
+        }
+    }
+
     @Test("A long watch's summary lists its first failures and counts the rest; one of each kind stays listed")
     func failuresAreBounded() throws {
         func result(_ index: Int, _ outcome: TransferOutcome) -> TransferFileResult {
