@@ -161,7 +161,7 @@ for round in $(seq "$ROUNDS"); do
 done
 SLUICE=$NEW
 for label in "${labels[@]}"; do
-    sort -n "$WORK/b/ratios-$label" | awk -v l="$label" '{a[NR] = $1} END {printf "burst ratio (%s): median %s, range %s-%s over %d rounds\n", l, a[int((NR + 1) / 2)], a[1], a[NR], NR}'
+    sort -n "$WORK/b/ratios-$label" | awk -v l="$label" '{a[NR] = $1} END {m = NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; printf "burst ratio (%s): median %.3f, range %s-%s over %d rounds\n", l, m, a[1], a[NR], NR}'
 done
 
 fi
