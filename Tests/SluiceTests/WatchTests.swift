@@ -144,12 +144,14 @@ struct WatchTests {
     }
 
     /// A watch of `src` into `harness`, started, its first pass over.
-    static func startWatch(_ src: String, _ harness: TransferHarness, delete: Bool = true) throws -> (
-        TransferWatch, SummaryBox
-    ) {
-        var options = TransferSendOptions()
+    static func startWatch(
+        _ src: String, _ harness: TransferHarness, delete: Bool = true, options: TransferSendOptions = .init(),
+        configure: (TransferWatch) -> Void = { _ in }
+    ) throws -> (TransferWatch, SummaryBox) {
+        var options = options
         options.delete = delete
         let watch = try TransferWatch(paths: [src], options: options, settle: .milliseconds(20))
+        configure(watch)
         var passed = false
         watch.onPassDone = { passed = true }
         let (input, output) = Socket.connect(host: "127.0.0.1", port: harness.port)
@@ -413,6 +415,47 @@ struct WatchTests {
             #expect(
                 treeDifferences(src, dst + "/tree", compareDirectoryTimes: false).isEmpty,
                 "\(treeDifferences(src, dst + "/tree"))")
+        }
+    }
+
+    @Test("With -H, the first pass is forgotten as it is answered, before its walk ends: the links still arrive")
+    func hardLinkedFirstPassIsForgotten() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            for directory in 0..<6 {
+                let path = src + "/d\(directory)"
+                try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+                for index in 0..<150 {
+                    try writeFile(src + "/d\(directory)/f\(index)", [UInt8(index), 1])
+                }
+            }
+            // Three files with a second name each (held by the walk for its end).
+            for index in 0..<3 { #expect(link(src + "/d0/f\(index)", src + "/d5/link\(index)") == 0) }
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            let harness = try TransferHarness(directory: dst)
+            var options = TransferSendOptions()
+            options.hardLinks = true
+            let (watch, box) = try Self.startWatch(src, harness, delete: false, options: options) { watch in
+                // A walk that stays near the announcements, and forgetting in small steps.
+                watch.sender.walkStep = 16
+                watch.sender.walkAhead = 32
+                watch.sender.watch.forgetStep = 16
+            }
+            // 910 entries: never all kept at once.
+            let most = watch.sender.watch.mostKept
+            #expect(most < 300, "\(most) entries kept at once")
+            #expect(Self.settles(src, dst + "/tree", harness), "\(treeDifferences(src, dst + "/tree"))")
+            for index in 0..<3 {
+                var first = stat()
+                var second = stat()
+                #expect(stat(dst + "/tree/d0/f\(index)", &first) == 0)
+                #expect(stat(dst + "/tree/d5/link\(index)", &second) == 0)
+                #expect(first.st_ino == second.st_ino, "link \(index) arrived as a link")
+            }
+            watch.stop()
+            #expect(runLoop(harness.loop, for: .seconds(20)) { box.summary != nil })
+            #expect(box.summary?.error == nil)
         }
     }
 

@@ -132,11 +132,12 @@ extension TransferSender {
     /// `watch`: forgets the entries answered and done with (`SenderMachine.answeredBelow`),
     /// here and in the machine, once there are `watch.forgetStep` of them or every entry is: those
     /// stored are counted, the others' results kept, for the summary. Memory then follows
-    /// what is in flight, not the tree's size nor the number of changes. With `-H`, not
-    /// before the first pass is listed (its second names come at its end, naming their
-    /// first by index).
+    /// what is in flight, not the tree's size nor the number of changes. With `-H` too: the
+    /// walk holds every file with several names for its end, where its second names follow
+    /// it, so what comes before is never named by index (`SenderMachine.answeredBelow` keeps
+    /// a first while its second names are kept).
     func forgetAnswered() {
-        guard watch.enabled, !ended, inspect({ $0.passListed }) || !options.hardLinks else { return }
+        guard watch.enabled, !ended else { return }
         let start = entries.startIndex
         // What finding the bound costs (a look at every entry in flight) is paid once per
         // `forgetStep` entries announced, or once all is answered: not at each answer. (The
