@@ -11,15 +11,18 @@
 #
 #   Benchmarks/watch.sh                  # COUNT=200 RATE=20 SETTLE_MS=50
 #   COUNT=1000 BASE=/mnt/bench Benchmarks/watch.sh   # BASE: where the trees go (a fresh file system)
+#   PARTS=burst OLD=/path/to/old/sluice Benchmarks/watch.sh   # the burst, this build and OLD in turn
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 COUNT=${COUNT:-200}
 RATE=${RATE:-20}
 SETTLE_MS=${SETTLE_MS:-50}
-SLUICE=$ROOT/.build/release/sluice
-# PARTS: which to run (default all): latency rename burst quiet lsyncd.
-PARTS=${PARTS:-latency rename burst quiet lsyncd}
+SLUICE=${SLUICE:-$ROOT/.build/release/sluice}
+# OLD: another build of sluice, whose burst ratio is measured in the same rounds (A/B).
+OLD=${OLD:-}
+# PARTS: which to run (default all): latency rename burst appear quiet lsyncd.
+PARTS=${PARTS:-latency rename burst appear quiet lsyncd}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 # shellcheck source=Benchmarks/common.sh
 source "$ROOT/Benchmarks/common.sh"
@@ -131,20 +134,92 @@ burst_once() { # $1: round; prints the seconds of a one-shot send --sync of the 
     rm -rf "$dir"
     elapsed "$t0" "$t1"
 }
-ratios=()
-for round in $(seq "$ROUNDS"); do
-    if [ $((round % 2)) = 1 ]; then
-        w=$(burst_watch "$round")
-        o=$(burst_once "$round")
+burst_pair() { # $1: round; $2: label; runs the watch and the one-shot with $SLUICE, in the round's order
+    local w o r
+    if [ $(($1 % 2)) = 1 ]; then
+        w=$(burst_watch "$1")
+        o=$(burst_once "$1")
     else
-        o=$(burst_once "$round")
-        w=$(burst_watch "$round")
+        o=$(burst_once "$1")
+        w=$(burst_watch "$1")
     fi
     r=$(awk -v w="$w" -v o="$o" 'BEGIN {printf "%.3f", w / o}')
-    ratios+=("$r")
-    echo "burst of $BURST files, round $round: watch $w s, one-shot send --sync $o s, ratio $r (load $(cut -d' ' -f1 /proc/loadavg))"
+    echo "$r" >>"$WORK/b/ratios-$2"
+    echo "burst of $BURST files, round $1, $2: watch $w s, one-shot send --sync $o s, ratio $r (load $(cut -d' ' -f1 /proc/loadavg))"
+}
+NEW=$SLUICE
+labels=(new)
+[ -n "$OLD" ] && labels+=(old)
+for round in $(seq "$ROUNDS"); do
+    # With OLD, the two builds in turn: this one first in odd rounds, OLD first in even ones.
+    order=("${labels[@]}")
+    [ $((round % 2)) = 0 ] && [ -n "$OLD" ] && order=(old new)
+    for label in "${order[@]}"; do
+        if [ "$label" = old ]; then SLUICE=$OLD; else SLUICE=$NEW; fi
+        burst_pair "$round" "$label"
+    done
 done
-printf '%s\n' "${ratios[@]}" | sort -n | awk '{a[NR] = $1} END {printf "burst ratio: median %s, range %s-%s over %d rounds\n", a[int((NR + 1) / 2)], a[1], a[NR], NR}'
+SLUICE=$NEW
+for label in "${labels[@]}"; do
+    sort -n "$WORK/b/ratios-$label" | awk -v l="$label" '{a[NR] = $1} END {m = NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; printf "burst ratio (%s): median %.3f, range %s-%s over %d rounds\n", l, m, a[1], a[NR], NR}'
+done
+
+fi
+if part appear; then
+# A directory of APPEAR (default 100,000) new 1 KiB files moved in at once: the time until its
+# first file arrives, until its last, and the sender's peak RSS (VmHWM); APPEAR_ROUNDS rounds
+# (default 2), with OLD too, in turn.
+APPEAR=${APPEAR:-100000}
+APPEAR_ROUNDS=${APPEAR_ROUNDS:-2}
+appear_once() { # $1: label; prints its line
+    local dir="$WORK/a/$1" first last
+    mkdir -p "$dir/src/tree" "$dir/dst"
+    python3 - "$dir/stage/burst" "$APPEAR" <<'PY'
+import os, sys
+directory, count = sys.argv[1], int(sys.argv[2])
+os.makedirs(directory)
+for index in range(count):
+    with open(os.path.join(directory, "f%06d" % index), "wb") as f:
+        f.write(os.urandom(1024))
+PY
+    sync
+    start_sluice_receiver "$dir/dst" "$dir/receiver.log" >/dev/null
+    local receiver=${PIDS[-1]}
+    "$SLUICE" send --insecure --no-progress --watch "$dir/src/tree" "127.0.0.1:$SPORT" >/dev/null 2>&1 &
+    local sender=$!
+    PIDS+=("$sender")
+    for _ in $(seq 500); do [ -d "$dir/dst/tree" ] && break; sleep 0.01; done
+    sleep 0.5 # the first pass (an empty tree) is over
+    last=$(printf 'f%06d' $((APPEAR - 1)))
+    local t0 t1 t2
+    t0=$(now)
+    mv "$dir/stage/burst" "$dir/src/tree/burst"
+    while [ ! -f "$dir/dst/tree/burst/f000000" ]; do sleep 0.0005; done
+    t1=$(now)
+    while [ ! -f "$dir/dst/tree/burst/$last" ]; do sleep 0.002; done
+    t2=$(now)
+    local peak
+    peak=$(awk '/VmHWM/ {print $2}' "/proc/$sender/status")
+    kill -INT "$sender"
+    wait "$sender" || true
+    kill "$receiver"
+    wait "$receiver" 2>/dev/null || true
+    rm -rf "$dir"
+    awk -v l="$1" -v n="$APPEAR" -v f="$(elapsed "$t0" "$t1")" -v s="$(elapsed "$t0" "$t2")" -v p="$peak" \
+        -v load="$(cut -d' ' -f1 /proc/loadavg)" \
+        'BEGIN {printf "%s: a directory of %d files moved in: first file %.1f ms, last %.3f s, sender peak RSS %.1f MiB (load %s)\n", l, n, f * 1000, s, p / 1024, load}'
+}
+NEW=$SLUICE
+for round in $(seq "$APPEAR_ROUNDS"); do
+    order=(new)
+    [ -n "$OLD" ] && order=(new old)
+    [ -n "$OLD" ] && [ $((round % 2)) = 0 ] && order=(old new)
+    for label in "${order[@]}"; do
+        if [ "$label" = old ]; then SLUICE=$OLD; else SLUICE=$NEW; fi
+        appear_once "$label"
+    done
+done
+SLUICE=$NEW
 
 fi
 if part quiet; then

@@ -333,6 +333,11 @@ public struct TransferResultCounts: Hashable, Sendable {
     public var updatedInPlace = 0
     /// Paths removed (`TransferSummary.removed`, counted).
     public var removed = 0
+    /// Entries refused, and entries failed, that `TransferSummary.results` does not list: a
+    /// long watch keeps the first thousand of them (and one of each kind the exit status tells
+    /// apart), and counts the rest here.
+    public var refused = 0
+    public var failed = 0
 
     public init() {}
 
@@ -370,6 +375,8 @@ public struct TransferResultCounts: Hashable, Sendable {
         sum.unchanged += rhs.unchanged
         sum.updatedInPlace += rhs.updatedInPlace
         sum.removed += rhs.removed
+        sum.refused += rhs.refused
+        sum.failed += rhs.failed
         return sum
     }
 }

@@ -144,12 +144,14 @@ struct WatchTests {
     }
 
     /// A watch of `src` into `harness`, started, its first pass over.
-    static func startWatch(_ src: String, _ harness: TransferHarness, delete: Bool = true) throws -> (
-        TransferWatch, SummaryBox
-    ) {
-        var options = TransferSendOptions()
+    static func startWatch(
+        _ src: String, _ harness: TransferHarness, delete: Bool = true, options: TransferSendOptions = .init(),
+        configure: (TransferWatch) -> Void = { _ in }
+    ) throws -> (TransferWatch, SummaryBox) {
+        var options = options
         options.delete = delete
         let watch = try TransferWatch(paths: [src], options: options, settle: .milliseconds(20))
+        configure(watch)
         var passed = false
         watch.onPassDone = { passed = true }
         let (input, output) = Socket.connect(host: "127.0.0.1", port: harness.port)
@@ -323,5 +325,174 @@ struct WatchTests {
             #expect(box.summary?.results.isEmpty == true, "every entry stored: counted, not listed")
             #expect((box.summary?.files ?? 0) >= 500 + rounds * perRound / 2)
         }
+    }
+
+    /// Makes `root`/stage/burst with directories a and b of `each` small files, outside the
+    /// tree watched: moved in, it all exists when the watch sees it.
+    static func stageBurst(_ root: String, each: Int) throws -> String {
+        let stage = root + "/stage/burst"
+        for directory in ["a", "b"] {
+            try FileManager.default.createDirectory(atPath: stage + "/" + directory, withIntermediateDirectories: true)
+            for index in 0..<each { try writeFile(stage + "/\(directory)/f\(index)", [UInt8(index & 0xFF), 1]) }
+        }
+        return stage
+    }
+
+    @Test("A directory moved in is listed in steps on a worker, each step fed as it comes: all of it arrives")
+    func movedInDirectoryIsListedInSteps() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            let stage = try Self.stageBurst(root, each: 150)
+            let harness = try TransferHarness(directory: dst)
+            let (watch, box) = try Self.startWatch(src, harness)
+            watch.listingStep = 32
+            var steps = 0
+            watch.onListingStep = { _ in steps += 1 }
+            #expect(rename(stage, src + "/burst") == 0)
+            #expect(Self.settles(src, dst + "/tree", harness), "\(treeDifferences(src, dst + "/tree"))")
+            // 303 entries (burst, a, b, 300 files): ten steps at least, one listing.
+            #expect(steps >= 303 / 32, "\(steps) steps")
+            #expect(watch.listings == 1)
+            watch.stop()
+            #expect(runLoop(harness.loop, for: .seconds(20)) { box.summary != nil })
+            #expect(box.summary?.error == nil)
+        }
+    }
+
+    @Test("A rename inside a directory being listed ends its listing: the MOVE goes, then it is listed again")
+    func renameDuringAListing() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            let stage = try Self.stageBurst(root, each: 40)
+            let harness = try TransferHarness(directory: dst)
+            let (watch, box) = try Self.startWatch(src, harness)
+            // The listing is held after its first step (burst, a, and 14 of a's files fed)…
+            watch.listingStep = 16
+            watch.onListingStep = { _ in watch.listingHeld = true }
+            #expect(rename(stage, src + "/burst") == 0)
+            #expect(runLoop(harness.loop, for: .seconds(20)) { watch.listingHeld })
+            // … while a, half listed, is renamed: a MOVE of what was fed, then c listed whole.
+            #expect(rename(src + "/burst/a", src + "/burst/c") == 0)
+            #expect(runLoop(harness.loop, for: .seconds(20)) { watch.moves == 1 })
+            watch.onListingStep = nil
+            watch.listingHeld = false
+            #expect(Self.settles(src, dst + "/tree", harness), "\(treeDifferences(src, dst + "/tree"))")
+            #expect(watch.listings >= 2)
+            watch.stop()
+            #expect(runLoop(harness.loop, for: .seconds(20)) { box.summary != nil })
+            #expect(box.summary?.error == nil)
+        }
+    }
+
+    @Test("Stopped while a directory is listed, the watch sends the rest of it, then says goodbye")
+    func stopDuringAListing() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            let stage = try Self.stageBurst(root, each: 40)
+            let harness = try TransferHarness(directory: dst)
+            let (watch, box) = try Self.startWatch(src, harness)
+            watch.listingStep = 16
+            watch.onListingStep = { _ in watch.listingHeld = true }
+            #expect(rename(stage, src + "/burst") == 0)
+            #expect(runLoop(harness.loop, for: .seconds(20)) { watch.listingHeld })
+            // Everything fed so far is answered: goodbye must still wait for the listing.
+            #expect(runLoop(harness.loop, for: .seconds(20)) { watch.sender.answeredAll })
+            watch.stop()
+            #expect(!runLoop(harness.loop, for: .milliseconds(200)) { box.summary != nil }, "no goodbye yet")
+            watch.onListingStep = nil
+            watch.listingHeld = false
+            #expect(runLoop(harness.loop, for: .seconds(20)) { box.summary != nil })
+            #expect(box.summary?.error == nil)
+            #expect(
+                treeDifferences(src, dst + "/tree", compareDirectoryTimes: false).isEmpty,
+                "\(treeDifferences(src, dst + "/tree"))")
+        }
+    }
+
+    @Test("With -H, the first pass is forgotten as it is answered, before its walk ends: the links still arrive")
+    func hardLinkedFirstPassIsForgotten() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            for directory in 0..<6 {
+                let path = src + "/d\(directory)"
+                try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+                for index in 0..<150 {
+                    try writeFile(src + "/d\(directory)/f\(index)", [UInt8(index), 1])
+                }
+            }
+            // Three files with a second name each (held by the walk for its end).
+            for index in 0..<3 { #expect(link(src + "/d0/f\(index)", src + "/d5/link\(index)") == 0) }
+            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+            let harness = try TransferHarness(directory: dst)
+            var options = TransferSendOptions()
+            options.hardLinks = true
+            let (watch, box) = try Self.startWatch(src, harness, delete: false, options: options) { watch in
+                // A walk that stays near the announcements, and forgetting in small steps.
+                watch.sender.walkStep = 16
+                watch.sender.walkAhead = 32
+                watch.sender.watch.forgetStep = 16
+            }
+            // 910 entries: never all kept at once.
+            let most = watch.sender.watch.mostKept
+            #expect(most < 300, "\(most) entries kept at once")
+            #expect(Self.settles(src, dst + "/tree", harness), "\(treeDifferences(src, dst + "/tree"))")
+            for index in 0..<3 {
+                var first = stat()
+                var second = stat()
+                #expect(stat(dst + "/tree/d0/f\(index)", &first) == 0)
+                #expect(stat(dst + "/tree/d5/link\(index)", &second) == 0)
+                #expect(first.st_ino == second.st_ino, "link \(index) arrived as a link")
+            }
+            watch.stop()
+            #expect(runLoop(harness.loop, for: .seconds(20)) { box.summary != nil })
+            #expect(box.summary?.error == nil)
+        }
+    }
+
+    @Test("A long watch's summary lists its first failures and counts the rest; one of each kind stays listed")
+    func failuresAreBounded() throws {
+        func result(_ index: Int, _ outcome: TransferOutcome) -> TransferFileResult {
+            TransferFileResult(path: "tree/f\(index)", size: 1, outcome: outcome)
+        }
+        let io = TransferOutcome.failed(reason: "gone", kind: .io)
+        var failures = KeptFailures()
+        failures.limit = 6
+        var counts = TransferResultCounts()
+        let first = (0..<10).map { result($0, io) }.filter { failures.admits($0, counting: &counts) }
+        #expect(first.count == 6)
+        #expect(counts.failed == 4)
+        // Past the limit, a refusal and a data failure are listed (the exit status follows them),
+        // a second refusal is counted; a stored result is always listed.
+        let refused = TransferOutcome.refused(reason: "exists")
+        let later = [result(10, refused), result(11, .failed(reason: "digest", kind: .data)), result(12, refused)]
+        #expect(later.map { failures.admits($0, counting: &counts) } == [true, true, false])
+        #expect(failures.admits(result(13, .stored), counting: &counts))
+        #expect(counts.refused == 1 && counts.failed == 4)
+        // Two sessions summed: the same bound over both, their counts added.
+        func summary(_ results: [TransferFileResult], _ counts: TransferResultCounts) -> TransferSummary {
+            var summary = TransferSummary(
+                files: 0, directories: 0, bytes: 0, bytesSent: 0, resumedBytes: 0, seconds: 1, results: results)
+            summary.forgotten = counts
+            return summary
+        }
+        let stored = result(99, .stored)
+        let sum = try #require(
+            TransferWatch.summed(
+                summary(first + [stored], counts), summary((20..<25).map { result($0, io) }, counts),
+                failureLimit: 6))
+        #expect(sum.results.count == 7, "6 failures and the stored one")
+        #expect(sum.results.last == stored)
+        #expect(sum.forgotten.failed == 4 + 4 + 5)
+        #expect(sum.forgotten.refused == 2)
     }
 }

@@ -200,8 +200,9 @@ struct SendStatsReport {
     }
 
     private var count: (refused: Int, failed: Int) {
-        var refused = 0
-        var failed = 0
+        // (A long watch lists some of them and counts the others.)
+        var refused = summary.forgotten.refused
+        var failed = summary.forgotten.failed
         for result in summary.results {
             switch result.outcome {
             case .stored: break

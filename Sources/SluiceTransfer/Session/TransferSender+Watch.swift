@@ -11,11 +11,15 @@ struct SenderWatch {
     var onPassDone: (() -> Void)?
     /// Called as each MOVE or REMOVE is answered (or settled here).
     var onOperated: ((TreeOperation.Kind, TransferOutcome) -> Void)?
+    /// Called after the machine went as far as it may (`noteWatch`): a listing that waited
+    /// for the announcements to catch up may go on.
+    var onAdvanced: (() -> Void)?
     /// The entries answered and forgotten (`forgetAnswered`): those stored, counted; the
-    /// others' results, kept for the summary; the files among them (any outcome), and their
-    /// bytes, for `progress`.
+    /// others' results, kept for the summary (as `failures` admits them, counted beyond);
+    /// the files among them (any outcome), and their bytes, for `progress`.
     var forgotten = TransferResultCounts()
     var forgottenResults: [TransferFileResult] = []
+    var failures = KeptFailures()
     var forgottenFiles = 0
     var forgottenBytes: UInt64 = 0
     /// The most entries kept at once since it was last set (`entriesKept`): for tests.
@@ -26,6 +30,37 @@ struct SenderWatch {
     /// The announcements (`SenderMachine.announcedBelow`) before which `forgetAnswered` does
     /// not look again, unless all is answered.
     var nextLook = 0
+}
+
+/// Which of a long watch's failures (entries refused or failed) its summary lists: the
+/// first `limit`, then one of each kind the exit status tells apart (refused, failed reading
+/// or writing, failed a check) that none listed is; the others are counted
+/// (`TransferResultCounts.refused`, `failed`). Memory then does not grow with the watch's
+/// length however many fail.
+struct KeptFailures {
+    /// Failures listed at most (and one of each kind beyond): fewer for tests.
+    var limit = 1000
+    /// Failures listed so far.
+    private(set) var listed = 0
+    private var kinds: Set<Int> = []
+
+    /// Whether `result` (not stored) is listed; if not, it is counted in `counts`.
+    mutating func admits(_ result: TransferFileResult, counting counts: inout TransferResultCounts) -> Bool {
+        let kind: Int
+        switch result.outcome {
+        case .stored: return true
+        case .refused: kind = 0
+        case .failed(_, .io): kind = 1
+        case .failed(_, .data): kind = 2
+        }
+        if listed < limit || !kinds.contains(kind) {
+            listed += 1
+            kinds.insert(kind)
+            return true
+        }
+        if kind == 0 { counts.refused += 1 } else { counts.failed += 1 }
+        return false
+    }
 }
 
 /// `send --watch`: the session stays open after the first pass (the walk of the sources, as
@@ -88,7 +123,8 @@ extension TransferSender {
     func noteWatch() {
         if watch.enabled { watch.mostKept = max(watch.mostKept, entriesKept) }
         forgetAnswered()
-        guard watch.enabled, !watch.passDone, !ended, machine.firstPassDone else { return }
+        watch.onAdvanced?()
+        guard watch.enabled, !watch.passDone, !ended, inspect({ $0.firstPassDone }) else { return }
         watch.passDone = true
         watch.onPassDone?()
     }
@@ -96,19 +132,21 @@ extension TransferSender {
     /// `watch`: forgets the entries answered and done with (`SenderMachine.answeredBelow`),
     /// here and in the machine, once there are `watch.forgetStep` of them or every entry is: those
     /// stored are counted, the others' results kept, for the summary. Memory then follows
-    /// what is in flight, not the tree's size nor the number of changes. With `-H`, not
-    /// before the first pass is listed (its second names come at its end, naming their
-    /// first by index).
+    /// what is in flight, not the tree's size nor the number of changes. With `-H` too: the
+    /// walk holds every file with several names for its end, where its second names follow
+    /// it, so what comes before is never named by index (`SenderMachine.answeredBelow` keeps
+    /// a first while its second names are kept).
     func forgetAnswered() {
-        guard watch.enabled, !ended, machine.passListed || !options.hardLinks else { return }
+        guard watch.enabled, !ended else { return }
         let start = entries.startIndex
         // What finding the bound costs (a look at every entry in flight) is paid once per
-        // `forgetStep` entries announced, or once all is answered: not at each answer.
-        let announced = machine.announcedBelow
+        // `forgetStep` entries announced, or once all is answered: not at each answer. (The
+        // machine is read in place, `inspect`: not copied at each advance.)
+        let announced = inspect { $0.announcedBelow }
         guard announced == entries.endIndex || announced - start >= watch.forgetStep,
-            announced >= watch.nextLook || machine.answeredAll
+            announced >= watch.nextLook || inspect({ $0.answeredAll })
         else { return }
-        let bound = min(machine.answeredBelow, current?.index ?? .max)
+        let bound = min(inspect { $0.answeredBelow }, current?.index ?? .max)
         if bound - start < watch.forgetStep && bound != entries.endIndex {
             // In flight still: looked at again a quarter step of announcements later.
             watch.nextLook = announced + watch.forgetStep / 4
@@ -118,7 +156,7 @@ extension TransferSender {
             let result = result(index)
             if result.outcome.isStored {
                 watch.forgotten.count(result)
-            } else {
+            } else if watch.failures.admits(result, counting: &watch.forgotten) {
                 watch.forgottenResults.append(result)
             }
             if !result.isDirectory {
@@ -133,14 +171,14 @@ extension TransferSender {
 
     /// Entries kept (listed and not forgotten), here and in the machine: for tests.
     var entriesKept: Int {
-        max(entries.count, machine.entries.count, machine.work.count, machine.checks.count, machine.haves.count)
+        max(entries.count, inspect { max($0.entries.count, $0.work.count, $0.checks.count, $0.haves.count) })
     }
 
     /// The first pass's walk has ended: what is fed now comes after all its entries.
-    var firstPassListed: Bool { machine.passListed }
+    var firstPassListed: Bool { inspect { $0.passListed } }
 
     /// Everything fed is answered (entries, CHECKs, MOVEs and REMOVEs), and nothing waits to go.
-    var answeredAll: Bool { machine.answeredAll }
+    var answeredAll: Bool { inspect { $0.answeredAll } }
 
     /// A MOVE or REMOVE was answered.
     func operated(_ operation: TreeOperation, _ outcome: TransferOutcome) {

@@ -187,6 +187,7 @@ extension TransferWatch {
             return
         }
         // Pending changes under `from` were re-keyed: they are fed after the MOVE.
+        listingSees(move: from, to: to)
         moves += 1
         changesSent += 1
         touch(from)

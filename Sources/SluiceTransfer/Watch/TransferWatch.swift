@@ -26,7 +26,9 @@ import Sluice
 ///   copy) only where it differs. The receiver stores each file whole, under a temporary
 ///   name renamed into place: a reader there never sees half a file.
 /// - A directory that appears (made, or moved in from outside) is watched, then walked: what
-///   it holds goes, however fast it was filled (the walk comes after its watch).
+///   it holds goes, however fast it was filled (the walk comes after its watch). It is walked
+///   as the one-shot sender walks (`TransferWatch+Listing`): on a worker, a step at a time,
+///   each step's entries fed as it comes; what changes meanwhile waits for the walk's end.
 /// - A rename within the trees is a MOVE at the receiver (a file, or a directory with all it
 ///   holds: nothing sent again); a file renamed before it was ever sent (an editor's
 ///   temporary renamed over the file it saves) simply goes under its new name.
@@ -105,7 +107,20 @@ public final class TransferWatch {
     /// Entries fed and not answered yet, by path: a path is never fed twice at once (two
     /// files of one name in one BATCH, two CHECKs that both found it absent); a change to one
     /// of them waits for its answer.
-    private var unanswered: [String: Int] = [:]
+    var unanswered: [String: Int] = [:]
+    /// The directory being listed on a worker (`TransferWatch+Listing`): nothing else is fed
+    /// until it ends. `listings` counts them.
+    var listing: WatchListing?
+    var listings = 0
+    /// Entries a step of a listing lists at most (for tests, fewer).
+    var listingStep = TransferSender.walkStepEntries
+    /// While set, no step of a listing starts (for tests: a listing held up).
+    var listingHeld = false {
+        didSet { if !listingHeld { listMore() } }
+    }
+    /// Called on the loop after each step of a listing was fed (how many entries it listed):
+    /// for tests.
+    var onListingStep: ((Int) -> Void)?
     /// Directories whose mode or mtime may have changed (something in them did): each one's
     /// entry alone goes once everything fed is answered and nothing is pending, so that the
     /// receiver sets them after what they hold (`settleDirectories`).
@@ -203,6 +218,7 @@ public final class TransferWatch {
         guard let loop else { return }
         sender.watch.onPassDone = { [weak self] in self?.passDone() }
         sender.watch.onOperated = { [weak self] kind, outcome in self?.operated(kind, outcome) }
+        sender.watch.onAdvanced = { [weak self] in self?.listMore() }
         let previous = resultHandler
         sender.onFileResult = { [weak self] result in
             guard let self else { return }
@@ -244,6 +260,8 @@ public final class TransferWatch {
         onReconnecting?(error.description, delay)
         inFlight = [:]
         unanswered = [:]
+        // The next session's --sync pass lists it all.
+        listing = nil
         timer?.cancel()
         timer = nil
         retry = loop.schedule(after: delay) { [weak self] in self?.reopen() }
@@ -265,9 +283,11 @@ public final class TransferWatch {
     static let unansweredReason = "not transferred: "
 
     /// Two sessions' summaries as one (nil when both are): counts and bytes added, results
-    /// and removals in order, the later one's error and digest (or the earlier's), the time
+    /// and removals in order (failures beyond `failureLimit` counted, as `KeptFailures` does), the later one's error and digest (or the earlier's), the time
     /// of both.
-    static func summed(_ first: TransferSummary?, _ second: TransferSummary?) -> TransferSummary? {
+    static func summed(
+        _ first: TransferSummary?, _ second: TransferSummary?, failureLimit: Int = KeptFailures().limit
+    ) -> TransferSummary? {
         guard var sum = first else { return second }
         guard let second else { return sum }
         sum.files += second.files
@@ -280,11 +300,16 @@ public final class TransferWatch {
         sum.holeBytes += second.holeBytes
         sum.matchedBytes += second.matchedBytes
         sum.seconds += second.seconds
-        sum.results += second.results
+        // The failures of both listed as one session lists them (`KeptFailures`).
+        var failures = KeptFailures()
+        failures.limit = failureLimit
+        var omitted = TransferResultCounts()
+        let results = (sum.results + second.results).filter { failures.admits($0, counting: &omitted) }
+        sum.results = results
+        sum.forgotten = sum.forgotten + second.forgotten + omitted
         sum.removed += second.removed
         sum.pruneFailures += second.pruneFailures
         sum.pruneRefused = sum.pruneRefused || second.pruneRefused
-        sum.forgotten = sum.forgotten + second.forgotten
         sum.error = second.error
         sum.digest = second.digest ?? sum.digest
         return sum
@@ -364,8 +389,9 @@ public final class TransferWatch {
     /// them, and it sets their mode and mtime (a receiver that does not know `watch` sets
     /// them at goodbye). Stopping, goodbye follows them.
     private func settleDirectories() {
-        // (Goodbye waits for the first pass's walk: its entries are still to come.)
-        guard !stopping || finishing, sender.answeredAll, sender.firstPassListed else { return }
+        // (Goodbye waits for the first pass's walk, and for a directory's listing: their
+        // entries are still to come.)
+        guard !stopping || finishing, sender.answeredAll, sender.firstPassListed, listing == nil else { return }
         guard !touched.isEmpty, sender.firstPassDone, pending.isEmpty else {
             if finishing {
                 finishing = false
@@ -376,13 +402,9 @@ public final class TransferWatch {
         var entries: [OutgoingEntry] = []
         for path in touched.sorted() {
             guard let (local, below) = local(path), !excluded(path, isDirectory: true) else { continue }
-            let made = Result { () throws(SluiceError) in
-                try SourceTree.Walk(
-                    subtree: local, relative: path, below: below, selection: options.selection,
-                    options: options.sourceOptions)
-            }
             // The walk's first entry is the directory itself (gone: nothing to set).
-            guard case .success(var walk) = made, let entry = walk.next(limit: 1).entries.first, entry.isDirectory
+            guard var walk = walk(local, relative: path, below: below),
+                let entry = walk.next(limit: 1).entries.first, entry.isDirectory
             else { continue }
             unanswered[path] = 1
             entries.append(entry)
@@ -392,7 +414,7 @@ public final class TransferWatch {
     }
 
     /// `settleDirectories` on the loop's next turn (not from within the session's answer).
-    private func settleDirectoriesSoon() {
+    func settleDirectoriesSoon() {
         guard settleTimer == nil, !touched.isEmpty || finishing, let loop else { return }
         settleTimer = loop.schedule(after: .zero) { [weak self] in
             self?.settleTimer = nil
@@ -407,11 +429,12 @@ public final class TransferWatch {
         if let slash = path.lastIndex(of: "/") { touched.insert(String(path[..<slash])) }
     }
 
-    /// Arms the timer for the earliest pending path (at once for one due now).
+    /// Arms the timer for the earliest pending path (at once for one due now); none while a
+    /// directory is listed (its end calls it).
     func schedule() {
         timer?.cancel()
         timer = nil
-        guard let loop, !stopping, sender.firstPassDone, let due = pending.values.min() else { return }
+        guard let loop, !stopping, sender.firstPassDone, listing == nil, let due = pending.values.min() else { return }
         let now = monotonicNanoseconds()
         let delay = due > now ? Duration.nanoseconds(Int64(due - now)) : .zero
         timer = loop.schedule(after: delay) { [weak self] in
@@ -424,8 +447,10 @@ public final class TransferWatch {
 
     /// Feeds what is due by `upTo` (everything with `all`): the paths in order, each once, a
     /// path below another fed at the same time left to that one's walk; a path gone is
-    /// removed (with `delete`).
-    private func flush(upTo: UInt64 = .max, all: Bool = false) {
+    /// removed (with `delete`). A directory is listed on a worker (`startListing`): what is due
+    /// after it waits for the listing's end. Nothing while one is listed.
+    func flush(upTo: UInt64 = .max, all: Bool = false) {
+        guard listing == nil else { return }
         let due = pending.filter { all || $0.value <= upTo }.keys.sorted()
         guard !due.isEmpty else { return }
         let chosen = Set(due)
@@ -449,23 +474,22 @@ public final class TransferWatch {
                 }
                 continue
             }
-            if st.st_mode & S_IFMT == S_IFDIR {
-                unsent = unsent.filter { $0 != path && !$0.hasPrefix(path + "/") }
-            } else {
-                unsent.remove(path)
-            }
-            for entry in listed(local, relative: path, below: below) {
-                if unanswered[entry.relative] != nil {
-                    // Fed already and not answered: looked at again once it is.
-                    pending[entry.relative] = monotonicNanoseconds() + UInt64(settle.nanoseconds)
-                    continue
-                }
-                unanswered[entry.relative] = 1
-                touch(entry.relative, isDirectory: entry.isDirectory)
-                entries.append(entry)
-            }
             inFlight[path] = monotonicNanoseconds()
             changesSent += 1
+            guard st.st_mode & S_IFMT != S_IFDIR else {
+                unsent = unsent.filter { $0 != path && !$0.hasPrefix(path + "/") }
+                if !entries.isEmpty {
+                    sender.watchArrived(entries)
+                    entries = []
+                }
+                // What is due below it is its listing's; the rest waits for its end.
+                for other in due where other.hasPrefix(path + "/") { pending[other] = nil }
+                startListing(path, local: local, below: below)
+                if listing != nil { break }
+                continue
+            }
+            unsent.remove(path)
+            feed(listed(local, relative: path, below: below), base: 0, into: &entries)
         }
         if !entries.isEmpty { sender.watchArrived(entries) }
         settleDirectoriesSoon()
@@ -483,12 +507,7 @@ public final class TransferWatch {
 
     /// The entries of `local` (a file, link or directory with what it holds), as sent.
     private func listed(_ local: String, relative: String, below: [String]) -> [OutgoingEntry] {
-        let made = Result { () throws(SluiceError) in
-            try SourceTree.Walk(
-                subtree: local, relative: relative, below: below, selection: options.selection,
-                options: options.sourceOptions)
-        }
-        guard case .success(var walk) = made else { return [] }
+        guard var walk = walk(local, relative: relative, below: below) else { return [] }
         var entries: [OutgoingEntry] = []
         while true {
             let batch = walk.next(limit: Int.max)
@@ -498,11 +517,24 @@ public final class TransferWatch {
         }
     }
 
+    /// The walk of `local` (`relative` as sent, `below` its components under its tree) with
+    /// the watch's selection and options; nil where it cannot start (gone meanwhile).
+    func walk(_ local: String, relative: String, below: [String]) -> SourceTree.Walk? {
+        let made = Result { () throws(SluiceError) in
+            try SourceTree.Walk(
+                subtree: local, relative: relative, below: below, selection: options.selection,
+                options: options.sourceOptions)
+        }
+        guard case .success(let walk) = made else { return nil }
+        return walk
+    }
+
     /// An entry fed (`entry`), or a MOVE or REMOVE, was answered: the latency of its change.
     private func answered(_ path: String, entry: Bool = false) {
         if entry { unanswered[path] = nil }
         defer { settleDirectoriesSoon() }
-        guard let seen = inFlight.removeValue(forKey: path) else { return }
+        // (Most answers are for entries of a directory listed: no look-up once its own is in.)
+        guard !inFlight.isEmpty, let seen = inFlight.removeValue(forKey: path) else { return }
         lastChange = (path, Double(monotonicNanoseconds() - seen) / 1e9)
     }
 
