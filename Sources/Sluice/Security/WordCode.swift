@@ -97,6 +97,8 @@ public struct WordCode: Hashable, Sendable, CustomStringConvertible {
     /// Starts working out `passwordScalar` on other threads and returns at once: a receiver
     /// connects to the relay, or waits for the sender's announcement, while scrypt runs, and
     /// waits for w only when the exchange needs it (up to two round trips saved over a network).
+    /// Wait for it on every path, errors included, before the process may exit: libcrypto's
+    /// clean-up at exit frees what a running scrypt uses.
     public func beginPasswordScalar() -> PendingScalar {
         PendingScalar { passwordScalar }
     }

@@ -215,8 +215,10 @@ extension Rendezvous {
     package static func findLocal(code: WordCode, announcePort: UInt16, maxStreams: Int, deadline: UInt64)
         throws(SluiceError) -> Rendezvous
     {
-        // scrypt runs while the sender's announcement is awaited and its door reached.
+        // scrypt runs while the sender's announcement is awaited and its door reached; it has
+        // ended when this returns, on an error too (see `join`).
         let pending = code.beginPasswordScalar()
+        defer { _ = pending.wait() }
         let address = try LocalAnnounce.find(nameplate: code.nameplate, port: announcePort, deadline: deadline)
         guard let socket = BlockingSocket.connectAll([address], deadline: deadline).first else {
             throw SluiceError(

@@ -151,8 +151,11 @@ extension Rendezvous {
     package static func join(
         relay: RelayEndpoint, code: WordCode, maxStreams: Int, routes: ReachRoutes = ReachRoutes(), deadline: UInt64
     ) throws(SluiceError) -> Rendezvous {
-        // scrypt runs while the relay is reached and the sender found.
+        // scrypt runs while the relay is reached and the sender found. Whatever happens, it
+        // has ended when this returns: a process that exits on an error while scrypt runs in
+        // libcrypto has its atexit clean-up free what scrypt uses (a crash).
         let pending = code.beginPasswordScalar()
+        defer { _ = pending.wait() }
         let socket = try BlockingSocket.connect(host: relay.host, port: relay.port, deadline: deadline)
         try socket.write(RelayClient.join(code.nameplate), deadline: deadline)
         let answer = try Self.answer(from: socket, relay: relay, deadline: deadline)
