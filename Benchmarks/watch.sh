@@ -92,19 +92,26 @@ mkdir -p "$WORK/b/stage"
 for i in $(seq "$BURST"); do head -c 1024 /dev/urandom >"$WORK/b/f$i"; done
 # The walk sends names in sorted order: the last one's arrival ends it (then all are counted).
 last=$(for i in $(seq "$BURST"); do echo "f$i"; done | LC_ALL=C sort | tail -1)
+# A receiver into $1/dst and a watch of $1/src/tree sending to it, the first pass (an empty
+# tree) over; their pids in WATCH_RECEIVER and WATCH_SENDER.
+start_burst_watch() {
+    start_sluice_receiver "$1/dst" "$1/receiver.log" >/dev/null
+    WATCH_RECEIVER=${PIDS[-1]}
+    "$SLUICE" send --insecure --no-progress --watch "$1/src/tree" "127.0.0.1:$SPORT" >/dev/null 2>&1 &
+    WATCH_SENDER=$!
+    PIDS+=("$WATCH_SENDER")
+    for _ in $(seq 500); do [ -d "$1/dst/tree" ] && break; sleep 0.01; done
+    sleep 0.5 # the first pass (an empty tree) is over
+}
+
 burst_watch() { # $1: round; prints the seconds until the last file arrived
     local dir="$WORK/b/w$1"
     mkdir -p "$dir/src/tree" "$dir/dst" "$dir/stage/burst"
     cp "$WORK"/b/f* "$dir/stage/burst/"
     sync
     # (Run in $(…): the receiver must not hold its output open.)
-    start_sluice_receiver "$dir/dst" "$dir/receiver.log" >/dev/null
-    local receiver=${PIDS[-1]}
-    "$SLUICE" send --insecure --no-progress --watch "$dir/src/tree" "127.0.0.1:$SPORT" >/dev/null 2>&1 &
-    local sender=$!
-    PIDS+=("$sender")
-    for _ in $(seq 500); do [ -d "$dir/dst/tree" ] && break; sleep 0.01; done
-    sleep 0.5 # the first pass (an empty tree) is over
+    start_burst_watch "$dir"
+    local receiver=$WATCH_RECEIVER sender=$WATCH_SENDER
     local t0 t1
     t0=$(now)
     mv "$dir/stage/burst" "$dir/src/tree/burst"
@@ -183,13 +190,8 @@ for index in range(count):
         f.write(os.urandom(1024))
 PY
     sync
-    start_sluice_receiver "$dir/dst" "$dir/receiver.log" >/dev/null
-    local receiver=${PIDS[-1]}
-    "$SLUICE" send --insecure --no-progress --watch "$dir/src/tree" "127.0.0.1:$SPORT" >/dev/null 2>&1 &
-    local sender=$!
-    PIDS+=("$sender")
-    for _ in $(seq 500); do [ -d "$dir/dst/tree" ] && break; sleep 0.01; done
-    sleep 0.5 # the first pass (an empty tree) is over
+    start_burst_watch "$dir"
+    local receiver=$WATCH_RECEIVER sender=$WATCH_SENDER
     last=$(printf 'f%06d' $((APPEAR - 1)))
     local t0 t1 t2
     t0=$(now)

@@ -329,6 +329,25 @@ struct WatchTests {
 
     /// Makes `root`/stage/burst with directories a and b of `each` small files, outside the
     /// tree watched: moved in, it all exists when the watch sees it.
+    /// A watch of `root`/tree into `root`/dst, a staged burst moved in, and its listing held
+    /// after its first step of 16 (burst, a, and 14 of a's files fed).
+    static func watchHeldInAListing(_ root: String) throws -> (
+        src: String, dst: String, harness: TransferHarness, watch: TransferWatch, box: SummaryBox
+    ) {
+        let src = root + "/tree"
+        let dst = root + "/dst"
+        try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
+        let stage = try stageBurst(root, each: 40)
+        let harness = try TransferHarness(directory: dst)
+        let (watch, box) = try startWatch(src, harness)
+        watch.listingStep = 16
+        watch.onListingStep = { _ in watch.listingHeld = true }
+        #expect(rename(stage, src + "/burst") == 0)
+        #expect(runLoop(harness.loop, for: .seconds(20)) { watch.listingHeld })
+        return (src, dst, harness, watch, box)
+    }
+
     static func stageBurst(_ root: String, each: Int) throws -> String {
         let stage = root + "/stage/burst"
         for directory in ["a", "b"] {
@@ -365,18 +384,8 @@ struct WatchTests {
     @Test("A rename inside a directory being listed ends its listing: the MOVE goes, then it is listed again")
     func renameDuringAListing() throws {
         try withTemporaryDirectory { root in
-            let src = root + "/tree"
-            let dst = root + "/dst"
-            try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
-            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
-            let stage = try Self.stageBurst(root, each: 40)
-            let harness = try TransferHarness(directory: dst)
-            let (watch, box) = try Self.startWatch(src, harness)
             // The listing is held after its first step (burst, a, and 14 of a's files fed)…
-            watch.listingStep = 16
-            watch.onListingStep = { _ in watch.listingHeld = true }
-            #expect(rename(stage, src + "/burst") == 0)
-            #expect(runLoop(harness.loop, for: .seconds(20)) { watch.listingHeld })
+            let (src, dst, harness, watch, box) = try Self.watchHeldInAListing(root)
             // … while a, half listed, is renamed: a MOVE of what was fed, then c listed whole.
             #expect(rename(src + "/burst/a", src + "/burst/c") == 0)
             #expect(runLoop(harness.loop, for: .seconds(20)) { watch.moves == 1 })
@@ -393,17 +402,7 @@ struct WatchTests {
     @Test("Stopped while a directory is listed, the watch sends the rest of it, then says goodbye")
     func stopDuringAListing() throws {
         try withTemporaryDirectory { root in
-            let src = root + "/tree"
-            let dst = root + "/dst"
-            try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
-            try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
-            let stage = try Self.stageBurst(root, each: 40)
-            let harness = try TransferHarness(directory: dst)
-            let (watch, box) = try Self.startWatch(src, harness)
-            watch.listingStep = 16
-            watch.onListingStep = { _ in watch.listingHeld = true }
-            #expect(rename(stage, src + "/burst") == 0)
-            #expect(runLoop(harness.loop, for: .seconds(20)) { watch.listingHeld })
+            let (src, dst, harness, watch, box) = try Self.watchHeldInAListing(root)
             // Everything fed so far is answered: goodbye must still wait for the listing.
             #expect(runLoop(harness.loop, for: .seconds(20)) { watch.sender.answeredAll })
             watch.stop()
