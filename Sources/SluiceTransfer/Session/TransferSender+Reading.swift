@@ -128,6 +128,8 @@ struct SenderOpens {
     private(set) var waitingForRoom = false
     /// Where small files are read: on the loop or on their worker.
     var loopReads = LoopReads()
+    /// Entries handed to open jobs so far: each file once (for tests).
+    private(set) var handedOut = 0
 
     /// The machine asks for entry `index`: those opened ahead of it are not wanted any more (all
     /// of them, if it was not opened ahead).
@@ -162,6 +164,7 @@ struct SenderOpens {
     mutating func submitted(_ batch: [OpenAhead]) {
         jobs += 1
         ahead += batch
+        handedOut += batch.count
     }
 
     /// A job is done.
@@ -230,7 +233,10 @@ extension TransferSender {
             let asked = machine.next > machine.work.startIndex ? machine.work[machine.next - 1] : .entry(first)
             batch.append(OpenAhead(index: first, path: path, read: wholeRead(asked)))
         }
-        var matched = 0
+        // What is opened ahead lines up with the work from `machine.next` on, after the entry
+        // waited for (asked, so before `next`) when its open is still out: counted as matched, or
+        // every file after it was opened a second time.
+        var matched = opensAhead.first.map { $0.index == opens.waiting } == true ? 1 : 0
         var position = machine.next
         while opensAhead.count + batch.count < Self.opensAheadLimit, batch.count < Self.opensPerJob,
             position < machine.work.endIndex
