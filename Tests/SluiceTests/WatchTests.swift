@@ -458,6 +458,39 @@ struct WatchTests {
         }
     }
 
+    @Test("With --delete, the first pass is forgotten as it is answered, before its PRUNE: which still removes")
+    func firstPassWithDeleteIsForgotten() throws {
+        try withTemporaryDirectory { root in
+            let src = root + "/tree"
+            let dst = root + "/dst"
+            for directory in 0..<6 {
+                let path = src + "/d\(directory)"
+                try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+                for index in 0..<150 { try writeFile(path + "/f\(index)", [UInt8(index), 2]) }
+            }
+            // What the receiver holds and the sender does not: removed by the first pass's PRUNE.
+            try FileManager.default.createDirectory(atPath: dst + "/tree/d2/old", withIntermediateDirectories: true)
+            try writeFile(dst + "/tree/d2/old/stale", [1])
+            try writeFile(dst + "/tree/stale", [1])
+            let harness = try TransferHarness(directory: dst)
+            let (watch, box) = try Self.startWatch(src, harness, delete: true) { watch in
+                // A walk that stays near the announcements, and forgetting in small steps.
+                watch.sender.walkStep = 16
+                watch.sender.walkAhead = 32
+                watch.sender.watch.forgetStep = 16
+            }
+            // 907 entries: never all kept at once (all of them were, until the PRUNE's answer).
+            let most = watch.sender.watch.mostKept
+            #expect(most < 300, "\(most) entries kept at once")
+            #expect(access(dst + "/tree/stale", F_OK) != 0 && access(dst + "/tree/d2/old", F_OK) != 0)
+            #expect(Self.settles(src, dst + "/tree", harness), "\(treeDifferences(src, dst + "/tree"))")
+            watch.stop()
+            #expect(runLoop(harness.loop, for: .seconds(20)) { box.summary != nil })
+            #expect(box.summary?.error == nil)
+            #expect(box.summary?.removedCount == 3, "\(box.summary?.removed ?? [])")
+        }
+    }
+
     @Test("A long watch's summary lists its first failures and counts the rest; one of each kind stays listed")
     func failuresAreBounded() throws {
         func result(_ index: Int, _ outcome: TransferOutcome) -> TransferFileResult {

@@ -33,8 +33,9 @@ enum SenderAction: Equatable, Sendable {
     case takeSignatures(Int, SignatureBatch)
     /// PRUNE of directory entry `index` removed `path` (or would, on a dry run).
     case gone(Int, String)
-    /// PRUNE of directory entry `index` was answered: stored (done), or why not.
-    case pruned(Int, TransferOutcome)
+    /// PRUNE of the directory at this path (a directory entry's, as sent) was answered: stored
+    /// (done), or why not.
+    case pruned(String, TransferOutcome)
     /// A MOVE or REMOVE (`watch`) was answered: stored (done), or why not.
     case operated(TreeOperation, TransferOutcome)
     /// The REMOVE sent removed `path`.

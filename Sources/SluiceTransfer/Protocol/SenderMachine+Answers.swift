@@ -67,7 +67,7 @@ extension SenderMachine {
         case (_, .gone(let path)):
             if let actions = operationGone(path) { return actions }
             guard let root = pruning.first else { return violation("GONE for no PRUNE") }
-            let prefix = Array(entries[root].relative.utf8) + [UInt8(ascii: "/")]
+            let prefix = Array(prunePath(root).utf8) + [UInt8(ascii: "/")]
             guard path.starts(with: prefix), path.count > prefix.count else {
                 return violation("GONE for a path outside the directory pruned")
             }
@@ -149,11 +149,12 @@ extension SenderMachine {
         if let actions = operationAnswered(frame) { return actions }
         if unanswered.isEmpty, let root = pruning.first {
             pruning.removeFirst()
-            if case .refused(_, let reason) = frame { return [.pruned(root, .refused(reason: reason))] }
+            let path = prunePath(root)
+            if case .refused(_, let reason) = frame { return [.pruned(path, .refused(reason: reason))] }
             if case .failed(let code, let reason) = frame {
-                return [.pruned(root, .failed(reason: reason, kind: code == .data ? .data : .io))]
+                return [.pruned(path, .failed(reason: reason, kind: code == .data ? .data : .io))]
             }
-            return [.pruned(root, .stored)]
+            return [.pruned(path, .stored)]
         }
         guard let index = unanswered.first else { return violation("an answer for no entry") }
         let outcome: TransferOutcome

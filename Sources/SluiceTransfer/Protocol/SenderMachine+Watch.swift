@@ -108,12 +108,13 @@ extension SenderMachine {
 
 extension SenderMachine {
     /// `watch`: the index below which every entry is done with: announced, answered (or
-    /// settled here), its CHECK answered, nothing of it open, read or waited for, no PRUNE
-    /// unanswered, and no entry after it a hard link to it. Those entries may be forgotten
-    /// (`forget`). Only where the work is every entry (one connection): its work is the
-    /// entries in order (a file announced again put back in it).
+    /// settled here), its CHECK answered, nothing of it open, read or waited for, and no entry
+    /// after it a hard link to it. Those entries may be forgotten (`forget`), with `--delete`
+    /// before the PRUNEs go too (they name their directories by path, `prunePaths`). Only where
+    /// the work is every entry (one connection): its work is the entries in order (a file
+    /// announced again put back in it).
     var answeredBelow: Int {
-        guard workIsEveryEntry, prunesSent >= pruneRoots.count, pruning.isEmpty else { return entries.startIndex }
+        guard workIsEveryEntry else { return entries.startIndex }
         var bound = announcedBelow
         if let first = unanswered.min() { bound = min(bound, first) }
         if checksSent < checks.endIndex { bound = min(bound, checks[checksSent]) }
@@ -159,9 +160,6 @@ extension SenderMachine {
         var checked = checks.startIndex
         while checked < checksSent, checks[checked] < bound { checked += 1 }
         checks.forget(below: checked)
-        arrivedPruneRoots.removeAll { $0 < bound }
-        // The PRUNEs before it were all sent and answered (`answeredBelow`).
-        prunesSent = pruneRoots.count
         // Dictionaries and sets keep their capacity as they empty: a tree's first pass would
         // leave its size behind.
         haves = haves.compacted()

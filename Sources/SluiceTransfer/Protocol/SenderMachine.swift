@@ -152,6 +152,9 @@ struct SenderMachine: Sendable {
     private(set) var workIsEveryEntry: Bool
     /// Directories to prune that arrived with their entries (`prunesArriving`).
     var arrivedPruneRoots: [Int] = []
+    /// The paths of the directories to prune (`pruneRoots`' and `arrivedPruneRoots`'), kept
+    /// apart from their entries: a watch forgets entries answered before its PRUNEs go.
+    private(set) var prunePaths: [Int: String] = [:]
     /// Something below the sources could not be listed: PRUNE removes nothing.
     var listingIncomplete = false
     /// What this connection sends, in order; by default every entry, whole.
@@ -219,6 +222,9 @@ struct SenderMachine: Sendable {
         self.join = join
         self.fallback = fallback
         settled = IndexedWindow(Array(repeating: false, count: entries.count))
+        for root in settings.pruneRoots where entries.indices.contains(root) {
+            prunePaths[root] = entries[root].relative
+        }
     }
 
     /// True when the next `proceed()` would say goodbye (or PRUNE).
@@ -251,6 +257,7 @@ struct SenderMachine: Sendable {
             checks += added.map(\.index).filter { isChecked($0) && seen.insert($0).inserted }
         }
         arrivedPruneRoots += pruneRoots
+        for root in pruneRoots where entries.indices.contains(root) { prunePaths[root] = entries[root].relative }
         listed = last
         listingIncomplete = listingIncomplete || incomplete
     }
@@ -271,10 +278,15 @@ struct SenderMachine: Sendable {
     }
 
     /// The PRUNEs of this connection: the roots it sends itself (refused here, unsent, when the
-    /// receiver does not offer sync).
+    /// receiver does not offer sync). Where the work is every entry, all of them (and the work
+    /// may be forgotten as it is answered, `forget`).
     var pruneRoots: [Int] {
-        (settings.pruneRoots + arrivedPruneRoots).filter { work.contains(.entry($0)) }
+        let roots = settings.pruneRoots + arrivedPruneRoots
+        return workIsEveryEntry ? roots : roots.filter { work.contains(.entry($0)) }
     }
+
+    /// The path of directory `root` to prune, as sent.
+    func prunePath(_ root: Int) -> String { prunePaths[root] ?? "" }
 
     /// Whether a resumed file's held bytes are checked with SHA-256 (HELD) rather than as part
     /// of the agreed digest: both sides list `held-sha256`.
@@ -421,19 +433,20 @@ struct SenderMachine: Sendable {
             let roots = pruneRoots
             if prunesSent < roots.count {
                 let root = roots[prunesSent]
+                let path = prunePath(root)
                 prunesSent += 1
                 guard !anyNotStored else {
-                    return [.pruned(root, .refused(reason: "nothing removed: not every entry was stored"))]
+                    return [.pruned(path, .refused(reason: "nothing removed: not every entry was stored"))]
                 }
                 guard !listingIncomplete else {
-                    return [.pruned(root, .refused(reason: "not every entry could be listed"))]
+                    return [.pruned(path, .refused(reason: "not every entry could be listed"))]
                 }
                 guard syncing else {
                     let reason = "the receiver does not let senders remove entries (it needs receive --delete)"
-                    return [.pruned(root, .refused(reason: reason))]
+                    return [.pruned(path, .refused(reason: reason))]
                 }
                 pruning.append(root)
-                return [.send(.prune(path: Array(entries[root].relative.utf8), dryRun: settings.dryRun))]
+                return [.send(.prune(path: Array(path.utf8), dryRun: settings.dryRun))]
             }
             state = .byeSent
             return [.send(.bye)]

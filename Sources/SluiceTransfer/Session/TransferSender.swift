@@ -385,11 +385,11 @@ public final class TransferSender: ProtocolRole {
             case .gone(_, let path):
                 tally.gone(path)
                 onRemoved?(path)
-            case .pruned(let root, let outcome):
+            case .pruned(let path, let outcome):
                 if !outcome.isStored {
                     var refused = false
                     if case .refused = outcome { refused = true }
-                    let failure = "\(entries[root].relative): nothing removed: \(outcome)"
+                    let failure = "\(path): nothing removed: \(outcome)"
                     tally.pruneFailed(failure, refused: refused)
                     warn("--delete: " + failure)
                 }
