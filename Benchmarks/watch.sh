@@ -112,18 +112,18 @@ burst_watch() { # $1: round; prints the seconds until the last file arrived
     # (Run in $(…): the receiver must not hold its output open.)
     start_burst_watch "$dir"
     local receiver=$WATCH_RECEIVER sender=$WATCH_SENDER
-    local t0 t1
-    t0=$(now)
-    mv "$dir/stage/burst" "$dir/src/tree/burst"
-    while [ ! -f "$dir/dst/tree/burst/$last" ]; do sleep 0.002; done
-    t1=$(now)
+    local seconds
+    # (The wait is one process polling stat: a shell loop of `sleep` would take a third of a
+    # core from the two processes timed.)
+    seconds=$(python3 Benchmarks/move-and-wait.py "$dir/stage/burst" "$dir/src/tree/burst" \
+        "$dir/dst/tree/burst/$last")
     kill -INT "$sender"
     wait "$sender" || true
     [ "$(find "$dir/dst/tree/burst" -type f | wc -l)" = "$BURST" ] || echo "burst: NOT ALL ARRIVED" >&2
     kill "$receiver"
     wait "$receiver" 2>/dev/null || true
     rm -rf "$dir"
-    elapsed "$t0" "$t1"
+    echo "$seconds"
 }
 burst_once() { # $1: round; prints the seconds of a one-shot send --sync of the same files
     local dir="$WORK/b/o$1"
@@ -179,7 +179,7 @@ if part appear; then
 APPEAR=${APPEAR:-100000}
 APPEAR_ROUNDS=${APPEAR_ROUNDS:-2}
 appear_once() { # $1: label; prints its line
-    local dir="$WORK/a/$1" first last
+    local dir="$WORK/a/$1" last
     mkdir -p "$dir/src/tree" "$dir/dst"
     python3 - "$dir/stage/burst" "$APPEAR" <<'PY'
 import os, sys
@@ -193,13 +193,9 @@ PY
     start_burst_watch "$dir"
     local receiver=$WATCH_RECEIVER sender=$WATCH_SENDER
     last=$(printf 'f%06d' $((APPEAR - 1)))
-    local t0 t1 t2
-    t0=$(now)
-    mv "$dir/stage/burst" "$dir/src/tree/burst"
-    while [ ! -f "$dir/dst/tree/burst/f000000" ]; do sleep 0.0005; done
-    t1=$(now)
-    while [ ! -f "$dir/dst/tree/burst/$last" ]; do sleep 0.002; done
-    t2=$(now)
+    local first_s last_s
+    { read -r first_s && read -r last_s; } < <(python3 Benchmarks/move-and-wait.py "$dir/stage/burst" \
+        "$dir/src/tree/burst" "$dir/dst/tree/burst/f000000" "$dir/dst/tree/burst/$last")
     local peak
     peak=$(awk '/VmHWM/ {print $2}' "/proc/$sender/status")
     kill -INT "$sender"
@@ -207,7 +203,7 @@ PY
     kill "$receiver"
     wait "$receiver" 2>/dev/null || true
     rm -rf "$dir"
-    awk -v l="$1" -v n="$APPEAR" -v f="$(elapsed "$t0" "$t1")" -v s="$(elapsed "$t0" "$t2")" -v p="$peak" \
+    awk -v l="$1" -v n="$APPEAR" -v f="$first_s" -v s="$last_s" -v p="$peak" \
         -v load="$(cut -d' ' -f1 /proc/loadavg)" \
         'BEGIN {printf "%s: a directory of %d files moved in: first file %.1f ms, last %.3f s, sender peak RSS %.1f MiB (load %s)\n", l, n, f * 1000, s, p / 1024, load}'
 }
