@@ -21,8 +21,10 @@ import Testing
     }
 
     /// A receiver that allows replacing and removing, and a watch of `tree` sending to it.
-    func start(_ tree: String, _ inbox: String, _ extra: [String] = []) throws -> (ReceiverProcess, Running) {
-        let receiver = try ReceiverProcess(["--dir", inbox, "--sync", "--delete"])
+    func start(
+        _ tree: String, _ inbox: String, _ extra: [String] = [], receiving: [String] = []
+    ) throws -> (ReceiverProcess, Running) {
+        let receiver = try ReceiverProcess(["--dir", inbox, "--sync", "--delete"] + receiving)
         let sender = try Running(
             sluiceBinary,
             ["send", "--no-progress", "--watch", "--delete", "-i", "--stats=json"] + extra + [
@@ -155,6 +157,30 @@ import Testing
             // pass, then c.
             #expect(outcome.stderrText.contains("\"files\":4,"), "\(outcome.stderrText)")
             _ = second.stop()
+        }
+    }
+
+    @Test("A long watch's summary counts the failures it no longer lists: 1,005 refused, all in --stats and in 73")
+    func refusalsPastTheKeptAreCounted() throws {
+        try withTemporaryDirectory { dir in
+            let tree = "\(dir)/tree"
+            let inbox = "\(dir)/in"
+            try FileManager.default.createDirectory(atPath: tree, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: true)
+            // 1,005 files over the receiver's --max-size, then one under it, last in the walk's
+            // order: once it is stored, every refusal before it has been answered.
+            for index in 0..<1005 { try write(Data(repeating: 7, count: 20), to: tree + "/f\(10_000 + index)") }
+            try write(Data("ok".utf8), to: tree + "/z")
+            let (receiver, sender) = try start(tree, inbox, receiving: ["--max-size", "10"])
+            #expect(eventually { FileManager.default.fileExists(atPath: inbox + "/tree/z") })
+            sender.signal(SIGINT)
+            let outcome = sender.wait(within: .seconds(30))
+            // A file refused: 73, though the watch lists only its first thousand.
+            #expect(outcome.status == 73, "\(outcome.stderrText.suffix(2000))")
+            let stats = try #require(lastJSONObject(outcome.stderrText), "\(outcome.stderrText.suffix(2000))")
+            #expect(stats["refused"] as? Int == 1005, "\(stats)")
+            #expect(stats["failed"] as? Int == 0, "\(stats)")
+            _ = receiver.stop()
         }
     }
 

@@ -30,6 +30,21 @@ struct SenderWatch {
     /// The announcements (`SenderMachine.announcedBelow`) before which `forgetAnswered` does
     /// not look again, unless all is answered.
     var nextLook = 0
+
+    /// Counts `result` (an entry answered, being forgotten) in `forgotten`, or keeps it as one
+    /// of `failures`. (One access to the sender's `watch`: `failures` and `forgotten` are
+    /// both changed, which two accesses to it from the sender would do at once.)
+    mutating func forget(_ result: TransferFileResult) {
+        if result.outcome.isStored {
+            forgotten.count(result)
+        } else if failures.admits(result, counting: &forgotten) {
+            forgottenResults.append(result)
+        }
+        if !result.isDirectory {
+            forgottenFiles += 1
+            forgottenBytes += result.size ?? 0
+        }
+    }
 }
 
 /// Which of a long watch's failures (entries refused or failed) its summary lists: the
@@ -152,17 +167,10 @@ extension TransferSender {
             watch.nextLook = announced + watch.forgetStep / 4
         }
         guard bound > start, bound - start >= watch.forgetStep || bound == entries.endIndex else { return }
+        // (`result` is built before `watch` is accessed: it reads the sender.)
         for index in start..<bound {
             let result = result(index)
-            if result.outcome.isStored {
-                watch.forgotten.count(result)
-            } else if watch.failures.admits(result, counting: &watch.forgotten) {
-                watch.forgottenResults.append(result)
-            }
-            if !result.isDirectory {
-                watch.forgottenFiles += 1
-                watch.forgottenBytes += result.size ?? 0
-            }
+            watch.forget(result)
         }
         machine.forget(below: bound)
         entries.forget(below: bound)
