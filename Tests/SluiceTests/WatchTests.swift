@@ -217,6 +217,13 @@ struct WatchTests {
             #expect(
                 runLoop(harness.loop, for: .seconds(20)) { treeDifferences(src, copy).isEmpty },
                 "\(treeDifferences(src, copy))")
+            // The same directory changed again, once its last change is settled: set again.
+            for name in ["again1", "again2"] {
+                try writeFile(src + "/sub/" + name, [3])
+                #expect(
+                    runLoop(harness.loop, for: .seconds(20)) { treeDifferences(src, copy).isEmpty },
+                    "\(name): \(treeDifferences(src, copy))")
+            }
             #expect(box.summary == nil, "still watching")
             watch.stop()
             #expect(runLoop(harness.loop, for: .seconds(20)) { box.summary != nil })

@@ -107,14 +107,14 @@ extension TransferWatch {
     func feed(_ listed: [OutgoingEntry], base: Int, into entries: inout [OutgoingEntry]) {
         var placed: [Int: Int] = [:]
         for (offset, var entry) in listed.enumerated() {
-            if unanswered[entry.relative] != nil {
+            // (Marked fed, and found fed already, with one look-up.)
+            if unanswered.updateValue(1, forKey: entry.relative) != nil {
                 // Fed already and not answered: looked at again once it is.
                 pending[entry.relative] = monotonicNanoseconds() + UInt64(settle.nanoseconds)
                 continue
             }
             if entry.linked { placed[base + offset] = entries.count }
             if let first = entry.hardLinkTo { entry.hardLinkTo = placed[first] }
-            unanswered[entry.relative] = 1
             touch(entry.relative, isDirectory: entry.isDirectory)
             entries.append(entry)
         }

@@ -125,6 +125,8 @@ public final class TransferWatch {
     /// entry alone goes once everything fed is answered and nothing is pending, so that the
     /// receiver sets them after what they hold (`settleDirectories`).
     private(set) var touched: Set<String> = []
+    /// The directory `touch` inserted last (in `touched` unless it was emptied since).
+    private var lastTouched: String?
     private var settleTimer: LoopTimer?
     /// `stop` was called: goodbye follows the directories touched, once all is answered.
     private var finishing = false
@@ -410,6 +412,7 @@ public final class TransferWatch {
             entries.append(entry)
         }
         touched = []
+        lastTouched = nil
         if !entries.isEmpty { sender.watchArrived(entries, alone: true) }
     }
 
@@ -426,7 +429,14 @@ public final class TransferWatch {
     /// touched.
     func touch(_ path: String, isDirectory: Bool = false) {
         if isDirectory { touched.insert(path) }
-        if let slash = path.lastIndex(of: "/") { touched.insert(String(path[..<slash])) }
+        // (By its bytes: a directory's files, fed one after another, find it inserted.)
+        let bytes = path.utf8
+        guard let slash = bytes.lastIndex(of: UInt8(ascii: "/")) else { return }
+        let parent = path[..<slash]
+        if let last = lastTouched, parent == last { return }
+        let directory = String(parent)
+        lastTouched = directory
+        touched.insert(directory)
     }
 
     /// Arms the timer for the earliest pending path (at once for one due now); none while a
