@@ -181,7 +181,8 @@ extension SenderMachine {
             return violation("\(frame.type.name) is not an answer")
         }
         if outcome != .stored { anyNotStored = true }
-        if outcome == .stored { stored.insert(index) }
+        // (Only a file with a second name to come is looked for there.)
+        if outcome == .stored && entries[index].linked { stored.insert(index) }
         unanswered.removeFirst()
         eagerResumable[index] = nil
         var actions: [SenderAction] = [.settle(index, outcome)]

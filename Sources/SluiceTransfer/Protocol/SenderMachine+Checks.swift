@@ -43,7 +43,7 @@ extension SenderMachine {
     func comparesXattrs(_ index: Int) -> Bool {
         let entry = entries[index]
         return syncsAttributes && entry.attributes.xattrsRead && entry.symlinkTarget == nil && entry.special == nil
-            && peerCapabilities.contains(Wire.Capability.xattrs)
+            && offers.xattrs
     }
 
     /// XATTR and OWNER before entry `index`'s CHECK (`sync-attributes`).
@@ -51,7 +51,7 @@ extension SenderMachine {
         guard syncsAttributes else { return [] }
         let attributes = entries[index].attributes
         var out: [SenderAction] = comparesXattrs(index) ? attributes.xattrs.map { .send(.xattr($0)) } : []
-        if let owner = attributes.owner, peerCapabilities.contains(Wire.Capability.owners) {
+        if let owner = attributes.owner, offers.owners {
             out.append(.send(.owner(owner)))
         }
         return out
@@ -85,7 +85,7 @@ extension SenderMachine {
         guard same || settings.dryRun else { return nil }
         settled[index] = true
         // What the receiver has the same counts as stored: a second name may be linked to it.
-        if same { stored.insert(index) }
+        if same && entries[index].linked { stored.insert(index) }
         return [.settle(index, .stored)]
     }
 
@@ -93,7 +93,7 @@ extension SenderMachine {
     /// of the receiver's, is large enough, is read whole, and both sides want it (sparse or not).
     /// Compressed or not: with `compress`, its literal bytes go as one deflate stream.
     func sendsDelta(_ index: Int, size: UInt64?) -> Bool {
-        guard settings.delta, replaces(index), peerCapabilities.contains(Wire.Capability.delta),
+        guard settings.delta, replaces(index), offers.delta,
             let have = haves[index], have.differences & Wire.HaveDifference.kind == 0, let size,
             size >= Delta.minimumSize
         else { return false }

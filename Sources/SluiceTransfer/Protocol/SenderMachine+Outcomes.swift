@@ -35,7 +35,7 @@ extension SenderMachine {
                         let reason = "the file changed size since it was listed (\(planned) bytes)"
                         return [.settle(index, .failed(reason: reason, kind: .io))]
                     }
-                    let resumable = settings.resume && peerCapabilities.contains(Wire.Capability.resume)
+                    let resumable = settings.resume && offers.resume
                     var flags = Wire.FileFlags.sizeKnown
                     if resumable { flags |= Wire.FileFlags.resumable }
                     if replaces(index) { flags |= Wire.FileFlags.replace }
@@ -54,29 +54,29 @@ extension SenderMachine {
                 // larger one goes eager and resumable where the receiver can say it holds part.
                 // To a receiver that takes BATCH, files of up to `Wire.wholeLimit` bytes go whole.
                 let wholeLimit =
-                    peerCapabilities.contains(Wire.Capability.batch) ? Wire.wholeLimit : Wire.eagerLimit
+                    offers.batch ? Wire.wholeLimit : Wire.eagerLimit
                 let small = info.size.map { $0 <= wholeLimit } ?? false
                 let delta = sendsDelta(index, size: info.size)
                 let eager =
-                    !delta && settings.eager && peerCapabilities.contains(Wire.Capability.eager)
-                    && (small || peerCapabilities.contains(Wire.Capability.eagerResume))
+                    !delta && settings.eager && offers.eager
+                    && (small || offers.eagerResume)
                     && !announcedAgain.contains(index)
                 // A delta is resumable where the receiver continues one (`delta-resume`).
                 let resumable =
                     !(eager && small) && settings.resume && entry.seekable && info.size != nil
-                    && peerCapabilities.contains(Wire.Capability.resume)
-                    && (!delta || peerCapabilities.contains(Wire.Capability.deltaResume))
-                let compressed = settings.compress && peerCapabilities.contains(Wire.Capability.deflate)
+                    && offers.resume
+                    && (!delta || offers.deltaResume)
+                let compressed = settings.compress && offers.deflate
                 var flags: UInt8 = 0
                 if info.size != nil { flags |= Wire.FileFlags.sizeKnown }
                 if compressed { flags |= Wire.FileFlags.compressed }
                 if resumable { flags |= Wire.FileFlags.resumable }
                 if eager { flags |= Wire.FileFlags.eager }
-                let links = peerCapabilities.contains(Wire.Capability.links)
+                let links = offers.links
                 if entry.linked && links { flags |= Wire.FileFlags.linked }
                 let sparse =
                     !delta && entry.sparse && entry.seekable && !compressed && info.size != nil
-                    && peerCapabilities.contains(Wire.Capability.holes)
+                    && offers.holes
                 if sparse { flags |= Wire.FileFlags.sparse }
                 if replaces(index) { flags |= Wire.FileFlags.replace }
                 if delta { flags |= Wire.FileFlags.delta }

@@ -54,7 +54,7 @@ extension SenderMachine {
     }
 
     /// Whether the receiver takes MOVE (and, with `delete`, REMOVE).
-    var peerWatches: Bool { syncing && peerCapabilities.contains(Wire.Capability.watch) }
+    var peerWatches: Bool { syncing && offers.watch }
 
     /// Sends the first queued operation (`canProceed` said it may go), or settles it here when
     /// the receiver does not take it.
@@ -71,7 +71,7 @@ extension SenderMachine {
             return [.send(.move(from: Array(from.utf8), to: Array(to.utf8)))]
         case .remove(let path):
             guard
-                peerCapabilities.contains(Wire.Capability.delete) || settings.prunesArriving
+                offers.delete || settings.prunesArriving
                     || !settings.pruneRoots.isEmpty
             else {
                 return [.operated(operation, .refused(reason: "removals are sent only with --delete"))]

@@ -169,8 +169,11 @@ struct SenderMachine: Sendable {
             syncing = settings.sync && peerCapabilities.contains(Wire.Capability.sync)
             syncsAttributes =
                 syncing && settings.syncAttributes && peerCapabilities.contains(Wire.Capability.syncAttributes)
+            offers = PeerOffers(peerCapabilities)
         }
     }
+    /// What the peer offers that is asked about for every entry, looked up once.
+    private(set) var offers = PeerOffers([])
     /// The digest agreed in HELLO, for every END and RANGE-END of this connection.
     var digest = TransferDigest.sha256
     var next = 0
@@ -184,7 +187,8 @@ struct SenderMachine: Sendable {
     /// Files announced again, not eager, because the receiver holds part of them.
     var announcedAgain: Set<Int> = []
     var settled: IndexedWindow<Bool>
-    /// Entries answered STORED: a hard link to one of them may go out.
+    /// Entries answered STORED (or the same at the receiver) that a later entry names as its
+    /// first name (`linked`): a hard link to one of them may go out.
     var stored: Set<Int> = []
     /// With `sync`: the entries to CHECK, in the order of the work, and how many went out.
     var checks: IndexedWindow<Int> = []
@@ -291,13 +295,13 @@ struct SenderMachine: Sendable {
     /// Whether a resumed file's held bytes are checked with SHA-256 (HELD) rather than as part
     /// of the agreed digest: both sides list `held-sha256`.
     var checksHeld: Bool {
-        settings.resume && settings.heldSHA256 && peerCapabilities.contains(Wire.Capability.heldSHA256)
+        settings.resume && settings.heldSHA256 && offers.heldSHA256
     }
 
     /// The TOKEN to send before a resumable file: with a resume key, to a receiver that checks
     /// held bytes and offers `resume-token`.
     func tokenMessage(_ header: EntryHeader) -> [SenderAction] {
-        guard let key = settings.resumeKey, checksHeld, peerCapabilities.contains(Wire.Capability.resumeToken)
+        guard let key = settings.resumeKey, checksHeld, offers.resumeToken
         else { return [] }
         return [.send(.token(key.token(for: header)))]
     }
@@ -353,7 +357,7 @@ struct SenderMachine: Sendable {
 
     /// The entry a hard link entry names, when it goes as a LINK (the receiver takes links).
     func linkTarget(of index: Int) -> Int? {
-        guard let target = entries[index].hardLinkTo, peerCapabilities.contains(Wire.Capability.links) else {
+        guard let target = entries[index].hardLinkTo, offers.links else {
             return nil
         }
         return target
@@ -383,10 +387,10 @@ struct SenderMachine: Sendable {
     func attributeMessages(_ index: Int, link: Bool = false) -> [SenderAction] {
         let attributes = entries[index].attributes
         var out: [SenderAction] = []
-        if !link, peerCapabilities.contains(Wire.Capability.xattrs) {
+        if !link, offers.xattrs {
             out += attributes.xattrs.map { .send(.xattr($0)) }
         }
-        if let owner = attributes.owner, peerCapabilities.contains(Wire.Capability.owners) {
+        if let owner = attributes.owner, offers.owners {
             out.append(.send(.owner(owner)))
         }
         return out
@@ -467,7 +471,7 @@ struct SenderMachine: Sendable {
             return [.openEntry(index)]
         }
         if let target = entry.symlinkTarget {
-            guard peerCapabilities.contains(Wire.Capability.links) else {
+            guard offers.links else {
                 settled[index] = true
                 return [.settle(index, .refused(reason: "a symbolic link: the receiver does not take links"))]
             }
@@ -478,7 +482,7 @@ struct SenderMachine: Sendable {
             return attributeMessages(index, link: true) + [.send(.link(link))]
         }
         if let special = entry.special {
-            guard peerCapabilities.contains(Wire.Capability.specials) else {
+            guard offers.specials else {
                 settled[index] = true
                 let reason = "a \(special.type.name): the receiver does not take devices, FIFOs or sockets"
                 return [.settle(index, .refused(reason: reason))]

@@ -45,7 +45,7 @@ extension TransferSender {
     /// Whether `frame` starts a BATCH: a FILE it may hold, to a receiver that takes them.
     func opensBatch(_ frame: Frame) -> Bool {
         guard batching.enabled, case .file(let header) = frame, header.sentWhole else { return false }
-        return inspect { $0.peerOffers(Wire.Capability.batch) }
+        return inspect { $0.offers.batch }
     }
 
     /// Whether `frame` goes in the open BATCH: another FILE it may hold, or the END or ABORT of

@@ -288,7 +288,7 @@ extension TransferSender {
         guard case .entry(let index) = item else { return true }
         // The entry's fields read in place: a copy of it would retain and release its strings.
         guard case .file = entries[index].kind else { return false }
-        if entries[index].hardLinkTo != nil && inspect({ $0.peerOffers(Wire.Capability.links) }) { return false }
+        if entries[index].hardLinkTo != nil && inspect({ $0.offers.links }) { return false }
         guard inspect({ $0.syncing }) else { return !machine.settings.dryRun }
         guard let have = machine.haves[index] else { return nil }
         return have.status != .same && !machine.settings.dryRun

@@ -205,7 +205,7 @@ public final class TransferSender: ProtocolRole {
         didSet { if !holdGoodbye { advance() } }
     }
     /// The receiver takes links: hard links went as links.
-    var sentLinks: Bool { inspect { $0.peerOffers(Wire.Capability.links) } }
+    var sentLinks: Bool { inspect { $0.offers.links } }
     /// Bytes written to the connection.
     var bytesWritten: UInt64 { connection?.bytesWritten ?? 0 }
     /// Bytes of entry `index` the receiver held and were not sent again.
