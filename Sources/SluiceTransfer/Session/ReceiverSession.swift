@@ -116,6 +116,10 @@ final class ReceiverSession: ProtocolRole {
     /// (a BATCH's, until its end), and their bytes.
     var wholesWaiting: [WaitingWhole] = []
     var wholesWaitingBytes = 0
+    /// Of `wholesWaiting`, those whose bytes are lent from the inbound buffer (not copied):
+    /// handed to a job as soon as the decoder waits for more (`caughtUp`), since the inbound
+    /// buffer cannot take more while they pin it.
+    var wholesWaitingLent = 0
     var stagedBytes: UInt64 = 0
     /// A batch of staged files is being committed on a worker (one at a time, so that their
     /// answers come back in order).
@@ -293,7 +297,12 @@ final class ReceiverSession: ProtocolRole {
         return .perform(actions)
     }
 
-    func caughtUp() { commitWhenQuiet() }
+    func caughtUp() {
+        // Lent bytes hold the inbound buffer in place: stored now, not at the BATCH's end, which
+        // may not fit in the buffer.
+        if wholesWaitingLent > 0 { storeWholes() }
+        commitWhenQuiet()
+    }
 
     func parsed() { flushChecks() }
 

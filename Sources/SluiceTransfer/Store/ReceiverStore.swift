@@ -279,9 +279,9 @@ final class ReceiverStore: @unchecked Sendable {
 
     /// `storeWhole` for several small files in a row (a BATCH's), in order, by one job: the
     /// directory of the last one is kept open for the next (`ParentDirectories`).
-    func storeWholes(_ files: [(request: EntryRequest, bytes: ArraySlice<UInt8>)], overwrite: Bool, fsync: Bool)
-        -> [WholeOutcome]
-    {
+    func storeWholes(
+        _ files: [(request: EntryRequest, bytes: UnsafeRawBufferPointer)], overwrite: Bool, fsync: Bool
+    ) -> [WholeOutcome] {
         let parents = ParentDirectories(destination)
         defer { parents.close() }
         return files.map { file in
@@ -293,8 +293,13 @@ final class ReceiverStore: @unchecked Sendable {
 
     /// Creates, writes and settles a small file received whole in memory, in one go on a
     /// worker: stored under its final name, or with `fsync` set aside as `stage` does.
+    func storeWhole(_ request: EntryRequest, bytes: ArraySlice<UInt8>, overwrite: Bool, fsync: Bool) -> WholeOutcome {
+        bytes.withUnsafeBytes { storeWhole(request, bytes: $0, overwrite: overwrite, fsync: fsync) }
+    }
+
+    /// `storeWhole` of bytes where they lie (a BATCH's, in the buffer they arrived in).
     func storeWhole(
-        _ request: EntryRequest, bytes: ArraySlice<UInt8>, overwrite: Bool, fsync: Bool,
+        _ request: EntryRequest, bytes: UnsafeRawBufferPointer, overwrite: Bool, fsync: Bool,
         parents: ParentDirectories? = nil
     ) -> WholeOutcome {
         if !overwrite, unnamedFiles.load(ordering: .relaxed),
@@ -333,7 +338,7 @@ final class ReceiverStore: @unchecked Sendable {
     /// 6 of 34 µs of system time per file; Benchmarks/RESULTS.md). Nil, with nothing left
     /// behind, where the file system cannot (the caller then takes the named way).
     private func storeUnnamed(
-        _ request: EntryRequest, bytes: ArraySlice<UInt8>, fsync: Bool, parents: ParentDirectories?
+        _ request: EntryRequest, bytes: UnsafeRawBufferPointer, fsync: Bool, parents: ParentDirectories?
     )
         -> WholeOutcome?
     {
@@ -403,15 +408,11 @@ final class ReceiverStore: @unchecked Sendable {
     }
 
     /// Writes all of `bytes` at offset 0; nil, or why not.
-    static func writeAll(_ bytes: ArraySlice<UInt8>, to fd: Int32) -> String? {
+    static func writeAll(_ bytes: UnsafeRawBufferPointer, to fd: Int32) -> String? {
         var done = 0
         while done < bytes.count {
-            let n = bytes.withUnsafeBytes { buffer in
-                retryingOnInterrupt {
-                    pwrite(
-                        fd, UnsafeRawBufferPointer(rebasing: buffer[done...]).baseAddress, buffer.count - done,
-                        off_t(done))
-                }
+            let n = retryingOnInterrupt {
+                pwrite(fd, bytes.baseAddress.map { $0 + done }, bytes.count - done, off_t(done))
             }
             guard n > 0 else { return n < 0 ? "\(Errno.current)" : "wrote nothing" }
             done += n
