@@ -296,7 +296,7 @@ struct BatchTests {
     func lentFilesStoredWhole() throws {
         try Self.withReceiver { root, harness, fsync in
             // 600 files of 1 byte to 24 KiB in BATCHes of about 400 KiB: 7 MB, many times the
-            // inbound buffer's 256 KiB, so that files lent from it pin it while it reads on.
+            // inbound buffer (1 MiB at most), so that files lent from it pin it while it reads on.
             var files: [(String, [UInt8])] = []
             var payload = RawWire.hello(Self.capabilities)
             var inner: [UInt8] = []
