@@ -322,8 +322,8 @@ struct BatchTests {
                 Issue.record("\(name): not stored whole (fsync \(fsync))")
             }
             #expect(harness.reports.last?.error == nil)
-            // Files lent and files copied (cut by a read, or while a job held lent ones) alike.
-            #expect(harness.receiver.piecesLent > before, "none lent")
+            // Most files came in one piece and were lent (those cut by a read are copied).
+            #expect(harness.receiver.piecesLent - before >= 300, "\(harness.receiver.piecesLent - before) lent")
         }
     }
 

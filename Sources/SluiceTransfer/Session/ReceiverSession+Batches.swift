@@ -275,7 +275,6 @@ extension ReceiverSession {
         let (store, overwrite, fsync, algorithm) = (self.store, options.overwrite, options.fsync, machine.digest)
         laneJobs += 1
         laneBytes += bytes
-        if !loans.isEmpty { lentJobs += 1 }
         lane.submit(
             { Self.checkAndStore(files, of: buffer, in: store, algorithm, overwrite: overwrite, fsync: fsync) },
             completingOn: loop
@@ -283,7 +282,6 @@ extension ReceiverSession {
             [self] outcomes in
             laneJobs -= 1
             laneBytes -= bytes
-            if !loans.isEmpty { lentJobs -= 1 }
             for loan in loans { returned(loan) }
             for (outcome, size) in zip(outcomes, sizes) {
                 switch outcome {

@@ -19,10 +19,9 @@ extension ReceiverSession {
                 perform(actions)
                 return piece.count
             }
-            if wholeFile.count == 0, piece.count == wholeFile.size, lentJobs == 0 {
-                // All of it in one piece (a BATCH's files mostly are), and no job holds lent
-                // bytes (`lentJobs`): lent where it lies in the inbound buffer to the job that
-                // stores it, not copied.
+            if wholeFile.count == 0, piece.count == wholeFile.size {
+                // All of it in one piece (a BATCH's files mostly are): lent where it lies in the
+                // inbound buffer to the job that stores it, not copied.
                 wholeFile.lend(lendOut(piece))
             } else {
                 wholeFile.append(piece)

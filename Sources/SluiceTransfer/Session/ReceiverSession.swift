@@ -120,11 +120,6 @@ final class ReceiverSession: ProtocolRole {
     /// handed to a job as soon as the decoder waits for more (`caughtUp`), since the inbound
     /// buffer cannot take more while they pin it.
     var wholesWaitingLent = 0
-    /// Jobs on `lane` storing files lent from the inbound buffer, not yet done. While one is,
-    /// files are copied (`WholeBytes`), not lent: the buffer its files pin waits for it, and the
-    /// one read into meanwhile must stay free to move, or reading would stop until the job is
-    /// done (which cost a tenth of tree a's seconds when every file was lent).
-    var lentJobs = 0
     var stagedBytes: UInt64 = 0
     /// A batch of staged files is being committed on a worker (one at a time, so that their
     /// answers come back in order).
