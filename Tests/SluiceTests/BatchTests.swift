@@ -162,21 +162,25 @@ struct BatchTests {
                 header: EntryHeader(mode: 0o644, mtimeSeconds: 0, mtimeNanoseconds: 0, path: Array("f".utf8)))
             let bytes = head + [UInt8](repeating: 0, count: 4096) + tail
             let hole = ReceivedWhole.Hole(at: head.count, length: 4096)
-            #expect(
-                ReceivedWhole(request: request, bytes: bytes[...], holes: [hole], expected: expected).matches(algorithm)
-            )
-            #expect(
-                !ReceivedWhole(request: request, bytes: bytes[...], holes: [], expected: expected).matches(algorithm))
-            // As a job gets it: a slice of the buffer its files share, the holes where they lie
+            let whole = ReceivedWhole(
+                request: request, range: 0..<bytes.count, lent: nil, holes: [hole], expected: expected)
+            let unholed = ReceivedWhole(
+                request: request, range: 0..<bytes.count, lent: nil, holes: [], expected: expected)
+            bytes.withUnsafeBytes { all in
+                #expect(whole.matches(algorithm, whole.bytes(in: all)))
+                #expect(!unholed.matches(algorithm, unholed.bytes(in: all)))
+            }
+            // As a job gets it: its range of the buffer its files share, the holes where they lie
             // in the file, whatever came before it in the buffer.
             let shared = randomBytes(333, seed: 13) + bytes + randomBytes(77, seed: 14)
-            let slice = shared[333..<333 + bytes.count]
-            #expect(ReceivedWhole(request: request, bytes: slice, holes: [hole], expected: expected).matches(algorithm))
-            #expect(
-                !ReceivedWhole(
-                    request: request, bytes: shared[332..<332 + bytes.count], holes: [hole], expected: expected
-                )
-                .matches(algorithm))
+            let placed = ReceivedWhole(
+                request: request, range: 333..<333 + bytes.count, lent: nil, holes: [hole], expected: expected)
+            let misplaced = ReceivedWhole(
+                request: request, range: 332..<332 + bytes.count, lent: nil, holes: [hole], expected: expected)
+            shared.withUnsafeBytes { all in
+                #expect(placed.matches(algorithm, placed.bytes(in: all)))
+                #expect(!misplaced.matches(algorithm, misplaced.bytes(in: all)))
+            }
         }
     }
 
@@ -244,39 +248,82 @@ struct BatchTests {
 
     // MARK: A receiver
 
-    @Test("Each file of a BATCH is answered in its turn: two stored, one there already, one altered")
-    func answersInOrder() throws {
+    /// `body` with a receiver storing into a fresh directory, without fsync and with it.
+    static func withReceiver(_ body: (_ root: String, _ harness: TransferHarness, _ fsync: Bool) throws -> Void) throws
+    {
         for fsync in [false, true] {
             try withTemporaryDirectory { root in
                 let harness = try TransferHarness(
                     directory: root, options: TransferReceiveOptions(fsync: fsync, idleTimeout: .seconds(20)))
-                try writeFile(root + "/there", [9, 9])
-                let (a, b, c, d) = (
-                    randomBytes(5000, seed: 2), randomBytes(100, seed: 3), randomBytes(7000, seed: 4),
-                    randomBytes(65536, seed: 5)
-                )
-                let inner =
-                    Self.wholeFile("a", a) + Self.wholeFile("d", d) + Self.wholeFile("there", b)
-                    + Self.wholeFile("c", c, digest: SHA256Digest.hash(a))
-                let client = try harness.exchange(
-                    RawWire.hello(Self.capabilities) + Self.batch(inner) + Self.wholeFile("e", b) + RawWire.bye
-                )
-                let answers = RawWire.messages(client.received).map(\.0).filter {
-                    $0 != Wire.MessageType.hello.rawValue
-                }
-                let (stored, refused, failed, bye) = (
-                    Wire.MessageType.stored.rawValue, Wire.MessageType.refused.rawValue,
-                    Wire.MessageType.failed.rawValue, Wire.MessageType.bye.rawValue
-                )
-                #expect(answers == [stored, stored, refused, failed, stored, bye], "fsync \(fsync)")
-                #expect(readFile(root + "/a") == a)
-                #expect(readFile(root + "/there") == [9, 9])
-                #expect(!fileExists(root + "/c"))
-                #expect(readFile(root + "/d") == d)
-                #expect(readFile(root + "/e") == b)
-                #expect(harness.reports.last?.error == nil)
-                #expect(try FileManager.default.contentsOfDirectory(atPath: root).sorted() == ["a", "d", "e", "there"])
+                try body(root, harness, fsync)
             }
+        }
+    }
+
+    @Test("Each file of a BATCH is answered in its turn: two stored, one there already, one altered")
+    func answersInOrder() throws {
+        try Self.withReceiver { root, harness, fsync in
+            try writeFile(root + "/there", [9, 9])
+            let (a, b, c, d) = (
+                randomBytes(5000, seed: 2), randomBytes(100, seed: 3), randomBytes(7000, seed: 4),
+                randomBytes(65536, seed: 5)
+            )
+            let inner =
+                Self.wholeFile("a", a) + Self.wholeFile("d", d) + Self.wholeFile("there", b)
+                + Self.wholeFile("c", c, digest: SHA256Digest.hash(a))
+            let client = try harness.exchange(
+                RawWire.hello(Self.capabilities) + Self.batch(inner) + Self.wholeFile("e", b) + RawWire.bye
+            )
+            let answers = RawWire.messages(client.received).map(\.0).filter {
+                $0 != Wire.MessageType.hello.rawValue
+            }
+            let (stored, refused, failed, bye) = (
+                Wire.MessageType.stored.rawValue, Wire.MessageType.refused.rawValue,
+                Wire.MessageType.failed.rawValue, Wire.MessageType.bye.rawValue
+            )
+            #expect(answers == [stored, stored, refused, failed, stored, bye], "fsync \(fsync)")
+            #expect(readFile(root + "/a") == a)
+            #expect(readFile(root + "/there") == [9, 9])
+            #expect(!fileExists(root + "/c"))
+            #expect(readFile(root + "/d") == d)
+            #expect(readFile(root + "/e") == b)
+            #expect(harness.reports.last?.error == nil)
+            #expect(try FileManager.default.contentsOfDirectory(atPath: root).sorted() == ["a", "d", "e", "there"])
+        }
+    }
+
+    @Test("BATCHes' files lent from the inbound buffer, not copied, are each stored whole while the buffer is reused")
+    func lentFilesStoredWhole() throws {
+        try Self.withReceiver { root, harness, fsync in
+            // 600 files of 1 byte to 24 KiB in BATCHes of about 400 KiB: 7 MB, many times the
+            // inbound buffer (1 MiB at most), so that files lent from it pin it while it reads on.
+            var files: [(String, [UInt8])] = []
+            var payload = RawWire.hello(Self.capabilities)
+            var inner: [UInt8] = []
+            for index in 0..<600 {
+                let bytes = randomBytes(1 + (index * 7919) % (24 << 10), seed: UInt64(100 + index))
+                files.append(("f\(index)", bytes))
+                inner += Self.wholeFile("f\(index)", bytes)
+                if inner.count >= 400 << 10 || index == 599 {
+                    payload += Self.batch(inner)
+                    inner = []
+                }
+            }
+            let before = harness.receiver.piecesLent
+            let client = try harness.exchange(payload + RawWire.bye)
+            let answers = RawWire.messages(client.received).map(\.0).filter {
+                $0 != Wire.MessageType.hello.rawValue
+            }
+            #expect(
+                answers == Array(repeating: Wire.MessageType.stored.rawValue, count: 600) + [
+                    Wire.MessageType.bye.rawValue
+                ])
+            for (name, bytes) in files where readFile(root + "/" + name) != bytes {
+                Issue.record("\(name): not stored whole (fsync \(fsync))")
+            }
+            #expect(harness.reports.last?.error == nil)
+            // Most files came in one piece and were lent (those cut by a read are copied).
+            #expect(harness.receiver.piecesLent - before >= 300, "\(harness.receiver.piecesLent - before) lent")
         }
     }
 

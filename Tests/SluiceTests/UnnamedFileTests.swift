@@ -92,6 +92,59 @@ struct UnnamedFileTests {
         }
     }
 
+    /// How many of this process's descriptors are open on `path`.
+    static func descriptors(on path: String) -> Int {
+        let target = URL(fileURLWithPath: path).resolvingSymlinksInPath().path
+        let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+        return fds.filter {
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\($0)")) == target
+        }
+        .count
+    }
+
+    @Test("A job's files in one directory share one descriptor of it, closed when the last of them is named")
+    func sharedParent() throws {
+        try withTemporaryDirectory { dst in
+            let store = try Self.store(dst)
+            mkdir(dst + "/d", 0o755)
+            // Three files of 100 bytes, lying one after another in one buffer (as a BATCH's do).
+            let all = (0..<3).flatMap { randomBytes(100, seed: UInt64($0)) }
+            // With fsync: staged, not yet named; the three hold one descriptor of `d` (not one each).
+            var staged = all.withUnsafeBytes { buffer in
+                let files = (0..<3).map {
+                    (
+                        request: Self.request("d/f\($0)", randomBytes(100, seed: UInt64($0))),
+                        bytes: UnsafeRawBufferPointer(rebasing: buffer[$0 * 100..<($0 + 1) * 100])
+                    )
+                }
+                return store.storeWholes(files, overwrite: false, fsync: true).compactMap {
+                    outcome -> ReceiverStore.StagedFile? in
+                    if case .staged(let file) = outcome { return file }
+                    Issue.record("not staged: \(outcome)")
+                    return nil
+                }
+            }
+            #expect(Self.descriptors(on: dst + "/d") == 1)
+            #expect(store.commitStaged(staged, overwrite: false) == [nil, nil, nil])
+            staged.removeAll()
+            #expect(Self.descriptors(on: dst + "/d") == 0, "closed once the last staged file let it go")
+            // Without fsync, named at once: nothing of `d` stays open after the job.
+            let stored = all.withUnsafeBytes { buffer in
+                let more = (3..<6).map {
+                    (
+                        request: Self.request("d/f\($0)", [0]),
+                        bytes: UnsafeRawBufferPointer(rebasing: buffer[$0..<$0 + 1])
+                    )
+                }
+                return store.storeWholes(more, overwrite: false, fsync: false)
+            }
+            #expect(stored.allSatisfy { if case .stored = $0 { true } else { false } })
+            #expect(Self.descriptors(on: dst + "/d") == 0)
+            #expect(treePaths(dst) == ["d"] + (0..<6).map { "d/f\($0)" })
+            for index in 0..<3 { #expect(readFile(dst + "/d/f\(index)") == randomBytes(100, seed: UInt64(index))) }
+        }
+    }
+
     @Test("The /proc path a file without a name is linked by is spelled out right for any descriptor")
     func procPaths() {
         for fd: Int32 in [0, 7, 10, 99, 12_345, Int32.max] {

@@ -199,16 +199,16 @@ extension ReceiverMachine {
     }
 
     mutating func decodedBytes(_ count: UInt64) -> (write: Bool, actions: [ReceiverAction]) {
-        let file: IncomingFile
+        // The file is taken out of its state and put back counted: moved, not copied.
+        var file: IncomingFile
         let finishing: Bool
-        switch state {
-        case .receiving(let f):
-            file = f
+        if let taken = state.takeFile(.receiving) {
+            file = taken
             finishing = false
-        case .finishing(let f):
-            file = f
+        } else if let taken = state.takeFile(.finishing) {
+            file = taken
             finishing = true
-        case .awaitingMagic, .awaitingHello, .idle, .joining, .storing, .committing, .discarding, .settling, .ended:
+        } else {
             return (false, [])
         }
         let (newTotal, overflow) = file.total.addingReportingOverflow(count)
@@ -224,9 +224,8 @@ extension ReceiverMachine {
         } else if let maxSize = settings.maxSize, newTotal > maxSize {
             rejection = .refused(.tooLarge, "too large: more than \(maxSize) bytes")
         } else {
-            var updated = file
-            updated.received = newTotal - file.offset
-            state = finishing ? .finishing(updated) : .receiving(updated)
+            file.received = newTotal - file.offset
+            state = finishing ? .finishing(file) : .receiving(file)
             return (true, [])
         }
         state = finishing ? .idle : .discarding

@@ -64,23 +64,4 @@ extension ReceiverMachine {
             return [.remove(components)]
         }
     }
-
-    /// The store's answer to a MOVE or REMOVE (nil: another outcome, for `handle`).
-    mutating func watchOutcome(_ outcome: ReceiverOutcome) -> [ReceiverAction]? {
-        // Every outcome passes here first: the tuple below copies the state (a file's request
-        // and all), which only PRUNE's outcome needs.
-        guard case .pruned = outcome else { return nil }
-        switch (state, outcome) {
-        case (.storing(.remove(let request)), .pruned(let gone, let rejection)):
-            state = .idle
-            // As PRUNE's: a path too long for a message is reported in the log only.
-            return gone.filter { $0.utf8.count <= Wire.maxPathBytes }.map { .send(.gone(path: Array($0.utf8))) }
-                + answer(rejection, path: request.relative, isDirectory: false, size: nil)
-        case (.storing(.move(let request, _)), .pruned(_, let rejection)):
-            state = .idle
-            return answer(rejection, path: request.relative, isDirectory: false, size: nil)
-        default:
-            return nil
-        }
-    }
 }

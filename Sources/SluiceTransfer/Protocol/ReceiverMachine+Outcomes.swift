@@ -5,26 +5,19 @@ import Sluice
 extension ReceiverMachine {
     // MARK: Outcomes
 
-    /// The outcome of an action, or an event of the connection.
+    /// The outcome of an action, or an event of the connection. Decided on the outcome first,
+    /// then on the state, read in place: a file's state is moved to the next (`takeFile`), never
+    /// copied whole.
     mutating func handle(_ outcome: ReceiverOutcome) -> [ReceiverAction] {
-        if let actions = watchOutcome(outcome) { return actions }
-        // A staged file's commit, once for every file received whole, answers whatever the
-        // state: taken before the tuple below, which copies the state (a file's request and all).
-        if case .stagedCommitted(let rejection) = outcome, !hasEnded,
-            let actions = answerStaged(rejection)
-        {
-            return actions
-        }
-        switch (state, outcome) {
-        case (.ended, _):
-            return []
-        case (_, .timedOut):
+        if case .ended = state { return [] }
+        switch outcome {
+        case .timedOut:
             return end(.timedOut)
-        case (_, .connectionFailed(let error)):
+        case .connectionFailed(let error):
             return end(.connectionFailed(error))
-        case (_, .cancelled):
+        case .cancelled:
             return end(.cancelled)
-        case (_, .peerClosed):
+        case .peerClosed:
             let detail: String
             switch state {
             case .awaitingMagic, .awaitingHello: detail = "connection closed before the handshake"
@@ -33,17 +26,86 @@ extension ReceiverMachine {
             case .ended: detail = "connection closed"
             }
             return end(.closedEarly(detail))
-
-        case (.joining(let join), .transferJoined(let refusal)):
+        case .stagedCommitted(let rejection):
+            // A staged file's commit, once for every file received whole, answers whatever the state.
+            if let actions = answerStaged(rejection) { return actions }
+        case .pruned(let gone, let rejection):
+            if let actions = pruned(gone, rejection) { return actions }
+        case .transferJoined(let refusal):
+            guard case .joining(let join) = state else { break }
             if let refusal { return violation(refusal) }
             joined = join
             state = .idle
             return [.send(.joined)]
-        case (.storing(.range(let request, let range)), .fileOpened(let result, let vouched)):
+        case .fileOpened(let result, let vouched):
+            if let actions = fileOpened(result, vouched: vouched) { return actions }
+        case .deltaOpened(let result, let held, let vouched):
+            if let actions = deltaOpened(result, held: held, vouched: vouched) { return actions }
+        case .directoryMade(let rejection):
+            guard case .storing(.directory) = state, case .directory(let request)? = state.takePending() else { break }
+            return answer(rejection, path: request.relative, isDirectory: true, size: nil)
+        case .linkMade(let rejection):
+            guard case .storing(.link) = state, case .link(let request, _)? = state.takePending() else { break }
+            return answer(rejection, path: request.relative, isDirectory: false, size: nil, isLink: true)
+        case .specialMade(let rejection):
+            guard case .storing(.special) = state, case .special(let request, let header)? = state.takePending()
+            else { break }
+            return answer(rejection, path: request.relative, isDirectory: false, size: nil, special: header.type)
+        case .dataFailed(let rejection):
+            if let file = state.takeFile(.receiving) {
+                state = .discarding
+                return [.dropFile(keep: false)] + answerFile(file, rejection)
+            }
+            if let file = state.takeFile(.finishing) {
+                return [.dropFile(keep: false)] + answerFile(file, rejection)
+            }
+        case .dataFinished:
+            if let file = state.takeFile(.finishing) { return dataFinished(file) }
+        case .committed(let rejection):
+            if let file = state.takeFile(.committing) { return answerFile(file, rejection) }
+        case .staged:
+            guard let file = state.takeFile(.committing) else { break }
+            guard file.range == nil else {
+                state = .committing(file)
+                break
+            }
+            queuedAnswers.append(.staged(file))
+            return []
+        case .rangeCommitted(let rejection, let fileStored, let resumed):
+            guard let file = state.takeFile(.committing) else { break }
+            guard file.range != nil else {
+                state = .committing(file)
+                break
+            }
+            // STORED for a range that is not the last says only that the range is in.
+            return answer(
+                rejection, path: file.request.relative, isDirectory: false, size: file.header.size,
+                resumed: resumed ?? file.offset, rangeOnly: rejection == nil && !fileStored)
+        case .directoriesSettled:
+            if case .settling = state, queuedAnswers.isEmpty { return [.send(.bye)] + end(.goodbye) }
+        case .flushFailed(let error):
+            if case .settling = state {
+                return [.send(.error(reason: error.description))] + end(.connectionFailed(error))
+            }
+        }
+        // An outcome nobody asked for: a bug in the session, not the peer's doing. It ends this
+        // session only.
+        assertionFailure("receiver machine: outcome \(outcome) in state \(state)")
+        return end(
+            .connectionFailed(
+                SluiceError(
+                    .invalidArgument, operation: "receive", detail: "internal: unexpected \(outcome) in state \(state)")
+            ))
+    }
+
+    /// `.fileOpened` for a FILE or RANGE the store opened (nil in another state).
+    private mutating func fileOpened(_ result: Result<UInt64, EntryRejection>, vouched: Bool) -> [ReceiverAction]? {
+        switch state {
+        case .storing(.range):
+            guard case .range(let request, let range)? = state.takePending() else { return nil }
             switch result {
             case .success(let offset):
                 guard offset <= range.length else {
-                    state = .idle
                     return [.dropFile(keep: false)]
                         + answer(
                             .failed(.io, "held partial data is larger than the range"), path: request.relative,
@@ -51,62 +113,18 @@ extension ReceiverMachine {
                 }
                 var file = IncomingFile(request: request, offset: offset, range: range)
                 file.vouched = vouched && offset > 0 && checksHeld
+                let accepted = file.vouched
                 state = .receiving(file)
-                return goAhead(offset, vouched: file.vouched)
+                return goAhead(offset, vouched: accepted)
             case .failure(let rejection):
-                state = .idle
                 return answer(rejection, path: request.relative, isDirectory: false, size: request.header.size)
             }
-        case (.committing(let file), .rangeCommitted(let rejection, let fileStored, let resumed))
-        where file.range != nil:
-            state = .idle
-            // STORED for a range that is not the last says only that the range is in.
-            return answer(
-                rejection, path: file.request.relative, isDirectory: false, size: file.header.size,
-                resumed: resumed ?? file.offset, rangeOnly: rejection == nil && !fileStored)
-
-        case (.storing(.directory(let request)), .directoryMade(let rejection)):
-            state = .idle
-            return answer(rejection, path: request.relative, isDirectory: true, size: nil)
-        case (.storing(.prune(let request)), .pruned(let gone, let rejection)):
-            state = .idle
-            // A path too long for a message (a tree made deeper here than a sender can send)
-            // is reported in the log, not to the sender.
-            return gone.filter { $0.utf8.count <= Wire.maxPathBytes }.map { .send(.gone(path: Array($0.utf8))) }
-                + answer(rejection, path: request.relative, isDirectory: true, size: nil)
-        case (.storing(.link(let request, _)), .linkMade(let rejection)):
-            state = .idle
-            return answer(rejection, path: request.relative, isDirectory: false, size: nil, isLink: true)
-        case (.storing(.special(let request, let header)), .specialMade(let rejection)):
-            state = .idle
-            return answer(rejection, path: request.relative, isDirectory: false, size: nil, special: header.type)
-        case (.storing(.file(let request)), .deltaOpened(let result, let held, let vouched)) where request.header.delta:
-            switch result {
-            case .failure(let rejection):
-                state = .idle
-                return refuseAtHeader(request.header, rejection, path: request.relative)
-            case .success(let basisSize):
-                // Held: the file rebuilt so far by an interrupted delta, a prefix of the new file
-                // whatever basis it was rebuilt from (its digest is checked as a resumed file's).
-                guard held == 0 || (request.header.resumable && held <= request.header.size) else {
-                    state = .idle
-                    return [.dropFile(keep: false)]
-                        + refuseAtHeader(
-                            request.header, .failed(.io, "held partial data is larger than the file"),
-                            path: request.relative)
-                }
-                var file = IncomingFile(request: request, offset: held)
-                file.basisSize = basisSize
-                file.vouched = vouched && held > 0 && checksHeld
-                state = .receiving(file)
-                return goAhead(held, vouched: file.vouched)
-            }
-        case (.storing(.file(let request)), .fileOpened(let result, let vouched)):
+        case .storing(.file):
+            guard case .file(let request)? = state.takePending() else { return nil }
             switch result {
             case .success(let offset):
                 let header = request.header
                 guard offset == 0 || (header.sizeKnown && offset <= header.size) else {
-                    state = .idle
                     return [.dropFile(keep: false)]
                         + refuseAtHeader(
                             header, .failed(.io, "held partial data is larger than the file"), path: request.relative)
@@ -114,7 +132,6 @@ extension ReceiverMachine {
                 guard offset == 0 || !header.eager else {
                     guard header.resumable else {
                         // The store resumes only resumable files.
-                        state = .idle
                         return [.dropFile(keep: false)]
                             + refuseAtHeader(
                                 header, .failed(.io, "internal: held partial data for a file sent eagerly"),
@@ -129,66 +146,86 @@ extension ReceiverMachine {
                 }
                 var file = IncomingFile(request: request, offset: offset)
                 file.vouched = vouched && offset > 0 && checksHeld
+                let (eager, accepted) = (header.eager, file.vouched)
                 state = .receiving(file)
                 // An eager file's data is already on its way: no go-ahead.
-                return header.eager ? [] : goAhead(offset, vouched: file.vouched)
+                return eager ? [] : goAhead(offset, vouched: accepted)
             case .failure(let rejection):
-                state = .idle
                 return refuseAtHeader(request.header, rejection, path: request.relative)
             }
-
-        case (.receiving(let file), .dataFailed(let rejection)):
-            state = .discarding
-            return [.dropFile(keep: false)] + answerFile(file, rejection)
-        case (.finishing(let file), .dataFailed(let rejection)):
-            state = .idle
-            return [.dropFile(keep: false)] + answerFile(file, rejection)
-        case (.finishing(let file), .dataFinished):
-            if let expected = file.expected, file.total != expected {
-                state = .idle
-                return [.dropFile(keep: false)]
-                    + answerFile(
-                        file, .failed(.data, "size mismatch: announced \(expected) bytes, received \(file.total)"))
-            }
-            if file.endSize != file.total {
-                state = .idle
-                return [.dropFile(keep: false)]
-                    + answerFile(
-                        file, .failed(.data, "size mismatch: sender says \(file.endSize) bytes, received \(file.total)")
-                    )
-            }
-            state = .committing(file)
-            if file.range != nil {
-                return [.commitRange(digest: file.endDigest, fileDigest: file.endFileDigest, held: file.heldDigest)]
-            }
-            return [.commitFile(digest: file.endDigest, held: file.heldDigest)]
-        case (.committing(let file), .committed(let rejection)):
-            state = .idle
-            return answerFile(file, rejection)
-        case (.committing(let file), .staged) where file.range == nil:
-            state = .idle
-            queuedAnswers.append(.staged(file))
-            return []
-        case (_, .stagedCommitted(let rejection)):
-            guard let actions = answerStaged(rejection) else { break }
-            return actions
-        case (.settling, .directoriesSettled) where queuedAnswers.isEmpty:
-            return [.send(.bye)] + end(.goodbye)
-        case (.settling, .flushFailed(let error)):
-            return [.send(.error(reason: error.description))] + end(.connectionFailed(error))
-
-        case (.awaitingMagic, _), (.awaitingHello, _), (.idle, _), (.joining, _), (.storing, _), (.receiving, _),
-            (.finishing, _), (.committing, _), (.discarding, _), (.settling, _):
-            break
+        case .awaitingMagic, .awaitingHello, .idle, .joining, .storing, .receiving, .finishing, .committing,
+            .discarding, .settling, .ended:
+            return nil
         }
-        // An outcome nobody asked for: a bug in the session, not the peer's doing. It ends this
-        // session only.
-        assertionFailure("receiver machine: outcome \(outcome) in state \(state)")
-        return end(
-            .connectionFailed(
-                SluiceError(
-                    .invalidArgument, operation: "receive", detail: "internal: unexpected \(outcome) in state \(state)")
-            ))
+    }
+
+    /// `.deltaOpened` for a FILE flagged delta (nil in another state).
+    private mutating func deltaOpened(_ result: Result<UInt64?, EntryRejection>, held: UInt64, vouched: Bool)
+        -> [ReceiverAction]?
+    {
+        guard case .storing(.file(let request)) = state, request.header.delta else { return nil }
+        state = .idle
+        switch result {
+        case .failure(let rejection):
+            return refuseAtHeader(request.header, rejection, path: request.relative)
+        case .success(let basisSize):
+            // Held: the file rebuilt so far by an interrupted delta, a prefix of the new file
+            // whatever basis it was rebuilt from (its digest is checked as a resumed file's).
+            guard held == 0 || (request.header.resumable && held <= request.header.size) else {
+                return [.dropFile(keep: false)]
+                    + refuseAtHeader(
+                        request.header, .failed(.io, "held partial data is larger than the file"),
+                        path: request.relative)
+            }
+            var file = IncomingFile(request: request, offset: held)
+            file.basisSize = basisSize
+            file.vouched = vouched && held > 0 && checksHeld
+            state = .receiving(file)
+            return goAhead(held, vouched: file.vouched)
+        }
+    }
+
+    /// `.dataFinished` for the file whose END came (its state taken): committed if it is the
+    /// size announced and the size END says.
+    private mutating func dataFinished(_ file: IncomingFile) -> [ReceiverAction] {
+        if let expected = file.expected, file.total != expected {
+            return [.dropFile(keep: false)]
+                + answerFile(file, .failed(.data, "size mismatch: announced \(expected) bytes, received \(file.total)"))
+        }
+        if file.endSize != file.total {
+            return [.dropFile(keep: false)]
+                + answerFile(
+                    file, .failed(.data, "size mismatch: sender says \(file.endSize) bytes, received \(file.total)"))
+        }
+        let action: ReceiverAction =
+            file.range != nil
+            ? .commitRange(digest: file.endDigest, fileDigest: file.endFileDigest, held: file.heldDigest)
+            : .commitFile(digest: file.endDigest, held: file.heldDigest)
+        state = .committing(file)
+        return [action]
+    }
+
+    /// `.pruned`: PRUNE's, REMOVE's or MOVE's outcome (nil in another state).
+    private mutating func pruned(_ gone: [String], _ rejection: EntryRejection?) -> [ReceiverAction]? {
+        guard case .storing = state, let pending = state.takePending() else { return nil }
+        switch pending {
+        case .prune(let request):
+            // A path too long for a message (a tree made deeper here than a sender can send)
+            // is reported in the log, not to the sender.
+            return Self.goneMessages(gone) + answer(rejection, path: request.relative, isDirectory: true, size: nil)
+        case .remove(let request):
+            return Self.goneMessages(gone) + answer(rejection, path: request.relative, isDirectory: false, size: nil)
+        case .move(let request, _):
+            return answer(rejection, path: request.relative, isDirectory: false, size: nil)
+        case .directory, .link, .special, .file, .range:
+            state = .storing(pending)
+            return nil
+        }
+    }
+
+    /// GONE for each path removed whose name fits a message.
+    private static func goneMessages(_ gone: [String]) -> [ReceiverAction] {
+        gone.filter { $0.utf8.count <= Wire.maxPathBytes }.map { .send(.gone(path: Array($0.utf8))) }
     }
 
     // MARK: Answers and ending
@@ -196,11 +233,9 @@ extension ReceiverMachine {
     /// The first staged file is committed (or failed): its answer, and those queued behind it
     /// up to the next staged file. Nil when no staged file waits (a bug in the session).
     private mutating func answerStaged(_ rejection: EntryRejection?) -> [ReceiverAction]? {
-        guard case .staged(let file)? = queuedAnswers.first else { return nil }
-        queuedAnswers.removeFirst()
+        guard let file = queuedAnswers.popStaged() else { return nil }
         var actions = answerFile(file, rejection, queued: false)
-        while case .ready(let ready)? = queuedAnswers.first {
-            queuedAnswers.removeFirst()
+        while let ready = queuedAnswers.popReady() {
             actions += ready
         }
         return actions

@@ -50,3 +50,43 @@ extension ReceiverMachine {
         [.send(.hello(version: Wire.version, capabilities: capabilities))]
     }
 }
+
+/// The state's payloads moved out in place: a file's request and all, which a
+/// `switch (state, outcome)` copied into a tuple for every outcome (and destroyed after). The
+/// machine takes the payload, leaving the state `.idle`, and sets the next state with it: the
+/// optimiser makes that a move, with no copy and no reference counted.
+extension ReceiverMachine.State {
+    /// The states that hold the file being received.
+    enum FilePhase {
+        case receiving, finishing, committing
+    }
+
+    /// The file of `phase`'s state, moved out and the state left `.idle` (the caller sets the
+    /// next one); nil, the state unchanged, in any other state.
+    @inline(__always)
+    mutating func takeFile(_ phase: FilePhase) -> ReceiverMachine.IncomingFile? {
+        switch phase {
+        case .receiving:
+            guard case .receiving(let file) = self else { return nil }
+            self = .idle
+            return file
+        case .finishing:
+            guard case .finishing(let file) = self else { return nil }
+            self = .idle
+            return file
+        case .committing:
+            guard case .committing(let file) = self else { return nil }
+            self = .idle
+            return file
+        }
+    }
+
+    /// What `.storing` waits for, moved out and the state left `.idle`; nil, the state
+    /// unchanged, in any other state.
+    @inline(__always)
+    mutating func takePending() -> ReceiverMachine.Pending? {
+        guard case .storing(let pending) = self else { return nil }
+        self = .idle
+        return pending
+    }
+}

@@ -154,7 +154,7 @@ struct ReceiverMachine: Sendable {
     /// The sender listed `held-sha256` in HELLO.
     var peerChecksHeld = false
     /// Answers held back behind a staged file's, oldest first; empty when nothing is staged.
-    var queuedAnswers = FIFO<QueuedAnswer>()
+    var queuedAnswers = QueuedAnswers()
     /// Between BATCH and the end of its last message.
     var inBatch = false
     /// XATTR and OWNER for the entry announced next.
@@ -256,6 +256,12 @@ struct ReceiverMachine: Sendable {
             return violation("this receiver serves one transfer (--once); connection refused")
         }
         if case .idle = state, frame.type != .error { requested = true }
+        // A file's FILE and END, the messages of every file, decided before the tuple below,
+        // which copies the state (a file's request and all) and the message.
+        if case .idle = state, case .file(let header) = frame { return receivedFile(header) }
+        if case .receiving = state, case .end(let size, let digest) = frame {
+            return receivedEnd(size: size, digest: digest)
+        }
         switch (state, frame) {
         case (.ended, _), (.joining, _), (.storing, _), (.finishing, _), (.committing, _), (.settling, _):
             return unexpectedInput(frame.type.name)
@@ -415,50 +421,7 @@ struct ReceiverMachine: Sendable {
             return startRange(header)
 
         case (.idle, .file(let header)):
-            if inBatch {
-                guard header.sentWhole else {
-                    return violation(
-                        "FILE in a BATCH: only eager files of a known size of at most \(Wire.wholeLimit) bytes, sent whole"
-                    )
-                }
-            }
-            if header.eager {
-                guard settings.eager else { return violation("FILE flagged eager: this receiver does not offer eager") }
-                guard !header.resumable || header.sizeKnown else {
-                    return violation("FILE flagged eager and resumable without a size")
-                }
-            }
-            if header.delta {
-                guard settings.sync && settings.delta else {
-                    return violation("FILE flagged delta: this receiver does not offer delta")
-                }
-                guard header.replaces, header.sizeKnown, !header.sparse, !header.eager else {
-                    return violation(
-                        "FILE flagged delta: only with replace and a size (and compressed, resumable or not)")
-                }
-                guard !header.resumable || settings.resume else {
-                    return violation("FILE flagged delta and resumable: this receiver does not offer delta-resume")
-                }
-            }
-            guard pendingAttributes.resumeToken == nil || header.resumable else {
-                return violation("TOKEN before a FILE that is not resumable")
-            }
-            if header.linked && !settings.links {
-                return violation("FILE flagged linked: this receiver offers no links")
-            }
-            if header.sparse {
-                guard settings.holes else { return violation("FILE flagged sparse: this receiver offers no holes") }
-                guard !header.compressed && header.sizeKnown else {
-                    return violation("FILE flagged sparse without a size, or compressed")
-                }
-            }
-            entriesAnnounced += 1
-            guard !header.replaces || mayReplace else {
-                _ = takePendingAttributes()
-                return refuseAtHeader(
-                    header, .refused(.exists, Self.replacingRefused), path: PeerText.sanitized(header.path))
-            }
-            return startFile(header)
+            return receivedFile(header)
         case (.idle, .directory(let header)):
             guard pendingAttributes.resumeToken == nil else { return violation("TOKEN before a DIR") }
             directoriesAnnounced += 1
@@ -506,16 +469,8 @@ struct ReceiverMachine: Sendable {
             file.heldDigest = digest
             state = .receiving(file)
             return []
-        case (.receiving(var file), .end(let size, let digest)):
-            guard file.range == nil else { return violation("END for a range (RANGE-END expected)") }
-            guard !awaitsHeld(file) else { return violation("END without HELD for a resumed file") }
-            guard digest.count == self.digest.byteCount else {
-                return violation("END with a \(digest.count)-byte digest (\(self.digest) agreed)")
-            }
-            file.endSize = size
-            file.endDigest = digest
-            state = .finishing(file)
-            return [.finishData]
+        case (.receiving, .end(let size, let digest)):
+            return receivedEnd(size: size, digest: digest)
         case (.receiving(let file), .abort(let reason)):
             state = .idle
             return [.dropFile(keep: false)]
@@ -558,5 +513,78 @@ struct ReceiverMachine: Sendable {
             // The decoder lets none of these through from a sender; kept explicit all the same.
             return violation("\(frame.type.name) is not a message a sender sends")
         }
+    }
+
+    /// FILE between entries.
+    private mutating func receivedFile(_ header: EntryHeader) -> [ReceiverAction] {
+        if inBatch {
+            guard header.sentWhole else {
+                return violation(
+                    "FILE in a BATCH: only eager files of a known size of at most \(Wire.wholeLimit) bytes, sent whole"
+                )
+            }
+        }
+        if header.eager {
+            guard settings.eager else { return violation("FILE flagged eager: this receiver does not offer eager") }
+            guard !header.resumable || header.sizeKnown else {
+                return violation("FILE flagged eager and resumable without a size")
+            }
+        }
+        if header.delta {
+            guard settings.sync && settings.delta else {
+                return violation("FILE flagged delta: this receiver does not offer delta")
+            }
+            guard header.replaces, header.sizeKnown, !header.sparse, !header.eager else {
+                return violation(
+                    "FILE flagged delta: only with replace and a size (and compressed, resumable or not)")
+            }
+            guard !header.resumable || settings.resume else {
+                return violation("FILE flagged delta and resumable: this receiver does not offer delta-resume")
+            }
+        }
+        guard pendingAttributes.resumeToken == nil || header.resumable else {
+            return violation("TOKEN before a FILE that is not resumable")
+        }
+        if header.linked && !settings.links {
+            return violation("FILE flagged linked: this receiver offers no links")
+        }
+        if header.sparse {
+            guard settings.holes else { return violation("FILE flagged sparse: this receiver offers no holes") }
+            guard !header.compressed && header.sizeKnown else {
+                return violation("FILE flagged sparse without a size, or compressed")
+            }
+        }
+        entriesAnnounced += 1
+        guard !header.replaces || mayReplace else {
+            _ = takePendingAttributes()
+            return refuseAtHeader(
+                header, .refused(.exists, Self.replacingRefused), path: PeerText.sanitized(header.path))
+        }
+        return startFile(header)
+    }
+
+    /// END of the file being received: its data is finished once the digest's size is checked
+    /// (and HELD came, where one must). The file is moved to `.finishing`, not copied.
+    private mutating func receivedEnd(size: UInt64, digest: [UInt8]) -> [ReceiverAction] {
+        guard var file = state.takeFile(.receiving) else { return violation("END outside a file") }
+        let problem: String?
+        if file.range != nil {
+            problem = "END for a range (RANGE-END expected)"
+        } else if awaitsHeld(file) {
+            problem = "END without HELD for a resumed file"
+        } else if digest.count != self.digest.byteCount {
+            problem = "END with a \(digest.count)-byte digest (\(self.digest) agreed)"
+        } else {
+            problem = nil
+        }
+        if let problem {
+            // Ended in the middle of the file: its partial is kept for a resume (`end`).
+            state = .receiving(file)
+            return violation(problem)
+        }
+        file.endSize = size
+        file.endDigest = digest
+        state = .finishing(file)
+        return [.finishData]
     }
 }

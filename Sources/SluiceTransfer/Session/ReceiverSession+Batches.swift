@@ -97,12 +97,17 @@ final class WholeBytes {
 
 /// A small file received whole into memory before anything of it touches the disk; its digest
 /// is checked by the job that stores it, off the loop (up to 1 MiB of hashing a file). Its bytes
-/// are those of `buffer` from `start` on while it arrives.
+/// are those of `buffer` from `start` on while it arrives — or, when all of them came in one
+/// piece, that piece of the inbound buffer, lent (`lent`).
 final class WholeFile {
     let request: EntryRequest
+    /// Its announced size.
+    let size: Int
     private let buffer: WholeBytes
     /// Where its bytes begin in `buffer`.
     private(set) var start: Int
+    /// All its bytes, lent from the connection's inbound buffer (nothing in `buffer` then).
+    private(set) var lent: LentBytes?
     /// Where its HOLEs lie in its bytes (zeros there): hashed as the protocol hashes a hole.
     private(set) var holes: [ReceivedWhole.Hole] = []
 
@@ -119,16 +124,22 @@ final class WholeFile {
     /// A file whose bytes follow those in `buffer`; `batched`: in a BATCH.
     init(_ request: EntryRequest, into buffer: WholeBytes, batched: Bool) {
         self.request = request
+        size = Int(clamping: request.header.size)
         self.buffer = buffer
         start = buffer.count
         buffer.prepare(for: Int(clamping: request.header.size), batched: batched)
     }
 
     /// Its bytes so far.
-    var count: Int { buffer.count - start }
+    var count: Int { lent?.bytes.count ?? buffer.count - start }
 
     func append(_ piece: UnsafeRawBufferPointer) {
         buffer.append(piece)
+    }
+
+    /// All its bytes, lent where they arrived (it had none before).
+    func lend(_ loan: LentBytes) {
+        lent = loan
     }
 
     /// A HOLE in a small file: written as zeros (the machine checked it fits the size).
@@ -148,6 +159,8 @@ final class WholeFile {
 struct WaitingWhole {
     let request: EntryRequest
     let range: Range<Int>
+    /// Its bytes lent from the inbound buffer instead (`range` empty).
+    let lent: LentBytes?
     let holes: [ReceivedWhole.Hole]
     let expected: [UInt8]
 }
@@ -161,25 +174,33 @@ struct ReceivedWhole: Sendable {
     }
 
     let request: EntryRequest
-    /// Its bytes: a slice of the buffer a job's files share.
-    let bytes: ArraySlice<UInt8>
+    /// Where its bytes lie in the buffer a job's files share (when copied there).
+    let range: Range<Int>
+    /// Its bytes where they arrived, lent from the connection's inbound buffer, instead.
+    let lent: LentBytes?
     let holes: [Hole]
     let expected: [UInt8]
 
-    /// Whether its bytes (holes hashed as holes) have the announced digest.
-    func matches(_ algorithm: TransferDigest) -> Bool {
+    /// How many bytes it has.
+    var count: Int { lent?.bytes.count ?? range.count }
+
+    /// Its bytes: lent, or those of `buffer` (the job's shared buffer, its memory).
+    func bytes(in buffer: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer {
+        lent?.bytes ?? UnsafeRawBufferPointer(rebasing: buffer[range])
+    }
+
+    /// Whether `all`, its bytes (holes hashed as holes), have the announced digest.
+    func matches(_ algorithm: TransferDigest, _ all: UnsafeRawBufferPointer) -> Bool {
         let digest = FileDigest(algorithm)
         var done = 0
-        bytes.withUnsafeBytes { all in
-            for hole in holes {
-                if hole.at > done { digest.update(UnsafeRawBufferPointer(rebasing: all[done..<hole.at])) }
-                if hole.length > 0 {
-                    Wire.holeDigestInput(UInt64(hole.length)).withUnsafeBytes { digest.update($0) }
-                }
-                done = hole.at + hole.length
+        for hole in holes {
+            if hole.at > done { digest.update(UnsafeRawBufferPointer(rebasing: all[done..<hole.at])) }
+            if hole.length > 0 {
+                Wire.holeDigestInput(UInt64(hole.length)).withUnsafeBytes { digest.update($0) }
             }
-            if all.count > done { digest.update(UnsafeRawBufferPointer(rebasing: all[done...])) }
+            done = hole.at + hole.length
         }
+        if all.count > done { digest.update(UnsafeRawBufferPointer(rebasing: all[done...])) }
         return digest.finalize() == expected
     }
 }
@@ -222,11 +243,11 @@ extension ReceiverSession {
     /// are stored together at its end, `storeWholes`). The machine goes on at once (`.staged`);
     /// the file's answer follows its job (without fsync) or its batch (with).
     func storeWhole(_ whole: WholeFile, expecting digest: [UInt8]) {
+        let range = whole.lent == nil ? whole.start..<whole.start + whole.count : whole.start..<whole.start
         wholesWaiting.append(
-            WaitingWhole(
-                request: whole.request, range: whole.start..<whole.start + whole.count, holes: whole.holes,
-                expected: digest))
+            WaitingWhole(request: whole.request, range: range, lent: whole.lent, holes: whole.holes, expected: digest))
         wholesWaitingBytes += whole.count
+        if whole.lent != nil { wholesWaitingLent += 1 }
         perform(machine.handle(.staged))
         if !machine.inBatch || wholesWaitingBytes >= Wire.batchTarget { storeWholes() }
     }
@@ -240,23 +261,28 @@ extension ReceiverSession {
         let buffer = wholeBytes.take(upTo: cut)
         wholeFile?.moved(by: cut)
         let files = wholesWaiting.map {
-            ReceivedWhole(request: $0.request, bytes: buffer[$0.range], holes: $0.holes, expected: $0.expected)
+            ReceivedWhole(request: $0.request, range: $0.range, lent: $0.lent, holes: $0.holes, expected: $0.expected)
         }
         let bytes = wholesWaitingBytes
-        // The answers need the sizes only: the slices stay with the job, so that the buffer is
-        // the spare's alone once the job is done (`WholeBytes.recycle`).
-        let sizes = files.map { UInt64($0.bytes.count) }
+        // The answers need the sizes only, and the loans to give back: the files stay with the
+        // job, so that the buffer is the spare's alone once the job is done
+        // (`WholeBytes.recycle`).
+        let sizes = files.map { UInt64($0.count) }
+        let loans = files.compactMap(\.lent)
         wholesWaiting.removeAll()
         wholesWaitingBytes = 0
+        wholesWaitingLent = 0
         let (store, overwrite, fsync, algorithm) = (self.store, options.overwrite, options.fsync, machine.digest)
         laneJobs += 1
         laneBytes += bytes
         lane.submit(
-            { Self.checkAndStore(files, in: store, algorithm, overwrite: overwrite, fsync: fsync) }, completingOn: loop
+            { Self.checkAndStore(files, of: buffer, in: store, algorithm, overwrite: overwrite, fsync: fsync) },
+            completingOn: loop
         ) {
             [self] outcomes in
             laneJobs -= 1
             laneBytes -= bytes
+            for loan in loans { returned(loan) }
             for (outcome, size) in zip(outcomes, sizes) {
                 switch outcome {
                 case .stored:
@@ -285,19 +311,25 @@ extension ReceiverSession {
     /// `files`' outcomes in order: a file whose digest does not match fails; the others are
     /// stored (`ReceiverStore.storeWholes`).
     private static func checkAndStore(
-        _ files: [ReceivedWhole], in store: ReceiverStore, _ algorithm: TransferDigest, overwrite: Bool, fsync: Bool
+        _ files: [ReceivedWhole], of buffer: [UInt8], in store: ReceiverStore, _ algorithm: TransferDigest,
+        overwrite: Bool, fsync: Bool
     ) -> [ReceiverStore.WholeOutcome] {
-        let matching = files.map { $0.matches(algorithm) }
-        // Each verified file's request and bytes, taken where they lie (no copy of each file).
-        var verified: [(request: EntryRequest, bytes: ArraySlice<UInt8>)] = []
-        verified.reserveCapacity(files.count)
-        for index in files.indices where matching[index] {
-            verified.append((request: files[index].request, bytes: files[index].bytes))
+        var matching: [Bool] = []
+        let stored = buffer.withUnsafeBytes { all in
+            let bytes = files.map { $0.bytes(in: all) }
+            matching = files.indices.map { files[$0].matches(algorithm, bytes[$0]) }
+            // Each verified file's request and bytes, taken where they lie (no copy of each file).
+            var verified: [(request: EntryRequest, bytes: UnsafeRawBufferPointer)] = []
+            verified.reserveCapacity(files.count)
+            for index in files.indices where matching[index] {
+                verified.append((request: files[index].request, bytes: bytes[index]))
+            }
+            return store.storeWholes(verified, overwrite: overwrite, fsync: fsync)
         }
-        var stored = store.storeWholes(verified, overwrite: overwrite, fsync: fsync)[...]
+        var outcomes = stored[...]
         return matching.map { matches in
             guard matches else { return .rejected(.failed(.data, "\(algorithm) mismatch (data altered in transit)")) }
-            return stored.popFirst() ?? .rejected(.failed(.io, "internal: a file without an outcome"))
+            return outcomes.popFirst() ?? .rejected(.failed(.io, "internal: a file without an outcome"))
         }
     }
 

@@ -19,7 +19,13 @@ extension ReceiverSession {
                 perform(actions)
                 return piece.count
             }
-            wholeFile.append(piece)
+            if wholeFile.count == 0, piece.count == wholeFile.size {
+                // All of it in one piece (a BATCH's files mostly are): lent where it lies in the
+                // inbound buffer to the job that stores it, not copied.
+                wholeFile.lend(lendOut(piece))
+            } else {
+                wholeFile.append(piece)
+            }
             bytesStored += UInt64(piece.count)
             return piece.count
         }
@@ -112,14 +118,14 @@ extension ReceiverSession {
     }
 
     /// Lends `piece` of the inbound buffer to a worker's job (`returned` when it is done).
-    private func lendOut(_ piece: UnsafeRawBufferPointer) -> LentBytes {
+    func lendOut(_ piece: UnsafeRawBufferPointer) -> LentBytes {
         piecesLent += 1
         receiver?.piecesLent += 1
         return connection.inbound.lend(piece)
     }
 
     /// A loan came back from the worker: the inbound buffer may move its bytes once all are.
-    private func returned(_ loan: LentBytes) {
+    func returned(_ loan: LentBytes) {
         piecesLent -= 1
         loan.giveBack()
         if piecesLent == 0 { connection.fitInbound() }
@@ -407,7 +413,10 @@ extension ReceiverSession {
     /// The machine lets the file go: abandoned now, or (while a worker holds its
     /// descriptors) by that work when it is done; a range keeps what it holds for its transfer.
     func dropFile(keep: Bool) {
-        if let wholeFile { wholeBytes.truncate(to: wholeFile.start) }
+        if let wholeFile {
+            wholeBytes.truncate(to: wholeFile.start)
+            if let loan = wholeFile.lent { returned(loan) }
+        }
         wholeFile = nil
         guard let file else { return }
         self.file = nil

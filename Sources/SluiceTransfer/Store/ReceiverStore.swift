@@ -28,6 +28,14 @@ struct OpenedFile: Sendable {
     /// Created without a name (`O_TMPFILE`, `temporary` empty): nothing to remove if it is
     /// abandoned, and named by `linkat` once complete (`Destination.name`).
     var unnamed = false
+    /// `parent` is this directory's, shared with other files (`ParentDirectories`): not closed
+    /// with the file, but when the last of them lets it go.
+    var sharedParent: SharedDirectory? = nil
+
+    /// Closes `parent`, unless it is shared (`sharedParent`).
+    func closeParent() {
+        if sharedParent == nil { closeDescriptor(parent) }
+    }
 
     /// The same file, its held bytes counted only up to `offset` (at most `self.offset`).
     func continued(at offset: UInt64) -> OpenedFile {
@@ -196,7 +204,7 @@ final class ReceiverStore: @unchecked Sendable {
     ) -> EntryRejection? {
         defer {
             closeDescriptor(file.fd)
-            closeDescriptor(file.parent)
+            file.closeParent()
         }
         let settled = settle(file, header: header, attributes: attributes) { () throws(SluiceError) in
             if fsync {
@@ -256,7 +264,7 @@ final class ReceiverStore: @unchecked Sendable {
         guard let settled else { return nil }
         if !file.unnamed { unlinkat(file.parent, file.temporary, 0) }
         closeDescriptor(file.fd)
-        closeDescriptor(file.parent)
+        file.closeParent()
         return .failed(.io, settled.description)
     }
 
@@ -271,9 +279,9 @@ final class ReceiverStore: @unchecked Sendable {
 
     /// `storeWhole` for several small files in a row (a BATCH's), in order, by one job: the
     /// directory of the last one is kept open for the next (`ParentDirectories`).
-    func storeWholes(_ files: [(request: EntryRequest, bytes: ArraySlice<UInt8>)], overwrite: Bool, fsync: Bool)
-        -> [WholeOutcome]
-    {
+    func storeWholes(
+        _ files: [(request: EntryRequest, bytes: UnsafeRawBufferPointer)], overwrite: Bool, fsync: Bool
+    ) -> [WholeOutcome] {
         let parents = ParentDirectories(destination)
         defer { parents.close() }
         return files.map { file in
@@ -285,8 +293,13 @@ final class ReceiverStore: @unchecked Sendable {
 
     /// Creates, writes and settles a small file received whole in memory, in one go on a
     /// worker: stored under its final name, or with `fsync` set aside as `stage` does.
+    func storeWhole(_ request: EntryRequest, bytes: ArraySlice<UInt8>, overwrite: Bool, fsync: Bool) -> WholeOutcome {
+        bytes.withUnsafeBytes { storeWhole(request, bytes: $0, overwrite: overwrite, fsync: fsync) }
+    }
+
+    /// `storeWhole` of bytes where they lie (a BATCH's, in the buffer they arrived in).
     func storeWhole(
-        _ request: EntryRequest, bytes: ArraySlice<UInt8>, overwrite: Bool, fsync: Bool,
+        _ request: EntryRequest, bytes: UnsafeRawBufferPointer, overwrite: Bool, fsync: Bool,
         parents: ParentDirectories? = nil
     ) -> WholeOutcome {
         if !overwrite, unnamedFiles.load(ordering: .relaxed),
@@ -325,23 +338,33 @@ final class ReceiverStore: @unchecked Sendable {
     /// 6 of 34 µs of system time per file; Benchmarks/RESULTS.md). Nil, with nothing left
     /// behind, where the file system cannot (the caller then takes the named way).
     private func storeUnnamed(
-        _ request: EntryRequest, bytes: ArraySlice<UInt8>, fsync: Bool, parents: ParentDirectories?
+        _ request: EntryRequest, bytes: UnsafeRawBufferPointer, fsync: Bool, parents: ParentDirectories?
     )
         -> WholeOutcome?
     {
         guard let name = request.components.last else {
             return .rejected(.refused(.invalidPath, "invalid path: empty path"))
         }
+        // The directory's descriptor: the one the job's files in it share (closed when the last
+        // lets it go), or one of its own.
         let parent: Int32
-        switch parents?.open(request) ?? destination.openParent(of: request.components, relative: request.relative) {
-        case .failure(let rejection): return .rejected(rejection)
-        case .success(let (fd, _)): parent = fd
+        let shared: SharedDirectory?
+        if let parents {
+            switch parents.open(request) {
+            case .failure(let rejection): return .rejected(rejection)
+            case .success(let directory): (parent, shared) = (directory.fd, directory)
+            }
+        } else {
+            switch destination.openParent(of: request.components, relative: request.relative) {
+            case .failure(let rejection): return .rejected(rejection)
+            case .success(let (fd, _)): (parent, shared) = (fd, nil)
+            }
         }
         let display = destination.display(request.relative)
         let fd = openat(parent, ".", sluice_o_tmpfile() | O_RDWR | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
             let errno = Errno.current
-            closeDescriptor(parent)
+            if shared == nil { closeDescriptor(parent) }
             // Not supported here (old kernel, file system without it): the named way, from now on.
             if [EOPNOTSUPP, EISDIR, EINVAL, ENOENT].contains(errno.rawValue) {
                 unnamedFiles.store(false, ordering: .relaxed)
@@ -353,7 +376,7 @@ final class ReceiverStore: @unchecked Sendable {
         let file = OpenedFile(
             parent: parent, name: name, temporary: "", fd: fd, offset: 0, resumable: false, display: display,
             fresh: true,
-            unnamed: true)
+            unnamed: true, sharedParent: shared)
         afterOpen?(request.relative, fd)
         if let reason = Self.writeAll(bytes, to: fd) {
             abandon(file, keep: false)
@@ -372,7 +395,7 @@ final class ReceiverStore: @unchecked Sendable {
         switch Destination.name(fd, parent, name, display: display) {
         case .success:
             closeDescriptor(fd)
-            closeDescriptor(parent)
+            file.closeParent()
             return .stored
         case .failure(.unsupported):
             abandon(file, keep: false)
@@ -385,15 +408,11 @@ final class ReceiverStore: @unchecked Sendable {
     }
 
     /// Writes all of `bytes` at offset 0; nil, or why not.
-    static func writeAll(_ bytes: ArraySlice<UInt8>, to fd: Int32) -> String? {
+    static func writeAll(_ bytes: UnsafeRawBufferPointer, to fd: Int32) -> String? {
         var done = 0
         while done < bytes.count {
-            let n = bytes.withUnsafeBytes { buffer in
-                retryingOnInterrupt {
-                    pwrite(
-                        fd, UnsafeRawBufferPointer(rebasing: buffer[done...]).baseAddress, buffer.count - done,
-                        off_t(done))
-                }
+            let n = retryingOnInterrupt {
+                pwrite(fd, bytes.baseAddress.map { $0 + done }, bytes.count - done, off_t(done))
             }
             guard n > 0 else { return n < 0 ? "\(Errno.current)" : "wrote nothing" }
             done += n
@@ -413,7 +432,7 @@ final class ReceiverStore: @unchecked Sendable {
         return files.map { file in
             defer {
                 closeDescriptor(file.opened.fd)
-                closeDescriptor(file.opened.parent)
+                file.opened.closeParent()
             }
             return rename(file.opened, overwrite: overwrite || file.request.header.replaces, fsync: false)
         }
@@ -467,7 +486,7 @@ final class ReceiverStore: @unchecked Sendable {
             unlinkat(file.parent, file.temporary, 0)
         }
         closeDescriptor(file.fd)
-        closeDescriptor(file.parent)
+        file.closeParent()
     }
 
     /// Sets mode and mtime of directories created by a session, deepest first; returns the
@@ -483,35 +502,46 @@ final class ReceiverStore: @unchecked Sendable {
     }
 }
 
-/// The directory of the last small file a job stored, kept open for the next one in the same
-/// directory: a BATCH's files mostly share theirs, and a duplicate of an open descriptor costs
-/// far less than opening the path again beneath the destination. Lives for one job (a few
-/// milliseconds), as a descriptor opened for one file lives until that file is named.
+/// The directory of the last small file a job stored, kept open for the next ones in the same
+/// directory: a BATCH's files mostly share theirs. Its descriptor is shared, not duplicated
+/// for each file (an `fcntl(F_DUPFD_CLOEXEC)` and a `close` per file, 2 of a small file's 8
+/// system calls): each file holds the `SharedDirectory`, and the descriptor is closed once the
+/// last of them — or this, when the job moves on to another directory — lets it go. Lives for
+/// one job (a few milliseconds); with fsync, its staged files hold it until they are named.
 final class ParentDirectories {
     private let destination: Destination
-    private var kept: (path: ArraySlice<String>, fd: Int32)?
+    private var kept: (path: ArraySlice<String>, directory: SharedDirectory)?
 
     init(_ destination: Destination) { self.destination = destination }
 
-    /// A descriptor of `request`'s directory of its own (the caller closes it), as
-    /// `Destination.openParent` gives.
-    func open(_ request: EntryRequest) -> Result<(Int32, [String]), EntryRejection> {
+    /// `request`'s directory, opened as `Destination.openParent` opens it, or the one kept
+    /// when it is the same.
+    func open(_ request: EntryRequest) -> Result<SharedDirectory, EntryRejection> {
         let path = request.components.dropLast()
-        if let kept, kept.path == path {
-            let fd = fcntl(kept.fd, F_DUPFD_CLOEXEC, 0)
-            if fd >= 0 { return .success((fd, [])) }
+        if let kept, kept.path == path { return .success(kept.directory) }
+        kept = nil
+        switch destination.openParent(of: request.components, relative: request.relative) {
+        case .failure(let rejection):
+            return .failure(rejection)
+        case .success(let (fd, _)):
+            let directory = SharedDirectory(fd)
+            kept = (path, directory)
+            return .success(directory)
         }
-        let opened = destination.openParent(of: request.components, relative: request.relative)
-        if case .success(let (fd, _)) = opened {
-            let copy = fcntl(fd, F_DUPFD_CLOEXEC, 0)
-            if let kept { closeDescriptor(kept.fd) }
-            kept = copy >= 0 ? (path, copy) : nil
-        }
-        return opened
     }
 
+    /// Lets the kept directory go (closed now unless a staged file still holds it).
     func close() {
-        if let kept { closeDescriptor(kept.fd) }
         kept = nil
     }
+}
+
+/// A directory's descriptor shared by the files a job stores in it: closed when the last
+/// holder lets it go.
+final class SharedDirectory: Sendable {
+    let fd: Int32
+
+    init(_ fd: Int32) { self.fd = fd }
+
+    deinit { closeDescriptor(fd) }
 }
