@@ -28,6 +28,8 @@ final class TLSRecordLayer {
     private(set) var peerClosed = false
     /// We sent (or queued) close_notify: nothing more is written.
     private(set) var closedForWriting = false
+    /// The peer's KeyUpdates applied so far.
+    private(set) var keyUpdates = 0
     /// Records owed to the peer that did not fit the output yet.
     private var owesKeyUpdate = false
     private var owesCloseNotify = false
@@ -329,6 +331,7 @@ final class TLSRecordLayer {
             _ = fail("TLS", "could not derive the next receiving key")
             return
         }
+        keyUpdates += 1
         if requested && !closedForWriting {
             owesKeyUpdate = true
             _ = emitOwedRecords()
