@@ -226,16 +226,16 @@ final class TLSEngine {
             let malformed = !(20...23).contains(type) || input.byte(1) != 3 || length > TLSRecordLayer.maxBody
             if malformed { count = input.count }
         }
-        if count == 0 && input.ended && !bioInputEnded {
-            count = input.count
-            defer { endBIOInput() }
-            if count == 0 { return true }
+        let last = count == 0 && input.ended && !bioInputEnded
+        if last { count = input.count }
+        if count > 0 {
+            let written = BIO_write(network, input.storage + input.start, Int32(count))
+            guard written > 0 else { return false }
+            input.start += Int(written)
         }
-        guard count > 0 else { return false }
-        let written = BIO_write(network, input.storage + input.start, Int32(count))
-        guard written > 0 else { return false }
-        input.start += Int(written)
-        return true
+        // The end after the last bytes (not before: a write after it is a broken pipe).
+        if last { endBIOInput() }
+        return count > 0 || last
     }
 
     /// The handshake is done: the application data goes through sluice's own record layer
