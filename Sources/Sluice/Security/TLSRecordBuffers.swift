@@ -25,14 +25,16 @@ final class TLSInputBuffer {
     /// Bytes received and not yet processed.
     var count: Int { end - start }
 
-    /// Where the socket can write (empty when full). When the tail cannot hold a whole record,
-    /// the unprocessed bytes (a partial record, usually) move to the front first.
+    /// Where the socket can write (empty when full). Unprocessed bytes that are at most one
+    /// record (a partial one, usually), or that leave the tail too short for a whole record,
+    /// move to the front first, so that the socket's reads stay large.
     func space() -> UnsafeMutableRawBufferPointer {
         if !pinned {
+            let short = capacity - end < TLSRecordLayer.maxRecord && count <= capacity / 4
             if start == end {
                 start = 0
                 end = 0
-            } else if start > 0 && capacity - end < TLSRecordLayer.maxRecord && count <= capacity / 4 {
+            } else if start > 0 && (count <= TLSRecordLayer.maxRecord || short) {
                 storage.copyMemory(from: storage + start, byteCount: count)
                 end = count
                 start = 0
