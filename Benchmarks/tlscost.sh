@@ -8,6 +8,8 @@
 #
 #   Benchmarks/tlscost.sh                      # ROUNDS=5, .build/release/sluice
 #   SLUICE=/path/to/sluice ROUNDS=7 Benchmarks/tlscost.sh
+#   SLUICE_OLD=/path/to/old/sluice Benchmarks/tlscost.sh   # also that build's auth and insecure
+#                                                           # runs, in the same rounds (A/B)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source Benchmarks/common.sh
@@ -30,15 +32,16 @@ run() {
     local port t0 t1 pid
     port=$(free_port)
     case $1 in
-    auth | insecure)
-        local opts=(--insecure)
-        [ "$1" = auth ] && opts=(--key-file "$KEY")
-        /usr/bin/time -f '%U %S' -o "$T/r" "$SLUICE" receive -q "${opts[@]}" --no-fsync --once \
+    auth | insecure | auth-old | insecure-old)
+        local opts=(--insecure) bin=$SLUICE
+        [ "${1%-old}" = auth ] && opts=(--key-file "$KEY")
+        [ "${1%-old}" != "$1" ] && bin=$SLUICE_OLD
+        /usr/bin/time -f '%U %S' -o "$T/r" "$bin" receive -q "${opts[@]}" --no-fsync --once \
             --listen "127.0.0.1:$port" --dir "$OUT" 2>/dev/null &
         pid=$!
         wait_port "$port"
         t0=$(now)
-        /usr/bin/time -f '%U %S' -o "$T/s" "$SLUICE" send -q "${opts[@]}" "$SRC" "127.0.0.1:$port" 2>/dev/null
+        /usr/bin/time -f '%U %S' -o "$T/s" "$bin" send -q "${opts[@]}" "$SRC" "127.0.0.1:$port" 2>/dev/null
         wait "$pid"
         t1=$(now)
         cmp -s "$SRC" "$OUT/$(basename "$SRC")" || { echo "$1: output differs" >&2; exit 1; }
@@ -57,10 +60,11 @@ run() {
 }
 
 kinds=(auth insecure nc)
+[ -n "${SLUICE_OLD:-}" ] && kinds+=(auth-old insecure-old)
 declare -A wall
 for r in $(seq "$ROUNDS"); do
-    for i in 0 1 2; do
-        k=${kinds[$(((i + r) % 3))]}
+    for i in "${!kinds[@]}"; do
+        k=${kinds[$(((i + r) % ${#kinds[@]}))]}
         line=$(run "$k")
         wall[$k]+="${line%% *} "
         echo "round $r $k: wall ${line%% *} s, receiver user/sys $(echo "$line" | cut -d' ' -f2-3), sender user/sys $(echo "$line" | cut -d' ' -f4-5)"
@@ -76,4 +80,9 @@ ratio() {
 for k in "${kinds[@]}"; do echo "$k wall: ${wall[$k]}(median $(echo "${wall[$k]}" | median))"; done
 echo "auth/insecure: $(ratio auth insecure) (target <= 1.15)"
 echo "auth/nc: $(ratio auth nc) (target <= 1.0)"
+if [ -n "${SLUICE_OLD:-}" ]; then
+    echo "old auth/insecure: $(ratio auth-old insecure-old)"
+    echo "old auth/nc: $(ratio auth-old nc)"
+    echo "auth/old auth: $(ratio auth auth-old)"
+fi
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -183,4 +183,171 @@ static inline unsigned long sluice_first_error(void) {
 }
 static inline int sluice_error_reason(unsigned long e) { return ERR_GET_REASON(e); }
 
+/* ---- The record layer after the handshake (TLS 1.3, RFC 8446 §5, §7) ---- */
+
+/* The two application traffic secrets of one connection, as OpenSSL's keylog callback reports
+ * them (CLIENT_TRAFFIC_SECRET_0, SERVER_TRAFFIC_SECRET_0): stored in the SSL's app data (a
+ * `sluice_secrets` the engine attaches), cleansed once the engine has taken them. */
+typedef struct {
+    unsigned char client[64];
+    unsigned char server[64];
+    size_t client_length;
+    size_t server_length;
+} sluice_secrets;
+
+static inline int sluice_hex_digit(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Decodes the hex of `text` (up to a space or the end) into `out`; the length, or 0. */
+static inline size_t sluice_unhex(const char *text, unsigned char *out, size_t capacity) {
+    size_t n = 0;
+    while (text[0] != '\0' && text[0] != ' ') {
+        int high = sluice_hex_digit(text[0]);
+        int low = text[1] == '\0' ? -1 : sluice_hex_digit(text[1]);
+        if (high < 0 || low < 0 || n == capacity) return 0;
+        out[n++] = (unsigned char)(high << 4 | low);
+        text += 2;
+    }
+    return n;
+}
+
+static inline void sluice_keylog(const SSL *ssl, const char *line) {
+    sluice_secrets *secrets = (sluice_secrets *)SSL_get_ex_data(ssl, 0);
+    if (secrets == NULL || line == NULL) return;
+    static const char client[] = "CLIENT_TRAFFIC_SECRET_0 ";
+    static const char server[] = "SERVER_TRAFFIC_SECRET_0 ";
+    int isClient = strncmp(line, client, sizeof client - 1) == 0;
+    if (!isClient && strncmp(line, server, sizeof server - 1) != 0) return;
+    const char *random = line + sizeof client - 1; /* the client random, then the secret */
+    const char *secret = strchr(random, ' ');
+    if (secret == NULL) return;
+    secret += 1;
+    if (isClient) {
+        secrets->client_length = sluice_unhex(secret, secrets->client, sizeof secrets->client);
+    } else {
+        secrets->server_length = sluice_unhex(secret, secrets->server, sizeof secrets->server);
+    }
+}
+
+static inline void sluice_ctx_set_keylog(SSL_CTX *ctx) { SSL_CTX_set_keylog_callback(ctx, sluice_keylog); }
+
+/* Attaches a zeroed `sluice_secrets` to `ssl` for the keylog callback to fill; NULL on failure. */
+static inline sluice_secrets *sluice_secrets_attach(SSL *ssl) {
+    sluice_secrets *secrets = (sluice_secrets *)OPENSSL_zalloc(sizeof(sluice_secrets));
+    if (secrets == NULL) return NULL;
+    if (SSL_set_ex_data(ssl, 0, secrets) != 1) {
+        OPENSSL_free(secrets);
+        return NULL;
+    }
+    return secrets;
+}
+
+/* Detaches and frees (cleansed) what `sluice_secrets_attach` attached. */
+static inline void sluice_secrets_detach(SSL *ssl) {
+    sluice_secrets *secrets = (sluice_secrets *)SSL_get_ex_data(ssl, 0);
+    (void)SSL_set_ex_data(ssl, 0, NULL);
+    if (secrets != NULL) OPENSSL_clear_free(secrets, sizeof(sluice_secrets));
+}
+
+/* The suite's hash: SHA-384 for TLS_AES_256_GCM_SHA384 (0x1302), else SHA-256. */
+static inline const EVP_MD *sluice_suite_md(int suite) { return suite == 0x1302 ? EVP_sha384() : EVP_sha256(); }
+
+/* The suite's AEAD: AES-128-GCM (0x1301), AES-256-GCM (0x1302), ChaCha20-Poly1305 (0x1303). */
+static inline const EVP_CIPHER *sluice_suite_cipher(int suite) {
+    switch (suite) {
+    case 0x1301: return EVP_aes_128_gcm();
+    case 0x1302: return EVP_aes_256_gcm();
+    case 0x1303: return EVP_chacha20_poly1305();
+    default: return NULL;
+    }
+}
+
+/* The two-byte id of the suite `ssl` negotiated (0x1301…), or 0. */
+static inline int sluice_ssl_suite(const SSL *ssl) {
+    const SSL_CIPHER *cipher = SSL_get_current_cipher(ssl);
+    return cipher == NULL ? 0 : (int)(SSL_CIPHER_get_id(cipher) & 0xffff);
+}
+
+/* HKDF-Expand-Label(secret, label, "", out_length) (RFC 8446 §7.1) with the suite's hash. */
+static inline int sluice_hkdf_expand_label(int suite, const unsigned char *secret, size_t secret_length,
+                                           const char *label, unsigned char *out, size_t out_length) {
+    unsigned char info[2 + 1 + 255 + 1];
+    size_t label_length = strlen(label);
+    if (label_length > 249 || out_length > 255 * 48) return 0;
+    info[0] = (unsigned char)(out_length >> 8);
+    info[1] = (unsigned char)out_length;
+    info[2] = (unsigned char)(6 + label_length);
+    memcpy(info + 3, "tls13 ", 6);
+    memcpy(info + 9, label, label_length);
+    info[9 + label_length] = 0; /* the empty context */
+    EVP_PKEY_CTX *pctx = EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, NULL);
+    int ok = pctx != NULL && EVP_PKEY_derive_init(pctx) == 1 &&
+             EVP_PKEY_CTX_set_hkdf_mode(pctx, EVP_PKEY_HKDEF_MODE_EXPAND_ONLY) == 1 &&
+             EVP_PKEY_CTX_set_hkdf_md(pctx, sluice_suite_md(suite)) == 1 &&
+             EVP_PKEY_CTX_set1_hkdf_key(pctx, secret, (int)secret_length) == 1 &&
+             EVP_PKEY_CTX_add1_hkdf_info(pctx, info, (int)(10 + label_length)) == 1 &&
+             EVP_PKEY_derive(pctx, out, &out_length) == 1;
+    EVP_PKEY_CTX_free(pctx);
+    return ok;
+}
+
+/* A cipher context for one direction with `key`, or NULL. */
+static inline EVP_CIPHER_CTX *sluice_aead_new(int suite, const unsigned char *key, int encrypt) {
+    const EVP_CIPHER *cipher = sluice_suite_cipher(suite);
+    EVP_CIPHER_CTX *ctx = cipher == NULL ? NULL : EVP_CIPHER_CTX_new();
+    if (ctx == NULL) return NULL;
+    if (EVP_CipherInit_ex(ctx, cipher, NULL, key, NULL, encrypt) != 1) {
+        EVP_CIPHER_CTX_free(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+/* Seals one record in place: `record` holds the 5-byte header (written here), then room for
+ * `length` bytes of ciphertext of `plaintext` (which may be elsewhere), the inner content
+ * type, and the 16-byte tag. Returns the record's whole length, or 0. */
+static inline size_t sluice_aead_seal(EVP_CIPHER_CTX *ctx, const unsigned char nonce[12], unsigned char *record,
+                                      const unsigned char *plaintext, size_t length, unsigned char type) {
+    size_t body = length + 1 + 16;
+    record[0] = 0x17;
+    record[1] = 0x03;
+    record[2] = 0x03;
+    record[3] = (unsigned char)(body >> 8);
+    record[4] = (unsigned char)body;
+    int n = 0;
+    unsigned char *out = record + 5;
+    if (EVP_EncryptInit_ex(ctx, NULL, NULL, NULL, nonce) != 1 || EVP_EncryptUpdate(ctx, NULL, &n, record, 5) != 1)
+        return 0;
+    if (length > 0 && (EVP_EncryptUpdate(ctx, out, &n, plaintext, (int)length) != 1 || (size_t)n != length)) return 0;
+    if (EVP_EncryptUpdate(ctx, out + length, &n, &type, 1) != 1 || n != 1) return 0;
+    if (EVP_EncryptFinal_ex(ctx, out + length + 1, &n) != 1 || n != 0) return 0;
+    if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, 16, out + length + 1) != 1) return 0;
+    return 5 + body;
+}
+
+/* Opens one record (`header`: its 5 bytes; `ciphertext`: `length` bytes, the tag last): all
+ * of the inner plaintext but its last byte goes to `out`, the last byte to `*last` (so that a
+ * record whose content fills the caller's buffer exactly needs no room for its type). `out`
+ * may be `ciphertext` itself. 1 when the tag checks out. */
+static inline int sluice_aead_open(EVP_CIPHER_CTX *ctx, const unsigned char nonce[12], const unsigned char *header,
+                                   const unsigned char *ciphertext, size_t length, unsigned char *out,
+                                   unsigned char *last) {
+    if (length < 17) return 0;
+    size_t inner = length - 16;
+    int n = 0;
+    unsigned char tag[16];
+    memcpy(tag, ciphertext + inner, 16);
+    if (EVP_DecryptInit_ex(ctx, NULL, NULL, NULL, nonce) != 1 || EVP_DecryptUpdate(ctx, NULL, &n, header, 5) != 1)
+        return 0;
+    if (inner > 1 && (EVP_DecryptUpdate(ctx, out, &n, ciphertext, (int)(inner - 1)) != 1 || (size_t)n != inner - 1))
+        return 0;
+    if (EVP_DecryptUpdate(ctx, last, &n, ciphertext + inner - 1, 1) != 1 || n != 1) return 0;
+    if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, 16, tag) != 1) return 0;
+    return EVP_DecryptFinal_ex(ctx, tag, &n) == 1;
+}
+
 #endif

@@ -11,7 +11,10 @@
 // (`LocalAnnounce.parse`), a peer's sealed offer and answer (`CodeKey.open`,
 // `ReachOffer.parse`, `ReachAnswer.parse`), and what an inotify descriptor reads
 // (`InotifyEvent.parse`, for `send --watch`: whole events or a refusal), and a path as a peer
-// names an entry (`PathCheck.components` and `.receivable`: its components, or why not).
+// names an entry (`PathCheck.components` and `.receivable`: its components, or why not), and
+// TLS 1.3 records as a peer sends them after the handshake (`TLSRecordLayer.read`, keyed with
+// fixed secrets: raw bytes, or records of any type and content sealed with the right key, a
+// byte flipped or not, read with buffers of several sizes).
 // Any text must give a value or a clean refusal, never a crash or an
 // overflow; what is accepted must be in range and read back the same from its own written
 // form. (The CLI's endpoint parser lives in the executable target, which another package
@@ -38,6 +41,7 @@ func fuzzParsers(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
     sealedOffer(Array(bytes))
     inotifyEvents(Array(bytes))
     path(Array(bytes))
+    tlsRecords(Array(bytes))
     // The file's size, from the seed byte: 0, small, far beyond any range's end, or at the
     // edges of what an offset and the field hold (0xfc, 0xfd, 0xfe: 2^63 - 1, 2^63, 2^64 - 1).
     let seed = UInt64(start[0])
@@ -230,4 +234,87 @@ func inotifyEvents(_ bytes: [UInt8]) {
         again.events.map { [$0.watch, Int32(bitPattern: $0.mask), Int32(bitPattern: $0.cookie)] }
             == events.map { [$0.watch, Int32(bitPattern: $0.mask), Int32(bitPattern: $0.cookie)] },
         "inotify events do not read back the same")
+}
+
+/// Bytes as TLS 1.3 records after the handshake, into a record layer with fixed secrets.
+/// Control byte: bit 0 raw (the bytes as they are) or sealed (`[type, length, content…]`
+/// sealed by the peer's layer); bit 1 flips the byte at the offset of the next byte; bits 2–3
+/// the suite; bits 4–6 the read size. No crash; no more plaintext than was fed; a failure or
+/// close stays; sealed application data alone reads back as it was sealed.
+func tlsRecords(_ bytes: [UInt8]) {
+    guard let control = bytes.first else { return }
+    var rest = bytes.dropFirst()
+    let suite = [TLSSuite.aes128GCM, .aes256GCM, .chacha20Poly1305][Int(control >> 2 & 3) % 3]
+    let readSize = [1, 7, 100, 4096, 16383, 16384, 16385, 70000][Int(control >> 4 & 7)]
+    func layer(_ send: UInt8, _ receive: UInt8) -> TLSRecordLayer? {
+        let a = [UInt8](repeating: send, count: suite.hashLength)
+        let b = [UInt8](repeating: receive, count: suite.hashLength)
+        return a.withUnsafeBytes { s in
+            b.withUnsafeBytes { r in
+                TLSRecordLayer(
+                    suite: suite, sendSecret: s, receiveSecret: r, input: TLSInputBuffer(capacity: 1 << 18),
+                    output: TLSOutputBuffer(capacity: 1 << 18), name: "fuzz")
+            }
+        }
+    }
+    guard let peer = layer(1, 2), let us = layer(2, 1) else { return expect(false, "no record layer") }
+    var stream: [UInt8]
+    var expected: [UInt8]? = []
+    if control & 1 == 0 {
+        stream = Array(rest)
+        expected = nil
+    } else {
+        stream = []
+        while rest.count >= 2 {
+            let type = rest[rest.startIndex]
+            let length = Int(rest[rest.startIndex + 1]) * 67
+            rest = rest.dropFirst(2)
+            var content = Array(rest.prefix(length))
+            rest = rest.dropFirst(content.count)
+            if length > content.count {
+                content += [UInt8](repeating: UInt8(length & 0xff), count: length - content.count)
+            }
+            if type == 23 && content.count <= 16384 { expected? += content } else { expected = nil }
+            guard peer.seal(content, type: type) else { break }
+            stream += peer.readable()
+            peer.output.consume(peer.readable().count)
+        }
+        if control & 2 != 0, !stream.isEmpty, let at = bytes.dropFirst().first {
+            stream[Int(at) * 97 % stream.count] ^= 0x20
+            expected = nil
+        }
+    }
+    var fed = 0
+    var received: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: readSize)
+    var final: TLSEngine.Step?
+    while final == nil {
+        let space = us.input.space()
+        let n = min(space.count, stream.count - fed)
+        if n > 0 {
+            stream.withUnsafeBytes { space.baseAddress!.copyMemory(from: $0.baseAddress! + fed, byteCount: n) }
+            us.input.commit(n)
+            fed += n
+        } else if fed == stream.count {
+            us.input.ended = true
+        }
+        while true {
+            let step = buffer.withUnsafeMutableBytes { us.read(into: $0) }
+            if case .done(let count) = step {
+                expect(count > 0 && count <= readSize, "a read of \(count) into \(readSize)")
+                received += buffer[..<count]
+                continue
+            }
+            if step != .wantInput { final = step }
+            break
+        }
+        if final == nil && n == 0 && !us.input.ended { return expect(false, "no room in the input buffer") }
+    }
+    expect(received.count <= stream.count, "more plaintext than ciphertext")
+    let again = buffer.withUnsafeMutableBytes { us.read(into: $0) }
+    expect(again == final, "\(String(describing: final)) then \(again)")
+    if let expected {
+        expect(received == expected, "sealed data read back otherwise")
+        if case .failed(let error) = final { expect("\(error)".contains("close_notify"), "\(error)") }
+    }
 }

@@ -21,6 +21,8 @@ public final class TLSContext: @unchecked Sendable {
         }
         self.context = context
         guard sluice_ctx_tls13_only(context) == 1 else { throw TLSContext.failure("TLS 1.3 only", subject: nil) }
+        // The traffic secrets for sluice's own record layer (`TLSEngine`, `TLSRecordLayer`).
+        sluice_ctx_set_keylog(context)
         try loadIdentity()
         if let key = settings.preSharedKey {
             let psk = UnsafeMutablePointer<sluice_psk>.allocate(capacity: 1)

@@ -4,10 +4,19 @@ import CCrypto
     import Glibc
 #endif
 
-/// One TLS connection's state machine (an OpenSSL `SSL` on a BIO pair), with no I/O of its
-/// own: ciphertext from the network goes in through `inputSpace`/`commitInput`, ciphertext
-/// for the network comes out through `output`/`consumeOutput`, and the calls return what
-/// they need next. The socket driver (`TLSConnection`) and the tests move the bytes.
+/// One TLS connection's state machine, with no I/O of its own: ciphertext from the network
+/// goes in through `inputSpace`/`commitInput`, ciphertext for the network comes out through
+/// `output`/`consumeOutput`, and the calls return what they need next. The socket driver
+/// (`TLSConnection`) and the tests move the bytes.
+///
+/// OpenSSL (an `SSL` on a BIO pair) runs the handshake, fed one whole record at a time from the
+/// engine's own input buffer, so that it never holds a byte of what follows. Once the handshake
+/// is done, the application data goes through sluice's own record layer (`TLSRecordLayer`,
+/// keyed with the traffic secrets OpenSSL's keylog callback reported): records sealed from the
+/// caller's buffer straight into the output, opened straight into the caller's buffer, with
+/// none of the copies through the BIO pair and OpenSSL's record buffers. When that cannot be
+/// (an unknown suite, no secrets, OpenSSL holding unread bytes), OpenSSL's record layer carries
+/// on as before.
 final class TLSEngine {
     /// What a call did, or what it needs before it can go on.
     enum Step: Equatable {
@@ -35,6 +44,15 @@ final class TLSEngine {
     private(set) var heardFromPeer = false
     /// What the peer was called, for messages.
     let name: String
+    /// Ciphertext from the network, until OpenSSL's record layer takes over (the fallback).
+    private let input = TLSInputBuffer(capacity: bufferSize)
+    /// Sluice's own record layer, once the handshake is done (nil: OpenSSL's, or handshaking).
+    private(set) var records: TLSRecordLayer?
+    /// OpenSSL's record layer carries the data after the handshake: ciphertext goes straight
+    /// into the BIO pair.
+    private(set) var openSSLRecords = false
+    /// The BIO pair was told the network's end.
+    private var bioInputEnded = false
 
     init(context: TLSContext, name: String) throws(SluiceError) {
         self.context = context
@@ -50,6 +68,8 @@ final class TLSEngine {
         SSL_set_bio(ssl, inside, inside)
         self.ssl = ssl
         network = outside
+        // Where the keylog callback leaves the traffic secrets (none: OpenSSL's record layer).
+        _ = sluice_secrets_attach(ssl)
         let settings = context.settings
         if settings.role == .client {
             SSL_set_connect_state(ssl)
@@ -60,6 +80,7 @@ final class TLSEngine {
     }
 
     deinit {
+        sluice_secrets_detach(ssl)
         SSL_free(ssl)
         BIO_free(network)
     }
@@ -105,6 +126,7 @@ final class TLSEngine {
 
     /// Where ciphertext from the network can be written (empty when the buffer is full).
     func inputSpace() -> UnsafeMutableRawBufferPointer {
+        guard openSSLRecords else { return input.space() }
         var pointer: UnsafeMutablePointer<CChar>?
         let n = BIO_nwrite0(network, &pointer)
         guard n > 0, let pointer else { return UnsafeMutableRawBufferPointer(start: nil, count: 0) }
@@ -114,6 +136,7 @@ final class TLSEngine {
     /// Records that `count` bytes were written into `inputSpace()`.
     func commitInput(_ count: Int) {
         if count > 0 { heardFromPeer = true }
+        guard openSSLRecords else { return input.commit(count) }
         var pointer: UnsafeMutablePointer<CChar>?
         let n = BIO_nwrite(network, &pointer, Int32(count))
         precondition(Int(n) == count, "TLS input commit of \(count) bytes, BIO took \(n) (internal invariant)")
@@ -137,44 +160,129 @@ final class TLSEngine {
     func endInput() {
         guard !inputEnded else { return }
         inputEnded = true
+        input.ended = true
+        if openSSLRecords { endBIOInput() }
+    }
+
+    private func endBIOInput() {
+        guard !bioInputEnded else { return }
+        bioInputEnded = true
         sluice_bio_shutdown_wr(network)
     }
 
     /// Ciphertext ready for the network (a contiguous part of it; empty when none).
-    func output() -> UnsafeRawBufferPointer {
+    func output() -> UnsafeRawBufferPointer { records?.readable() ?? bioOutput() }
+
+    /// Records that `count` bytes of `output()` were sent.
+    func consumeOutput(_ count: Int) {
+        if let records { return records.output.consume(count) }
+        consumeBIOOutput(count)
+    }
+
+    /// What OpenSSL wrote into the BIO pair (a contiguous part of it).
+    private func bioOutput() -> UnsafeRawBufferPointer {
         var pointer: UnsafeMutablePointer<CChar>?
         let n = BIO_nread0(network, &pointer)
         guard n > 0, let pointer else { return UnsafeRawBufferPointer(start: nil, count: 0) }
         return UnsafeRawBufferPointer(start: pointer, count: Int(n))
     }
 
-    /// Records that `count` bytes of `output()` were sent.
-    func consumeOutput(_ count: Int) {
+    private func consumeBIOOutput(_ count: Int) {
         var pointer: UnsafeMutablePointer<CChar>?
         let n = BIO_nread(network, &pointer, Int32(count))
         precondition(Int(n) == count, "TLS output consume of \(count) bytes, BIO gave \(n) (internal invariant)")
     }
 
     /// Bytes of ciphertext waiting to be sent.
-    var outputPending: Int { Int(BIO_ctrl_pending(network)) }
+    var outputPending: Int { records?.pending ?? Int(BIO_ctrl_pending(network)) }
 
     // MARK: TLS operations
 
     /// Advances the handshake.
     func handshake() -> Step {
         if handshakeDone { return .done(0) }
-        ERR_clear_error()
-        let rc = SSL_do_handshake(ssl)
-        if rc == 1 {
-            if let failure = checkPin() ?? checkPreSharedKeyUsed() { return .failed(failure) }
-            handshakeDone = true
-            return .done(0)
+        while true {
+            ERR_clear_error()
+            let rc = SSL_do_handshake(ssl)
+            if rc == 1 {
+                if let failure = checkPin() ?? checkPreSharedKeyUsed() { return .failed(failure) }
+                handshakeDone = true
+                takeOverRecords()
+                return .done(0)
+            }
+            if SSL_get_error(ssl, rc) == SSL_ERROR_WANT_READ && feedHandshakeRecord() { continue }
+            return step(after: rc, handshaking: true)
         }
-        return step(after: rc, handshaking: true)
+    }
+
+    /// Hands OpenSSL, which needs input for its handshake, the next whole record from the
+    /// input buffer (never more: what follows the handshake stays ours). Bytes that cannot
+    /// start a TLS 1.3 record (plaintext, another protocol) go at once, for OpenSSL to refuse;
+    /// at the network's end, whatever is left goes, and the end. False when it must wait.
+    private func feedHandshakeRecord() -> Bool {
+        var count = input.completeRecord ?? 0
+        if count == 0, let length = input.headerLength {
+            let type = input.byte(0)
+            let malformed = !(20...23).contains(type) || input.byte(1) != 3 || length > TLSRecordLayer.maxBody
+            if malformed { count = input.count }
+        }
+        let last = count == 0 && input.ended && !bioInputEnded
+        if last { count = input.count }
+        if count > 0 {
+            let written = BIO_write(network, input.storage + input.start, Int32(count))
+            guard written > 0 else { return false }
+            input.start += Int(written)
+        }
+        // The end after the last bytes (not before: a write after it is a broken pipe).
+        if last { endBIOInput() }
+        return count > 0 || last
+    }
+
+    /// The handshake is done: the application data goes through sluice's own record layer
+    /// with the traffic secrets OpenSSL reported, after whatever handshake bytes OpenSSL left
+    /// to send; or, when OpenSSL holds bytes it read, the suite is not one the record layer
+    /// knows, or no secrets came, through OpenSSL's record layer as before.
+    private func takeOverRecords() {
+        defer { sluice_secrets_detach(ssl) }
+        let role = context.settings.role
+        let secretsPointer = SSL_get_ex_data(ssl, 0)?.assumingMemoryBound(to: sluice_secrets.self)
+        if SSL_has_pending(ssl) == 0, BIO_ctrl_wpending(network) == 0, BIO_ctrl_pending(network) <= Self.bufferSize,
+            let suite = TLSSuite(rawValue: sluice_ssl_suite(ssl)), let secrets = secretsPointer,
+            secrets.pointee.client_length == suite.hashLength, secrets.pointee.server_length == suite.hashLength
+        {
+            let output = TLSOutputBuffer(capacity: Self.bufferSize)
+            // The secrets are read where they lie (no copy of them is left to cleanse).
+            let raw = UnsafeRawPointer(secrets)
+            let client = UnsafeRawBufferPointer(
+                start: raw + MemoryLayout<sluice_secrets>.offset(of: \.client)!, count: suite.hashLength)
+            let server = UnsafeRawBufferPointer(
+                start: raw + MemoryLayout<sluice_secrets>.offset(of: \.server)!, count: suite.hashLength)
+            let layer = TLSRecordLayer(
+                suite: suite, sendSecret: role == .client ? client : server,
+                receiveSecret: role == .client ? server : client, input: input, output: output, name: name)
+            if let layer {
+                // OpenSSL's last handshake bytes (the client's Finished) go before our records
+                // (they fit: the output is as large as the BIO pair's buffer, and empty).
+                while true {
+                    let pending = bioOutput()
+                    guard !pending.isEmpty, output.append(pending) else { break }
+                    consumeBIOOutput(pending.count)
+                }
+                records = layer
+                return
+            }
+        }
+        openSSLRecords = true
+        if input.count > 0 {
+            let written = BIO_write(network, input.storage + input.start, Int32(input.count))
+            input.start += max(0, Int(written))
+        }
+        if input.ended { endBIOInput() }
     }
 
     /// Decrypts into `buffer`.
     func read(into buffer: UnsafeMutableRawBufferPointer) -> Step {
+        if let records { return records.read(into: buffer) }
         guard buffer.count > 0 else { return .done(0) }
         ERR_clear_error()
         var n = 0
@@ -185,6 +293,7 @@ final class TLSEngine {
 
     /// Encrypts from `buffer` (a part of it when the output buffer fills).
     func write(from buffer: UnsafeRawBufferPointer) -> Step {
+        if let records { return records.write(from: buffer) }
         guard buffer.count > 0 else { return .done(0) }
         ERR_clear_error()
         var n = 0
@@ -195,18 +304,22 @@ final class TLSEngine {
 
     /// Queues close_notify: the end of our data (the peer can still send).
     func shutdown() {
+        if let records { return records.shutdown() }
         ERR_clear_error()
         _ = SSL_shutdown(ssl)
         ERR_clear_error()
     }
 
-    /// Plaintext already decrypted and waiting in OpenSSL.
-    /// Bytes a read may return without the socket: decrypted and not yet read, or records
-    /// OpenSSL holds unprocessed, or ciphertext handed to the BIO pair that OpenSSL has not
-    /// read yet (a read that stopped because the caller's buffer was full leaves any of these,
-    /// and the socket may have nothing more to say: a readiness that only looked at decrypted
-    /// bytes stalled the stream there).
-    var plaintextPending: Bool { SSL_has_pending(ssl) == 1 || BIO_ctrl_wpending(network) > 0 }
+    /// Bytes a read may return without the socket: decrypted and not yet read, or whole
+    /// records waiting unprocessed (in the engine's input buffer, or in OpenSSL's), or
+    /// ciphertext handed to the BIO pair that OpenSSL has not read yet (a read that stopped
+    /// because the caller's buffer was full leaves any of these, and the socket may have
+    /// nothing more to say: a readiness that only looked at decrypted bytes stalled the
+    /// stream there).
+    var plaintextPending: Bool {
+        if let records { return records.plaintextPending }
+        return SSL_has_pending(ssl) == 1 || BIO_ctrl_wpending(network) > 0
+    }
 
     /// The protocol version negotiated (`TLSv1.3`), once the handshake is done.
     var protocolName: String? {
