@@ -10,15 +10,23 @@ struct MessageWriter {
     mutating func u64(_ v: UInt64) { withUnsafeBytes(of: v.bigEndian) { bytes.append(contentsOf: $0) } }
     mutating func raw<Bytes: Collection<UInt8>>(_ v: Bytes) { bytes.append(contentsOf: v) }
 
-    /// A whole message: header and payload.
+    /// A whole message: header and payload, in one array (the header written once the
+    /// payload's length is known: no array for the payload, nor a third for the two joined,
+    /// and room for a file's FILE or END without growing).
     static func message(_ type: Wire.MessageType, _ build: (inout MessageWriter) -> Void = { _ in }) -> [UInt8] {
-        var payload = MessageWriter()
-        build(&payload)
-        precondition(payload.bytes.count <= type.maxPayload, "\(type) payload exceeds its limit")
-        var out = [UInt8](repeating: 0, count: Wire.frameHeaderSize)
-        out.withUnsafeMutableBytes { Wire.putFrameHeader(type, length: payload.bytes.count, into: $0) }
-        return out + payload.bytes
+        var writer = MessageWriter()
+        writer.bytes.reserveCapacity(Self.usualSize)
+        writer.bytes.append(contentsOf: repeatElement(0, count: Wire.frameHeaderSize))
+        build(&writer)
+        let length = writer.bytes.count - Wire.frameHeaderSize
+        precondition(length <= type.maxPayload, "\(type) payload exceeds its limit")
+        writer.bytes.withUnsafeMutableBytes { Wire.putFrameHeader(type, length: length, into: $0) }
+        return writer.bytes
     }
+
+    /// The room a message is built in at first: a FILE with a path of a hundred-odd bytes, an
+    /// END with a SHA-256 digest.
+    static let usualSize = 192
 
     static func hello(capabilities: [String]) -> [UInt8] {
         message(.hello) { w in
