@@ -61,7 +61,7 @@ final class Session {
     /// The size each opened file announced (nil: a stream).
     var sizes: [Int: UInt64?] = [:]
     var settled: Set<Int> = []
-    var pruned: Set<Int> = []
+    var pruned: Set<String> = []
     /// The file whose data is going out, where it started, and its range.
     var sending: (index: Int, offset: UInt64, range: ByteRange?)?
     /// The planned size of each file sent in ranges.
@@ -241,10 +241,13 @@ final class Session {
             case .operated, .removed:
                 // Only a watching sender queues MOVE and REMOVE; none is queued here.
                 expect(false, "a MOVE or REMOVE answered, none sent")
-            case .pruned(let root, _):
-                expect(!pruned.contains(root), "\(root) pruned twice")
+            case .pruned(let path, _):
+                expect(
+                    machine.settings.pruneRoots.contains { machine.entries[$0].relative == path },
+                    "\(path) pruned, never a root")
+                expect(!pruned.contains(path), "\(path) pruned twice")
                 expect(settled.count == Set(machine.work.map(\.index)).count, "PRUNE before every entry settled")
-                pruned.insert(root)
+                pruned.insert(path)
             case .end(let how):
                 ended = true
                 expect(machine.hasEnded, "end action, machine not ended")
