@@ -161,6 +161,23 @@ struct WatchTests {
         return (watch, box)
     }
 
+    /// Six directories of 150 two-byte files each under `src` (their second byte `tag`).
+    static func writeSixDirectories(_ src: String, tag: UInt8) throws {
+        for directory in 0..<6 {
+            let path = src + "/d\(directory)"
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            for index in 0..<150 { try writeFile(path + "/f\(index)", [UInt8(index), tag]) }
+        }
+    }
+
+    /// A walk that stays near the announcements, and forgetting in small steps: a first pass
+    /// of a few hundred entries is never held whole.
+    static func inSmallSteps(_ watch: TransferWatch) {
+        watch.sender.walkStep = 16
+        watch.sender.walkAhead = 32
+        watch.sender.watch.forgetStep = 16
+    }
+
     /// Runs the loop until the receiver's copy of `src` is the same (many seconds at most).
     static func settles(_ src: String, _ copy: String, _ harness: TransferHarness) -> Bool {
         runLoop(harness.loop, for: .seconds(20)) {
@@ -429,25 +446,15 @@ struct WatchTests {
         try withTemporaryDirectory { root in
             let src = root + "/tree"
             let dst = root + "/dst"
-            for directory in 0..<6 {
-                let path = src + "/d\(directory)"
-                try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-                for index in 0..<150 {
-                    try writeFile(src + "/d\(directory)/f\(index)", [UInt8(index), 1])
-                }
-            }
+            try Self.writeSixDirectories(src, tag: 1)
             // Three files with a second name each (held by the walk for its end).
             for index in 0..<3 { #expect(link(src + "/d0/f\(index)", src + "/d5/link\(index)") == 0) }
             try FileManager.default.createDirectory(atPath: dst, withIntermediateDirectories: true)
             let harness = try TransferHarness(directory: dst)
             var options = TransferSendOptions()
             options.hardLinks = true
-            let (watch, box) = try Self.startWatch(src, harness, delete: false, options: options) { watch in
-                // A walk that stays near the announcements, and forgetting in small steps.
-                watch.sender.walkStep = 16
-                watch.sender.walkAhead = 32
-                watch.sender.watch.forgetStep = 16
-            }
+            let (watch, box) = try Self.startWatch(
+                src, harness, delete: false, options: options, configure: Self.inSmallSteps)
             // 910 entries: never all kept at once.
             let most = watch.sender.watch.mostKept
             #expect(most < 300, "\(most) entries kept at once")
@@ -470,22 +477,13 @@ struct WatchTests {
         try withTemporaryDirectory { root in
             let src = root + "/tree"
             let dst = root + "/dst"
-            for directory in 0..<6 {
-                let path = src + "/d\(directory)"
-                try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-                for index in 0..<150 { try writeFile(path + "/f\(index)", [UInt8(index), 2]) }
-            }
+            try Self.writeSixDirectories(src, tag: 2)
             // What the receiver holds and the sender does not: removed by the first pass's PRUNE.
             try FileManager.default.createDirectory(atPath: dst + "/tree/d2/old", withIntermediateDirectories: true)
             try writeFile(dst + "/tree/d2/old/stale", [1])
             try writeFile(dst + "/tree/stale", [1])
             let harness = try TransferHarness(directory: dst)
-            let (watch, box) = try Self.startWatch(src, harness, delete: true) { watch in
-                // A walk that stays near the announcements, and forgetting in small steps.
-                watch.sender.walkStep = 16
-                watch.sender.walkAhead = 32
-                watch.sender.watch.forgetStep = 16
-            }
+            let (watch, box) = try Self.startWatch(src, harness, delete: true, configure: Self.inSmallSteps)
             // 907 entries: never all kept at once (all of them were, until the PRUNE's answer).
             let most = watch.sender.watch.mostKept
             #expect(most < 300, "\(most) entries kept at once")
