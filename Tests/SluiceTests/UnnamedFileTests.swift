@@ -145,6 +145,39 @@ struct UnnamedFileTests {
         }
     }
 
+    @Test("Made with its final mode where the umask leaves it whole, set after where not; named either way")
+    func modesAndBothWaysOfNaming() throws {
+        // Whatever the process's umask is, these must arrive exactly: 0o666 and 0o777 have bits
+        // a usual umask (022) takes away at creation, so they need the `fchmod` the others skip.
+        let modes: [UInt32] = [0o600, 0o644, 0o444, 0o666, 0o777, 0o750, 0o400]
+        defer { Destination.linksByEmptyPath.store(true, ordering: .relaxed) }
+        for byEmptyPath in [true, false] {
+            // Without AT_EMPTY_PATH (a process without CAP_DAC_READ_SEARCH): through /proc.
+            Destination.linksByEmptyPath.store(byEmptyPath, ordering: .relaxed)
+            try withTemporaryDirectory { dst in
+                let store = try Self.store(dst)
+                for (index, mode) in modes.enumerated() {
+                    let bytes = randomBytes(100 + index, seed: UInt64(index))
+                    let outcome = store.storeWhole(
+                        Self.request("m\(index)", bytes, mode: mode), bytes: bytes[...], overwrite: false, fsync: false)
+                    guard case .stored = outcome else {
+                        Issue.record("mode \(String(mode, radix: 8)): \(outcome)")
+                        continue
+                    }
+                    #expect(readFile(dst + "/m\(index)") == bytes)
+                    #expect(FileInfo(dst + "/m\(index)")?.mode == mode, "mode \(String(mode, radix: 8))")
+                }
+                // An existing name is refused the same way on either path.
+                let outcome = store.storeWhole(Self.request("m0", [1]), bytes: [1][...], overwrite: false, fsync: false)
+                guard case .rejected(.refused(.exists, _)) = outcome else {
+                    Issue.record("replaced: \(outcome)")
+                    return
+                }
+                #expect(treePaths(dst) == modes.indices.map { "m\($0)" }.sorted())
+            }
+        }
+    }
+
     @Test("The /proc path a file without a name is linked by is spelled out right for any descriptor")
     func procPaths() {
         for fd: Int32 in [0, 7, 10, 99, 12_345, Int32.max] {

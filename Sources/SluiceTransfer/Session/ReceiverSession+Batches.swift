@@ -154,17 +154,6 @@ final class WholeFile {
     }
 }
 
-/// A small file received whole and complete, waiting with others to be handed to a job: where
-/// its bytes lie in the session's `WholeBytes`, and the digest its END announced.
-struct WaitingWhole {
-    let request: EntryRequest
-    let range: Range<Int>
-    /// Its bytes lent from the inbound buffer instead (`range` empty).
-    let lent: LentBytes?
-    let holes: [ReceivedWhole.Hole]
-    let expected: [UInt8]
-}
-
 /// A small file received whole, with the digest its END announced, for the job that checks and
 /// stores it.
 struct ReceivedWhole: Sendable {
@@ -245,7 +234,7 @@ extension ReceiverSession {
     func storeWhole(_ whole: WholeFile, expecting digest: [UInt8]) {
         let range = whole.lent == nil ? whole.start..<whole.start + whole.count : whole.start..<whole.start
         wholesWaiting.append(
-            WaitingWhole(request: whole.request, range: range, lent: whole.lent, holes: whole.holes, expected: digest))
+            ReceivedWhole(request: whole.request, range: range, lent: whole.lent, holes: whole.holes, expected: digest))
         wholesWaitingBytes += whole.count
         if whole.lent != nil { wholesWaitingLent += 1 }
         perform(machine.handle(.staged))
@@ -260,16 +249,15 @@ extension ReceiverSession {
         let cut = wholeFile?.start ?? wholeBytes.count
         let buffer = wholeBytes.take(upTo: cut)
         wholeFile?.moved(by: cut)
-        let files = wholesWaiting.map {
-            ReceivedWhole(request: $0.request, range: $0.range, lent: $0.lent, holes: $0.holes, expected: $0.expected)
-        }
+        // Handed over as they are: the array moves to the job, nothing of a file is copied.
+        let files = wholesWaiting
+        wholesWaiting = []
         let bytes = wholesWaitingBytes
         // The answers need the sizes only, and the loans to give back: the files stay with the
         // job, so that the buffer is the spare's alone once the job is done
         // (`WholeBytes.recycle`).
         let sizes = files.map { UInt64($0.count) }
         let loans = files.compactMap(\.lent)
-        wholesWaiting.removeAll()
         wholesWaitingBytes = 0
         wholesWaitingLent = 0
         let (store, overwrite, fsync, algorithm) = (self.store, options.overwrite, options.fsync, machine.digest)

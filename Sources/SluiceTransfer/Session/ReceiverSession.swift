@@ -114,7 +114,7 @@ final class ReceiverSession: ProtocolRole {
     static let laneBytesLimit = 8 << 20
     /// Small files received whole and verified, waiting to be stored by one job on `lane`
     /// (a BATCH's, until its end), and their bytes.
-    var wholesWaiting: [WaitingWhole] = []
+    var wholesWaiting: [ReceivedWhole] = []
     var wholesWaitingBytes = 0
     /// Of `wholesWaiting`, those whose bytes are lent from the inbound buffer (not copied):
     /// handed to a job as soon as the decoder waits for more (`caughtUp`), since the inbound

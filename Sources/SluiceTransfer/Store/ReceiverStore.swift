@@ -221,8 +221,9 @@ final class ReceiverStore: @unchecked Sendable {
 
     /// Gives the file its size (a sparse file may end in a hole), owner and extended attributes,
     /// mode and mtime (and drops its resume mark), then runs `then`.
+    /// `modeSet`: the file was created with its final mode (checked), which needs no `fchmod`.
     private func settle(
-        _ file: OpenedFile, header: EntryHeader, attributes: EntryAttributes,
+        _ file: OpenedFile, header: EntryHeader, attributes: EntryAttributes, modeSet: Bool = false,
         then: () throws(SluiceError) -> Void = { () throws(SluiceError) in }
     ) -> SluiceError? {
         let fd = file.fd
@@ -238,7 +239,9 @@ final class ReceiverStore: @unchecked Sendable {
                 try syscallValue("ftruncate", file.display) { ftruncate(fd, off_t(clamping: header.size)) }
             }
             if !attributes.isEmpty { try Self.applyAttributes(attributes, to: fd, display: file.display) }
-            try syscallValue("fchmod", file.display) { fchmod(fd, destination.permissions(header.mode)) }
+            if !modeSet || !attributes.isEmpty {
+                try syscallValue("fchmod", file.display) { fchmod(fd, destination.permissions(header.mode)) }
+            }
             try syscallValue("futimens", file.display) { futimens(fd, times) }
             try then()
         }
@@ -361,7 +364,11 @@ final class ReceiverStore: @unchecked Sendable {
             }
         }
         let display = destination.display(request.relative)
-        let fd = openat(parent, ".", sluice_o_tmpfile() | O_RDWR | O_CLOEXEC, 0o600)
+        // Made with its final permissions where the umask (or a default ACL) leaves them whole,
+        // as `fstat` then shows: no `fchmod` for it. Nobody can open an unnamed file by a name
+        // meanwhile.
+        let permissions = destination.permissions(request.header.mode)
+        let fd = openat(parent, ".", sluice_o_tmpfile() | O_RDWR | O_CLOEXEC, permissions & 0o777)
         guard fd >= 0 else {
             let errno = Errno.current
             if shared == nil { closeDescriptor(parent) }
@@ -388,7 +395,9 @@ final class ReceiverStore: @unchecked Sendable {
             }
             return .staged(StagedFile(opened: file, request: request))
         }
-        if let failure = settle(file, header: request.header, attributes: request.attributes) {
+        var st = stat()
+        let modeSet = fstat(fd, &st) == 0 && st.st_mode & 0o7777 == permissions
+        if let failure = settle(file, header: request.header, attributes: request.attributes, modeSet: modeSet) {
             abandon(file, keep: false)
             return .rejected(.failed(.io, failure.description))
         }
