@@ -273,7 +273,8 @@ final class SendSession: Interruptible {
     }
 
     private func answered(_ result: TransferFileResult) {
-        let path = PeerText.sanitized(result.path)
+        // The path made safe to print only for a line that prints it.
+        var path: String { PeerText.sanitized(result.path) }
         switch result.outcome {
         case .stored:
             if options.itemize, let line = TransferText.itemized(result) {

@@ -19,9 +19,12 @@ struct IndexedWindow<Element>: RandomAccessCollection, MutableCollection, Expres
 
     var endIndex: Int { startIndex + stored.count - head }
 
+    /// Borrowed in place, as an array's element is: `window[i].field` reads the field without
+    /// copying the element (a sender's entry holds several strings and arrays), and changes one
+    /// in place.
     subscript(position: Int) -> Element {
-        get { stored[position - startIndex + head] }
-        set { stored[position - startIndex + head] = newValue }
+        _read { yield stored[position - startIndex + head] }
+        _modify { yield &stored[position - startIndex + head] }
     }
 
     /// Appends `elements`, indexed from `endIndex` on.

@@ -458,7 +458,7 @@ struct SenderMachine: Sendable {
         let item = work[next]
         next += 1
         let index = item.index
-        let entry = entries[index]
+        // Its fields read in place: `entries[index]` is borrowed, not the entry copied.
         if let settledHere = settledBySync(index) { return settledHere }
         if settings.dryRun && !syncing {
             // A dry run changes nothing: without CHECK there is nothing it may send.
@@ -470,18 +470,19 @@ struct SenderMachine: Sendable {
             state = .opening(index)
             return [.openEntry(index)]
         }
-        if let target = entry.symlinkTarget {
+        if let target = entries[index].symlinkTarget {
             guard offers.links else {
                 settled[index] = true
                 return [.settle(index, .refused(reason: "a symbolic link: the receiver does not take links"))]
             }
             unanswered.append(index)
             let link = LinkHeader(
-                kind: .symbolic, mtimeSeconds: entry.mtimeSeconds, mtimeNanoseconds: entry.mtimeNanoseconds,
-                path: Array(entry.relative.utf8), target: target, replace: replaces(index))
+                kind: .symbolic, mtimeSeconds: entries[index].mtimeSeconds,
+                mtimeNanoseconds: entries[index].mtimeNanoseconds,
+                path: Array(entries[index].relative.utf8), target: target, replace: replaces(index))
             return attributeMessages(index, link: true) + [.send(.link(link))]
         }
-        if let special = entry.special {
+        if let special = entries[index].special {
             guard offers.specials else {
                 settled[index] = true
                 let reason = "a \(special.type.name): the receiver does not take devices, FIFOs or sockets"
@@ -489,9 +490,9 @@ struct SenderMachine: Sendable {
             }
             unanswered.append(index)
             let header = SpecialHeader(
-                mode: special.type.rawValue | entry.mode & 0o7777, mtimeSeconds: entry.mtimeSeconds,
-                mtimeNanoseconds: entry.mtimeNanoseconds, major: special.major, minor: special.minor,
-                path: Array(entry.relative.utf8), replace: replaces(index))
+                mode: special.type.rawValue | entries[index].mode & 0o7777, mtimeSeconds: entries[index].mtimeSeconds,
+                mtimeNanoseconds: entries[index].mtimeNanoseconds, major: special.major, minor: special.minor,
+                path: Array(entries[index].relative.utf8), replace: replaces(index))
             return attributeMessages(index, link: true) + [.send(.special(header))]
         }
         if let target = linkTarget(of: index) {
@@ -502,19 +503,21 @@ struct SenderMachine: Sendable {
             }
             unanswered.append(index)
             let link = LinkHeader(
-                kind: .hard, mtimeSeconds: entry.mtimeSeconds, mtimeNanoseconds: entry.mtimeNanoseconds,
-                path: Array(entry.relative.utf8), target: Array(entries[target].relative.utf8),
+                kind: .hard, mtimeSeconds: entries[index].mtimeSeconds,
+                mtimeNanoseconds: entries[index].mtimeNanoseconds,
+                path: Array(entries[index].relative.utf8), target: Array(entries[target].relative.utf8),
                 replace: syncing)
             return [.send(.link(link))]
         }
-        if entry.isDirectory {
+        if entries[index].isDirectory {
             unanswered.append(index)
             return attributeMessages(index) + [
                 .send(
                     .directory(
                         EntryHeader(
-                            mode: entry.mode, mtimeSeconds: entry.mtimeSeconds,
-                            mtimeNanoseconds: entry.mtimeNanoseconds, path: Array(entry.relative.utf8))))
+                            mode: entries[index].mode, mtimeSeconds: entries[index].mtimeSeconds,
+                            mtimeNanoseconds: entries[index].mtimeNanoseconds, path: Array(entries[index].relative.utf8)
+                        )))
             ]
         }
         state = .opening(index)

@@ -405,12 +405,12 @@ public final class TransferSender: ProtocolRole {
     }
 
     func result(_ index: Int) -> TransferFileResult {
-        let entry = entries[index]
+        // The entry's fields read in place (`entries[index]` borrowed), not the entry copied.
         var result = TransferFileResult(
-            path: entry.relative, isDirectory: entry.isDirectory, size: tally.sizes[index],
+            path: entries[index].relative, isDirectory: entries[index].isDirectory, size: tally.sizes[index],
             resumedBytes: tally.resumed[index],
             outcome: tally.outcomes[index] ?? .failed(reason: "not answered", kind: .io))
-        Self.describeLink(&result, entry, entries, sentLinks: sentLinks)
+        Self.describeLink(&result, entries[index], entries, sentLinks: sentLinks)
         if inspect({ $0.syncing }) {
             result.change = change(of: index)
             result.dryRun = options.dryRun
