@@ -50,7 +50,9 @@
 # (where the runs' copies go; default $SLUICE_BENCH_DATA/trees-runs). On a file system with a long
 # history (this VM's root), creating files slows 2–7× as a run's copies pile up (ext4's inode
 # allocation searching full groups: 0.36 s for a tar xf of tree a, 0.7–2.8 s by the 20th copy);
-# a freshly made ext4 stays flat (0.38–0.40 s for 24 copies), e.g.
+# a freshly made ext4 stays flat (0.38–0.40 s for 24 copies), e.g. (on this VM, whose balloon hands
+# freed memory back to the host, only the first ~4 GiB of new page cache stay fast: past that every
+# tool's file creation runs 2-3x slower; keep rows x ROUNDS x the tree's size under that, per run)
 #   truncate -s 40G /tmp/fs.img && mkfs.ext4 -q /tmp/fs.img && mount -o loop /tmp/fs.img /mnt/fs
 #   RUNS_ROOT=/mnt/fs/runs Benchmarks/trees.sh
 #
