@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TestThreads
 import Testing
 
@@ -89,6 +90,78 @@ func readExactly(_ count: Int, from input: ReadStream, sizes: [Int]) -> [UInt8] 
     return received
 }
 
+/// A relay on loopback for one connection that alters a record in transit when told to: it
+/// flips a byte (the eleventh, inside the record's ciphertext) of the next bytes the client
+/// sends. Everything else passes as it is, each direction ended when its sender ends.
+final class FlippingProxy: Sendable {
+    let port: UInt16
+    let flipNext = Atomic(false)
+    private let listener: Int32
+
+    init(to target: UInt16) throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, length) == 0 && listen(fd, 1) == 0 && getsockname(fd, $0, &length) == 0
+            }
+        }
+        guard fd >= 0, bound else { throw SluiceError(.system(.current), operation: "listen", subject: "proxy") }
+        listener = fd
+        port = UInt16(bigEndian: address.sin_port)
+        Thread.detachNewThread { [self] in relay(to: target) }
+    }
+
+    deinit { close(listener) }
+
+    private func relay(to target: UInt16) {
+        let client = accept(listener, nil, nil)
+        let server = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer {
+            close(client)
+            close(server)
+        }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = target.bigEndian
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(server, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+            }
+        }
+        guard client >= 0, connected else { return }
+        var open = [true, true]
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while open[0] || open[1] {
+            var fds = [
+                pollfd(fd: open[0] ? client : -1, events: Int16(POLLIN), revents: 0),
+                pollfd(fd: open[1] ? server : -1, events: Int16(POLLIN), revents: 0),
+            ]
+            guard poll(&fds, 2, 30_000) > 0 else { return }
+            for side in 0..<2 where open[side] && fds[side].revents != 0 {
+                let (from, to) = side == 0 ? (client, server) : (server, client)
+                let n = buffer.withUnsafeMutableBytes { read(from, $0.baseAddress, $0.count) }
+                guard n > 0 else {
+                    open[side] = false
+                    shutdown(to, Int32(SHUT_WR))
+                    continue
+                }
+                if side == 0, flipNext.exchange(false, ordering: .relaxed) { buffer[min(10, n - 1)] ^= 1 }
+                var sent = 0
+                while sent < n {
+                    let m = buffer.withUnsafeBytes { write(to, $0.baseAddress! + sent, n - sent) }
+                    guard m > 0 else { return }
+                    sent += m
+                }
+            }
+        }
+    }
+}
+
 /// sluice's own record layer against OpenSSL's, over real sockets.
 @Suite(.serialized, .ownThreads) struct TLSInteropTests {
     /// A client with a throwaway certificate's server: `openssl s_server` sends 3 MiB (after
@@ -169,6 +242,44 @@ func readExactly(_ count: Int, from input: ReadStream, sizes: [Int]) -> [UInt8] 
             var buffer = [UInt8](repeating: 0, count: 100)
             #expect(buffer.withUnsafeMutableBytes { input.read(into: $0) } == 0)
             #expect(input.streamError == nil)
+            output.close()
+            input.close()
+            _ = client.wait()
+        }
+    }
+
+    /// A record of `s_client`'s altered on the way (a relay flips a byte of it): sluice's
+    /// server fails the connection with bad_record_mac and tells the client so in a fatal alert
+    /// (RFC 8446 §5.2), which OpenSSL reads and reports.
+    @Test func aRecordAlteredInTransitIsAnsweredWithAnAlert() throws {
+        try withTemporaryDirectory { dir in
+            let key = [UInt8](repeating: 0x3c, count: 32)
+            var settings = TLSSettings(role: .server)
+            settings.preSharedKey = PreSharedKey(key: key, identity: "interop")
+            let context = try TLSContext(settings)
+            let listener = try Socket.listen(host: "127.0.0.1", port: 0)
+            defer { listener.close() }
+            let proxy = try FlippingProxy(to: listener.port)
+            let client = try OpenSSLPeer(
+                [
+                    "s_client", "-connect", "127.0.0.1:\(proxy.port)", "-psk",
+                    key.map { String($0, radix: 16) }.joined(),
+                    "-psk_identity", "interop", "-tls1_3", "-quiet", "-no_ign_eof",
+                ], in: dir)
+            let (socketIn, socketOut, _) = try listener.accept(timeout: .seconds(20))
+            let (input, output) = TLS.secure((socketIn, socketOut), context: context)
+            input.open()
+            output.open()
+            let first = commandFreeBytes(1000, seed: 81)
+            client.type(first)
+            try #require(digest(readExactly(first.count, from: input, sizes: [65536])) == digest(first))
+            proxy.flipNext.store(true, ordering: .relaxed)
+            client.type(commandFreeBytes(1000, seed: 82))
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            #expect(buffer.withUnsafeMutableBytes { input.read(into: $0) } < 0)
+            #expect("\(String(describing: input.streamError))".contains("bad_record_mac"))
+            try #require(waitUntil(.seconds(20)) { client.stderr.contains("alert") }, "\(client.stderr)")
+            #expect(client.stderr.contains("bad record mac"), "\(client.stderr)")
             output.close()
             input.close()
             _ = client.wait()

@@ -152,6 +152,14 @@ struct EnginePair {
             #expect(error.code == .protocolViolation)
             #expect("\(error)".contains("bad_record_mac"), "\(error)")
         }
+        // The server told the client why, in a bad_record_mac alert (RFC 8446 §5.2), once.
+        EnginePair.move(pair.server, pair.client)
+        guard case .failed(let told) = buffer.withUnsafeMutableBytes({ pair.client.read(into: $0) }) else {
+            Issue.record("no alert reached the client")
+            return
+        }
+        #expect("\(told)".contains("the peer sent alert 20"), "\(told)")
+        #expect(pair.server.outputPending == 0)
     }
 
     /// The network's end without close_notify, whole records read or a record cut: the
@@ -188,6 +196,12 @@ struct EnginePair {
             guard case .failed(let error) = step else { return "no failure: \(step)" }
             return "\(error)"
         }
+        // The alert `us` sent back for what it refused, as the peer reads it; then nothing more.
+        func alertBack() -> String {
+            let told = failure(Self.pass(from: us, to: peer))
+            #expect(us.pending == 0 && us.readable().isEmpty, "more after the alert")
+            return told
+        }
         #expect(deliver(23, [1, 2, 3]) == .done(3))
         #expect(deliver(23, [1, 2, 3, 0, 0, 0]) == .done(6))  // data ending in zero bytes
         #expect(deliver(23, []) == .wantInput)  // an empty data record is allowed
@@ -209,15 +223,18 @@ struct EnginePair {
         #expect(Self.pass(from: us, to: peer) == .done(2))
         #expect(deliver(23, [8]) == .done(1))
         #expect(failure(deliver(22, [24, 0, 0, 1, 2])).contains("KeyUpdate"))
+        #expect(alertBack().contains("alert 50"))
         (peer, us) = Self.layers()
         #expect(failure(deliver(22, [24, 0, 0, 1, 0] + ticket)).contains("KeyUpdate"))
         (peer, us) = Self.layers()
         #expect(failure(deliver(22, [13, 0, 0, 0])).contains("type 13"))
+        #expect(alertBack().contains("alert 10"))
         (peer, us) = Self.layers()
         #expect(deliver(22, [4, 0, 0, 3, 9]) == .wantInput)
         #expect(failure(deliver(23, [1])).contains("cut by a record"))
         (peer, us) = Self.layers()
         #expect(failure(deliver(21, [2, 40])).contains("alert 40"))
+        #expect(us.pending == 0, "an alert answered with an alert")
         (peer, us) = Self.layers()
         let refused = deliver(21, [2, 48])
         #expect(failure(refused).contains("alert 48"))
@@ -230,20 +247,27 @@ struct EnginePair {
         #expect(failure(deliver(23, [1]) { $0.removeLast() }) == "no failure: wantInput")
         (peer, us) = Self.layers()
         #expect(failure(deliver(23, [1]) { $0[3] = 0x41 }).contains("record_overflow"))
+        #expect(alertBack().contains("alert 22"))
         (peer, us) = Self.layers()
         #expect(
             failure(deliver(23, [1]) { $0 = Array($0[..<3]) + [0, 16] + Array(repeating: 0, count: 16) })
                 .contains("too short"))
         (peer, us) = Self.layers()
         #expect(failure(deliver(99, [1])).contains("inner type 99"))
+        #expect(alertBack().contains("alert 10"))
         (peer, us) = Self.layers()
         #expect(failure(deliver(0, [0, 0])).contains("no content type"))
         (peer, us) = Self.layers()
         #expect(failure(deliver(23, [UInt8](repeating: 1, count: 16385))).contains("record_overflow"))
         (peer, us) = Self.layers()
         #expect(failure(deliver(21, [1, 0, 0])).contains("alert record of 3 bytes"))
+        #expect(alertBack().contains("alert 50"))
+        (peer, us) = Self.layers()
+        #expect(failure(deliver(23, [1, 2, 3]) { $0[6] ^= 1 }).contains("bad_record_mac"))
+        #expect(alertBack().contains("alert 20"))
         (peer, us) = Self.layers()
         #expect(deliver(21, [1, 0]) == .closed)
+        #expect(us.pending == 0, "close_notify answered with an alert")
     }
 
     /// Moves `from`'s output into `to`'s input (edited), and reads there.

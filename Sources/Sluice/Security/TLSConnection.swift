@@ -438,7 +438,10 @@ final class TLSConnection {
     /// The failure to report for a read that failed in the engine: the socket's own error
     /// (a reset) when there was one.
     func readFailure(_ error: SluiceError) -> SluiceError {
-        error.code == .authenticationFailed ? error : inputError ?? error
+        // The alert the record layer owes the peer for a record it refused, if the socket
+        // takes it now (never waited for: the connection is failing).
+        if engine?.outputPending ?? 0 > 0 { _ = flushOutput() }
+        return error.code == .authenticationFailed ? error : inputError ?? error
     }
 
     func attach(to loop: EventLoop) {

@@ -33,6 +33,11 @@ final class TLSRecordLayer {
     /// Records owed to the peer that did not fit the output yet.
     private var owesKeyUpdate = false
     private var owesCloseNotify = false
+    /// The fatal alert owed to the peer for a record it sent that we refused (RFC 8446 §6.2:
+    /// bad_record_mac for a record that failed its tag, and so on), sent after what is already
+    /// in the output and before nothing else. Sent once; none for the peer's own alert or its
+    /// end.
+    private var owesAlert: UInt8?
     /// Handshake bytes of a message whose rest is in a later record.
     private var handshakeBytes: [UInt8] = []
     /// Plaintext of a record opened in place, not yet handed out: offsets in the input buffer.
@@ -136,6 +141,12 @@ final class TLSRecordLayer {
     /// Sends what is owed (our KeyUpdate, then close_notify) as far as the output has room.
     /// True when nothing is owed any more.
     private func emitOwedRecords() -> Bool {
+        if let alert = owesAlert {
+            // Sealed with our sending keys, which the peer's bad record did not touch.
+            guard seal([2, alert], type: 21) else { return false }
+            owesAlert = nil
+            return true
+        }
         if owesKeyUpdate {
             // KeyUpdate, update_not_requested; then our own sending keys move on.
             guard output.reserve(5 + Self.overhead) != nil else { return false }
@@ -183,19 +194,20 @@ final class TLSRecordLayer {
         guard let length = input.headerLength else { return false }
         let type = input.byte(0)
         guard type == 23 else {
-            _ = fail("TLS", "a record of type \(type) after the handshake (only application data is allowed)")
+            refuse(
+                .unexpectedMessage, "a record of type \(type) after the handshake (only application data is allowed)")
             return false
         }
         guard input.byte(1) == 3, input.byte(2) == 3 else {
-            _ = fail("TLS", "a record with version bytes \(input.byte(1)).\(input.byte(2)) (TLS 1.3 sends 3.3)")
+            refuse(.decodeError, "a record with version bytes \(input.byte(1)).\(input.byte(2)) (TLS 1.3 sends 3.3)")
             return false
         }
         guard length <= Self.maxBody else {
-            _ = fail("TLS", "a record of \(length) bytes (record_overflow: at most \(Self.maxBody))")
+            refuse(.recordOverflow, "a record of \(length) bytes (record_overflow: at most \(Self.maxBody))")
             return false
         }
         guard length >= 17 else {
-            _ = fail("TLS", "a record of \(length) bytes (too short for its tag and type)")
+            refuse(.decodeError, "a record of \(length) bytes (too short for its tag and type)")
             return false
         }
         guard input.count >= 5 + length else { return false }
@@ -213,7 +225,9 @@ final class TLSRecordLayer {
             (header + 5).assumingMemoryBound(to: UInt8.self), length, target.assumingMemoryBound(to: UInt8.self),
             &last)
         guard opened == 1 else {
-            _ = fail("TLS", "a record failed its authentication (bad_record_mac: altered in transit, or a wrong key)")
+            refuse(
+                .badRecordMAC, "a record failed its authentication (bad_record_mac: altered in transit, or a wrong key)"
+            )
             return false
         }
         let recordStart = input.start
@@ -225,19 +239,19 @@ final class TLSRecordLayer {
             let bytes = target.assumingMemoryBound(to: UInt8.self)
             while content > 0 && bytes[content - 1] == 0 { content -= 1 }
             guard content > 0 else {
-                _ = fail("TLS", "a record with no content type (all padding)")
+                refuse(.unexpectedMessage, "a record with no content type (all padding)")
                 return false
             }
             content -= 1
             contentType = bytes[content]
         }
         guard content <= Self.maxPlaintext else {
-            _ = fail("TLS", "a record of \(content) bytes of plaintext (record_overflow: at most 2^14)")
+            refuse(.recordOverflow, "a record of \(content) bytes of plaintext (record_overflow: at most 2^14)")
             return false
         }
         let plaintext = UnsafeRawBufferPointer(start: target, count: content)
         if contentType != 22 && !handshakeBytes.isEmpty {
-            _ = fail("TLS", "a handshake message cut by a record of another type")
+            refuse(.unexpectedMessage, "a handshake message cut by a record of another type")
             return false
         }
         switch contentType {
@@ -254,7 +268,7 @@ final class TLSRecordLayer {
         case 22:
             handshakeMessages(plaintext)
         default:
-            _ = fail("TLS", "a record of inner type \(contentType) after the handshake")
+            refuse(.unexpectedMessage, "a record of inner type \(contentType) after the handshake")
         }
         return failure == nil
     }
@@ -262,7 +276,7 @@ final class TLSRecordLayer {
     /// An alert: close_notify ends the peer's data, anything else fails the connection.
     private func alert(_ bytes: UnsafeRawBufferPointer) {
         guard bytes.count == 2 else {
-            _ = fail("TLS", "an alert record of \(bytes.count) bytes (an alert is 2)")
+            refuse(.decodeError, "an alert record of \(bytes.count) bytes (an alert is 2)")
             return
         }
         let description = bytes[1]
@@ -286,7 +300,7 @@ final class TLSRecordLayer {
     /// Post-handshake handshake messages (RFC 8446 §4.6): walked by their 4-byte headers.
     private func handshakeMessages(_ bytes: UnsafeRawBufferPointer) {
         guard bytes.count > 0 else {
-            _ = fail("TLS", "an empty handshake record")
+            refuse(.decodeError, "an empty handshake record")
             return
         }
         handshakeBytes.append(contentsOf: bytes)
@@ -298,7 +312,7 @@ final class TLSRecordLayer {
                 Int(handshakeBytes[offset + 1]) << 16 | Int(handshakeBytes[offset + 2]) << 8
                 | Int(handshakeBytes[offset + 3])
             guard length <= 65536 else {
-                _ = fail("TLS", "a handshake message of \(length) bytes after the handshake")
+                refuse(.decodeError, "a handshake message of \(length) bytes after the handshake")
                 return
             }
             guard handshakeBytes.count - offset >= 4 + length else { break }
@@ -309,18 +323,18 @@ final class TLSRecordLayer {
                 continue
             case 24:
                 guard length == 1, handshakeBytes[body] <= 1, offset == handshakeBytes.count else {
-                    _ = fail("TLS", "a malformed KeyUpdate (or one not at the end of its record)")
+                    refuse(.decodeError, "a malformed KeyUpdate (or one not at the end of its record)")
                     return
                 }
                 keyUpdate(requested: handshakeBytes[body] == 1)
                 if failure != nil { return }
             default:
-                _ = fail("TLS", "a handshake message of type \(type) after the handshake")
+                refuse(.unexpectedMessage, "a handshake message of type \(type) after the handshake")
                 return
             }
         }
         if handshakeBytes.count - offset > 65536 + 4 {
-            _ = fail("TLS", "a handshake message too long after the handshake")
+            refuse(.decodeError, "a handshake message too long after the handshake")
         }
     }
 
@@ -338,6 +352,22 @@ final class TLSRecordLayer {
         }
     }
 
+    /// Fails the connection for what the peer sent, and owes it the fatal `alert`: queued
+    /// after what the output holds, in place of anything still owed (a KeyUpdate, close_notify),
+    /// and written by the connection's next flush. Nothing is sent after it.
+    @discardableResult
+    private func refuse(_ alert: TLSAlert, _ detail: String) -> SluiceError {
+        let firstFailure = failure == nil
+        let error = fail("TLS", detail)
+        guard firstFailure, !closedForWriting else { return error }
+        closedForWriting = true
+        owesKeyUpdate = false
+        owesCloseNotify = false
+        owesAlert = alert.rawValue
+        _ = emitOwedRecords()
+        return error
+    }
+
     /// Records `detail` as the connection's failure (the first one stays) and returns it.
     @discardableResult
     private func fail(_ operation: String, _ detail: String = "could not seal a record") -> SluiceError {
@@ -346,4 +376,12 @@ final class TLSRecordLayer {
         failure = error
         return error
     }
+}
+
+/// The fatal alerts sluice's record layer sends (RFC 8446 §6.2).
+enum TLSAlert: UInt8 {
+    case unexpectedMessage = 10
+    case badRecordMAC = 20
+    case recordOverflow = 22
+    case decodeError = 50
 }
