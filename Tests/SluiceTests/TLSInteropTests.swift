@@ -208,21 +208,10 @@ final class FlippingProxy: Sendable {
     @Test func againstOpenSSLClientWithAKeyAndKeyUpdates() throws {
         try withTemporaryDirectory { dir in
             let key = [UInt8](repeating: 0x5a, count: 32)
-            var settings = TLSSettings(role: .server)
-            settings.preSharedKey = PreSharedKey(key: key, identity: "interop")
-            let context = try TLSContext(settings)
             let listener = try Socket.listen(host: "127.0.0.1", port: 0)
             defer { listener.close() }
-            let hex = key.map { String($0, radix: 16) }.joined()
-            let client = try OpenSSLPeer(
-                [
-                    "s_client", "-connect", "127.0.0.1:\(listener.port)", "-psk", hex, "-psk_identity", "interop",
-                    "-tls1_3", "-quiet", "-no_ign_eof",
-                ], in: dir)
-            let (socketIn, socketOut, _) = try listener.accept(timeout: .seconds(20))
-            let (input, output) = TLS.secure((socketIn, socketOut), context: context)
-            input.open()
-            output.open()
+            let client = try Self.pskClient(port: listener.port, key: key, in: dir)
+            let (input, output) = try Self.acceptPSK(listener, key: key)
             let engine = try #require((input as? TLSReadStream)?.connection.engine)
             let records = try #require(engine.records)
             let first = commandFreeBytes(1 << 20, seed: 71)
@@ -254,22 +243,11 @@ final class FlippingProxy: Sendable {
     @Test func aRecordAlteredInTransitIsAnsweredWithAnAlert() throws {
         try withTemporaryDirectory { dir in
             let key = [UInt8](repeating: 0x3c, count: 32)
-            var settings = TLSSettings(role: .server)
-            settings.preSharedKey = PreSharedKey(key: key, identity: "interop")
-            let context = try TLSContext(settings)
             let listener = try Socket.listen(host: "127.0.0.1", port: 0)
             defer { listener.close() }
             let proxy = try FlippingProxy(to: listener.port)
-            let client = try OpenSSLPeer(
-                [
-                    "s_client", "-connect", "127.0.0.1:\(proxy.port)", "-psk",
-                    key.map { String($0, radix: 16) }.joined(),
-                    "-psk_identity", "interop", "-tls1_3", "-quiet", "-no_ign_eof",
-                ], in: dir)
-            let (socketIn, socketOut, _) = try listener.accept(timeout: .seconds(20))
-            let (input, output) = TLS.secure((socketIn, socketOut), context: context)
-            input.open()
-            output.open()
+            let client = try Self.pskClient(port: proxy.port, key: key, in: dir)
+            let (input, output) = try Self.acceptPSK(listener, key: key)
             let first = commandFreeBytes(1000, seed: 81)
             client.type(first)
             try #require(digest(readExactly(first.count, from: input, sizes: [65536])) == digest(first))
@@ -284,5 +262,29 @@ final class FlippingProxy: Sendable {
             input.close()
             _ = client.wait()
         }
+    }
+
+    /// `openssl s_client` with the pre-shared `key` (identity "interop"), TLS 1.3 only,
+    /// connecting to 127.0.0.1:`port`.
+    static func pskClient(port: UInt16, key: [UInt8], in dir: String) throws -> OpenSSLPeer {
+        let hex = key.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined()
+        return try OpenSSLPeer(
+            [
+                "s_client", "-connect", "127.0.0.1:\(port)", "-psk", hex, "-psk_identity", "interop", "-tls1_3",
+                "-quiet", "-no_ign_eof",
+            ], in: dir)
+    }
+
+    /// The listener's next connection, secured as a server with the pre-shared `key`; the
+    /// streams open.
+    static func acceptPSK(_ listener: SocketListener, key: [UInt8]) throws -> (ReadStream, WriteStream) {
+        var settings = TLSSettings(role: .server)
+        settings.preSharedKey = PreSharedKey(key: key, identity: "interop")
+        let context = try TLSContext(settings)
+        let (socketIn, socketOut, _) = try listener.accept(timeout: .seconds(20))
+        let (input, output) = TLS.secure((socketIn, socketOut), context: context)
+        input.open()
+        output.open()
+        return (input, output)
     }
 }
