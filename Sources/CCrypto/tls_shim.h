@@ -307,17 +307,24 @@ static inline EVP_CIPHER_CTX *sluice_aead_new(int suite, const unsigned char *ke
     return ctx;
 }
 
-/* Seals one record in place: `record` holds the 5-byte header (written here), then room for
- * `length` bytes of ciphertext of `plaintext` (which may be elsewhere), the inner content
- * type, and the 16-byte tag. Returns the record's whole length, or 0. */
-static inline size_t sluice_aead_seal(EVP_CIPHER_CTX *ctx, const unsigned char nonce[12], unsigned char *record,
-                                      const unsigned char *plaintext, size_t length, unsigned char type) {
+/* Writes the 5-byte header of an application-data record carrying `length` bytes of content
+ * (RFC 8446 5.2: the inner type and the 16-byte tag follow them); returns the body's length. */
+static inline size_t sluice_record_header(unsigned char *record, size_t length) {
     size_t body = length + 1 + 16;
     record[0] = 0x17;
     record[1] = 0x03;
     record[2] = 0x03;
     record[3] = (unsigned char)(body >> 8);
     record[4] = (unsigned char)body;
+    return body;
+}
+
+/* Seals one record in place: `record` holds the 5-byte header (written here), then room for
+ * `length` bytes of ciphertext of `plaintext` (which may be elsewhere), the inner content
+ * type, and the 16-byte tag. Returns the record's whole length, or 0. */
+static inline size_t sluice_aead_seal(EVP_CIPHER_CTX *ctx, const unsigned char nonce[12], unsigned char *record,
+                                      const unsigned char *plaintext, size_t length, unsigned char type) {
+    size_t body = sluice_record_header(record, length);
     int n = 0;
     unsigned char *out = record + 5;
     if (EVP_EncryptInit_ex(ctx, NULL, NULL, NULL, nonce) != 1 || EVP_EncryptUpdate(ctx, NULL, &n, record, 5) != 1)

@@ -285,19 +285,22 @@ struct EnginePair {
         return buffer.withUnsafeMutableBytes { to.read(into: $0) }
     }
 
-    /// A pair of record layers with fixed secrets, the first sealing for the second.
-    static func layers(suite: TLSSuite = .aes128GCM) -> (peer: TLSRecordLayer, us: TLSRecordLayer) {
+    /// A pair of record layers with fixed secrets, the first sealing for the second, each with
+    /// its AES-GCM engine.
+    static func layers(
+        suite: TLSSuite = .aes128GCM, engines: (peer: AESGCMEngine, us: AESGCMEngine) = (.current, .current)
+    ) -> (peer: TLSRecordLayer, us: TLSRecordLayer) {
         let a = [UInt8](repeating: 1, count: suite.hashLength)
         let b = [UInt8](repeating: 2, count: suite.hashLength)
-        func layer(_ send: [UInt8], _ receive: [UInt8]) -> TLSRecordLayer {
+        func layer(_ send: [UInt8], _ receive: [UInt8], _ engine: AESGCMEngine) -> TLSRecordLayer {
             send.withUnsafeBytes { s in
                 receive.withUnsafeBytes { r in
                     TLSRecordLayer(
                         suite: suite, sendSecret: s, receiveSecret: r, input: TLSInputBuffer(capacity: 1 << 18),
-                        output: TLSOutputBuffer(capacity: 1 << 18), name: "test")!
+                        output: TLSOutputBuffer(capacity: 1 << 18), name: "test", engine: engine)!
                 }
             }
         }
-        return (layer(a, b), layer(b, a))
+        return (layer(a, b, engines.peer), layer(b, a, engines.us))
     }
 }

@@ -22,6 +22,8 @@ final class TLSRecordLayer {
     private let sending: TLSTrafficKeys
     private let receiving: TLSTrafficKeys
     let name: String
+    /// Whose AES-GCM seals and opens this connection's records.
+    var engine: AESGCMEngine { sending.engine }
     /// Why the connection failed (sticky: every later call reports it).
     private(set) var failure: SluiceError?
     /// The peer's close_notify arrived.
@@ -45,12 +47,13 @@ final class TLSRecordLayer {
     private var heldEnd = 0
 
     /// A record layer with the two directions' traffic secrets; nil when OpenSSL fails.
+    /// `engine`: whose AES-GCM, for an AES-GCM suite on a CPU that runs it.
     init?(
         suite: TLSSuite, sendSecret: UnsafeRawBufferPointer, receiveSecret: UnsafeRawBufferPointer,
-        input: TLSInputBuffer, output: TLSOutputBuffer, name: String
+        input: TLSInputBuffer, output: TLSOutputBuffer, name: String, engine: AESGCMEngine = .current
     ) {
-        guard let sending = TLSTrafficKeys(suite: suite, secret: sendSecret, encrypts: true),
-            let receiving = TLSTrafficKeys(suite: suite, secret: receiveSecret, encrypts: false)
+        guard let sending = TLSTrafficKeys(suite: suite, secret: sendSecret, encrypts: true, engine: engine),
+            let receiving = TLSTrafficKeys(suite: suite, secret: receiveSecret, encrypts: false, engine: engine)
         else { return nil }
         self.sending = sending
         self.receiving = receiving
@@ -108,9 +111,9 @@ final class TLSRecordLayer {
             _ = fail("TLS", "2^64 - 1 records sent with one key (the sequence number would wrap)")
             return false
         }
-        let sealed = sluice_aead_seal(
-            sending.cipher, nonce, record.assumingMemoryBound(to: UInt8.self),
-            plaintext.assumingMemoryBound(to: UInt8.self), count, type)
+        let sealed = sending.seal(
+            plaintext.assumingMemoryBound(to: UInt8.self), count: count, type: type,
+            into: record.assumingMemoryBound(to: UInt8.self), nonce: nonce)
         guard sealed == count + Self.overhead else { return false }
         output.commit(sealed)
         return true
@@ -220,11 +223,11 @@ final class TLSRecordLayer {
             return false
         }
         var last: UInt8 = 0
-        let opened = sluice_aead_open(
-            receiving.cipher, nonce, header.assumingMemoryBound(to: UInt8.self),
-            (header + 5).assumingMemoryBound(to: UInt8.self), length, target.assumingMemoryBound(to: UInt8.self),
-            &last)
-        guard opened == 1 else {
+        let opened = receiving.open(
+            header: header.assumingMemoryBound(to: UInt8.self),
+            ciphertext: (header + 5).assumingMemoryBound(to: UInt8.self),
+            length: length, into: target.assumingMemoryBound(to: UInt8.self), last: &last, nonce: nonce)
+        guard opened else {
             refuse(
                 .badRecordMAC, "a record failed its authentication (bad_record_mac: altered in transit, or a wrong key)"
             )

@@ -83,7 +83,7 @@ enum SluiceCommand {
     }
 
     /// `sluice --version`: the version, then the compression engines and transfer digests
-    /// present and those missing.
+    /// present and those missing, and whose AES-GCM seals TLS records.
     static var versionText: String {
         var lines = ["sluice \(version)"]
         let engines = CompressionEngine.allCases.map { engine in
@@ -95,6 +95,7 @@ enum SluiceCommand {
                 ? digest.libraryVersion.map { "\(digest) (libxxhash \($0))" } ?? "\(digest)" : "no \(digest)"
         }
         lines.append("transfer digests: " + digests.joined(separator: ", "))
+        lines.append("TLS AES-GCM: " + AESGCMEngine.current.summary)
         let threads = WorkerPool.shared.threadCount
         lines.append("worker threads: \(threads) (one per core)")
         return lines.joined(separator: "\n") + "\n"
