@@ -52,11 +52,12 @@ SLUICE_GCM_TARGET static inline __m128i ghash_mul(__m128i a, __m128i b) {
 
 /* acc = (acc + d[0]) * H^n + d[1] * H^(n-1) + … over the (up to) eight blocks in d, whose
  * bytes are still in wire order, `powers` pointing at H^n (blocks past the n-th are zero):
- * the products summed unreduced, then one reduction for both lanes, then the lanes summed. */
+ * the products summed unreduced (the one that waits for acc last), then one reduction for
+ * both lanes, then the lanes summed. */
 SLUICE_GCM_TARGET static inline __m128i ghash8(__m128i acc, const __m256i d[4], const __m128i *powers) {
     __m256i mask = _mm256_broadcastsi128_si256(bswap_mask128());
     __m256i lo = _mm256_setzero_si256(), mi = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
-    for (int v = 0; v < 4; v++) {
+    for (int v = 3; v >= 0; v--) {
         __m256i x = _mm256_shuffle_epi8(d[v], mask);
         if (v == 0) x = _mm256_xor_si256(x, _mm256_zextsi128_si256(acc));
         __m256i h = _mm256_loadu_si256((const __m256i *)(powers + 2 * v));
