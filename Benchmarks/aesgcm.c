@@ -1,0 +1,114 @@
+// The speed of sluice's own AES-GCM (Sources/CSluiceEngines/gcm.c) against OpenSSL's EVP on
+// the same TLS records: 16 KiB of plaintext and its content type sealed under a 5-byte header,
+// then opened, with AES-128 and AES-256. Each round times every way once, in an order that
+// turns each round; prints GB/s per way and round, then the medians and the median of the
+// per-round ratios own/OpenSSL. Built and run by Benchmarks/aesgcm.sh.
+#include "sluice_gcm.h"
+
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { RECORD = 16384, COUNT = 40000 };
+
+static unsigned char in[RECORD + 1], sealed[RECORD + 17], out[RECORD + 17];
+static const unsigned char header[5] = {0x17, 3, 3, (RECORD + 17) >> 8, (RECORD + 17) & 0xff};
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static int evp_seal(EVP_CIPHER_CTX *c, const unsigned char *nonce) {
+    int n = 0;
+    unsigned char type = 23;
+    return EVP_EncryptInit_ex(c, NULL, NULL, NULL, nonce) == 1 && EVP_EncryptUpdate(c, NULL, &n, header, 5) == 1 &&
+           EVP_EncryptUpdate(c, sealed, &n, in, RECORD) == 1 && EVP_EncryptUpdate(c, sealed + RECORD, &n, &type, 1) == 1 &&
+           EVP_EncryptFinal_ex(c, sealed + RECORD + 1, &n) == 1 &&
+           EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, 16, sealed + RECORD + 1) == 1;
+}
+
+static int evp_open(EVP_CIPHER_CTX *c, const unsigned char *nonce) {
+    int n = 0;
+    unsigned char tag[16];
+    memcpy(tag, sealed + RECORD + 1, 16);
+    return EVP_DecryptInit_ex(c, NULL, NULL, NULL, nonce) == 1 && EVP_DecryptUpdate(c, NULL, &n, header, 5) == 1 &&
+           EVP_DecryptUpdate(c, out, &n, sealed, RECORD + 1) == 1 &&
+           EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, 16, tag) == 1 && EVP_DecryptFinal_ex(c, tag, &n) == 1;
+}
+
+static int compare(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof(double), compare);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+int main(int argc, char **argv) {
+    int rounds = argc > 1 ? atoi(argv[1]) : 7;
+    if (rounds < 1 || rounds > 1000) rounds = 7;
+    if (!sluice_gcm_available()) {
+        puts("this CPU lacks VAES or VPCLMULQDQ: sluice uses OpenSSL's AES-GCM here");
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(in); i++) in[i] = (unsigned char)(i * 131 + 7);
+    unsigned char key[32], nonce[12] = {1, 2, 3};
+    for (int i = 0; i < 32; i++) key[i] = (unsigned char)(i * 17 + 3);
+    const char *names[4] = {"own seal", "OpenSSL seal", "own open", "OpenSSL open"};
+    for (int bits = 128; bits <= 256; bits += 128) {
+        sluice_gcm *own = sluice_gcm_new(key, (size_t)bits / 8);
+        EVP_CIPHER_CTX *seal = EVP_CIPHER_CTX_new(), *open = EVP_CIPHER_CTX_new();
+        const EVP_CIPHER *cipher = bits == 128 ? EVP_aes_128_gcm() : EVP_aes_256_gcm();
+        if (own == NULL || seal == NULL || open == NULL || EVP_EncryptInit_ex(seal, cipher, NULL, key, NULL) != 1 ||
+            EVP_DecryptInit_ex(open, cipher, NULL, key, NULL) != 1) {
+            fputs("aesgcm: set-up failed\n", stderr);
+            return 1;
+        }
+        double speed[4][1000], ratio[2][1000];
+        for (int r = 0; r < rounds; r++) {
+            for (int k = 0; k < 4; k++) {
+                int way = (k + r) % 4;
+                /* Each open reads what its own side sealed: seal once untimed first. */
+                if (way == 2) sluice_gcm_seal(own, nonce, header, 5, in, RECORD, 23, sealed);
+                if (way == 3 && !evp_seal(seal, nonce)) return 1;
+                double t0 = now();
+                int ok = 1;
+                unsigned char last;
+                for (int i = 0; i < COUNT && ok; i++) {
+                    switch (way) {
+                    case 0: ok = sluice_gcm_seal(own, nonce, header, 5, in, RECORD, 23, sealed); break;
+                    case 1: ok = evp_seal(seal, nonce); break;
+                    case 2: ok = sluice_gcm_open(own, nonce, header, 5, sealed, RECORD + 1, out, &last); break;
+                    default: ok = evp_open(open, nonce); break;
+                    }
+                }
+                if (!ok) {
+                    fprintf(stderr, "aesgcm: %s failed\n", names[way]);
+                    return 1;
+                }
+                speed[way][r] = (double)COUNT * RECORD / (now() - t0) / 1e9;
+            }
+            ratio[0][r] = speed[0][r] / speed[1][r];
+            ratio[1][r] = speed[2][r] / speed[3][r];
+            printf("AES-%d round %d: own seal %.2f, OpenSSL seal %.2f, own open %.2f, OpenSSL open %.2f GB/s\n", bits,
+                   r + 1, speed[0][r], speed[1][r], speed[2][r], speed[3][r]);
+        }
+        for (int k = 0; k < 4; k++) printf("AES-%d %s: median %.2f GB/s\n", bits, names[k], median(speed[k], rounds));
+        double low = ratio[0][0], high = ratio[0][0];
+        for (int r = 0; r < rounds; r++) low = ratio[0][r] < low ? ratio[0][r] : low, high = ratio[0][r] > high ? ratio[0][r] : high;
+        printf("AES-%d own/OpenSSL seal: median %.2f (range %.2f-%.2f)\n", bits, median(ratio[0], rounds), low, high);
+        low = high = ratio[1][0];
+        for (int r = 0; r < rounds; r++) low = ratio[1][r] < low ? ratio[1][r] : low, high = ratio[1][r] > high ? ratio[1][r] : high;
+        printf("AES-%d own/OpenSSL open: median %.2f (range %.2f-%.2f)\n", bits, median(ratio[1], rounds), low, high);
+        sluice_gcm_free(own);
+        EVP_CIPHER_CTX_free(seal);
+        EVP_CIPHER_CTX_free(open);
+    }
+    return 0;
+}
