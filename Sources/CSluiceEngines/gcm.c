@@ -22,6 +22,7 @@
 struct sluice_gcm {
     __m256i round_keys[15]; /* each round key in both 128-bit lanes */
     __m128i powers[16];     /* H^8 … H^1 (each times x^-1), then zeros for a short tail */
+    __m128i halves[16];     /* each power's two halves XORed (in both), for Karatsuba */
     int rounds;             /* 10 (AES-128) or 14 (AES-256) */
 };
 
@@ -52,20 +53,24 @@ SLUICE_GCM_TARGET static inline __m128i ghash_mul(__m128i a, __m128i b) {
 
 /* acc = (acc + d[0]) * H^n + d[1] * H^(n-1) + … over the (up to) eight blocks in d, whose
  * bytes are still in wire order, `powers` pointing at H^n (blocks past the n-th are zero):
- * the products summed unreduced (the one that waits for acc last), then one reduction for
- * both lanes, then the lanes summed. */
-SLUICE_GCM_TARGET static inline __m128i ghash8(__m128i acc, const __m256i d[4], const __m128i *powers) {
+ * the products summed unreduced (the one that waits for acc last), Karatsuba's way (three
+ * multiplies a block: the middle term from (a_L + a_H)(b_L + b_H), the key's half-sums
+ * stored with its powers), then one reduction for both lanes, then the lanes summed. */
+SLUICE_GCM_TARGET static inline __m128i ghash8(__m128i acc, const __m256i d[4], const __m128i *powers,
+                                               const __m128i *halves) {
     __m256i mask = _mm256_broadcastsi128_si256(bswap_mask128());
     __m256i lo = _mm256_setzero_si256(), mi = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
     for (int v = 3; v >= 0; v--) {
         __m256i x = _mm256_shuffle_epi8(d[v], mask);
         if (v == 0) x = _mm256_xor_si256(x, _mm256_zextsi128_si256(acc));
         __m256i h = _mm256_loadu_si256((const __m256i *)(powers + 2 * v));
+        __m256i k = _mm256_loadu_si256((const __m256i *)(halves + 2 * v));
         lo = _mm256_xor_si256(lo, _mm256_clmulepi64_epi128(h, x, 0x00));
-        mi = _mm256_xor_si256(mi, _mm256_xor_si256(_mm256_clmulepi64_epi128(h, x, 0x01),
-                                                    _mm256_clmulepi64_epi128(h, x, 0x10)));
         hi = _mm256_xor_si256(hi, _mm256_clmulepi64_epi128(h, x, 0x11));
+        __m256i xk = _mm256_xor_si256(x, _mm256_shuffle_epi32(x, 0x4e));
+        mi = _mm256_xor_si256(mi, _mm256_clmulepi64_epi128(k, xk, 0x00));
     }
+    mi = _mm256_xor_si256(mi, _mm256_xor_si256(lo, hi));
     __m256i poly = _mm256_broadcastsi128_si256(gfpoly128());
     __m256i t = _mm256_clmulepi64_epi128(poly, lo, 0x01);
     mi = _mm256_xor_si256(_mm256_xor_si256(mi, _mm256_shuffle_epi32(lo, 0x4e)), t);
@@ -156,6 +161,8 @@ SLUICE_GCM_TARGET static void expand_key(sluice_gcm *out, const uint8_t *key, si
         power = ghash_mul(power, h1);
     }
     for (int i = 8; i < 16; i++) out->powers[i] = _mm_setzero_si128();
+    for (int i = 0; i < 16; i++)
+        out->halves[i] = _mm_xor_si128(out->powers[i], _mm_shuffle_epi32(out->powers[i], 0x4e));
 }
 
 sluice_gcm *sluice_gcm_new(const uint8_t *key, size_t key_length) {
@@ -221,7 +228,7 @@ SLUICE_GCM_TARGET int sluice_gcm_seal(const sluice_gcm *key, const uint8_t nonce
     while (done + 128 <= length) {
         next_counters(&counter, b);
         aes8(key, b);
-        if (pending) acc = ghash8(acc, previous, key->powers);
+        if (pending) acc = ghash8(acc, previous, key->powers, key->halves);
         for (int v = 0; v < 4; v++) {
             previous[v] = _mm256_xor_si256(b[v], _mm256_loadu_si256((const __m256i *)(in + done + 32 * v)));
             _mm256_storeu_si256((__m256i *)(out + done + 32 * v), previous[v]);
@@ -229,7 +236,7 @@ SLUICE_GCM_TARGET int sluice_gcm_seal(const sluice_gcm *key, const uint8_t nonce
         pending = 1;
         done += 128;
     }
-    if (pending) acc = ghash8(acc, previous, key->powers);
+    if (pending) acc = ghash8(acc, previous, key->powers, key->halves);
     /* The tail (1…128 bytes): the rest of `in`, then the trailer, enciphered in a block of
      * zeros that are zeros again before the hash. */
     size_t rest = length - done + 1;
@@ -244,7 +251,7 @@ SLUICE_GCM_TARGET int sluice_gcm_seal(const sluice_gcm *key, const uint8_t nonce
     memset(tail + rest, 0, sizeof(tail) - rest);
     memcpy(out + done, tail, rest);
     for (int v = 0; v < 4; v++) b[v] = _mm256_loadu_si256((const __m256i *)(tail + 32 * v));
-    acc = ghash8(acc, b, key->powers + 8 - (rest + 15) / 16);
+    acc = ghash8(acc, b, key->powers + 8 - (rest + 15) / 16, key->halves + 8 - (rest + 15) / 16);
     _mm_storeu_si128((__m128i *)(out + length + 1), finish_tag(key, acc, j0, aad_length, length + 1));
     explicit_bzero(tail, sizeof(tail));
     return 1;
@@ -261,7 +268,7 @@ SLUICE_GCM_TARGET int sluice_gcm_open(const sluice_gcm *key, const uint8_t nonce
     __m256i b[4], c[4];
     while (done + 128 < length) {
         for (int v = 0; v < 4; v++) c[v] = _mm256_loadu_si256((const __m256i *)(in + done + 32 * v));
-        acc = ghash8(acc, c, key->powers);
+        acc = ghash8(acc, c, key->powers, key->halves);
         next_counters(&counter, b);
         aes8(key, b);
         for (int v = 0; v < 4; v++)
@@ -273,7 +280,7 @@ SLUICE_GCM_TARGET int sluice_gcm_open(const sluice_gcm *key, const uint8_t nonce
     uint8_t tail[128] = {0};
     memcpy(tail, in + done, rest);
     for (int v = 0; v < 4; v++) c[v] = _mm256_loadu_si256((const __m256i *)(tail + 32 * v));
-    acc = ghash8(acc, c, key->powers + 8 - (rest + 15) / 16);
+    acc = ghash8(acc, c, key->powers + 8 - (rest + 15) / 16, key->halves + 8 - (rest + 15) / 16);
     __m128i tag = finish_tag(key, acc, j0, aad_length, length);
     __m128i given = _mm_loadu_si128((const __m128i *)(in + length));
     int ok = _mm_movemask_epi8(_mm_cmpeq_epi8(tag, given)) == 0xffff;
