@@ -26,7 +26,7 @@ package enum AESGCMEngine: String, Sendable, CaseIterable {
 
     /// The engine new connections use.
     package static let current: AESGCMEngine = {
-        if environmentValue("SLUICE_AES_GCM") == AESGCMEngine.openssl.rawValue { return .openssl }
+        if environmentValue("SLUICE_AES_GCM")?.lowercased() == AESGCMEngine.openssl.rawValue { return .openssl }
         return AESGCMEngine.vector.isSupported ? .vector : .openssl
     }()
 
