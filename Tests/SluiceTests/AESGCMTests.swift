@@ -172,3 +172,30 @@ struct AESGCMTests {
         }
     }
 }
+
+/// How `SLUICE_AES_GCM` and the CPU choose the engine (whatever this CPU has).
+@Suite struct AESGCMEngineChoiceTests {
+    /// `openssl` (any case) always wins; `vaes` where the CPU runs it; otherwise, and for an
+    /// unknown value, the measurement decides where sluice's own can run, and OpenSSL's
+    /// elsewhere without measuring.
+    @Test func theSettingThenTheMeasurement() {
+        let unmeasured: () -> AESGCMEngine = {
+            Issue.record("measured where the choice was made")
+            return .vector
+        }
+        #expect(AESGCMEngine.choose(setting: "openssl", supported: true, measure: unmeasured) == .openssl)
+        #expect(AESGCMEngine.choose(setting: "OpenSSL", supported: true, measure: unmeasured) == .openssl)
+        #expect(AESGCMEngine.choose(setting: "vaes", supported: true, measure: unmeasured) == .vector)
+        #expect(AESGCMEngine.choose(setting: "VAES", supported: false, measure: unmeasured) == .openssl)
+        #expect(AESGCMEngine.choose(setting: nil, supported: false, measure: unmeasured) == .openssl)
+        #expect(AESGCMEngine.choose(setting: nil, supported: true, measure: { .openssl }) == .openssl)
+        #expect(AESGCMEngine.choose(setting: nil, supported: true, measure: { .vector }) == .vector)
+        #expect(AESGCMEngine.choose(setting: "chacha", supported: true, measure: { .vector }) == .vector)
+    }
+
+    /// The measurement names an engine this CPU runs, and the engine in use is one.
+    @Test func theMeasurementNamesAnEngineThisCPURuns() {
+        #expect(AESGCMEngine.faster().isSupported)
+        #expect(AESGCMEngine.current.isSupported)
+    }
+}

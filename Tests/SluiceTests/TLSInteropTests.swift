@@ -164,10 +164,17 @@ final class FlippingProxy: Sendable {
 
 /// sluice's own record layer against OpenSSL's, over real sockets.
 @Suite(.serialized, .ownThreads) struct TLSInteropTests {
+    /// The AES-GCM engines this CPU runs: each interop test runs with each.
+    static let engines = AESGCMEngine.allCases.filter(\.isSupported)
+    /// For `s_client`, which prefers ChaCha20 to AES-128 when its AES-256 is not taken: each
+    /// engine with AES-128-GCM, then ChaCha20-Poly1305 (always OpenSSL's).
+    static let clientEngines = engines + [.openssl]
+    static let clientSuites = engines.map { _ in "TLS_AES_128_GCM_SHA256" } + ["TLS_CHACHA20_POLY1305_SHA256"]
+
     /// A client with a throwaway certificate's server: `openssl s_server` sends 3 MiB (after
     /// its two session tickets, which are skipped) read in pieces and whole records, takes
     /// 3 MiB, and ends at our close_notify.
-    @Test func againstOpenSSLServerWithACertificateAndTickets() throws {
+    @Test(arguments: engines) func againstOpenSSLServerWithACertificateAndTickets(aesGCM: AESGCMEngine) throws {
         try withTemporaryDirectory { dir in
             let status = try runProcess(
                 "/usr/bin/openssl",
@@ -184,12 +191,15 @@ final class FlippingProxy: Sendable {
                     "-naccept", "1", "-quiet", "-nbio", "-tls1_3",
                 ], in: dir)
             #expect(waitUntil { OpenSSLPeer.listening(port) })
-            let context = try clientContext { $0.verifiesPeer = false }
+            let context = try clientContext {
+                $0.verifiesPeer = false
+                $0.aesGCM = aesGCM
+            }
             let (input, output) = TLS.secure(Socket.connect(host: "127.0.0.1", port: port), context: context)
             input.open()
             output.open()
             let engine = try #require((input as? TLSReadStream)?.connection.engine)
-            #expect(engine.records != nil)
+            #expect(engine.records?.engine == aesGCM)
             let down = randomBytes(3 << 20, seed: 61)
             server.type(down)
             try #require(digest(readExactly(down.count, from: input, sizes: [1000, 70_000, 16384, 5])) == digest(down))
@@ -205,15 +215,18 @@ final class FlippingProxy: Sendable {
     /// A server with a pre-shared key against `openssl s_client`: data both ways, the
     /// client's KeyUpdate with update_requested (its `K` command) applied to what it sends
     /// next, ours sent in answer and our later records read by it, and its close_notify the end.
-    @Test func againstOpenSSLClientWithAKeyAndKeyUpdates() throws {
+    @Test(arguments: zip(clientEngines, clientSuites))
+    func againstOpenSSLClientWithAKeyAndKeyUpdates(aesGCM: AESGCMEngine, suite: String) throws {
         try withTemporaryDirectory { dir in
             let key = [UInt8](repeating: 0x5a, count: 32)
             let listener = try Socket.listen(host: "127.0.0.1", port: 0)
             defer { listener.close() }
-            let client = try Self.pskClient(port: listener.port, key: key, in: dir)
-            let (input, output) = try Self.acceptPSK(listener, key: key)
+            let client = try Self.pskClient(port: listener.port, key: key, suite: suite, in: dir)
+            let (input, output) = try Self.acceptPSK(listener, key: key, aesGCM: aesGCM)
             let engine = try #require((input as? TLSReadStream)?.connection.engine)
             let records = try #require(engine.records)
+            #expect(engine.cipherName == suite)
+            #expect(records.engine == aesGCM)
             let first = commandFreeBytes(1 << 20, seed: 71)
             client.type(first)
             try #require(digest(readExactly(first.count, from: input, sizes: [300_000, 999])) == digest(first))
@@ -240,14 +253,14 @@ final class FlippingProxy: Sendable {
     /// A record of `s_client`'s altered on the way (a relay flips a byte of it): sluice's
     /// server fails the connection with bad_record_mac and tells the client so in a fatal alert
     /// (RFC 8446 §5.2), which OpenSSL reads and reports.
-    @Test func aRecordAlteredInTransitIsAnsweredWithAnAlert() throws {
+    @Test(arguments: engines) func aRecordAlteredInTransitIsAnsweredWithAnAlert(aesGCM: AESGCMEngine) throws {
         try withTemporaryDirectory { dir in
             let key = [UInt8](repeating: 0x3c, count: 32)
             let listener = try Socket.listen(host: "127.0.0.1", port: 0)
             defer { listener.close() }
             let proxy = try FlippingProxy(to: listener.port)
-            let client = try Self.pskClient(port: proxy.port, key: key, in: dir)
-            let (input, output) = try Self.acceptPSK(listener, key: key)
+            let client = try Self.pskClient(port: proxy.port, key: key, suite: "TLS_AES_128_GCM_SHA256", in: dir)
+            let (input, output) = try Self.acceptPSK(listener, key: key, aesGCM: aesGCM)
             let first = commandFreeBytes(1000, seed: 81)
             client.type(first)
             try #require(digest(readExactly(first.count, from: input, sizes: [65536])) == digest(first))
@@ -264,22 +277,25 @@ final class FlippingProxy: Sendable {
         }
     }
 
-    /// `openssl s_client` with the pre-shared `key` (identity "interop"), TLS 1.3 only,
-    /// connecting to 127.0.0.1:`port`.
-    static func pskClient(port: UInt16, key: [UInt8], in dir: String) throws -> OpenSSLPeer {
+    /// `openssl s_client` with the pre-shared `key` (identity "interop"), TLS 1.3 only with
+    /// `suite`, connecting to 127.0.0.1:`port`.
+    static func pskClient(port: UInt16, key: [UInt8], suite: String, in dir: String) throws -> OpenSSLPeer {
         let hex = key.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined()
         return try OpenSSLPeer(
             [
                 "s_client", "-connect", "127.0.0.1:\(port)", "-psk", hex, "-psk_identity", "interop", "-tls1_3",
-                "-quiet", "-no_ign_eof",
+                "-ciphersuites", suite, "-quiet", "-no_ign_eof",
             ], in: dir)
     }
 
-    /// The listener's next connection, secured as a server with the pre-shared `key`; the
-    /// streams open.
-    static func acceptPSK(_ listener: SocketListener, key: [UInt8]) throws -> (ReadStream, WriteStream) {
+    /// The listener's next connection, secured as a server with the pre-shared `key` and the
+    /// `aesGCM` engine; the streams open.
+    static func acceptPSK(_ listener: SocketListener, key: [UInt8], aesGCM: AESGCMEngine) throws -> (
+        ReadStream, WriteStream
+    ) {
         var settings = TLSSettings(role: .server)
         settings.preSharedKey = PreSharedKey(key: key, identity: "interop")
+        settings.aesGCM = aesGCM
         let context = try TLSContext(settings)
         let (socketIn, socketOut, _) = try listener.accept(timeout: .seconds(20))
         let (input, output) = TLS.secure((socketIn, socketOut), context: context)

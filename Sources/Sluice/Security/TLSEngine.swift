@@ -259,7 +259,8 @@ final class TLSEngine {
                 start: raw + MemoryLayout<sluice_secrets>.offset(of: \.server)!, count: suite.hashLength)
             let layer = TLSRecordLayer(
                 suite: suite, sendSecret: role == .client ? client : server,
-                receiveSecret: role == .client ? server : client, input: input, output: output, name: name)
+                receiveSecret: role == .client ? server : client, input: input, output: output, name: name,
+                engine: context.settings.aesGCM ?? .current)
             if let layer {
                 // OpenSSL's last handshake bytes (the client's Finished) go before our records
                 // (they fit: the output is as large as the BIO pair's buffer, and empty).

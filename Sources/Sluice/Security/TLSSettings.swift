@@ -73,6 +73,9 @@ public struct TLSSettings: Sendable {
     public var preSharedKey: PreSharedKey?
     /// The limit for the handshake, from the socket's connection on.
     public var handshakeTimeout: Duration = .seconds(30)
+    /// Whose AES-GCM seals and opens the records (for tests and comparisons); nil: the one
+    /// chosen for the process (`AESGCMEngine.current`).
+    package var aesGCM: AESGCMEngine?
 
     public init(role: TLSRole) {
         self.role = role
