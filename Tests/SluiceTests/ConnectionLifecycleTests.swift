@@ -211,6 +211,66 @@ struct ConnectionLifecycleTests {
         #expect(peer.bytes == [0, 1, 2, 3, 4, 5, 6])
     }
 
+    /// Memory lent to a connection (`sendLent`): bytes of one value, freed when given back.
+    private final class Loan {
+        let bytes: UnsafeMutableRawBufferPointer
+        private(set) var returns = 0
+
+        init(_ value: UInt8, count: Int) {
+            bytes = .allocate(byteCount: count, alignment: 16)
+            bytes.initializeMemory(as: UInt8.self, repeating: value)
+        }
+
+        func giveBack() { returns += 1 }
+
+        deinit { bytes.deallocate() }
+    }
+
+    @Test("Lent frames go out in their place among the messages, each given back once all of it is written")
+    func lentFramesGoOutInOrder() throws {
+        let loop = try EventLoop()
+        let (connection, _, _, peerReader) = Self.connection(on: loop)
+        let peer = PeerReader(peerReader)
+        let (first, second) = (Loan(0xAA, count: 10_000), Loan(0xBB, count: 100))
+        connection.send([1, 2, 3])
+        #expect(connection.sendLent(UnsafeRawBufferPointer(first.bytes), done: first.giveBack))
+        connection.send([4])
+        #expect(connection.sendLent(UnsafeRawBufferPointer(second.bytes), done: second.giveBack))
+        connection.send([5, 6])
+        #expect(connection.pendingBytes == 6 + 10_100)
+        connection.flush()
+        #expect(first.returns == 0, "given back before the peer read it")
+        #expect(runLoop(loop) { peer.poll().bytes.count == 10_106 })
+        let expected: [UInt8] =
+            [1, 2, 3] + [UInt8](repeating: 0xAA, count: 10_000) + [4] + [UInt8](repeating: 0xBB, count: 100) + [5, 6]
+        #expect(peer.bytes == expected)
+        #expect(first.returns == 1 && second.returns == 1)
+        #expect(connection.isFlushed && connection.pendingBytes == 0 && connection.bytesWritten == 10_106)
+    }
+
+    @Test("A loan is refused while bytes are held for a BATCH; one unwritten at the close is given back, once")
+    func lentFramesOnHoldAndClose() throws {
+        let loop = try EventLoop()
+        let (connection, owner, _, peerReader) = Self.connection(on: loop)
+        let (held, big) = (Loan(1, count: 10), Loan(2, count: 1 << 16))
+        connection.hold()
+        #expect(!connection.sendLent(UnsafeRawBufferPointer(held.bytes), done: held.giveBack))
+        connection.release()
+        #expect(held.returns == 0 && connection.isFlushed)
+        // The peer never reads: the pair takes 4 KiB, the rest stays lent.
+        #expect(connection.sendLent(UnsafeRawBufferPointer(big.bytes), done: big.giveBack))
+        connection.flush()
+        #expect(runLoop(loop) { connection.bytesWritten > 0 })
+        #expect(big.returns == 0 && !connection.isFlushed)
+        connection.close()
+        #expect(big.returns == 1 && connection.pendingBytes == 0 && owner.closes == 1)
+        connection.close()
+        #expect(big.returns == 1)
+        #expect(!connection.sendLent(UnsafeRawBufferPointer(held.bytes), done: held.giveBack), "lent after the close")
+        let peer = PeerReader(peerReader)
+        #expect(peer.poll().bytes.allSatisfy { $0 == 2 })
+    }
+
     @Test("The peer's close is told once after its bytes; a closed connection writes nothing and closes once")
     func peerClosesThenConnectionCloses() throws {
         let loop = try EventLoop()

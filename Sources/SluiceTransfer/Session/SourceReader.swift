@@ -5,15 +5,31 @@ import Sluice
 #endif
 
 /// A chunk's worth of memory that a read job fills on a worker and the loop then takes from;
-/// freed with its last owner (a job still running on a file given up holds it until it ends).
+/// freed with its last owner (a job still running on a file given up holds it until it ends,
+/// a connection writing it as a frame until it is written).
 final class ReadBuffer: @unchecked Sendable {
+    /// Room before `bytes` for a frame's header, so that a chunk read whole goes out as a
+    /// frame from here (`frame`); the bytes stay 64-byte aligned after it.
+    static let headroom = 64
+    private let storage: UnsafeMutableRawBufferPointer
+    /// Where reads go: the chunk.
     let bytes: UnsafeMutableRawBufferPointer
 
     init(capacity: Int) {
-        bytes = .allocate(byteCount: max(1, capacity), alignment: 64)
+        storage = .allocate(byteCount: Self.headroom + max(1, capacity), alignment: 64)
+        bytes = UnsafeMutableRawBufferPointer(rebasing: storage[Self.headroom...])
     }
 
-    deinit { bytes.deallocate() }
+    /// The first `count` bytes of the chunk as a frame of `type`: its header written into the
+    /// room before them, the whole frame returned.
+    func frame(_ type: Wire.MessageType, count: Int) -> UnsafeRawBufferPointer {
+        let start = Self.headroom - Wire.frameHeaderSize
+        let whole = UnsafeMutableRawBufferPointer(rebasing: storage[start..<Self.headroom + count])
+        Wire.putFrameHeader(type, length: count, into: whole)
+        return UnsafeRawBufferPointer(whole)
+    }
+
+    deinit { storage.deallocate() }
 }
 
 /// A sender's spare read buffers, used again file after file. Loop thread only.
@@ -312,6 +328,24 @@ final class SourceReader {
         case .failed(let reason):
             return .failed(reason)
         }
+    }
+
+    /// Takes the next read whole when it is one of bytes not yet taken from: its buffer and
+    /// how many bytes it holds, the buffer the caller's until it gives it back (`giveBack`).
+    /// Nil when the next is not that (nothing read yet, a hole, the end, a read begun by
+    /// `take`): `take` then says what it is.
+    func takeWhole() -> (buffer: ReadBuffer, count: Int)? {
+        guard let (buffer, piece) = ready.first, let buffer, taken == 0, case .data(let count, _, _) = piece else {
+            return nil
+        }
+        ready.removeFirst()
+        fill()
+        return (buffer, count)
+    }
+
+    /// A buffer from `takeWhole`, done with.
+    func giveBack(_ buffer: ReadBuffer) {
+        stock.give(buffer)
     }
 
     /// Whether the file changed since it was opened, checked on the worker after its reads

@@ -69,10 +69,11 @@ extension TransferSender {
             return
         }
         let chunk = options.chunkSize.bytes
-        while current === file, file.lifecycle.isProducing, connection.outbound.readableBytes < chunk,
+        while current === file, file.lifecycle.isProducing, connection.pendingBytes < chunk,
             connection.outbound.reserve(chunk + Wire.frameHeaderSize + 64)
         {
             guard hasher.hasRoom(for: chunk) else { return }  // `onRoom` calls again
+            if !file.compressed, lendRead(file, connection) { continue }
             let payload = connection.outbound.framePayload(chunk)
             var produced = 0
             if file.compressed, let deflate, let raw = rawBuffer {
@@ -127,6 +128,27 @@ extension TransferSender {
                 return
             }
         }
+    }
+
+    /// Sends the file's next chunk read by a worker as a DATA frame from the buffer it was read
+    /// into (its header in the room before it): hashed there, then written to the socket or
+    /// sealed into TLS records from there, with no copy into the outbound buffer. False when
+    /// the next is not a whole chunk read and waiting (`readSource` then says what it is).
+    private func lendRead(_ file: OutgoingFile, _ connection: WireConnection) -> Bool {
+        guard file.fd != nil, file.preloaded == nil || file.range != nil, let reader = file.reader,
+            let (buffer, count) = reader.takeWhole()
+        else { return false }
+        let bytes = UnsafeRawBufferPointer(rebasing: buffer.bytes[0..<count])
+        noteRead(file, bytes)
+        let frame = buffer.frame(.data, count: count)
+        if !connection.sendLent(frame, done: { reader.giveBack(buffer) }) {
+            // Bytes are held for a BATCH: this frame goes after them, copied.
+            connection.outbound.framePayload(count).copyMemory(from: bytes)
+            connection.outbound.commitFrame(.data, length: count)
+            reader.giveBack(buffer)
+        }
+        connection.flush()
+        return true
     }
 
     /// One step of the file's deflate stream: `raw`'s bytes in (none when `ending`: the stream

@@ -192,7 +192,7 @@ extension TransferSender {
             return
         }
         while current === file, file.lifecycle.phase == .sending, let op = delta.nextOp,
-            connection.outbound.readableBytes < chunk, connection.outbound.reserve(chunk + Wire.frameHeaderSize + 64)
+            connection.pendingBytes < chunk, connection.outbound.reserve(chunk + Wire.frameHeaderSize + 64)
         {
             // State moves on before anything is written: a write may call back into `produce`.
             switch op {
@@ -220,7 +220,7 @@ extension TransferSender {
         _ deflate: StageDriver, _ connection: WireConnection
     ) {
         let chunk = options.chunkSize.bytes
-        while current === file, file.lifecycle.phase == .sending, connection.outbound.readableBytes < chunk,
+        while current === file, file.lifecycle.phase == .sending, connection.pendingBytes < chunk,
             connection.outbound.reserve(chunk + Wire.frameHeaderSize + 64), let raw = rawBuffer
         {
             let op = delta.nextOp

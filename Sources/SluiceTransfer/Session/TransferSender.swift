@@ -102,7 +102,7 @@ public final class TransferSender: ProtocolRole {
     private(set) lazy var sourceWatcher = SourceWatcher(self)
     /// Reads of the files' data, chunk after chunk, in order (`SourceReader`).
     private(set) lazy var readLane = SerialLane(pool: .shared)
-    private(set) lazy var readBuffers = ReadBufferStock(capacity: options.chunkSize.bytes, keep: Self.readAhead)
+    private(set) lazy var readBuffers = ReadBufferStock(capacity: options.chunkSize.bytes, keep: Self.readAhead + 2)
     /// Opens of the entries to come, in batches (`TransferSender+Reading`), and what they opened.
     private(set) lazy var openLane = SerialLane(pool: .shared)
     var opens = SenderOpens()

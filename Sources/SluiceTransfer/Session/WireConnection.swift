@@ -33,7 +33,8 @@ extension WireConnectionOwner {
 /// - An optional rate limit (a token bucket on the loop's timers) paces the writes.
 ///
 /// Memory is the two buffers: the outbound one fixed at creation, the inbound one sized by the
-/// owner (`wireInboundCapacity`).
+/// owner (`wireInboundCapacity`), and what the owner lends (`sendLent`): a frame written from
+/// its owner's memory, not copied into `outbound`.
 final class WireConnection: ByteStreamDelegate {
     let input: ReadStream
     let output: WriteStream
@@ -87,6 +88,18 @@ final class WireConnection: ByteStreamDelegate {
 
     private let rateLimit: Int?
     private var limiter: RateLimiter?
+
+    /// Frames lent by the owner (`sendLent`), in order; each goes out after the `before` bytes
+    /// of `outbound` that were appended ahead of it (and after the frames lent before it).
+    private var lent: [(bytes: UnsafeRawBufferPointer, before: Int, done: () -> Void)] = []
+    /// Bytes of `outbound` that go out before the last lent frame: the sum of `before`.
+    private var outboundBeforeLent = 0
+    /// Lent bytes not yet written.
+    private(set) var lentBytes = 0
+    /// Bytes waiting to be written: `outbound`'s and the lent frames'.
+    var pendingBytes: Int { outbound.readableBytes + lentBytes }
+    /// Nothing waits to be written.
+    var isFlushed: Bool { outbound.isEmpty && lent.isEmpty }
 
     init(
         input: ReadStream, output: WriteStream, inboundCapacity: Int, outboundCapacity: Int, rateLimit: Int? = nil
@@ -177,7 +190,7 @@ final class WireConnection: ByteStreamDelegate {
 
     /// One read if an offer is waiting and there is room; true when bytes arrived.
     private func readOnce() -> Bool {
-        guard readOffered, lifecycle.reads, outbound.readableBytes <= pauseReadingAbove else { return false }
+        guard readOffered, lifecycle.reads, pendingBytes <= pauseReadingAbove else { return false }
         // No pointer into the buffer is held here: the owner has returned from parsing.
         resizeInbound()
         // The decoder streams DATA: any other message it may wait for the rest of is smaller.
@@ -260,6 +273,25 @@ final class WireConnection: ByteStreamDelegate {
         }
     }
 
+    /// Sends the frame at `bytes` from where it is, after everything sent before it: the
+    /// owner's memory (a chunk a worker read from a file, its header in front) goes to the
+    /// socket, or is sealed into TLS records, without a copy into `outbound`. `done` runs on
+    /// the loop once all of it is written, or when the connection closes: `bytes` stay the
+    /// owner's until then. False (nothing taken) while bytes are held for a BATCH (`hold`):
+    /// the owner copies then.
+    func sendLent(_ bytes: UnsafeRawBufferPointer, done: @escaping () -> Void) -> Bool {
+        guard !isClosed, heldFrom == nil else { return false }
+        guard !bytes.isEmpty else {
+            done()
+            return true
+        }
+        let before = outbound.readableBytes - outboundBeforeLent
+        lent.append((bytes, before, done))
+        outboundBeforeLent += before
+        lentBytes += bytes.count
+        return true
+    }
+
     /// Runs `body` with `send` appending only, then writes what it sent at once (what is held
     /// for a BATCH excepted). Nested calls write once, at the end of the outermost.
     func corking(_ body: () -> Void) {
@@ -291,19 +323,33 @@ final class WireConnection: ByteStreamDelegate {
         var writes = 0
         while writeOffered.isSet, !isClosed, writes < 8 {
             if outbound.readableBytes < outbound.capacity / 2 { owner?.wireCanSend(self) }
-            guard !isClosed, !outbound.isEmpty else { break }
-            var allowed = min(outbound.readableBytes, heldFrom ?? .max)
+            guard !isClosed, !isFlushed else { break }
+            // The next lent frame, once the bytes of `outbound` before it are out.
+            let lending = lent.first.map { $0.before == 0 } ?? false
+            let beforeLent = lent.first?.before ?? .max
+            var allowed = lending ? lent[0].bytes.count : min(outbound.readableBytes, heldFrom ?? .max, beforeLent)
             guard allowed > 0 else { break }
             if let limiter {
                 allowed = min(allowed, limiter.take(wanted: allowed))
                 if allowed == 0 { return }
             }
-            let slice = UnsafeRawBufferPointer(rebasing: outbound.readable[0..<allowed])
+            let slice =
+                lending
+                ? UnsafeRawBufferPointer(rebasing: lent[0].bytes[0..<allowed])
+                : UnsafeRawBufferPointer(rebasing: outbound.readable[0..<allowed])
             switch output.tryWrite(from: slice) {
             case .processed(let n) where n > 0:
                 writeOffered.take()
-                outbound.consume(n)
-                heldFrom? -= n
+                if lending {
+                    wroteLent(n)
+                } else {
+                    outbound.consume(n)
+                    heldFrom? -= n
+                    if !lent.isEmpty {
+                        lent[0].before -= n
+                        outboundBeforeLent -= n
+                    }
+                }
                 bytesWritten += UInt64(n)
                 lastActivity = monotonicNanoseconds()
                 limiter?.spend(n)
@@ -319,13 +365,24 @@ final class WireConnection: ByteStreamDelegate {
                 writeOffered.take()
             }
         }
-        if writeOffered.isSet && writes > 0 && outbound.readableBytes > (heldFrom ?? 0) {
+        if writeOffered.isSet && writes > 0 && pendingBytes > (heldFrom ?? 0) {
             // Bounded work per event: the stream was re-armed by the last write. (Only held
             // bytes left: the offer is kept, and `release` writes them at once.)
             writeOffered.take()
         }
-        if outbound.readableBytes <= pauseReadingAbove { readIfAllowed() }
-        if outbound.isEmpty { take(.flushed) }
+        if pendingBytes <= pauseReadingAbove { readIfAllowed() }
+        if isFlushed { take(.flushed) }
+    }
+
+    /// `n` bytes of the first lent frame were written: once all are, it goes back to its owner.
+    private func wroteLent(_ n: Int) {
+        lentBytes -= n
+        let rest = lent[0].bytes.count - n
+        guard rest == 0 else {
+            lent[0].bytes = UnsafeRawBufferPointer(rebasing: lent[0].bytes[n...])
+            return
+        }
+        lent.removeFirst().done()
     }
 
     // MARK: Ending
@@ -348,7 +405,7 @@ final class WireConnection: ByteStreamDelegate {
         case .reportPeerClosed:
             owner?.wirePeerClosed(self)
         case .flush:
-            if outbound.isEmpty { take(.flushed) } else { flush() }
+            if isFlushed { take(.flushed) } else { flush() }
         case .shutOutputAndDrain:
             output.close()
             drain()
@@ -362,7 +419,7 @@ final class WireConnection: ByteStreamDelegate {
     /// Reads and drops what the peer sends, until it closes (then closes too) or would block.
     /// Into a scratch buffer of its own: bytes of `inbound` may still be lent to a worker.
     private func drain() {
-        guard !isClosed, outbound.isEmpty else { return }
+        guard !isClosed, isFlushed else { return }
         var scratch = [UInt8](repeating: 0, count: 16 << 10)
         let closes = scratch.withUnsafeMutableBytes { buffer in
             while true {
@@ -402,6 +459,12 @@ final class WireConnection: ByteStreamDelegate {
         output.delegate = nil
         output.close()
         input.close()
+        // What was lent goes back unwritten: the owners' memory is theirs again.
+        let unwritten = lent
+        lent.removeAll()
+        lentBytes = 0
+        outboundBeforeLent = 0
+        for frame in unwritten { frame.done() }
         if let loop {
             input.remove(from: loop)
             output.remove(from: loop)
