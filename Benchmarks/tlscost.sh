@@ -4,7 +4,8 @@
 # `nc -N` → `nc -l`, on loopback, in alternating rounds (the order rotates each round), each
 # into /dev/shm (`--no-fsync`: the figure is the transport's, not the disk's). Prints each run's
 # wall time (sender's start to both ends' exit) and user/system CPU of each end, then the
-# medians and ranges of authenticated/insecure and authenticated/nc.
+# medians and ranges of authenticated/insecure and authenticated/nc, and each kind's CPU seconds
+# (both ends, and each end), which move less than the walls on a VM whose page faults vary.
 #
 #   Benchmarks/tlscost.sh                      # ROUNDS=5, .build/release/sluice
 #   SLUICE=/path/to/sluice ROUNDS=7 Benchmarks/tlscost.sh
@@ -61,12 +62,18 @@ run() {
 
 kinds=(auth insecure nc)
 [ -n "${SLUICE_OLD:-}" ] && kinds+=(auth-old insecure-old)
-declare -A wall
+declare -A wall cpu sender receiver
 for r in $(seq "$ROUNDS"); do
     for i in "${!kinds[@]}"; do
         k=${kinds[$(((i + r) % ${#kinds[@]}))]}
         line=$(run "$k")
         wall[$k]+="${line%% *} "
+        # CPU seconds of each end and of both (the totals are exact; their split into user
+        # and system is the kernel's sampling, by the tick on some kernels).
+        read -r _ ru rs su ss <<<"$line"
+        receiver[$k]+="$(awk -v u="$ru" -v s="$rs" 'BEGIN {printf "%.2f", u + s}') "
+        sender[$k]+="$(awk -v u="$su" -v s="$ss" 'BEGIN {printf "%.2f", u + s}') "
+        cpu[$k]+="$(awk -v a="$ru" -v b="$rs" -v c="$su" -v d="$ss" 'BEGIN {printf "%.2f", a + b + c + d}') "
         echo "round $r $k: wall ${line%% *} s, receiver user/sys $(echo "$line" | cut -d' ' -f2-3), sender user/sys $(echo "$line" | cut -d' ' -f4-5)"
     done
 done
@@ -78,11 +85,16 @@ ratio() {
         sort -g | awk '{a[NR]=$1} END {printf "median %.3f, range %.3f-%.3f", (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2, a[1], a[NR]}'
 }
 for k in "${kinds[@]}"; do echo "$k wall: ${wall[$k]}(median $(echo "${wall[$k]}" | median))"; done
+for k in "${kinds[@]}"; do
+    echo "$k CPU s, both ends: ${cpu[$k]}(median $(echo "${cpu[$k]}" | median)); receiver median" \
+        "$(echo "${receiver[$k]}" | median), sender median $(echo "${sender[$k]}" | median)"
+done
 echo "auth/insecure: $(ratio auth insecure) (target <= 1.15)"
 echo "auth/nc: $(ratio auth nc) (target <= 1.0)"
 if [ -n "${SLUICE_OLD:-}" ]; then
     echo "old auth/insecure: $(ratio auth-old insecure-old)"
     echo "old auth/nc: $(ratio auth-old nc)"
     echo "auth/old auth: $(ratio auth auth-old)"
+    echo "insecure/old insecure: $(ratio insecure insecure-old)"
 fi
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -79,15 +79,33 @@ final class ReadCursor: @unchecked Sendable {
     private let opened: (size: UInt64, mtime: timespec)?
     private var failure: String?
     private var reads = 0
+    /// The file's digest, updated with each read's bytes as they are read (see `init`).
+    private let digest: FileDigest?
 
-    init(fd: Int32, path: String, from start: UInt64, to end: UInt64, sparse: Bool, opened: (UInt64, timespec)?) {
+    /// With `digest` (XXH3-128, of a file read whole and in order: not sparse, no range, no
+    /// delta), each read's bytes are hashed here, on the read lane, in pieces of `hashPiece`
+    /// read and hashed in turn while they are in this core's cache: the loop then neither
+    /// hashes them nor reads them in from another core's cache for it (15–20 % of a sender's
+    /// samples when it did). The reads run in order, one at a time, so the digest sees the
+    /// file's bytes in order; the loop finalizes it after the last read came back.
+    init(
+        fd: Int32, path: String, from start: UInt64, to end: UInt64, sparse: Bool, opened: (UInt64, timespec)?,
+        digest: FileDigest? = nil
+    ) {
         self.fd = fd
         self.path = path
         position = start
         self.end = end
         self.sparse = sparse
         self.opened = opened
+        self.digest = sparse ? nil : digest
     }
+
+    /// Whether the reads hash what they read (`init`'s `digest`).
+    var hashes: Bool { digest != nil }
+
+    /// 256 KiB: half of a Zen 3 core's L2, a fifth of a Xeon's.
+    static let hashPiece = 256 << 10
 
     /// Reads the next bytes from where the last read stopped (a chunk at most), or finds the
     /// hole there.
@@ -101,10 +119,7 @@ final class ReadCursor: @unchecked Sendable {
         }
         let limit = sparse ? min(end, dataEnd) : end
         let want = Int(min(UInt64(buffer.bytes.count), limit - position))
-        let at = off_t(clamping: position)
-        let result = Result { () throws(SluiceError) in
-            try syscallValue("read", path) { pread(fd, buffer.bytes.baseAddress, want, at) }
-        }
+        let result = digest.map { readHashing(want, into: buffer, $0) } ?? readOnce(want, into: buffer, at: 0)
         switch result {
         case .success(0):
             return failed("read \(quoted(path)): the file shrank while being sent")
@@ -116,6 +131,33 @@ final class ReadCursor: @unchecked Sendable {
         case .failure(let error):
             return failed(error.description)
         }
+    }
+
+    /// One `pread` of up to `count` bytes at `position + skip` into the buffer from `skip` on.
+    private func readOnce(_ count: Int, into buffer: ReadBuffer, at skip: Int) -> Result<Int, SluiceError> {
+        let at = off_t(clamping: position + UInt64(skip))
+        return Result { () throws(SluiceError) in
+            try syscallValue("read", path) { pread(fd, buffer.bytes.baseAddress.map { $0 + skip }, count, at) }
+        }
+    }
+
+    /// Reads up to `count` bytes in pieces of `hashPiece`, each hashed right after its read;
+    /// stops at a short read (the caller reads on from there), or at a failure, which counts
+    /// only when nothing was read before it (the next read meets it again).
+    private func readHashing(_ count: Int, into buffer: ReadBuffer, _ digest: FileDigest) -> Result<Int, SluiceError> {
+        var got = 0
+        while got < count {
+            let asked = min(Self.hashPiece, count - got)
+            switch readOnce(asked, into: buffer, at: got) {
+            case .success(let n):
+                digest.update(UnsafeRawBufferPointer(rebasing: buffer.bytes[got..<got + n]))
+                got += n
+                if n < asked { return .success(got) }
+            case .failure(let error):
+                return got > 0 ? .success(got) : .failure(error)
+            }
+        }
+        return .success(got)
     }
 
     /// Reads `count` bytes at `offset` (a delta's literal bytes): all of them, or a failure.
@@ -216,6 +258,8 @@ final class SourceReader {
     private var waitingForRoom = false
     /// For a file read whole by its first read: whether it changed since it was opened.
     private(set) var changedAtEnd: Bool?
+    /// The reads hash the file's bytes as they read them (`ReadCursor.init`): the taker does not.
+    var hashes: Bool { cursor.hashes }
 
     /// The reads of `cursor`'s file, `depth` at most at once, into `stock`'s buffers.
     init(

@@ -388,9 +388,14 @@ extension TransferSender {
     func makeReader(_ file: OutgoingFile, _ fd: Int32) -> SourceReader? {
         guard let loop else { return nil }
         let end = file.range?.end ?? file.size ?? 0
+        // XXH3-128 of a file read whole, in order, with nothing of it left to the hasher's
+        // jobs: hashed by the reads (`ReadCursor`).
+        let hashedByReads =
+            file.range == nil && file.delta == nil && file.digest.algorithm == .xxh128 && hasher?.isIdle == true
         let cursor = ReadCursor(
             fd: fd, path: localPath(file), from: file.position, to: end, sparse: file.sparse,
-            opened: file.range == nil ? (file.size ?? 0, file.openedMtime) : nil)
+            opened: file.range == nil ? (file.size ?? 0, file.openedMtime) : nil,
+            digest: hashedByReads ? file.digest : nil)
         let reader = SourceReader(
             cursor: cursor, lane: readLane, loop: loop, stock: readBuffers, depth: Self.readAhead,
             bytesToEnd: file.sparse ? nil : end - min(end, file.position))

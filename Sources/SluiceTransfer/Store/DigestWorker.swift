@@ -97,6 +97,12 @@ final class DigestWorker: @unchecked Sendable {
         }
     }
 
+    /// Nothing is being filled, queued or hashed: a digest may be updated elsewhere (in order,
+    /// on one thread at a time) until the next call here.
+    var isIdle: Bool {
+        filling == nil && shared.withLock { $0.chain.isEmpty && !$0.running }
+    }
+
     /// The most bytes `hasRoom` can ever grant at once.
     var capacity: Int { slotSize * slotCount }
 
