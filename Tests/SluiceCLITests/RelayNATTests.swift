@@ -1,4 +1,5 @@
 import Foundation
+import TestThreads
 import Testing
 
 #if canImport(Glibc)
@@ -103,7 +104,7 @@ final class NATLab: @unchecked Sendable {
 /// Transfers through NAT: each peer behind its own masquerading router, the relay on the public
 /// side, so no direct connection is possible and the relay carries the transfer; two peers in
 /// one home go direct.
-@Suite("Relay through NAT", .serialized) struct RelayNATTests {
+@Suite("Relay through NAT", .serialized, .ownThreads) struct RelayNATTests {
     @Test(.disabled(if: NATLab.unavailable != nil, Comment(rawValue: NATLab.unavailable ?? "")))
     func peersBehindTwoNATsMeetAndTransferThroughTheRelay() throws {
         let lab = try NATLab()

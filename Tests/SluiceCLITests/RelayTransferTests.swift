@@ -8,7 +8,7 @@ import Testing
 
 /// `send --relay` and `receive CODE` through a real `sluice relay` on loopback: trees, options,
 /// several connections, and the code's one guess against a stranger who joins first.
-@Suite("Transfers through a relay") struct RelayTransferTests {
+@Suite("Transfers through a relay", .ownThreads) struct RelayTransferTests {
     /// A tree with a file of `size` random bytes, a small one below a directory, and an empty one.
     func makeTree(_ root: String, size: Int = 3 << 20) throws {
         try FileManager.default.createDirectory(atPath: root + "/sub", withIntermediateDirectories: true)

@@ -53,6 +53,33 @@ func cpuSeconds(of pid: Int32) -> Double? {
         }
     }
 
+    /// The sender's side: its receiver stops reading in the middle of a file, while chunks read
+    /// from the file wait to be written from the buffers they were read into (lent to the
+    /// connection): the sender waits on its socket at no CPU, gives up at its timeout with 74,
+    /// and the receiver keeps nothing at the file's name.
+    @Test(arguments: [false, true])
+    func aSenderWhoseReceiverStopsReadingCostsNothing(authenticated: Bool) throws {
+        try withTemporaryDirectory { dir in
+            let inbox = "\(dir)/in"
+            mkdir(inbox, 0o755)
+            try write(randomBytes(8 << 20, seed: 64), to: "\(dir)/big.bin")
+            let trust = authenticated ? ["--key-file", testKeyFile] : ["--insecure"]
+            let receiver = try ReceiverProcess(["--dir", inbox, "--once"] + trust)
+            let relay = try CutRelay(to: try receiver.port(), cutAfter: Self.stallAt, stall: true)
+            defer { relay.release() }
+            let sender = try Running(
+                sluiceBinary, ["send", "--timeout", "6"] + trust + ["\(dir)/big.bin", "127.0.0.1:\(relay.port)"])
+            let cpu = Self.cpuWhileStalled(relay, sender.process.processIdentifier)
+            #expect(cpu != nil && cpu! < 0.1, "the sender used \(String(describing: cpu)) CPU-s in 5 s")
+            let ended = sender.wait(within: .seconds(30))
+            #expect(ended.status == 74, "\(ended.stderrText)")
+            #expect(ended.stderrText.contains("timed out"), "\(ended.stderrText)")
+            relay.release()
+            _ = receiver.wait(seconds: 30)
+            #expect(fileSize("\(inbox)/big.bin") == nil)
+        }
+    }
+
     @Test func aTLSListenerWaitingForTheRestOfARecordCostsNothing() throws {
         try withTemporaryDirectory { dir in
             try write(randomBytes(8 << 20, seed: 62), to: "\(dir)/big.bin")

@@ -1,5 +1,6 @@
 import CCrypto
 import CSluiceEngines
+import TestThreads
 import Testing
 
 @testable import Sluice
@@ -8,7 +9,7 @@ import Testing
 /// nonces, additional data and plaintexts: the same ciphertext and tag to the byte, its own
 /// records opened (in place too), and every altered byte refused. Runs where the CPU has the
 /// instructions (elsewhere nothing uses the code).
-@Suite(.enabled(if: AESGCMEngine.vector.isSupported, "this CPU lacks VAES or VPCLMULQDQ"))
+@Suite(.enabled(if: AESGCMEngine.vector.isSupported, "this CPU lacks VAES or VPCLMULQDQ"), .ownThreads)
 struct AESGCMTests {
     /// A deterministic stream of bytes for keys, nonces and data.
     struct Bytes {
@@ -181,7 +182,7 @@ struct AESGCMTests {
 }
 
 /// How `SLUICE_AES_GCM` and the CPU choose the engine (whatever this CPU has).
-@Suite struct AESGCMEngineChoiceTests {
+@Suite(.ownThreads) struct AESGCMEngineChoiceTests {
     /// `openssl` (any case) always wins; `vaes` where the CPU runs it; otherwise, and for an
     /// unknown value, the measurement decides where sluice's own can run, and OpenSSL's
     /// elsewhere without measuring.

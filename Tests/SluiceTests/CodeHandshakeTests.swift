@@ -12,7 +12,7 @@ import Testing
 /// The code exchange (SPAKE2, then key confirmation) over real connected sockets, between two
 /// honest sides and against played peers that lie, stall or leave; the key it gives, and what
 /// a relay answers and a peer seals before TLS.
-@Suite("Code handshake", .serialized) struct CodeHandshakeTests {
+@Suite("Code handshake", .serialized, .ownThreads) struct CodeHandshakeTests {
     static let right = [UInt8](repeating: 0x11, count: 32)
     static let wrong = [UInt8](repeating: 0x22, count: 32)
     static let context = Array("sluice relay v1 nameplate 7".utf8)

@@ -1,4 +1,5 @@
 import Foundation
+import TestThreads
 import Testing
 
 @testable import Sluice
@@ -10,7 +11,7 @@ import Testing
 
 /// The one way a file is hashed from disk (`FileDigest.update(readingFrom:)`), and the system
 /// calls beneath it: `retryingOnInterrupt` and `preadFully`, against real files.
-@Suite("Hashing a file from disk, and the EINTR loop beneath it")
+@Suite("Hashing a file from disk, and the EINTR loop beneath it", .ownThreads)
 struct FileHashingTests {
     /// Runs `body` with a temporary file holding `bytes`, open read-only, and its directory.
     private static func withFile(_ bytes: [UInt8], _ body: (Int32, String) throws -> Void) throws {

@@ -1,4 +1,5 @@
 import Foundation
+import TestThreads
 import Testing
 
 @testable import Sluice
@@ -8,7 +9,7 @@ import Testing
 /// they claim to be: whole, valid sessions for the decoder and both machines, real compressed
 /// streams for Inflate. A change of the wire format that made them stale would leave the
 /// fuzzers starting from noise; this says so, and `Fuzz/make-seeds.sh` rewrites them.
-@Suite struct FuzzCorpusTests {
+@Suite(.ownThreads) struct FuzzCorpusTests {
     static let corpus = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("Fuzz/Corpus")

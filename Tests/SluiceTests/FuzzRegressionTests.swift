@@ -1,3 +1,4 @@
+import TestThreads
 import Testing
 
 @testable import Sluice
@@ -5,7 +6,7 @@ import Testing
 
 /// Inputs the fuzz targets (Fuzz/) found, inlined; the files are in Fuzz/Regressions/, which
 /// `Fuzz/run.sh` replays before fuzzing.
-@Suite struct FuzzRegressionTests {
+@Suite(.ownThreads) struct FuzzRegressionTests {
     /// `printf 'hello\n' | gzip -n`: a gzip member with no optional fields.
     static let hello: [UInt8] = [
         0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03, 0xcb, 0x48, 0xcd, 0xc9, 0xc9, 0xe7, 0x02, 0x00,

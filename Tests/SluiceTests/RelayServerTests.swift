@@ -158,7 +158,7 @@ func relayMove(_ bytes: [UInt8], from: RelayTestClient, to: RelayTestClient) -> 
     return received
 }
 
-@Suite struct RelayHelloTests {
+@Suite(.ownThreads) struct RelayHelloTests {
     @Test func parsesTheThreeHellos() {
         let token = String(repeating: "0123456789abcdef", count: 4)
         #expect(RelayHello.parse(Array("SLUICE-RELAY 1 OPEN\n".utf8)) == .hello(.open, length: 20))
@@ -202,7 +202,7 @@ func relayMove(_ bytes: [UInt8], from: RelayTestClient, to: RelayTestClient) -> 
     }
 }
 
-@Suite struct RelayRendezvousTests {
+@Suite(.ownThreads) struct RelayRendezvousTests {
     @Test func openJoinClaimUnknownAndExpiry() {
         var random = SystemRandomNumberGenerator()
         var table = RelayRendezvous(lifetime: 100)

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import TestThreads
 import Testing
 
 @testable import Sluice
@@ -11,7 +12,7 @@ import Testing
 
 /// `resume-token`: a sender's key vouches for the bytes a receiver holds of its file, so a
 /// resume reads nothing back; anything else is checked with SHA-256 as before.
-@Suite struct ResumeTokenTests {
+@Suite(.ownThreads) struct ResumeTokenTests {
     static let info = OpenedEntry(size: 100_000, mode: 0o644, mtimeSeconds: 1_700_000_000, mtimeNanoseconds: 5)
     static let entries = [
         SenderMachine.Entry(

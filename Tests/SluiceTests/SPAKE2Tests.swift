@@ -1,11 +1,12 @@
 import CCrypto
+import TestThreads
 import Testing
 
 @testable import Sluice
 
 /// SPAKE2 (RFC 9382) on P-256: the RFC's four test vectors, a code shared and a code not, and
 /// every kind of bad share a peer can send.
-@Suite("SPAKE2") struct SPAKE2Tests {
+@Suite("SPAKE2", .ownThreads) struct SPAKE2Tests {
     struct Vector: Sendable, CustomTestStringConvertible {
         let a, b, w, x, y, pA, pB, k, hashTT, ke, macA, macB: String
         var testDescription: String { "A='\(a)', B='\(b)'" }

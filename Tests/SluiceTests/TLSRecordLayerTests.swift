@@ -1,5 +1,6 @@
 import CCrypto
 import Foundation
+import TestThreads
 import Testing
 
 @testable import Sluice
@@ -88,7 +89,7 @@ struct EnginePair {
     }
 }
 
-@Suite struct TLSRecordLayerTests {
+@Suite(.ownThreads) struct TLSRecordLayerTests {
     /// Each suite: sluice's own record layer takes over on both ends, data goes both ways in
     /// reads larger and smaller than a record (decrypted into the caller's buffer, and opened
     /// in place and handed out in pieces), and close_notify is a clean end.
