@@ -1,3 +1,4 @@
+import CSluiceEngines
 import Foundation
 import Testing
 
@@ -80,6 +81,43 @@ struct TransferDigestTests {
         for odd in [0, 15, 20, 31] {
             let end = MessageWriter.end(size: 9, digest: [UInt8](repeating: 1, count: odd))
             #expect(decode(Wire.magic + end, cuts: []).contains { if case .violation = $0 { true } else { false } })
+        }
+    }
+
+    /// libxxhash's dispatched update (its AVX2 or AVX-512 code, where the CPU has it) gives the
+    /// baseline code's digest for every length around the stripe (64), block (1,024) and
+    /// internal buffer (256) sizes and for long inputs, fed whole or in uneven pieces.
+    @Test("XXH3-128 through libxxhash's CPU dispatcher equals its baseline code, whole and in pieces")
+    func dispatchedXXH3EqualsBaseline() {
+        guard TransferDigest.xxh128.isAvailable else { return }
+        let data = randomBytes(300_000, seed: 52)
+        let lengths = Array(0...1100) + [2047, 2048, 2049, 65_536, 100_003, 300_000]
+        data.withUnsafeBytes { all in
+            for length in lengths {
+                for pieces in [1, 3, 7] {
+                    let states = (sluice_xxh128_create(), sluice_xxh128_create())
+                    guard let dispatched = states.0, let baseline = states.1 else {
+                        Issue.record("no XXH3 state")
+                        return
+                    }
+                    defer {
+                        sluice_xxh128_free(dispatched)
+                        sluice_xxh128_free(baseline)
+                    }
+                    var start = 0
+                    for piece in 0..<pieces {
+                        let end = piece == pieces - 1 ? length : min(length, start + length / pieces + piece * 13)
+                        let bytes = all.baseAddress! + start
+                        sluice_xxh128_update(dispatched, bytes, end - start)
+                        sluice_xxh128_update_baseline(baseline, bytes, end - start)
+                        start = end
+                    }
+                    var (a, b) = ([UInt8](repeating: 0, count: 16), [UInt8](repeating: 1, count: 16))
+                    sluice_xxh128_digest(dispatched, &a)
+                    sluice_xxh128_digest(baseline, &b)
+                    if a != b { Issue.record("length \(length) in \(pieces) pieces: \(a) against \(b)") }
+                }
+            }
         }
     }
 }
