@@ -83,11 +83,12 @@ final class ReadCursor: @unchecked Sendable {
     private let digest: FileDigest?
 
     /// With `digest` (XXH3-128, of a file read whole and in order: not sparse, no range, no
-    /// delta), each read's bytes are hashed here, on the read lane, in pieces of `hashPiece`
-    /// read and hashed in turn while they are in this core's cache: the loop then neither
-    /// hashes them nor reads them in from another core's cache for it (15–20 % of a sender's
-    /// samples when it did). The reads run in order, one at a time, so the digest sees the
-    /// file's bytes in order; the loop finalizes it after the last read came back.
+    /// delta), each read's bytes are hashed here, on the read lane, right after they are read
+    /// (in pieces of `hashPiece`, read and hashed in turn): the loop thread, which seals and
+    /// sends and so bounds a connection's rate, no longer hashes them (13–20 % of a sender's
+    /// samples when it did; Benchmarks/RESULTS.md, 2026-12-07). The reads run in order, one at
+    /// a time, so the digest sees the file's bytes in order; the loop finalizes it after the
+    /// last read came back.
     init(
         fd: Int32, path: String, from start: UInt64, to end: UInt64, sparse: Bool, opened: (UInt64, timespec)?,
         digest: FileDigest? = nil
@@ -104,7 +105,7 @@ final class ReadCursor: @unchecked Sendable {
     /// Whether the reads hash what they read (`init`'s `digest`).
     var hashes: Bool { digest != nil }
 
-    /// 256 KiB: half of a Zen 3 core's L2, a fifth of a Xeon's.
+    /// 256 KiB: each piece is hashed while in the core's cache (half of a Zen 3 core's L2).
     static let hashPiece = 256 << 10
 
     /// Reads the next bytes from where the last read stopped (a chunk at most), or finds the
