@@ -1,9 +1,10 @@
 // The speed of sluice's own AES-GCM (Sources/CSluiceEngines/gcm.c) against OpenSSL's EVP on
 // the same TLS records: 16 KiB of plaintext and its content type sealed under a 5-byte header,
 // then opened, with AES-128 and AES-256; OpenSSL's through the record layer's own calls
-// (`sluice_aead_seal`, `sluice_aead_open` in Sources/CCrypto/tls_shim.h). Each round times every way once, in an order that
-// turns each round; prints GB/s per way and round, then the medians and the median of the
-// per-round ratios own/OpenSSL. Built and run by Benchmarks/aesgcm.sh.
+// (`sluice_aead_seal`, `sluice_aead_open` in Sources/CCrypto/tls_shim.h). Each round times
+// every way once, in an order that turns each round; prints GB/s per way and round, then the
+// medians and the median of the per-round ratios own/OpenSSL. Built and run by
+// Benchmarks/aesgcm.sh.
 #include "sluice_gcm.h"
 #include "tls_shim.h"
 

@@ -5,9 +5,9 @@ import Testing
 @testable import Sluice
 
 /// Waits (polling a condition) until `condition` holds or `deadline` passes. The deadline only
-/// bounds a failure: at the suite's start on two cores the cooperative pool can be held by
-/// other tests for over 20 s (a clean-clone CI run saw trivial tests wait 24 s for a thread,
-/// and a writing task here starve past a 20 s deadline), so it is a minute.
+/// bounds a failure, so it is generous: a clean-clone CI run once saw the two-core cooperative
+/// pool held 24 s at the suite's start, and a writing task here starve past a 20 s deadline
+/// (the suites that held it now run on their own threads, `.ownThreads`; 4 s since).
 func eventually(_ deadline: Duration = .seconds(60), _ condition: () -> Bool) async -> Bool {
     let end = ContinuousClock.now + deadline
     while !condition() {
