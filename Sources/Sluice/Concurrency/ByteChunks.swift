@@ -133,22 +133,31 @@ final class ChunkReaderCore: Sendable {
 
     /// Starts the loop side once, on the first `next()`.
     func startIfNeeded() throws {
+        if let (loop, job) = try startJob() { loop.execute(job) }
+    }
+
+    /// The first call returns the loop side's start (create the pump, adopt and open the
+    /// stream) and the loop to run it on, for the caller to run there; later calls return nil.
+    func startJob() throws -> (EventLoop, @Sendable () -> Void)? {
         let start = state.withLock { state in
             defer { state.started = true }
             return !state.started
         }
-        guard start else { return }
+        guard start else { return nil }
         let loop = try asyncLoop(for: stream.value)
         let stream = self.stream
-        loop.execute { [self] in
-            let pump = ChunkPump(core: self, stream: stream.value, loop: loop)
-            let keep = state.withLock { state -> Bool in
-                guard !state.terminated else { return false }
-                state.pump = UncheckedBox(pump)
-                return true
+        return (
+            loop,
+            { [self] in
+                let pump = ChunkPump(core: self, stream: stream.value, loop: loop)
+                let keep = state.withLock { state -> Bool in
+                    guard !state.terminated else { return false }
+                    state.pump = UncheckedBox(pump)
+                    return true
+                }
+                if keep { pump.start() } else { pump.shutdown() }
             }
-            if keep { pump.start() } else { pump.shutdown() }
-        }
+        )
     }
 
     func next() async throws -> [UInt8]? {

@@ -25,12 +25,32 @@ private func runScoped<Result>(
 ) async throws -> Result {
     let result: Result
     do {
-        // Both open now, the writer first: the two halves of a socket must both be open before
-        // either closes, or closing the first (the reader meeting the end, a finish() before
-        // the first read) would close the whole socket. The writer holds its half open until
-        // finish(); the reader may meet the end as soon as it starts.
-        try writer.start()
-        try chunks.core.startIfNeeded()
+        // Both open now, the writer first, in one task on the loop: the two halves of a socket
+        // must both be open before either closes, or closing the first (the reader meeting the
+        // end, a finish() before the first read) would close the whole socket. Two tasks were
+        // not enough: the loop could take the first alone, serve the writer's readiness before
+        // the second, and find the body's finish() already requested (the socket closed with
+        // the reader never opened). The writer holds its half open until finish(); the reader
+        // may meet the end as soon as it starts.
+        let writerStart = try writer.startJob()
+        let readerStart: (EventLoop, @Sendable () -> Void)?
+        do {
+            readerStart = try chunks.core.startJob()
+        } catch {
+            // The writer's start still runs: it sees the abort below and closes its stream.
+            if let (loop, job) = writerStart { loop.execute(job) }
+            throw error
+        }
+        switch (writerStart, readerStart) {
+        case (let (loop, first)?, let (other, second)?) where loop === other:
+            loop.execute {
+                first()
+                second()
+            }
+        default:
+            if let (loop, job) = writerStart { loop.execute(job) }
+            if let (loop, job) = readerStart { loop.execute(job) }
+        }
         result = try await body(chunks, writer)
     } catch {
         writer.abort()
