@@ -18,13 +18,18 @@
 
 #define SLUICE_GCM_TARGET __attribute__((target("avx2,vaes,vpclmulqdq,aes,pclmul,sse4.1")))
 
-/* Eight blocks (four 256-bit vectors of two) a step. */
+/* Sixteen blocks (eight 256-bit vectors of two) a step, then eight, then the tail. */
 struct sluice_gcm {
     __m256i round_keys[15]; /* each round key in both 128-bit lanes */
-    __m128i powers[16];     /* H^8 … H^1 (each times x^-1), then zeros for a short tail */
-    __m128i halves[16];     /* each power's two halves XORed (in both), for Karatsuba */
+    __m128i powers[24];     /* H^16 … H^1 (each times x^-1), then zeros for a short tail */
+    __m128i halves[24];     /* each power's two halves XORed (in both), for Karatsuba */
     int rounds;             /* 10 (AES-128) or 14 (AES-256) */
 };
+
+/* Where H^8 is: the eight-block hash's powers. */
+#define POWERS8 8
+/* Where H^1 is. */
+#define H1 15
 
 int sluice_gcm_available(void) {
     __builtin_cpu_init();
@@ -79,13 +84,42 @@ SLUICE_GCM_TARGET static inline __m128i ghash8(__m128i acc, const __m256i d[4], 
     return _mm_xor_si128(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
 }
 
-/* Encrypts the four counter vectors in place (eight blocks). */
-SLUICE_GCM_TARGET static inline void aes8(const sluice_gcm *key, __m256i b[4]) {
-    for (int v = 0; v < 4; v++) b[v] = _mm256_xor_si256(b[v], key->round_keys[0]);
-    for (int r = 1; r < key->rounds; r++)
-        for (int v = 0; v < 4; v++) b[v] = _mm256_aesenc_epi128(b[v], key->round_keys[r]);
-    for (int v = 0; v < 4; v++) b[v] = _mm256_aesenclast_epi128(b[v], key->round_keys[key->rounds]);
+/* The same over sixteen blocks read from `p` (wire order), `powers` at H^16: one reduction
+ * for sixteen blocks. */
+SLUICE_GCM_TARGET static inline __m128i ghash16(__m128i acc, const uint8_t *p, const __m128i *powers,
+                                                const __m128i *halves) {
+    __m256i mask = _mm256_broadcastsi128_si256(bswap_mask128());
+    __m256i lo = _mm256_setzero_si256(), mi = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+    for (int v = 7; v >= 0; v--) {
+        __m256i x = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(p + 32 * v)), mask);
+        if (v == 0) x = _mm256_xor_si256(x, _mm256_zextsi128_si256(acc));
+        __m256i h = _mm256_loadu_si256((const __m256i *)(powers + 2 * v));
+        __m256i k = _mm256_loadu_si256((const __m256i *)(halves + 2 * v));
+        lo = _mm256_xor_si256(lo, _mm256_clmulepi64_epi128(h, x, 0x00));
+        hi = _mm256_xor_si256(hi, _mm256_clmulepi64_epi128(h, x, 0x11));
+        __m256i xk = _mm256_xor_si256(x, _mm256_shuffle_epi32(x, 0x4e));
+        mi = _mm256_xor_si256(mi, _mm256_clmulepi64_epi128(k, xk, 0x00));
+    }
+    mi = _mm256_xor_si256(mi, _mm256_xor_si256(lo, hi));
+    __m256i poly = _mm256_broadcastsi128_si256(gfpoly128());
+    __m256i t = _mm256_clmulepi64_epi128(poly, lo, 0x01);
+    mi = _mm256_xor_si256(_mm256_xor_si256(mi, _mm256_shuffle_epi32(lo, 0x4e)), t);
+    t = _mm256_clmulepi64_epi128(poly, mi, 0x01);
+    hi = _mm256_xor_si256(_mm256_xor_si256(hi, _mm256_shuffle_epi32(mi, 0x4e)), t);
+    return _mm_xor_si128(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
 }
+
+/* Encrypts `n` counter vectors in place (2n blocks): eight in flight keep both AES units busy
+ * through the rounds' latency, four only half. */
+SLUICE_GCM_TARGET static inline void aes_n(const sluice_gcm *key, __m256i *b, int n) {
+    for (int v = 0; v < n; v++) b[v] = _mm256_xor_si256(b[v], key->round_keys[0]);
+    for (int r = 1; r < key->rounds; r++)
+        for (int v = 0; v < n; v++) b[v] = _mm256_aesenc_epi128(b[v], key->round_keys[r]);
+    for (int v = 0; v < n; v++) b[v] = _mm256_aesenclast_epi128(b[v], key->round_keys[key->rounds]);
+}
+
+/* Encrypts the four counter vectors in place (eight blocks). */
+SLUICE_GCM_TARGET static inline void aes8(const sluice_gcm *key, __m256i b[4]) { aes_n(key, b, 4); }
 
 SLUICE_GCM_TARGET static inline __m128i aes1(const sluice_gcm *key, __m128i b) {
     b = _mm_xor_si128(b, _mm256_castsi256_si128(key->round_keys[0]));
@@ -93,16 +127,18 @@ SLUICE_GCM_TARGET static inline __m128i aes1(const sluice_gcm *key, __m128i b) {
     return _mm_aesenclast_si128(b, _mm256_castsi256_si128(key->round_keys[key->rounds]));
 }
 
-/* The next eight counter blocks (big-endian, for AES) from `counter` (little-endian lanes
- * holding counters i and i+1 in their low 32 bits), which moves on by eight; inc32 as GCM's. */
-SLUICE_GCM_TARGET static inline void next_counters(__m256i *counter, __m256i b[4]) {
+/* The next 2n counter blocks (big-endian, for AES) from `counter` (little-endian lanes
+ * holding counters i and i+1 in their low 32 bits), which moves on by 2n; inc32 as GCM's. */
+SLUICE_GCM_TARGET static inline void next_counters_n(__m256i *counter, __m256i *b, int n) {
     __m256i mask = _mm256_broadcastsi128_si256(bswap_mask128());
     __m256i two = _mm256_broadcastsi128_si256(_mm_set_epi32(0, 0, 0, 2));
-    for (int v = 0; v < 4; v++) {
+    for (int v = 0; v < n; v++) {
         b[v] = _mm256_shuffle_epi8(*counter, mask);
         *counter = _mm256_add_epi32(*counter, two);
     }
 }
+
+SLUICE_GCM_TARGET static inline void next_counters(__m256i *counter, __m256i b[4]) { next_counters_n(counter, b, 4); }
 
 #define EXPAND_128(previous, rcon)                                                                            \
     expand_step(previous, _mm_shuffle_epi32(_mm_aeskeygenassist_si128(previous, rcon), 0xff))
@@ -156,12 +192,12 @@ SLUICE_GCM_TARGET static void expand_key(sluice_gcm *out, const uint8_t *key, si
     hi ^= carry & 0xc200000000000000ULL;
     lo ^= carry & 1;
     __m128i power = _mm_set_epi64x((long long)hi, (long long)lo), h1 = power;
-    for (int i = 7; i >= 0; i--) {
+    for (int i = H1; i >= 0; i--) {
         out->powers[i] = power;
         power = ghash_mul(power, h1);
     }
-    for (int i = 8; i < 16; i++) out->powers[i] = _mm_setzero_si128();
-    for (int i = 0; i < 16; i++)
+    for (int i = H1 + 1; i < 24; i++) out->powers[i] = _mm_setzero_si128();
+    for (int i = 0; i < 24; i++)
         out->halves[i] = _mm_xor_si128(out->powers[i], _mm_shuffle_epi32(out->powers[i], 0x4e));
 }
 
@@ -187,7 +223,7 @@ SLUICE_GCM_TARGET static inline __m128i ghash_aad(const sluice_gcm *key, const u
         size_t n = length < 16 ? length : 16;
         memcpy(block, aad, n);
         __m128i x = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)block), bswap_mask128());
-        acc = ghash_mul(_mm_xor_si128(acc, x), key->powers[7]);
+        acc = ghash_mul(_mm_xor_si128(acc, x), key->powers[H1]);
         aad += n;
         length -= n;
     }
@@ -198,7 +234,7 @@ SLUICE_GCM_TARGET static inline __m128i ghash_aad(const sluice_gcm *key, const u
 SLUICE_GCM_TARGET static inline __m128i finish_tag(const sluice_gcm *key, __m128i acc, __m128i j0, size_t aad_length,
                                                    size_t length) {
     __m128i lengths = _mm_set_epi64x((long long)(aad_length * 8), (long long)(length * 8));
-    acc = ghash_mul(_mm_xor_si128(acc, lengths), key->powers[7]);
+    acc = ghash_mul(_mm_xor_si128(acc, lengths), key->powers[H1]);
     return _mm_xor_si128(_mm_shuffle_epi8(acc, bswap_mask128()), aes1(key, j0));
 }
 
@@ -222,13 +258,29 @@ SLUICE_GCM_TARGET int sluice_gcm_seal(const sluice_gcm *key, const uint8_t nonce
     __m128i acc = ghash_aad(key, aad, aad_length);
     size_t done = 0;
     __m256i b[4], previous[4];
-    /* Each step hashes the ciphertext of the step before while it enciphers its own, so that
-     * the two chains (AES rounds, the hash's multiply-and-fold) overlap. */
+    /* Each step hashes the ciphertext of the step before (read back from `out`, where it is
+     * still in the cache) while it enciphers its own, so that the two chains (AES rounds, the
+     * hash's multiply-and-fold) overlap. */
+    if (length >= 256) {
+        __m256i w[8];
+        int started = 0;
+        while (done + 256 <= length) {
+            next_counters_n(&counter, w, 8);
+            aes_n(key, w, 8);
+            if (started) acc = ghash16(acc, out + done - 256, key->powers, key->halves);
+            for (int v = 0; v < 8; v++)
+                _mm256_storeu_si256((__m256i *)(out + done + 32 * v),
+                                    _mm256_xor_si256(w[v], _mm256_loadu_si256((const __m256i *)(in + done + 32 * v))));
+            started = 1;
+            done += 256;
+        }
+        acc = ghash16(acc, out + done - 256, key->powers, key->halves);
+    }
     int pending = 0;
     while (done + 128 <= length) {
         next_counters(&counter, b);
         aes8(key, b);
-        if (pending) acc = ghash8(acc, previous, key->powers, key->halves);
+        if (pending) acc = ghash8(acc, previous, key->powers + POWERS8, key->halves + POWERS8);
         for (int v = 0; v < 4; v++) {
             previous[v] = _mm256_xor_si256(b[v], _mm256_loadu_si256((const __m256i *)(in + done + 32 * v)));
             _mm256_storeu_si256((__m256i *)(out + done + 32 * v), previous[v]);
@@ -236,7 +288,7 @@ SLUICE_GCM_TARGET int sluice_gcm_seal(const sluice_gcm *key, const uint8_t nonce
         pending = 1;
         done += 128;
     }
-    if (pending) acc = ghash8(acc, previous, key->powers, key->halves);
+    if (pending) acc = ghash8(acc, previous, key->powers + POWERS8, key->halves + POWERS8);
     /* The tail (1…128 bytes): the rest of `in`, then the trailer, enciphered in a block of
      * zeros that are zeros again before the hash. */
     size_t rest = length - done + 1;
@@ -251,7 +303,7 @@ SLUICE_GCM_TARGET int sluice_gcm_seal(const sluice_gcm *key, const uint8_t nonce
     memset(tail + rest, 0, sizeof(tail) - rest);
     memcpy(out + done, tail, rest);
     for (int v = 0; v < 4; v++) b[v] = _mm256_loadu_si256((const __m256i *)(tail + 32 * v));
-    acc = ghash8(acc, b, key->powers + 8 - (rest + 15) / 16, key->halves + 8 - (rest + 15) / 16);
+    acc = ghash8(acc, b, key->powers + 16 - (rest + 15) / 16, key->halves + 16 - (rest + 15) / 16);
     _mm_storeu_si128((__m128i *)(out + length + 1), finish_tag(key, acc, j0, aad_length, length + 1));
     explicit_bzero(tail, sizeof(tail));
     return 1;
@@ -266,9 +318,19 @@ SLUICE_GCM_TARGET int sluice_gcm_open(const sluice_gcm *key, const uint8_t nonce
     __m128i acc = ghash_aad(key, aad, aad_length);
     size_t done = 0;
     __m256i b[4], c[4];
+    while (done + 256 < length) {
+        __m256i w[8];
+        acc = ghash16(acc, in + done, key->powers, key->halves);
+        next_counters_n(&counter, w, 8);
+        aes_n(key, w, 8);
+        for (int v = 0; v < 8; v++)
+            _mm256_storeu_si256((__m256i *)(out + done + 32 * v),
+                                _mm256_xor_si256(w[v], _mm256_loadu_si256((const __m256i *)(in + done + 32 * v))));
+        done += 256;
+    }
     while (done + 128 < length) {
         for (int v = 0; v < 4; v++) c[v] = _mm256_loadu_si256((const __m256i *)(in + done + 32 * v));
-        acc = ghash8(acc, c, key->powers, key->halves);
+        acc = ghash8(acc, c, key->powers + POWERS8, key->halves + POWERS8);
         next_counters(&counter, b);
         aes8(key, b);
         for (int v = 0; v < 4; v++)
@@ -280,7 +342,7 @@ SLUICE_GCM_TARGET int sluice_gcm_open(const sluice_gcm *key, const uint8_t nonce
     uint8_t tail[128] = {0};
     memcpy(tail, in + done, rest);
     for (int v = 0; v < 4; v++) c[v] = _mm256_loadu_si256((const __m256i *)(tail + 32 * v));
-    acc = ghash8(acc, c, key->powers + 8 - (rest + 15) / 16, key->halves + 8 - (rest + 15) / 16);
+    acc = ghash8(acc, c, key->powers + 16 - (rest + 15) / 16, key->halves + 16 - (rest + 15) / 16);
     __m128i tag = finish_tag(key, acc, j0, aad_length, length);
     __m128i given = _mm_loadu_si128((const __m128i *)(in + length));
     int ok = _mm_movemask_epi8(_mm_cmpeq_epi8(tag, given)) == 0xffff;

@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 /// AES-GCM (NIST SP 800-38D, 96-bit nonces, 16-byte tags) on the vector AES and carry-less
-/// multiply instructions (VAES and VPCLMULQDQ on 256-bit vectors, with AVX2): eight blocks a
+/// multiply instructions (VAES and VPCLMULQDQ on 256-bit vectors, with AVX2): sixteen blocks a
 /// step, enciphered and hashed in one pass over the data. Used for TLS 1.3 records where the CPU has those
 /// instructions; everywhere else the record layer keeps OpenSSL's EVP. Its only inputs from a
 /// peer are the bytes it decrypts and the tag it checks (in constant time); lengths are the

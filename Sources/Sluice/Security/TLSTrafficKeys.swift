@@ -13,7 +13,7 @@ enum TLSSuite: Int32, Sendable {
 }
 
 /// Whose AES-GCM seals and opens TLS records: sluice's own (`sluice_gcm`: VAES and VPCLMULQDQ
-/// on 256-bit vectors, eight blocks a step, enciphered and hashed in one pass), where the CPU
+/// on 256-bit vectors, sixteen blocks a step, enciphered and hashed in one pass), where the CPU
 /// has those instructions and it is the faster of the two there, else OpenSSL's EVP.
 /// `SLUICE_AES_GCM` in the environment chooses: `openssl`, or `vaes` (where the CPU runs it).
 /// ChaCha20-Poly1305 is always OpenSSL's.
