@@ -56,41 +56,17 @@ SLUICE_GCM_TARGET static inline __m128i ghash_mul(__m128i a, __m128i b) {
     return _mm_xor_si128(_mm_xor_si128(hi, _mm_shuffle_epi32(mi, 0x4e)), t);
 }
 
-/* acc = (acc + d[0]) * H^n + d[1] * H^(n-1) + … over the (up to) eight blocks in d, whose
- * bytes are still in wire order, `powers` pointing at H^n (blocks past the n-th are zero):
- * the products summed unreduced (the one that waits for acc last), Karatsuba's way (three
- * multiplies a block: the middle term from (a_L + a_H)(b_L + b_H), the key's half-sums
- * stored with its powers), then one reduction for both lanes, then the lanes summed. */
-SLUICE_GCM_TARGET static inline __m128i ghash8(__m128i acc, const __m256i d[4], const __m128i *powers,
-                                               const __m128i *halves) {
+/* acc = (acc + d[0]) * H^m + d[1] * H^(m-1) + … over the 2n blocks (n vectors of two, n 4 or
+ * 8) at `p`, whose bytes are still in wire order, `powers` pointing at H^m (blocks past the
+ * m-th are zero, for a short tail): the products summed unreduced (the one that waits for acc
+ * last), Karatsuba's way (three multiplies a block: the middle term from (a_L + a_H)(b_L + b_H),
+ * the key's half-sums stored with its powers), then one reduction for both lanes, then the
+ * lanes summed. */
+SLUICE_GCM_TARGET static inline __m128i ghash(__m128i acc, const uint8_t *p, int n, const __m128i *powers,
+                                              const __m128i *halves) {
     __m256i mask = _mm256_broadcastsi128_si256(bswap_mask128());
     __m256i lo = _mm256_setzero_si256(), mi = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
-    for (int v = 3; v >= 0; v--) {
-        __m256i x = _mm256_shuffle_epi8(d[v], mask);
-        if (v == 0) x = _mm256_xor_si256(x, _mm256_zextsi128_si256(acc));
-        __m256i h = _mm256_loadu_si256((const __m256i *)(powers + 2 * v));
-        __m256i k = _mm256_loadu_si256((const __m256i *)(halves + 2 * v));
-        lo = _mm256_xor_si256(lo, _mm256_clmulepi64_epi128(h, x, 0x00));
-        hi = _mm256_xor_si256(hi, _mm256_clmulepi64_epi128(h, x, 0x11));
-        __m256i xk = _mm256_xor_si256(x, _mm256_shuffle_epi32(x, 0x4e));
-        mi = _mm256_xor_si256(mi, _mm256_clmulepi64_epi128(k, xk, 0x00));
-    }
-    mi = _mm256_xor_si256(mi, _mm256_xor_si256(lo, hi));
-    __m256i poly = _mm256_broadcastsi128_si256(gfpoly128());
-    __m256i t = _mm256_clmulepi64_epi128(poly, lo, 0x01);
-    mi = _mm256_xor_si256(_mm256_xor_si256(mi, _mm256_shuffle_epi32(lo, 0x4e)), t);
-    t = _mm256_clmulepi64_epi128(poly, mi, 0x01);
-    hi = _mm256_xor_si256(_mm256_xor_si256(hi, _mm256_shuffle_epi32(mi, 0x4e)), t);
-    return _mm_xor_si128(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
-}
-
-/* The same over sixteen blocks read from `p` (wire order), `powers` at H^16: one reduction
- * for sixteen blocks. */
-SLUICE_GCM_TARGET static inline __m128i ghash16(__m128i acc, const uint8_t *p, const __m128i *powers,
-                                                const __m128i *halves) {
-    __m256i mask = _mm256_broadcastsi128_si256(bswap_mask128());
-    __m256i lo = _mm256_setzero_si256(), mi = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
-    for (int v = 7; v >= 0; v--) {
+    for (int v = n - 1; v >= 0; v--) {
         __m256i x = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(p + 32 * v)), mask);
         if (v == 0) x = _mm256_xor_si256(x, _mm256_zextsi128_si256(acc));
         __m256i h = _mm256_loadu_si256((const __m256i *)(powers + 2 * v));
@@ -257,7 +233,7 @@ SLUICE_GCM_TARGET int sluice_gcm_seal(const sluice_gcm *key, const uint8_t nonce
     __m128i j0 = start_counters(nonce, &counter);
     __m128i acc = ghash_aad(key, aad, aad_length);
     size_t done = 0;
-    __m256i b[4], previous[4];
+    __m256i b[4];
     /* Each step hashes the ciphertext of the step before (read back from `out`, where it is
      * still in the cache) while it enciphers its own, so that the two chains (AES rounds, the
      * hash's multiply-and-fold) overlap. */
@@ -267,28 +243,25 @@ SLUICE_GCM_TARGET int sluice_gcm_seal(const sluice_gcm *key, const uint8_t nonce
         while (done + 256 <= length) {
             next_counters_n(&counter, w, 8);
             aes_n(key, w, 8);
-            if (started) acc = ghash16(acc, out + done - 256, key->powers, key->halves);
+            if (started) acc = ghash(acc, out + done - 256, 8, key->powers, key->halves);
             for (int v = 0; v < 8; v++)
                 _mm256_storeu_si256((__m256i *)(out + done + 32 * v),
                                     _mm256_xor_si256(w[v], _mm256_loadu_si256((const __m256i *)(in + done + 32 * v))));
             started = 1;
             done += 256;
         }
-        acc = ghash16(acc, out + done - 256, key->powers, key->halves);
+        acc = ghash(acc, out + done - 256, 8, key->powers, key->halves);
     }
-    int pending = 0;
-    while (done + 128 <= length) {
+    /* Then at most one step of eight blocks. */
+    if (done + 128 <= length) {
         next_counters(&counter, b);
         aes8(key, b);
-        if (pending) acc = ghash8(acc, previous, key->powers + POWERS8, key->halves + POWERS8);
-        for (int v = 0; v < 4; v++) {
-            previous[v] = _mm256_xor_si256(b[v], _mm256_loadu_si256((const __m256i *)(in + done + 32 * v)));
-            _mm256_storeu_si256((__m256i *)(out + done + 32 * v), previous[v]);
-        }
-        pending = 1;
+        for (int v = 0; v < 4; v++)
+            _mm256_storeu_si256((__m256i *)(out + done + 32 * v),
+                                _mm256_xor_si256(b[v], _mm256_loadu_si256((const __m256i *)(in + done + 32 * v))));
+        acc = ghash(acc, out + done, 4, key->powers + POWERS8, key->halves + POWERS8);
         done += 128;
     }
-    if (pending) acc = ghash8(acc, previous, key->powers + POWERS8, key->halves + POWERS8);
     /* The tail (1…128 bytes): the rest of `in`, then the trailer, enciphered in a block of
      * zeros that are zeros again before the hash. */
     size_t rest = length - done + 1;
@@ -302,8 +275,7 @@ SLUICE_GCM_TARGET int sluice_gcm_seal(const sluice_gcm *key, const uint8_t nonce
                             _mm256_xor_si256(b[v], _mm256_loadu_si256((const __m256i *)(tail + 32 * v))));
     memset(tail + rest, 0, sizeof(tail) - rest);
     memcpy(out + done, tail, rest);
-    for (int v = 0; v < 4; v++) b[v] = _mm256_loadu_si256((const __m256i *)(tail + 32 * v));
-    acc = ghash8(acc, b, key->powers + 16 - (rest + 15) / 16, key->halves + 16 - (rest + 15) / 16);
+    acc = ghash(acc, tail, 4, key->powers + 16 - (rest + 15) / 16, key->halves + 16 - (rest + 15) / 16);
     _mm_storeu_si128((__m128i *)(out + length + 1), finish_tag(key, acc, j0, aad_length, length + 1));
     explicit_bzero(tail, sizeof(tail));
     return 1;
@@ -320,7 +292,7 @@ SLUICE_GCM_TARGET int sluice_gcm_open(const sluice_gcm *key, const uint8_t nonce
     __m256i b[4], c[4];
     while (done + 256 < length) {
         __m256i w[8];
-        acc = ghash16(acc, in + done, key->powers, key->halves);
+        acc = ghash(acc, in + done, 8, key->powers, key->halves);
         next_counters_n(&counter, w, 8);
         aes_n(key, w, 8);
         for (int v = 0; v < 8; v++)
@@ -328,13 +300,14 @@ SLUICE_GCM_TARGET int sluice_gcm_open(const sluice_gcm *key, const uint8_t nonce
                                 _mm256_xor_si256(w[v], _mm256_loadu_si256((const __m256i *)(in + done + 32 * v))));
         done += 256;
     }
-    while (done + 128 < length) {
-        for (int v = 0; v < 4; v++) c[v] = _mm256_loadu_si256((const __m256i *)(in + done + 32 * v));
-        acc = ghash8(acc, c, key->powers + POWERS8, key->halves + POWERS8);
+    /* Then at most one step of eight blocks (the tail keeps at least one byte). */
+    if (done + 128 < length) {
+        acc = ghash(acc, in + done, 4, key->powers + POWERS8, key->halves + POWERS8);
         next_counters(&counter, b);
         aes8(key, b);
         for (int v = 0; v < 4; v++)
-            _mm256_storeu_si256((__m256i *)(out + done + 32 * v), _mm256_xor_si256(b[v], c[v]));
+            _mm256_storeu_si256((__m256i *)(out + done + 32 * v),
+                                _mm256_xor_si256(b[v], _mm256_loadu_si256((const __m256i *)(in + done + 32 * v))));
         done += 128;
     }
     /* The tail (1…128 bytes), whose last byte goes to *last. */
@@ -342,7 +315,7 @@ SLUICE_GCM_TARGET int sluice_gcm_open(const sluice_gcm *key, const uint8_t nonce
     uint8_t tail[128] = {0};
     memcpy(tail, in + done, rest);
     for (int v = 0; v < 4; v++) c[v] = _mm256_loadu_si256((const __m256i *)(tail + 32 * v));
-    acc = ghash8(acc, c, key->powers + 16 - (rest + 15) / 16, key->halves + 16 - (rest + 15) / 16);
+    acc = ghash(acc, tail, 4, key->powers + 16 - (rest + 15) / 16, key->halves + 16 - (rest + 15) / 16);
     __m128i tag = finish_tag(key, acc, j0, aad_length, length);
     __m128i given = _mm_loadu_si128((const __m128i *)(in + length));
     int ok = _mm_movemask_epi8(_mm_cmpeq_epi8(tag, given)) == 0xffff;
