@@ -87,11 +87,18 @@ SLUICE_GCM_TARGET static inline __m128i ghash(__m128i acc, const uint8_t *p, int
 
 /* Encrypts `n` counter vectors in place (2n blocks): eight in flight keep both AES units busy
  * through the rounds' latency, four only half. */
-SLUICE_GCM_TARGET static inline void aes_n(const sluice_gcm *key, __m256i *b, int n) {
+SLUICE_GCM_TARGET static inline void aes_rounds(const sluice_gcm *key, __m256i *b, int n, int rounds) {
     for (int v = 0; v < n; v++) b[v] = _mm256_xor_si256(b[v], key->round_keys[0]);
-    for (int r = 1; r < key->rounds; r++)
-        for (int v = 0; v < n; v++) b[v] = _mm256_aesenc_epi128(b[v], key->round_keys[r]);
-    for (int v = 0; v < n; v++) b[v] = _mm256_aesenclast_epi128(b[v], key->round_keys[key->rounds]);
+    for (int r = 1; r < rounds; r++) {
+        __m256i k = key->round_keys[r];
+        for (int v = 0; v < n; v++) b[v] = _mm256_aesenc_epi128(b[v], k);
+    }
+    for (int v = 0; v < n; v++) b[v] = _mm256_aesenclast_epi128(b[v], key->round_keys[rounds]);
+}
+
+SLUICE_GCM_TARGET static inline void aes_n(const sluice_gcm *key, __m256i *b, int n) {
+    if (key->rounds == 10) aes_rounds(key, b, n, 10);
+    else aes_rounds(key, b, n, 14);
 }
 
 /* Encrypts the four counter vectors in place (eight blocks). */
