@@ -5,34 +5,19 @@
 // every way once, in an order that turns each round; prints GB/s per way and round, then the
 // medians and the median of the per-round ratios own/OpenSSL. Built and run by
 // Benchmarks/aesgcm.sh.
+#include "benchclock.h"
 #include "sluice_gcm.h"
 #include "tls_shim.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 enum { RECORD = 16384, COUNT = 40000 };
 
 static unsigned char in[RECORD + 1], record[5 + RECORD + 17], out[RECORD + 17];
 static unsigned char *const header = record, *const sealed = record + 5;
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-static int compare(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof(double), compare);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 int main(int argc, char **argv) {
     int rounds = argc > 1 ? atoi(argv[1]) : 7;

@@ -4,11 +4,12 @@
 // cache, as the record layer's buffers are), AES-128; the four ways alternate in every round.
 // Prints the median and best GB/s of each way over the rounds and the median of the per-round
 // ratios NEW/OLD.
+#include "benchclock.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct sluice_gcm sluice_gcm;
 #define DECLARE(p)                                                                                            \
@@ -21,17 +22,6 @@ DECLARE(old)
 DECLARE(new)
 
 enum { RECORD = 16384, RING = 256 * 1024, TOTAL = 32 << 20, ROUNDS = 41 };
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-static int compare(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 int main(void) {
     uint8_t key[16] = {1}, nonce[12] = {2}, aad[5] = {23, 3, 3, 64, 17}, last = 0;
@@ -65,13 +55,13 @@ int main(void) {
     }
     const char *names[4] = {"OLD seal", "NEW seal", "OLD open", "NEW open"};
     for (int w = 0; w < 4; w++) {
-        qsort(t[w], ROUNDS, sizeof(double), compare);
-        printf("%s: median %.2f GB/s, best %.2f\n", names[w], TOTAL / t[w][ROUNDS / 2] / 1e9, TOTAL / t[w][0] / 1e9);
+        double middle = median(t[w], ROUNDS);
+        printf("%s: median %.2f GB/s, best %.2f\n", names[w], TOTAL / middle / 1e9, TOTAL / t[w][0] / 1e9);
     }
     for (int i = 0; i < 2; i++) {
-        qsort(ratio[i], ROUNDS, sizeof(double), compare);
-        printf("NEW/OLD %s speed: median %.3f (range %.3f-%.3f)\n", i ? "open" : "seal", ratio[i][ROUNDS / 2],
-               ratio[i][0], ratio[i][ROUNDS - 1]);
+        double middle = median(ratio[i], ROUNDS);
+        printf("NEW/OLD %s speed: median %.3f (range %.3f-%.3f)\n", i ? "open" : "seal", middle, ratio[i][0],
+               ratio[i][ROUNDS - 1]);
     }
     return 0;
 }
